@@ -2,3 +2,13 @@
 //! through Consul sessions and KV locks.
 
 pub mod consul;
+
+/// Installs rustls's ring provider as the process-wide default crypto provider.
+///
+/// Call it first thing in `main` (and in tests that use TLS): kube's client and the Consul
+/// client build their TLS configurations from the process default. Idempotent: when a provider
+/// is already installed (by an earlier call or by another library), that one is kept.
+pub fn install_crypto_provider() {
+    // `Err` means a provider is already installed, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

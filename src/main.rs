@@ -1,1 +1,3 @@
-fn main() {}
+fn main() {
+    consul_elector::install_crypto_provider();
+}

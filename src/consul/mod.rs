@@ -1,1 +1,35 @@
-//! placeholder
+//! Consul HTTP API client: sessions, KV locks and blocking queries, with Consul's index rules,
+//! typed errors, bounded retries and a strict per-address connection cap.
+//!
+//! - [`ConsulSettings`]: configuration from Consul's environment variables.
+//! - [`ConsulClient`]: the operations; [`ConsulClient::with_overrides`] gives per-election
+//!   handles that share the connection cap.
+//! - [`BlockingWatch`]: a blocking-query loop following Consul's client rules.
+//! - [`ConsulError`]: typed errors with [`ConsulError::category`] and
+//!   [`ConsulError::is_retryable`].
+
+mod blocking;
+mod client;
+mod error;
+mod go_duration;
+mod kv;
+mod pool;
+mod query;
+mod retry;
+mod session;
+mod settings;
+mod tls;
+mod token;
+
+pub use blocking::{BlockingIndex, BlockingWatch, IndexChange, TokenBucket};
+pub use client::{ConsulClient, Overrides};
+pub use error::{ConsulError, ErrorContext, Result, TransportFailure};
+pub use go_duration::{
+    DurationParseError, format as format_go_duration, parse as parse_go_duration,
+};
+pub use kv::KvPair;
+pub use query::{Blocking, Consistency, MAX_WAIT, QueryMeta, QueryOptions, QueryResult};
+pub use retry::RetryPolicy;
+pub use session::{ServiceCheck, SessionBehavior, SessionEntry, SessionRequest};
+pub use settings::{ConsulAddress, ConsulSettings, SettingsError, TlsSettings, WatchPacing};
+pub use token::{ConsulToken, InvalidTokenError};

@@ -1,0 +1,424 @@
+//! The client handle: request building, headers, retries, response classification.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HOST, RETRY_AFTER, USER_AGENT};
+use http::{HeaderValue, Method, Request, StatusCode};
+use http_body_util::Full;
+use serde::de::DeserializeOwned;
+
+use super::blocking::BlockingWatch;
+use super::error::{ConsulError, ErrorContext, Result, TransportFailure};
+use super::pool::{AddressPool, PoolConfig, PoolRegistry};
+use super::query::{QueryMeta, QueryOptions};
+use super::retry::RetryPolicy;
+use super::settings::{ConsulAddress, ConsulSettings, WatchPacing};
+use super::token::ConsulToken;
+
+/// Header carrying the ACL token.
+const TOKEN_HEADER: &str = "x-consul-token";
+
+/// Per-election overrides of the operator-wide defaults. `None` keeps the value of the client
+/// the overrides are applied to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// Another Consul address.
+    pub address: Option<ConsulAddress>,
+    /// Another datacenter.
+    pub datacenter: Option<String>,
+    /// Another ACL token.
+    pub token: Option<ConsulToken>,
+}
+
+/// State shared by every handle derived from one root client.
+struct Shared {
+    registry: PoolRegistry,
+    request_timeout: Duration,
+    retry: RetryPolicy,
+    watch_pacing: WatchPacing,
+}
+
+/// A Consul HTTP API client. Cheap to clone; every clone and every
+/// [`with_overrides`](Self::with_overrides) handle shares the per-address connection cap of the
+/// root client created by [`ConsulClient::new`]. Create one root client per process.
+#[derive(Clone)]
+pub struct ConsulClient {
+    shared: Arc<Shared>,
+    pool: Arc<AddressPool>,
+    datacenter: Option<String>,
+    token: Option<ConsulToken>,
+    token_header: Option<HeaderValue>,
+}
+
+impl fmt::Debug for ConsulClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsulClient")
+            .field("address", self.pool.address())
+            .field("datacenter", &self.datacenter)
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsulClient {
+    /// A root client for `settings`. Fails when the TLS files cannot be used or the token is
+    /// not a valid header value.
+    pub fn new(settings: &ConsulSettings) -> Result<Self> {
+        let registry = PoolRegistry::new(PoolConfig {
+            max_connections: settings.max_connections,
+            connect_timeout: settings.connect_timeout,
+            idle_timeout: settings.idle_timeout,
+            tls: settings.tls.clone(),
+            default_address: settings.address.clone(),
+        });
+        let shared = Arc::new(Shared {
+            registry,
+            request_timeout: settings.request_timeout,
+            retry: settings.retry,
+            watch_pacing: settings.watch_pacing,
+        });
+        Self::handle(
+            shared,
+            &settings.address,
+            settings.datacenter.clone(),
+            settings.token.clone(),
+        )
+    }
+
+    /// A handle for another address, datacenter and/or token, sharing this client's pools
+    /// (and so the connection cap of every address).
+    pub fn with_overrides(&self, overrides: Overrides) -> Result<Self> {
+        Self::handle(
+            self.shared.clone(),
+            overrides.address.as_ref().unwrap_or(self.pool.address()),
+            overrides.datacenter.or_else(|| self.datacenter.clone()),
+            overrides.token.or_else(|| self.token.clone()),
+        )
+    }
+
+    fn handle(
+        shared: Arc<Shared>,
+        address: &ConsulAddress,
+        datacenter: Option<String>,
+        token: Option<ConsulToken>,
+    ) -> Result<Self> {
+        let context = || ErrorContext::new("client setup", address.to_string());
+        let pool = shared
+            .registry
+            .pool(address)
+            .map_err(|detail| ConsulError::Configuration {
+                context: context(),
+                detail,
+            })?;
+        let token_header = token
+            .as_ref()
+            .map(ConsulToken::header_value)
+            .transpose()
+            .map_err(|error| ConsulError::Configuration {
+                context: context(),
+                detail: error.to_string(),
+            })?;
+        Ok(Self {
+            shared,
+            pool,
+            datacenter: datacenter.filter(|dc| !dc.is_empty()),
+            token,
+            token_header,
+        })
+    }
+
+    /// The Consul address of this handle.
+    pub fn address(&self) -> &ConsulAddress {
+        self.pool.address()
+    }
+
+    /// The datacenter of this handle (`None`: the agent's).
+    pub fn datacenter(&self) -> Option<&str> {
+        self.datacenter.as_deref()
+    }
+
+    /// A blocking-query loop paced by the configured [`WatchPacing`].
+    pub fn watch(&self, wait: Duration) -> BlockingWatch {
+        BlockingWatch::new(wait, self.shared.watch_pacing)
+    }
+
+    /// A GET with read options (consistency, blocking index and wait, and the matching
+    /// client-side timeout).
+    pub(crate) async fn read(&self, call: Call, options: QueryOptions) -> Result<Reply> {
+        let timeout = options.timeout(self.shared.request_timeout);
+        self.call(call.query(options.query_pairs()).timeout(timeout))
+            .await
+    }
+
+    /// Sends `call`, retrying retryable errors within the retry policy. Non-idempotent calls
+    /// are retried only when the error proves the request was not applied.
+    pub(crate) async fn call(&self, call: Call) -> Result<Reply> {
+        let policy = self.shared.retry;
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let error = match self.attempt(&call).await {
+                Ok(reply) => return Ok(reply),
+                Err(error) => error,
+            };
+            let retry = error.is_retryable()
+                && (call.idempotent || error.request_not_applied())
+                && policy.allows_another(attempt);
+            if !retry {
+                tracing::debug!(
+                    operation = call.context.operation,
+                    target = %call.context.target,
+                    attempt,
+                    category = error.category(),
+                    "consul request failed: {error}"
+                );
+                return Err(error);
+            }
+            let delay = policy.delay(attempt - 1, error.retry_after(), &mut rand::rng());
+            tracing::warn!(
+                operation = call.context.operation,
+                target = %call.context.target,
+                attempt,
+                category = error.category(),
+                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                "consul request failed, retrying: {error}"
+            );
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// One attempt: build, send within the timeout, classify.
+    async fn attempt(&self, call: &Call) -> Result<Reply> {
+        let request = self.build(call)?;
+        let timeout = call.timeout.unwrap_or(self.shared.request_timeout);
+        let transport = |failure, detail| ConsulError::Transport {
+            context: call.context.clone(),
+            failure,
+            detail,
+        };
+        let response = tokio::time::timeout(timeout, self.pool.send(request))
+            .await
+            .map_err(|_| {
+                transport(
+                    TransportFailure::Timeout,
+                    format!("no complete response within {timeout:?}"),
+                )
+            })?
+            .map_err(|(failure, detail)| transport(failure, detail))?;
+        let status = response.status();
+        tracing::debug!(
+            operation = call.context.operation,
+            target = %call.context.target,
+            method = %call.method,
+            path = %call.path,
+            status = status.as_u16(),
+            "consul request"
+        );
+        let meta = QueryMeta::from_headers(response.headers());
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let body = response.into_body();
+        if status.is_success() || (status == StatusCode::NOT_FOUND && call.accept_not_found) {
+            return Ok(Reply { status, meta, body });
+        }
+        let text = String::from_utf8_lossy(&body);
+        let text = match &self.token {
+            Some(token) => token.redact(&text),
+            None => text.into_owned(),
+        };
+        Err(ConsulError::from_response(
+            call.context.clone(),
+            status.as_u16(),
+            &text,
+            retry_after,
+        ))
+    }
+
+    fn build(&self, call: &Call) -> Result<Request<Full<Bytes>>> {
+        let mut target = call.path.clone();
+        let datacenter = self.datacenter.iter().map(|dc| ("dc", dc.as_str()));
+        let pairs = call.query.iter().map(|(k, v)| (*k, v.as_str()));
+        for (i, (key, value)) in datacenter.chain(pairs).enumerate() {
+            target.push(if i == 0 { '?' } else { '&' });
+            target.push_str(key);
+            if !value.is_empty() {
+                target.push('=');
+                target.extend(url::form_urlencoded::byte_serialize(value.as_bytes()));
+            }
+        }
+        let mut builder = Request::builder()
+            .method(call.method.clone())
+            .uri(target)
+            .header(HOST, self.pool.address().authority())
+            .header(
+                USER_AGENT,
+                concat!("consul-elector/", env!("CARGO_PKG_VERSION")),
+            );
+        if let Some(token) = &self.token_header {
+            builder = builder.header(TOKEN_HEADER, token.clone());
+        }
+        let body = match &call.body {
+            Some((bytes, content_type)) => {
+                builder = builder.header(CONTENT_TYPE, *content_type);
+                bytes.clone()
+            }
+            None => Bytes::new(),
+        };
+        builder
+            .body(Full::new(body))
+            .map_err(|error| ConsulError::InvalidRequest {
+                context: call.context.clone(),
+                detail: error.to_string(),
+            })
+    }
+}
+
+/// One API request, before the datacenter and the token are added.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    method: Method,
+    /// Percent-encoded path, starting with `/v1/`.
+    path: String,
+    query: Vec<(&'static str, String)>,
+    body: Option<(Bytes, &'static str)>,
+    timeout: Option<Duration>,
+    pub(crate) context: ErrorContext,
+    idempotent: bool,
+    accept_not_found: bool,
+}
+
+impl Call {
+    /// An idempotent request without body or query, with the default timeout.
+    pub(crate) fn new(method: Method, path: String, context: ErrorContext) -> Self {
+        Self {
+            method,
+            path,
+            query: Vec::new(),
+            body: None,
+            timeout: None,
+            context,
+            idempotent: true,
+            accept_not_found: false,
+        }
+    }
+
+    /// Adds query parameters (an empty value sends the bare key, like `?recurse`).
+    pub(crate) fn query(mut self, pairs: impl IntoIterator<Item = (&'static str, String)>) -> Self {
+        self.query.extend(pairs);
+        self
+    }
+
+    /// Sets the body.
+    pub(crate) fn body(mut self, body: impl Into<Bytes>, content_type: &'static str) -> Self {
+        self.body = Some((body.into(), content_type));
+        self
+    }
+
+    /// Overrides the timeout (blocking queries).
+    pub(crate) fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Marks the request as unsafe to repeat after an ambiguous failure.
+    pub(crate) fn not_idempotent(mut self) -> Self {
+        self.idempotent = false;
+        self
+    }
+
+    /// Returns a 404 as a reply instead of an error.
+    pub(crate) fn accept_not_found(mut self) -> Self {
+        self.accept_not_found = true;
+        self
+    }
+}
+
+/// A successful (or accepted 404) response.
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) meta: QueryMeta,
+    pub(crate) body: Bytes,
+}
+
+impl Reply {
+    /// Decodes a JSON body.
+    pub(crate) fn json<T: DeserializeOwned>(&self, context: &ErrorContext) -> Result<T> {
+        serde_json::from_slice(&self.body).map_err(|error| ConsulError::Decode {
+            context: context.clone(),
+            detail: error.to_string(),
+        })
+    }
+
+    /// Decodes a `true`/`false` body, tolerating surrounding whitespace.
+    pub(crate) fn boolean(&self, context: &ErrorContext) -> Result<bool> {
+        match std::str::from_utf8(&self.body).map(str::trim) {
+            Ok("true") => Ok(true),
+            Ok("false") => Ok(false),
+            _ => Err(ConsulError::Decode {
+                context: context.clone(),
+                detail: format!(
+                    "expected true or false, got {:?}",
+                    String::from_utf8_lossy(&self.body.slice(..self.body.len().min(64)))
+                ),
+            }),
+        }
+    }
+}
+
+/// A percent-encoded API path: `base` (like `/v1/kv/`) followed by `tail`, each `/`-separated
+/// segment encoded on its own.
+pub(crate) fn api_path(base: &str, tail: &str) -> String {
+    let mut path = String::from(base);
+    for (i, segment) in tail.split('/').enumerate() {
+        if i > 0 {
+            path.push('/');
+        }
+        path.extend(
+            url::form_urlencoded::byte_serialize(segment.as_bytes()).map(|s| {
+                // form encoding turns spaces into '+', which a path would keep literally.
+                if s == "+" { "%20" } else { s }
+            }),
+        );
+    }
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_paths_per_segment() {
+        assert_eq!(api_path("/v1/kv/", "a/b/c"), "/v1/kv/a/b/c");
+        assert_eq!(
+            api_path("/v1/kv/", "a b/c?d#e%"),
+            "/v1/kv/a%20b/c%3Fd%23e%25"
+        );
+        assert_eq!(api_path("/v1/kv/", "prefix/"), "/v1/kv/prefix/");
+        assert_eq!(api_path("/v1/kv/", ""), "/v1/kv/");
+        assert_eq!(api_path("/v1/kv/", "a+b"), "/v1/kv/a%2Bb");
+    }
+
+    #[test]
+    fn decodes_booleans_with_whitespace() {
+        let context = ErrorContext::new("kv acquire", "k");
+        let reply = |body: &'static str| Reply {
+            status: StatusCode::OK,
+            meta: QueryMeta::default(),
+            body: Bytes::from_static(body.as_bytes()),
+        };
+        assert!(reply("true").boolean(&context).unwrap());
+        assert!(reply(" true\n").boolean(&context).unwrap());
+        assert!(!reply("false\n").boolean(&context).unwrap());
+        let error = reply("yes").boolean(&context).unwrap_err();
+        assert_eq!(error.category(), "decode");
+    }
+}

@@ -1,0 +1,321 @@
+//! KV API: get (optionally blocking), recursive get, acquire, release, CAS, put, delete.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use http::{Method, StatusCode};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::client::{Call, ConsulClient, Reply, api_path};
+use super::error::{ConsulError, ErrorContext, Result};
+use super::query::{QueryOptions, QueryResult};
+
+/// A KV entry as Consul returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvPair {
+    /// Incremented each time an unlocked key is acquired: a fencing token.
+    #[serde(rename = "LockIndex", default)]
+    pub lock_index: u64,
+    /// The key.
+    #[serde(rename = "Key")]
+    pub key: String,
+    /// Opaque flags (full 64-bit range).
+    #[serde(rename = "Flags", default)]
+    pub flags: u64,
+    /// The value (Consul sends base64, or `null` for an empty value).
+    #[serde(rename = "Value", default, with = "base64_value")]
+    pub value: Vec<u8>,
+    /// The session holding the lock; omitted (`None`) when the key is not locked.
+    #[serde(
+        rename = "Session",
+        default,
+        deserialize_with = "empty_as_none",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub session: Option<String>,
+    /// Raft index of the creation.
+    #[serde(rename = "CreateIndex", default)]
+    pub create_index: u64,
+    /// Raft index of the last change.
+    #[serde(rename = "ModifyIndex", default)]
+    pub modify_index: u64,
+}
+
+/// The `Value` field: standard base64 with padding, `null` for empty.
+mod base64_value {
+    use super::*;
+
+    pub(super) fn serialize<S: Serializer>(value: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        if value.is_empty() {
+            serializer.serialize_none()
+        } else {
+            serializer.serialize_str(&STANDARD.encode(value))
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<u8>, D::Error> {
+        match Option::<String>::deserialize(deserializer)? {
+            Some(text) => STANDARD
+                .decode(text.as_bytes())
+                .map_err(serde::de::Error::custom),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+fn empty_as_none<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    Ok(Option::<String>::deserialize(deserializer)?.filter(|s| !s.is_empty()))
+}
+
+/// Checks a key (or, with `prefix`, a recursive prefix) and returns its encoded path.
+///
+/// Follows the reference's advice on key names that behave the same on every Consul version:
+/// no leading `/`, no empty segment (`//`), no `.` or `..` segment, no leading or trailing
+/// whitespace, no control characters. A trailing `/` is allowed; an empty key only as a prefix.
+fn key_path(key: &str, prefix: bool, context: &ErrorContext) -> Result<String> {
+    let problem = if key.is_empty() && !prefix {
+        Some("the key is empty")
+    } else if key.starts_with('/') {
+        Some("the key starts with '/'")
+    } else if key.trim() != key {
+        Some("the key starts or ends with whitespace")
+    } else if key.chars().any(char::is_control) {
+        Some("the key contains control characters")
+    } else {
+        let segments: Vec<&str> = key.split('/').collect();
+        let inner = &segments[..segments.len().saturating_sub(1)];
+        if segments.iter().any(|s| *s == "." || *s == "..") {
+            Some("the key contains a '.' or '..' segment")
+        } else if inner.iter().any(|s| s.is_empty()) && !key.is_empty() {
+            Some("the key contains an empty segment ('//')")
+        } else {
+            None
+        }
+    };
+    match problem {
+        Some(detail) => Err(ConsulError::InvalidRequest {
+            context: context.clone(),
+            detail: detail.to_owned(),
+        }),
+        None => Ok(api_path("/v1/kv/", key)),
+    }
+}
+
+impl ConsulClient {
+    /// `GET /v1/kv/<key>`: the entry, or `None` when the key does not exist. With blocking
+    /// options, returns when the key changes (or is created or deleted) or the wait expires.
+    pub async fn kv_get(
+        &self,
+        key: &str,
+        options: QueryOptions,
+    ) -> Result<QueryResult<Option<KvPair>>> {
+        let context = ErrorContext::new("kv get", key);
+        let path = key_path(key, false, &context)?;
+        let reply = self
+            .read(
+                Call::new(Method::GET, path, context.clone()).accept_not_found(),
+                options,
+            )
+            .await?;
+        let entries = entries(&reply, &context)?;
+        Ok(QueryResult {
+            value: entries.into_iter().next(),
+            meta: reply.meta,
+        })
+    }
+
+    /// `GET /v1/kv/<prefix>?recurse`: every entry whose key starts with `prefix` (a plain
+    /// string prefix), sorted by key; empty when none. One blocking query of this kind watches
+    /// a whole prefix.
+    pub async fn kv_list(
+        &self,
+        prefix: &str,
+        options: QueryOptions,
+    ) -> Result<QueryResult<Vec<KvPair>>> {
+        let context = ErrorContext::new("kv list", prefix);
+        let path = key_path(prefix, true, &context)?;
+        let call = Call::new(Method::GET, path, context.clone())
+            .query([("recurse", String::new())])
+            .accept_not_found();
+        let reply = self.read(call, options).await?;
+        Ok(QueryResult {
+            value: entries(&reply, &context)?,
+            meta: reply.meta,
+        })
+    }
+
+    /// `PUT /v1/kv/<key>?acquire=<session>`: takes the lock for `session`, writing `value` and
+    /// `flags`. `false` when another session holds it or a lock-delay is active.
+    pub async fn kv_acquire(
+        &self,
+        key: &str,
+        session: &str,
+        value: &[u8],
+        flags: u64,
+    ) -> Result<bool> {
+        let context = ErrorContext::new("kv acquire", key);
+        // Repeating an acquire by the same session with the same value is harmless.
+        self.kv_write(
+            key,
+            context,
+            value,
+            flags,
+            ("acquire", session.to_owned()),
+            true,
+        )
+        .await
+    }
+
+    /// `PUT /v1/kv/<key>?release=<session>`: releases the lock held by `session`, writing
+    /// `value` and `flags` (release replaces them). `false` when `session` did not hold it.
+    pub async fn kv_release(
+        &self,
+        key: &str,
+        session: &str,
+        value: &[u8],
+        flags: u64,
+    ) -> Result<bool> {
+        let context = ErrorContext::new("kv release", key);
+        self.kv_write(
+            key,
+            context,
+            value,
+            flags,
+            ("release", session.to_owned()),
+            false,
+        )
+        .await
+    }
+
+    /// `PUT /v1/kv/<key>?cas=<index>`: writes only if the key's `ModifyIndex` is `index`
+    /// (0: only if the key does not exist).
+    pub async fn kv_cas(&self, key: &str, value: &[u8], flags: u64, index: u64) -> Result<bool> {
+        let context = ErrorContext::new("kv cas", key);
+        self.kv_write(
+            key,
+            context,
+            value,
+            flags,
+            ("cas", index.to_string()),
+            false,
+        )
+        .await
+    }
+
+    /// `PUT /v1/kv/<key>`: writes unconditionally (keeps a lock holder but resets `LockIndex`
+    /// to 0, as Consul does).
+    pub async fn kv_put(&self, key: &str, value: &[u8], flags: u64) -> Result<()> {
+        let context = ErrorContext::new("kv put", key);
+        let path = key_path(key, false, &context)?;
+        let call = Call::new(Method::PUT, path, context)
+            .query(flags_pair(flags))
+            .body(value.to_vec(), "application/octet-stream");
+        self.call(call).await?;
+        Ok(())
+    }
+
+    /// `DELETE /v1/kv/<key>`, optionally `?cas=<index>`: `false` only when the CAS index did
+    /// not match an existing key.
+    pub async fn kv_delete(&self, key: &str, cas: Option<u64>) -> Result<bool> {
+        let context = ErrorContext::new("kv delete", key);
+        let path = key_path(key, false, &context)?;
+        let mut call = Call::new(Method::DELETE, path, context.clone());
+        if let Some(index) = cas {
+            call = call.query([("cas", index.to_string())]).not_idempotent();
+        }
+        self.call(call).await?.boolean(&context)
+    }
+
+    async fn kv_write(
+        &self,
+        key: &str,
+        context: ErrorContext,
+        value: &[u8],
+        flags: u64,
+        condition: (&'static str, String),
+        idempotent: bool,
+    ) -> Result<bool> {
+        let path = key_path(key, false, &context)?;
+        let mut call = Call::new(Method::PUT, path, context.clone())
+            .query([condition])
+            .query(flags_pair(flags))
+            .body(value.to_vec(), "application/octet-stream");
+        if !idempotent {
+            call = call.not_idempotent();
+        }
+        self.call(call).await?.boolean(&context)
+    }
+}
+
+/// `flags=<n>` unless 0 (Consul stores 0 when the parameter is absent).
+fn flags_pair(flags: u64) -> Option<(&'static str, String)> {
+    (flags != 0).then(|| ("flags", flags.to_string()))
+}
+
+/// The entries of a KV read: none for a 404.
+fn entries(reply: &Reply, context: &ErrorContext) -> Result<Vec<KvPair>> {
+    if reply.status == StatusCode::NOT_FOUND {
+        return Ok(Vec::new());
+    }
+    Ok(reply
+        .json::<Option<Vec<KvPair>>>(context)?
+        .unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_entries() {
+        let json = r#"[{"LockIndex":1,"Key":"k","Flags":3304740253564472344,"Value":"djE=",
+            "Session":"s1","CreateIndex":5,"ModifyIndex":6},
+            {"LockIndex":0,"Key":"e","Flags":0,"Value":null,"CreateIndex":7,"ModifyIndex":7}]"#;
+        let entries: Vec<KvPair> = serde_json::from_str(json).unwrap();
+        assert_eq!(entries[0].value, b"v1");
+        assert_eq!(entries[0].flags, 3_304_740_253_564_472_344);
+        assert_eq!(entries[0].session.as_deref(), Some("s1"));
+        assert!(entries[1].value.is_empty());
+        assert_eq!(entries[1].session, None);
+        assert!(serde_json::from_str::<KvPair>(r#"{"Key":"k","Value":"!!"}"#).is_err());
+    }
+
+    #[test]
+    fn serializes_with_consul_field_names() {
+        let pair = KvPair {
+            lock_index: 2,
+            key: "k".into(),
+            flags: 1,
+            value: b"v1".to_vec(),
+            session: None,
+            create_index: 3,
+            modify_index: 4,
+        };
+        assert_eq!(
+            serde_json::to_string(&pair).unwrap(),
+            r#"{"LockIndex":2,"Key":"k","Flags":1,"Value":"djE=","CreateIndex":3,"ModifyIndex":4}"#
+        );
+    }
+
+    #[test]
+    fn validates_keys() {
+        let context = ErrorContext::new("kv get", "");
+        assert_eq!(
+            key_path("elector/shop/web/leader", false, &context).unwrap(),
+            "/v1/kv/elector/shop/web/leader"
+        );
+        assert_eq!(
+            key_path("elector/", true, &context).unwrap(),
+            "/v1/kv/elector/"
+        );
+        assert_eq!(key_path("", true, &context).unwrap(), "/v1/kv/");
+        assert_eq!(key_path("a/b/", false, &context).unwrap(), "/v1/kv/a/b/");
+        for bad in [
+            "", "/a", "a//b", "a/../b", "./a", " a", "a ", "a\nb", "a/..",
+        ] {
+            let error = key_path(bad, false, &context).unwrap_err();
+            assert_eq!(error.category(), "invalid_request", "{bad:?}");
+        }
+    }
+}
