@@ -1,1 +1,3 @@
 //! Test infrastructure for consul-elector.
+
+pub mod consul;
