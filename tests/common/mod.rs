@@ -1,0 +1,47 @@
+//! Shared helpers of the Consul client integration tests.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::time::Duration;
+
+use consul_elector::consul::{
+    ConsulAddress, ConsulClient, ConsulSettings, RetryPolicy, WatchPacing,
+};
+use testkit::consul::{Emulator, EmulatorConfig};
+
+/// An emulator with the default (manual, virtual) clock and no blocking-query jitter.
+pub async fn emulator() -> Emulator {
+    emulator_with(EmulatorConfig::default()).await
+}
+
+/// An emulator with `config`, jitter off so blocking timeouts are exact.
+pub async fn emulator_with(config: EmulatorConfig) -> Emulator {
+    consul_elector::install_crypto_provider();
+    Emulator::start(EmulatorConfig {
+        jitter: false,
+        ..config
+    })
+    .await
+    .unwrap()
+}
+
+/// Settings pointing at `emu`, with quick retries (3 attempts, at most 5 ms apart).
+pub fn settings(emu: &Emulator) -> ConsulSettings {
+    ConsulSettings {
+        address: ConsulAddress::parse(&emu.url(), false).unwrap(),
+        retry: RetryPolicy {
+            max_attempts: 3,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+        },
+        watch_pacing: WatchPacing {
+            burst: 2,
+            refill_interval: Duration::from_millis(10),
+        },
+        ..ConsulSettings::default()
+    }
+}
+
+/// A client for `emu` with [`settings`].
+pub fn client(emu: &Emulator) -> ConsulClient {
+    ConsulClient::new(&settings(emu)).unwrap()
+}
