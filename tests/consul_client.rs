@@ -765,6 +765,33 @@ async fn a_thousand_callers_never_exceed_a_small_cap() {
 }
 
 #[tokio::test]
+async fn a_cancelled_request_gives_its_permits_back() {
+    let emu = emulator().await;
+    let mut one = settings(&emu);
+    one.max_connections = 1;
+    let consul = ConsulClient::new(&one).unwrap();
+    consul.kv_put("k", b"v", 0).await.unwrap();
+    let index = emu.kv_entry("k").unwrap().modify_index;
+
+    // A watch parked on the only connection, then dropped by its caller.
+    let watch = {
+        let consul = consul.clone();
+        tokio::spawn(async move {
+            consul
+                .kv_get("k", QueryOptions::blocking(index, Duration::from_secs(300)))
+                .await
+        })
+    };
+    emu.wait_for_blocked_queries(1).await;
+    watch.abort();
+    assert!(watch.await.unwrap_err().is_cancelled());
+
+    // The request permit and the connection permit are free again.
+    consul.kv_put("k", b"w", 0).await.unwrap();
+    assert_eq!(emu.kv_entry("k").unwrap().value, b"w");
+}
+
+#[tokio::test]
 async fn settings_from_an_env_map_reach_the_server() {
     let mut tokens = HashMap::new();
     tokens.insert(
