@@ -1,0 +1,76 @@
+//! Cases 69-71: ACL errors, wrong methods and the "no cluster leader" mode.
+
+use std::collections::HashMap;
+
+use testkit::consul::{AclConfig, AclPolicy, EmulatorConfig};
+
+use crate::target::{Needs, Target};
+
+fn acl_config() -> EmulatorConfig {
+    let reader = AclPolicy {
+        key_read: vec![String::new()],
+        key_write: vec![],
+        session_write: false,
+        session_read: true,
+    };
+    EmulatorConfig {
+        acl: Some(AclConfig {
+            tokens: HashMap::from([("read-only".to_owned(), reader)]),
+            anonymous: AclPolicy {
+                key_read: vec![],
+                key_write: vec![],
+                session_write: false,
+                session_read: false,
+            },
+        }),
+        ..EmulatorConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn case_69_acl_denials() {
+    let t = Target::with_config(69, acl_config()).await;
+    if !t.supports(69, Needs::Acl) {
+        return;
+    }
+    let path = format!("/v1/kv/{}", t.key("k"));
+    let r = t
+        .req_with("PUT", &path, "v", &[("X-Consul-Token", "read-only")])
+        .await;
+    assert_eq!(r.status, 403);
+    assert!(r.text().starts_with("Permission denied"), "{}", r.text());
+    let r = t
+        .req_with("PUT", &path, "v", &[("X-Consul-Token", "no-such-token")])
+        .await;
+    r.assert_error(403, "ACL not found");
+}
+
+#[tokio::test]
+async fn case_70_wrong_method_on_session_create_is_405() {
+    let t = Target::new(70).await;
+    let r = t.delete("/v1/session/create").await;
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("Allow").as_deref(), Some("OPTIONS,PUT"));
+    assert_eq!(r.text().trim(), "method DELETE not allowed");
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn case_71_no_cluster_leader() {
+    let t = Target::new(71).await;
+    if !t.supports(71, Needs::Faults) {
+        return;
+    }
+    let k = t.key("k");
+    t.kv_put(&k, "", "v").await.assert_bool(true);
+    t.emu().set_leader(false);
+    t.kv_put(&k, "", "w")
+        .await
+        .assert_error(500, "No cluster leader");
+    let r = t.get(&format!("/v1/kv/{k}?stale")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("X-Consul-KnownLeader").as_deref(), Some("false"));
+    t.get(&format!("/v1/kv/{k}"))
+        .await
+        .assert_error(500, "No cluster leader");
+}
