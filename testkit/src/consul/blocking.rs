@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use super::duration::parse_go_duration;
 use super::error::ApiError;
 use super::lock;
+use super::notify::{Notifier, Topic};
 use super::query::{Query, go_quote};
 use super::server::Inner;
 use super::state::State;
@@ -92,10 +93,12 @@ pub(crate) struct Evaluation<T> {
     pub(crate) value: T,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Parked {
     deadline: Duration,
-    /// Change counter value the query last evaluated against.
+    /// What the query watches.
+    topic: Topic,
+    /// Version of the topic the query last evaluated against.
     seen: u64,
 }
 
@@ -170,17 +173,16 @@ impl Registry {
             .min()
     }
 
-    /// Resolves once every parked query has evaluated the latest change (`current_change`)
-    /// and none has a deadline at or before `now` (those must have answered).
-    pub(crate) async fn wait_settled(&self, now: Duration, current_change: impl Fn() -> u64) {
+    /// Resolves once every parked query has evaluated the latest version of its topic
+    /// (`version`) and none has a deadline at or before `now` (those must have answered).
+    pub(crate) async fn wait_settled(&self, now: Duration, version: impl Fn(&Topic) -> u64) {
         let mut rx = self.version.subscribe();
         loop {
             rx.borrow_and_update();
-            let change = current_change();
-            let settled = lock(&self.inner)
-                .parked
-                .values()
-                .all(|p| p.deadline > now && p.seen == change);
+            let parked: Vec<Parked> = lock(&self.inner).parked.values().cloned().collect();
+            let settled = parked
+                .iter()
+                .all(|p| p.deadline > now && p.seen == version(&p.topic));
             if settled || rx.changed().await.is_err() {
                 return;
             }
@@ -188,15 +190,23 @@ impl Registry {
     }
 }
 
-/// Keeps a query registered while it blocks; unregisters on drop (also on cancellation).
+/// Keeps a query registered while it blocks; unregisters on drop (also on cancellation)
+/// and releases the topic's channel if nobody else watches it.
 struct ParkGuard<'a> {
     registry: &'a Registry,
+    notifier: &'a Notifier,
+    topic: &'a Topic,
     id: Option<u64>,
 }
 
 impl ParkGuard<'_> {
     fn park(&mut self, deadline: Duration, seen: u64) {
-        self.id = Some(self.registry.park(self.id, Parked { deadline, seen }));
+        let parked = Parked {
+            deadline,
+            topic: self.topic.clone(),
+            seen,
+        };
+        self.id = Some(self.registry.park(self.id, parked));
     }
 }
 
@@ -205,11 +215,12 @@ impl Drop for ParkGuard<'_> {
         if let Some(id) = self.id {
             self.registry.unpark(id);
         }
+        self.notifier.release(self.topic);
     }
 }
 
 impl Inner {
-    /// Runs a query, blocking per Consul's rules when `opts.min_index > 0`:
+    /// Runs a query watching `topic`, blocking per Consul's rules when `opts.min_index > 0`:
     /// returns as soon as the result index exceeds the requested one, or at the timeout
     /// with the current result. A query that reports "not found" twice in a row raises its
     /// threshold to the current index, so only the key appearing (or the timeout) ends it.
@@ -217,6 +228,7 @@ impl Inner {
     pub(crate) async fn blocking_query<T>(
         &self,
         opts: &QueryOptions,
+        topic: Topic,
         mut eval: impl FnMut(&State) -> Result<Evaluation<T>, ApiError>,
     ) -> Result<(u64, T), ApiError> {
         let mut min = opts.min_index;
@@ -228,12 +240,14 @@ impl Inner {
         let deadline = self.clock.now().saturating_add(timeout);
         let mut guard = ParkGuard {
             registry: &self.parked,
+            notifier: &self.notifier,
+            topic: &topic,
             id: None,
         };
         let mut not_found = false;
         loop {
-            let mut changes = self.changes.subscribe();
-            let seen = *changes.borrow_and_update();
+            let mut changes = self.notifier.subscribe(&topic);
+            let seen = *changes.borrow();
             let e = self.with_state(|st, _| eval(st))?;
             let index = e.index.max(1);
             if e.not_found {

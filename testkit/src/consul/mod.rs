@@ -24,8 +24,10 @@
 //! - `api`: hyper handlers; `server`: listener, connections, TTL reaper, test hooks.
 //! - `faults`, `stats`, `acl`: fault injection, counters, the ACL model.
 //!
-//! One `std::sync::Mutex<State>` (never held across `.await`) plus a `watch` change
-//! counter: blocking handlers subscribe before evaluating, so no wake-up is lost. Due TTL
+//! One `std::sync::Mutex<State>` (never held across `.await`) plus `watch` version
+//! counters per topic (`notify`: one per watched key, one for the KV tables, one for the
+//! sessions table): blocking handlers subscribe before evaluating, so no wake-up is lost,
+//! and a write wakes only the queries it can affect. Due TTL
 //! timers are fired lazily at the start of every state access, by `advance` (manual
 //! clock) and by a reaper task that sleeps until the next deadline (tokio clock).
 //!
@@ -42,11 +44,16 @@
 //! - **Initial catalog write.** The agent node and its passing `serfHealth` are registered
 //!   at Raft index 1, so the first API write gets index 2. Catalog hooks
 //!   (`register_node`, `set_check_status`, …) are Raft writes and consume an index each.
+//!   `register_node` gives a new node a passing `serfHealth` (as if an agent joined), so
+//!   default sessions can be created on it; `set_check_status` on an unknown node
+//!   registers the node with only that check.
 //! - **Session body decoding** happens whenever the body is non-empty (Go decodes only
 //!   when `Content-Length > 0`, which differs only for chunked bodies). JSON syntax errors
 //!   are reported with serde's text after `Request decode failed: `; type errors and
 //!   duration errors use Go's texts. Duplicate JSON keys differing only in case resolve in
 //!   sorted-key order instead of document order.
+//! - **JSON strings are not HTML-escaped** (Go writes `<`, `>`, `&` as `\u003c` etc.);
+//!   both decode to the same text.
 //! - **`"NodeChecks": []` renders as `[]`** (and `"Checks": []` also gives
 //!   `"NodeChecks": []`); absent lists render as `null`, `Checks` is omitted when empty.
 //! - **Keys** with a leading `/`, an empty segment (`//`) or a `.`/`..` segment (also
@@ -93,6 +100,7 @@ mod duration;
 mod error;
 mod faults;
 mod json;
+mod notify;
 mod query;
 mod routes;
 mod server;

@@ -16,7 +16,8 @@ use super::clock::Clock;
 use super::config::EmulatorConfig;
 use super::faults::{Fault, FaultId, FaultSet};
 use super::lock;
-use super::state::{CheckStatus, KvEntry, SessionInfo, State, StateConfig};
+use super::notify::Notifier;
+use super::state::{CheckStatus, Indexes, KvEntry, SessionInfo, State, StateConfig};
 use super::stats::{Stats, StatsCollector};
 
 /// Shared emulator internals.
@@ -25,8 +26,8 @@ pub(crate) struct Inner {
     pub(crate) config: EmulatorConfig,
     pub(crate) clock: Clock,
     state: Mutex<State>,
-    /// Bumped (under the state lock) whenever a query result may have changed.
-    pub(crate) changes: watch::Sender<u64>,
+    /// Wakes blocking queries (bumped under the state lock) when what they watch changes.
+    pub(crate) notifier: Notifier,
     pub(crate) parked: Registry,
     pub(crate) faults: Mutex<FaultSet>,
     pub(crate) stats: StatsCollector,
@@ -42,17 +43,31 @@ impl Inner {
     pub(crate) fn with_state<R>(&self, f: impl FnOnce(&mut State, Duration) -> R) -> R {
         let mut st = lock(&self.state);
         let now = self.clock.now();
-        let before = st.change_marker();
+        let before = st.indexes();
+        let next_deadline = st.next_deadline();
         st.process_expiries(now);
         let result = f(&mut st, now);
-        if st.change_marker() != before {
-            self.changes.send_modify(|g| *g = g.wrapping_add(1));
-        }
+        self.publish(&mut st, before);
+        let deadline_moved = st.next_deadline() != next_deadline;
         drop(st);
-        if !self.clock.is_manual() {
+        if deadline_moved && !self.clock.is_manual() {
             self.reaper_wake.notify_one();
         }
         result
+    }
+
+    /// Wakes the watchers of every table and key that changed since `before`.
+    /// Called with the state lock held, so a query that subscribed before evaluating
+    /// cannot miss a change.
+    fn publish(&self, st: &mut State, before: Indexes) {
+        let after = st.indexes();
+        if (after.kvs, after.tombstones) != (before.kvs, before.tombstones) {
+            self.notifier.kv_changed();
+        }
+        if after.sessions != before.sessions {
+            self.notifier.sessions_changed();
+        }
+        self.notifier.keys_changed(&st.take_changed_keys());
     }
 
     /// Moves the manual clock, firing TTL timers and blocking-query timeouts in time order,
@@ -70,15 +85,13 @@ impl Inner {
                 .max(now);
             {
                 let mut st = lock(&self.state);
-                let before = st.change_marker();
+                let before = st.indexes();
                 self.clock.set_manual(step);
                 st.process_expiries(step);
-                if st.change_marker() != before {
-                    self.changes.send_modify(|g| *g = g.wrapping_add(1));
-                }
+                self.publish(&mut st, before);
             }
             self.parked
-                .wait_settled(step, || *self.changes.borrow())
+                .wait_settled(step, |topic| self.notifier.version(topic))
                 .await;
             if step >= target {
                 return;
@@ -136,10 +149,24 @@ impl Inner {
 }
 
 /// A running Consul HTTP API emulator. Cheap to clone; every clone drives the same server.
+/// The server stops when [`Emulator::shutdown`] is called or the last clone is dropped.
 #[derive(Debug, Clone)]
 pub struct Emulator {
     inner: Arc<Inner>,
-    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    lifetime: Arc<Lifetime>,
+}
+
+/// Owns the background tasks; dropping the last handle stops the server.
+#[derive(Debug)]
+struct Lifetime {
+    inner: Arc<Inner>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Lifetime {
+    fn drop(&mut self) {
+        self.inner.shutdown.send_replace(true);
+    }
 }
 
 /// Returned by the service to make hyper close the connection without answering.
@@ -168,7 +195,7 @@ impl Emulator {
             clock: Clock::new(config.clock),
             config,
             state: Mutex::new(state),
-            changes: watch::Sender::new(0),
+            notifier: Notifier::default(),
             parked: Registry::default(),
             faults: Mutex::new(FaultSet::default()),
             stats: StatsCollector::default(),
@@ -182,8 +209,11 @@ impl Emulator {
         }
         tracing::info!(%addr, "consul emulator listening");
         Ok(Emulator {
+            lifetime: Arc::new(Lifetime {
+                inner: inner.clone(),
+                tasks: Mutex::new(tasks),
+            }),
             inner,
-            tasks: Arc::new(Mutex::new(tasks)),
         })
     }
 
@@ -227,7 +257,8 @@ impl Emulator {
         self.inner.parked.wait_for_len(n).await;
     }
 
-    /// Registers a catalog node (without checks).
+    /// Registers a catalog node with a passing `serfHealth` (like an agent joining the
+    /// cluster); an existing node is left as it is.
     pub fn register_node(&self, node: &str) {
         self.inner.register_node(node);
     }
@@ -321,7 +352,7 @@ impl Emulator {
     /// Stops accepting, closes the listener and every open connection.
     pub async fn shutdown(self) {
         self.inner.shutdown.send_replace(true);
-        let tasks: Vec<JoinHandle<()>> = lock(&self.tasks).drain(..).collect();
+        let tasks: Vec<JoinHandle<()>> = lock(&self.lifetime.tasks).drain(..).collect();
         for task in tasks {
             let _ = task.await;
         }

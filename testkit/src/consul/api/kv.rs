@@ -4,6 +4,7 @@ use super::super::acl::Authorizer;
 use super::super::blocking::{Evaluation, QueryOptions, parse_query_options};
 use super::super::error::ApiError;
 use super::super::json::DirEntryJson;
+use super::super::notify::Topic;
 use super::super::query::{Query, parse_uint};
 use super::super::state::KvEntry;
 use super::{BodyError, Ctx, Resp, json_response, response, set_filtered, set_header, set_meta};
@@ -77,7 +78,7 @@ pub(super) async fn get(ctx: Ctx, key: &str) -> Result<Resp, ApiError> {
     authz.require_key_read(key)?;
     let (index, (entry, leader)) = ctx
         .inner
-        .blocking_query(&opts, |st| {
+        .blocking_query(&opts, Topic::Key(key.to_string()), |st| {
             let (index, entry) = st.kv_get(key);
             Ok(Evaluation {
                 index,
@@ -116,7 +117,7 @@ async fn list(
 ) -> Result<Resp, ApiError> {
     let (index, listed) = ctx
         .inner
-        .blocking_query(opts, |st| {
+        .blocking_query(opts, Topic::Kv, |st| {
             let (index, entries) = st.kv_list(prefix);
             let total = entries.len();
             let items: Vec<KvEntry> = entries
@@ -162,7 +163,7 @@ async fn keys(ctx: Ctx, prefix: &str, opts: &QueryOptions) -> Result<Resp, ApiEr
     let authz = ctx.authorizer()?;
     let (index, listed) = ctx
         .inner
-        .blocking_query(opts, |st| {
+        .blocking_query(opts, Topic::Kv, |st| {
             let (index, keys) = st.kv_keys(prefix, &separator);
             let total = keys.len();
             let items: Vec<String> = keys.into_iter().filter(|k| authz.can_read_key(k)).collect();

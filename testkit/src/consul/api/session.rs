@@ -5,6 +5,7 @@ use serde::Serialize;
 use super::super::blocking::{Evaluation, parse_query_options};
 use super::super::error::ApiError;
 use super::super::json::SessionJson;
+use super::super::notify::Topic;
 use super::super::session_request::decode_session_create;
 use super::super::state::Session;
 use super::{BodyError, Ctx, DEFAULT_BODY_LIMIT, Resp, json_response, set_filtered, set_meta};
@@ -113,7 +114,7 @@ pub(super) async fn info(ctx: Ctx, id: &str) -> Result<Resp, ApiError> {
     let can_read = authz.can_read_sessions();
     let (index, read) = ctx
         .inner
-        .blocking_query(&opts, |st| {
+        .blocking_query(&opts, Topic::Sessions, |st| {
             let found = st.session(id);
             let visible: Vec<Session> = found.filter(|_| can_read).into_iter().cloned().collect();
             Ok(Evaluation {
@@ -144,7 +145,7 @@ pub(super) async fn list(ctx: Ctx, node: Option<&str>) -> Result<Resp, ApiError>
     let can_read = authz.can_read_sessions();
     let (index, read) = ctx
         .inner
-        .blocking_query(&opts, |st| {
+        .blocking_query(&opts, Topic::Sessions, |st| {
             let matching: Vec<&Session> = st
                 .sessions()
                 .filter(|s| node.is_none_or(|n| s.node == n))

@@ -28,10 +28,15 @@ impl State {
             .collect()
     }
 
-    /// Registers a node (a Raft write; existing nodes keep their checks).
+    /// Registers a node with a passing `serfHealth`, like an agent joining the cluster
+    /// (a Raft write; an existing node keeps its checks).
     pub(crate) fn register_node(&mut self, node: &str) {
         self.next_index();
-        self.nodes.entry(node.to_string()).or_default();
+        self.nodes.entry(node.to_string()).or_insert_with(|| {
+            [(SERF_HEALTH.to_string(), CheckStatus::Passing)]
+                .into_iter()
+                .collect()
+        });
     }
 
     /// Deregisters a node and its checks; every session on it is invalidated at that index.
@@ -124,14 +129,10 @@ mod tests {
         assert!(st.session("s1").is_none());
         assert!(st.session("s2").is_some());
         st.register_node("other");
-        create(
-            &mut st,
-            "s3",
-            |s| {
-                s.node = "other".into();
-                s.node_checks = Some(vec![]);
-            },
-            secs(0),
+        create(&mut st, "s3", |s| s.node = "other".into(), secs(0));
+        assert_eq!(
+            st.session("s3").map(|s| s.check_ids().collect::<Vec<_>>()),
+            Some(vec![SERF_HEALTH])
         );
         st.deregister_node("node1", secs(2));
         assert!(st.session("s2").is_none());

@@ -31,6 +31,7 @@ impl State {
                 .or_default()
                 .insert(entry.key.clone());
         }
+        self.changed_keys.push(entry.key.clone());
         self.kvs.insert(entry.key.clone(), entry);
     }
 
@@ -84,6 +85,7 @@ impl State {
         }
         self.unindex_holder(key);
         self.kvs.remove(key);
+        self.changed_keys.push(key.to_string());
         self.tombstones.insert(key.to_string(), idx);
         self.index.kvs = idx;
         self.index.tombstones = idx;
@@ -123,6 +125,7 @@ impl State {
             tracing::debug!(key, "rejecting lock of key due to lock-delay");
             return Ok(false);
         }
+        self.lock_delays.remove(key);
         let idx = self.next_index();
         if session.is_empty() {
             return Err(ApiError::internal("missing session"));
@@ -219,6 +222,7 @@ impl State {
             self.unindex_holder(key);
             self.kvs.remove(key);
         }
+        self.changed_keys.extend(keys);
         if !prefix.is_empty() {
             self.tombstones.insert(prefix.to_string(), idx);
             self.index.tombstones = idx;

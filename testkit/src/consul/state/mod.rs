@@ -75,10 +75,9 @@ pub(crate) struct State {
     /// Node → check ID → status.
     nodes: BTreeMap<String, BTreeMap<String, CheckStatus>>,
     leader: bool,
+    /// Keys whose entry changed since the last [`State::take_changed_keys`].
+    changed_keys: Vec<String>,
 }
-
-/// What blocking queries watch: when it changes, they re-evaluate.
-pub(crate) type ChangeMarker = (u64, u64, u64, bool);
 
 impl State {
     /// A fresh state: the agent's node with a passing `serfHealth`, registered at Raft
@@ -95,6 +94,7 @@ impl State {
             lock_delays: HashMap::new(),
             nodes: BTreeMap::new(),
             leader: true,
+            changed_keys: Vec::new(),
         };
         let node = state.cfg.node_name.clone();
         state.set_check(
@@ -112,19 +112,14 @@ impl State {
         self.index.raft
     }
 
-    /// Current indexes.
+    /// Current indexes (compared before/after a write to find what changed).
     pub(crate) fn indexes(&self) -> Indexes {
         self.index
     }
 
-    /// A value that changes whenever a query result might have changed.
-    pub(crate) fn change_marker(&self) -> ChangeMarker {
-        (
-            self.index.kvs,
-            self.index.tombstones,
-            self.index.sessions,
-            self.leader,
-        )
+    /// The keys whose entry was written or deleted since the last call.
+    pub(crate) fn take_changed_keys(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.changed_keys)
     }
 
     /// Whether a Raft leader is present.
@@ -157,17 +152,13 @@ impl State {
         }
     }
 
-    /// The active lock-delay expiry of `key`, if it is still in the future.
+    /// The active lock-delay expiry of `key`, if it is still in the future. Expired
+    /// entries are ignored (and dropped when the key is next acquired).
     pub(crate) fn lock_delay_until(&self, key: &str, now: Duration) -> Option<Duration> {
         self.lock_delays
             .get(key)
             .copied()
             .filter(|until| *until > now)
-    }
-
-    /// Forgets expired lock-delays (the real map is cleaned by timers).
-    fn prune_lock_delays(&mut self, now: Duration) {
-        self.lock_delays.retain(|_, until| *until > now);
     }
 }
 

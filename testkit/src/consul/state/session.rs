@@ -365,7 +365,6 @@ impl State {
     /// each at its own Raft index and stamped at its own deadline instant.
     /// Returns how many sessions expired.
     pub(crate) fn process_expiries(&mut self, now: Duration) -> usize {
-        self.prune_lock_delays(now);
         let mut fired = 0;
         while self.leader {
             let Some((deadline, key)) = self.deadlines.first().cloned() else {
