@@ -11,7 +11,8 @@
 //! background and kept. A semaphore around requests therefore bounds in-flight requests but not
 //! connections: measured against the emulator with 1,000 concurrent callers, reqwest with
 //! `pool_max_idle_per_host(cap)`, HTTP/1 only and a `cap`-permit semaphore held until the body
-//! was read reached 71 connections for a cap of 64 and 10 for a cap of 8. reqwest's `connector_layer` cannot fix it either: a layer must return reqwest's
+//! was read reached 71 connections for a cap of 64 and 10 for a cap of 8. reqwest's
+//! `connector_layer` cannot fix it either: a layer must return reqwest's
 //! sealed `Conn` type, so it cannot attach a permit that lives as long as the connection.
 //!
 //! # How the cap is enforced here
