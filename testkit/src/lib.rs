@@ -1,3 +1,4 @@
 //! Test infrastructure for consul-elector.
 
 pub mod consul;
+pub mod kube_faults;
