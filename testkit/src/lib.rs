@@ -1,4 +1,5 @@
 //! Test infrastructure for consul-elector.
 
+pub mod cluster;
 pub mod consul;
 pub mod kube_faults;
