@@ -4,3 +4,4 @@ pub mod cluster;
 pub mod consul;
 pub mod kube_faults;
 pub mod pods;
+pub mod recorder;
