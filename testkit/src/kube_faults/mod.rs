@@ -7,17 +7,17 @@
 //! happens; a request no rule claims passes through untouched.
 //!
 //! ```no_run
-//! # async fn demo(config: kube::Config) -> kube::Result<()> {
+//! # async fn demo(config: kube::Config) {
 //! use testkit::kube_faults::{FaultAction, KubeFault, KubeFaults, Verb};
 //! let faults = KubeFaults::new(7);
-//! let client = faults.client(config).await?;
+//! let client = faults.client(config).await;
 //! faults.add(
 //!     KubeFault::new(FaultAction::status(409, "Conflict", "injected conflict"))
 //!         .verb(Verb::Patch)
 //!         .resource("pods")
 //!         .times(1),
 //! );
-//! # let _ = client; Ok(()) }
+//! # let _ = client; }
 //! ```
 //!
 //! The layer sits outside kube's own stack (auth, retries), so the caller sees every
@@ -262,11 +262,18 @@ impl KubeFaults {
         KubeFaultLayer::new(self.clone())
     }
 
-    /// kube's default client stack for `config`, wrapped in this table's layer.
-    pub async fn client(&self, config: kube::Config) -> kube::Result<kube::Client> {
-        Ok(kube::client::ClientBuilder::try_from(config)?
-            .with_layer(&self.layer())
-            .build())
+    /// kube's default client stack for `config` (with rustls' ring provider installed),
+    /// wrapped in this table's layer.
+    ///
+    /// # Panics
+    /// When kube cannot build a client from `config` (an invalid TLS configuration).
+    pub async fn client(&self, config: kube::Config) -> kube::Client {
+        crate::cluster::install_crypto_provider();
+        let url = config.cluster_url.clone();
+        match kube::client::ClientBuilder::try_from(config) {
+            Ok(builder) => builder.with_layer(&self.layer()).build(),
+            Err(err) => panic!("testkit: cannot build a faulty client for {url}: {err}"),
+        }
     }
 
     /// Every fault injected so far, in order.
