@@ -45,7 +45,7 @@ use kube::{
 };
 use tokio::{sync::watch, task::JoinHandle};
 
-pub use history::{HistoryStep, Overlap};
+pub use history::HistoryStep;
 pub use version::{PodEvent, PodVersion};
 
 /// Records every pod version of one namespace until stopped (or dropped).
