@@ -89,13 +89,23 @@ fn decode_service_checks(v: &Value) -> Result<Option<Vec<ServiceCheck>>, String>
     Ok(Some(out))
 }
 
+/// Go's `int64(f)` on amd64: truncation, and `math.MinInt64` for NaN or out of range.
+fn go_float_to_int64(f: f64) -> i64 {
+    // 2^63 as f64; every f64 in [-2^63, 2^63) converts exactly after truncation.
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    if f.is_nan() || !(-LIMIT..LIMIT).contains(&f) {
+        i64::MIN
+    } else {
+        f as i64
+    }
+}
+
 /// `Session.UnmarshalJSON`'s LockDelay rule. `None` keeps the default (JSON null).
 fn decode_lock_delay(v: &Value) -> Result<Option<i64>, String> {
     let ns = match v {
         Value::Null => return Ok(None),
         Value::String(s) => parse_go_duration(s).map_err(|e| e.to_string())?,
-        // Go converts the float64 to an int64 duration (truncating).
-        Value::Number(n) => n.as_f64().map_or(0, |f| f as i64),
+        Value::Number(n) => n.as_f64().map_or(0, go_float_to_int64),
         // Any other JSON type leaves the duration at zero.
         _ => 0,
     };
@@ -208,6 +218,8 @@ mod tests {
         assert_eq!(ld(r#"{"LockDelay":null}"#), Ok(15_000_000_000));
         assert_eq!(ld(r#"{"LockDelay":true}"#), Ok(0));
         assert_eq!(ld(r#"{"LockDelay":2.9}"#), Ok(2_000_000_000));
+        // Out of range: Go yields MinInt64, which the seconds rule wraps to 0.
+        assert_eq!(ld(r#"{"LockDelay":1e300}"#), Ok(0));
         let err = ld(r#"{"LockDelay":"15"}"#).unwrap_err();
         assert_eq!(err.status, 400);
         assert_eq!(
