@@ -304,3 +304,26 @@ async fn tokio_clock_reaper_expires_sessions_without_requests() {
     assert!(emu.now() < Duration::from_secs(60));
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn advance_applies_timeouts_and_expiries_in_time_order() {
+    let emu = start().await;
+    let sid = create_session(&emu, r#"{"TTL":"10s","NodeChecks":[]}"#).await;
+    let r = req(&emu, "PUT", &format!("/v1/kv/k?acquire={sid}"), b"v").await;
+    assert_eq!(r.text(), "true");
+    let index = emu.kv_entry("k").expect("k").modify_index;
+    let addr = emu.addr();
+    let path = format!("/v1/kv/k?index={index}&wait=10s");
+    let early = tokio::spawn(async move { send(addr, "GET", &path, b"").await });
+    emu.wait_for_blocked_queries(1).await;
+    // One advance past both instants: the query times out at 10s, before the expiry at
+    // 20s, so it answers with the entry still held.
+    emu.advance(Duration::from_secs(30)).await;
+    let answer = early.await.expect("task").expect("answer");
+    assert_eq!(answer.index(), index);
+    assert_eq!(answer.json()[0]["Session"], sid.as_str());
+    assert!(emu.session(&sid).is_none());
+    assert_eq!(emu.lock_delay_until("k"), Some(Duration::from_secs(35)));
+    assert_eq!(emu.now(), Duration::from_secs(30));
+    emu.shutdown().await;
+}
