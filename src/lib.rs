@@ -2,6 +2,7 @@
 //! through Consul sessions and KV locks.
 
 pub mod consul;
+pub mod election;
 
 /// Installs rustls's ring provider as the process-wide default crypto provider.
 ///

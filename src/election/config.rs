@@ -1,0 +1,92 @@
+//! The validated, defaulted form of a `LeaderElection` spec: what the planner works with.
+//! Producing it from the CRD (and rejecting what cannot be elected) is `crd::validate`.
+
+use std::time::Duration;
+
+/// Who runs the Consul lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// The operator holds a session and the lock on behalf of the chosen pod.
+    #[default]
+    Managed,
+    /// Applications elect themselves; the operator only mirrors the holder into labels and
+    /// status and never writes to Consul.
+    Observe,
+}
+
+/// What Consul does with the key when the session is invalidated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Behavior {
+    /// The key is kept and unlocked.
+    #[default]
+    Release,
+    /// The key is deleted.
+    Delete,
+}
+
+/// What happens to the leader label while the lock cannot be confirmed because Consul does
+/// not answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnavailablePolicy {
+    /// Drop the leader label once the lock has gone a whole TTL without confirmation.
+    #[default]
+    Fence,
+    /// Keep the leader label until Consul answers again.
+    KeepLeader,
+}
+
+/// The Consul session of an election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// Session TTL (Consul: 10 s to 24 h).
+    pub ttl: Duration,
+    /// Lock-delay applied by Consul when the session is invalidated (0 to 60 s).
+    pub lock_delay: Duration,
+    /// Release or delete the key on invalidation.
+    pub behavior: Behavior,
+}
+
+/// The label the operator puts on every selected pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelConfig {
+    /// The label key, for example `elector.dev/role`.
+    pub key: String,
+    /// The value on the leader.
+    pub leader: String,
+    /// The value on every other selected pod.
+    pub follower: String,
+}
+
+/// A validated election spec with every default applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectionConfig {
+    /// Managed or Observe.
+    pub mode: Mode,
+    /// The Consul KV key of the lock.
+    pub key: String,
+    /// Session settings.
+    pub session: SessionConfig,
+    /// Labels written on pods.
+    pub labels: LabelConfig,
+    /// Only Ready pods may lead.
+    pub require_ready: bool,
+    /// How long a leader may stay NotReady before it is replaced.
+    pub failover_delay: Duration,
+    /// Leader label policy while Consul does not answer.
+    pub on_consul_unavailable: UnavailablePolicy,
+}
+
+/// Identifies one `LeaderElection` object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ElectionKey {
+    /// Namespace of the election (its candidates live there too).
+    pub namespace: String,
+    /// Name of the election.
+    pub name: String,
+}
+
+impl std::fmt::Display for ElectionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}

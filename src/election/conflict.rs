@@ -1,0 +1,79 @@
+//! Two elections that select the same pod with the same label key would fight over its
+//! label. The younger one (created later; on a tie, the greater name) reports `Conflict` and
+//! writes nothing.
+
+use jiff::Timestamp;
+
+/// What an election claims: the pods its selector matches, under one label key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// Election name (same namespace as every other claim compared).
+    pub name: String,
+    /// Creation time of the election.
+    pub created_at: Timestamp,
+    /// The label key it writes.
+    pub label_key: String,
+    /// UIDs of the pods its selector matches.
+    pub pods: Vec<String>,
+}
+
+impl Claim {
+    fn is_older_than(&self, other: &Claim) -> bool {
+        (self.created_at, &self.name) < (other.created_at, &other.name)
+    }
+
+    fn overlaps(&self, other: &Claim) -> bool {
+        self.label_key == other.label_key && self.pods.iter().any(|p| other.pods.contains(p))
+    }
+}
+
+/// The oldest claim that conflicts with `me` and is older than it, if any: then `me` must
+/// stand back. Claims with `me`'s own name are ignored.
+pub fn yields_to<'a>(me: &Claim, others: &'a [Claim]) -> Option<&'a Claim> {
+    others
+        .iter()
+        .filter(|o| o.name != me.name && o.overlaps(me) && o.is_older_than(me))
+        .min_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(name: &str, secs: i64, key: &str, pods: &[&str]) -> Claim {
+        Claim {
+            name: name.into(),
+            created_at: Timestamp::from_second(secs).expect("valid"),
+            label_key: key.into(),
+            pods: pods.iter().map(|p| (*p).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_younger_of_two_overlapping_elections_yields() {
+        let a = claim("a", 10, "elector.dev/role", &["p1", "p2"]);
+        let b = claim("b", 20, "elector.dev/role", &["p2", "p3"]);
+        let all = [a.clone(), b.clone()];
+        assert_eq!(yields_to(&b, &all).map(|c| c.name.as_str()), Some("a"));
+        assert_eq!(yields_to(&a, &all), None);
+    }
+
+    #[test]
+    fn different_label_keys_or_disjoint_pods_do_not_conflict() {
+        let a = claim("a", 10, "elector.dev/role", &["p1"]);
+        let b = claim("b", 20, "other/role", &["p1"]);
+        let c = claim("c", 30, "elector.dev/role", &["p9"]);
+        let all = [a, b.clone(), c.clone()];
+        assert_eq!(yields_to(&b, &all), None);
+        assert_eq!(yields_to(&c, &all), None);
+    }
+
+    #[test]
+    fn same_creation_time_is_broken_by_name() {
+        let a = claim("a", 10, "k", &["p"]);
+        let b = claim("b", 10, "k", &["p"]);
+        let all = [a.clone(), b.clone()];
+        assert_eq!(yields_to(&b, &all).map(|c| c.name.as_str()), Some("a"));
+        assert_eq!(yields_to(&a, &all), None);
+    }
+}

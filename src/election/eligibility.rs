@@ -1,0 +1,113 @@
+//! Which pods may lead, which may keep leading, and who succeeds (DESIGN.md rules 4 and 5).
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::config::ElectionConfig;
+use super::observe::{PodView, Recorded};
+
+/// Why a pod may not lead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ineligible {
+    /// It no longer matches the selector.
+    NotSelected,
+    /// It is being deleted.
+    Terminating,
+    /// Its phase is Succeeded or Failed.
+    Finished,
+    /// Its Ready condition is not True and the spec requires readiness.
+    NotReady,
+}
+
+impl Ineligible {
+    /// The reason as shown in `status.candidates[].reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotSelected => "NotSelected",
+            Self::Terminating => "Terminating",
+            Self::Finished => "Finished",
+            Self::NotReady => "NotReady",
+        }
+    }
+}
+
+/// Whether `pod` may become leader now.
+pub fn eligibility(pod: &PodView, config: &ElectionConfig) -> Result<(), Ineligible> {
+    if !pod.selected {
+        Err(Ineligible::NotSelected)
+    } else if pod.deleting {
+        Err(Ineligible::Terminating)
+    } else if pod.finished {
+        Err(Ineligible::Finished)
+    } else if config.require_ready && !pod.ready {
+        Err(Ineligible::NotReady)
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether the current leader keeps leading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tenure {
+    /// It stays leader.
+    Keep,
+    /// It is NotReady but within `failover.delay`; look again after this long.
+    KeepFor(Duration),
+    /// It must be replaced.
+    Replace(Ineligible),
+}
+
+/// Rule 4: a leader is replaced when it is deleted, terminating, no longer selected, or
+/// NotReady for at least `failover.delay` (measured from its Ready condition's last change).
+pub fn tenure(leader: &PodView, config: &ElectionConfig, now: Timestamp) -> Tenure {
+    match eligibility(leader, config) {
+        Ok(()) => Tenure::Keep,
+        Err(Ineligible::NotReady) => {
+            let since = leader.ready_changed_at.unwrap_or(now);
+            let not_ready_for = elapsed(since, now);
+            if not_ready_for >= config.failover_delay {
+                Tenure::Replace(Ineligible::NotReady)
+            } else {
+                Tenure::KeepFor(config.failover_delay - not_ready_for)
+            }
+        }
+        Err(reason) => Tenure::Replace(reason),
+    }
+}
+
+/// Rule 5: the previous leader if it is eligible again, else the newest eligible pod, ties
+/// broken by name. `exclude` is a pod UID that must not be chosen (the leader being replaced).
+pub fn successor<'a>(
+    pods: &'a [PodView],
+    config: &ElectionConfig,
+    recorded: &Recorded,
+    exclude: Option<&str>,
+) -> Option<&'a PodView> {
+    let mut eligible = pods
+        .iter()
+        .filter(|p| Some(p.uid.as_str()) != exclude && eligibility(p, config).is_ok());
+    if let Some(previous) = &recorded.leader
+        && let Some(pod) = pods.iter().find(|p| {
+            p.uid == previous.uid
+                && Some(p.uid.as_str()) != exclude
+                && eligibility(p, config).is_ok()
+        })
+    {
+        return Some(pod);
+    }
+    let first = eligible.next()?;
+    Some(eligible.fold(first, |best, p| {
+        if (p.created_at, std::cmp::Reverse(&p.name)) > (best.created_at, std::cmp::Reverse(&best.name))
+        {
+            p
+        } else {
+            best
+        }
+    }))
+}
+
+/// Time from `since` to `now`, zero when `since` is in the future.
+pub fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO)
+}

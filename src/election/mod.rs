@@ -1,0 +1,9 @@
+//! The pure decision core: (spec, candidate pods, lock state, session state, now) -> plan.
+//! No I/O and no clock reads; every safety rule of DESIGN.md section 2 is a unit test here.
+
+pub mod config;
+pub mod conflict;
+pub mod eligibility;
+pub mod observe;
+pub mod plan;
+pub mod planner;

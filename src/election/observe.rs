@@ -1,0 +1,120 @@
+//! What the planner is given: a snapshot of the pods, the Consul lock and the operator's own
+//! session for one election, taken by the I/O layers. Plain data, no I/O handles.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+/// A pod as the planner sees it: a candidate, or a pod that still carries the election's
+/// label although it no longer matches the selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodView {
+    /// Pod name.
+    pub name: String,
+    /// Pod UID (an incarnation of the name).
+    pub uid: String,
+    /// Matches the election's selector now.
+    pub selected: bool,
+    /// The Ready condition is True.
+    pub ready: bool,
+    /// When the Ready condition last changed (its `lastTransitionTime`), if known.
+    pub ready_changed_at: Option<Timestamp>,
+    /// Has a deletion timestamp (terminating).
+    pub deleting: bool,
+    /// `status.phase` is Succeeded or Failed: the pod will never run again.
+    pub finished: bool,
+    /// Creation timestamp (newer pods are preferred as successors).
+    pub created_at: Timestamp,
+    /// Pod IP, once assigned.
+    pub pod_ip: Option<String>,
+    /// Node name, once scheduled.
+    pub node: Option<String>,
+    /// Current value of the election's label key on the pod.
+    pub role: Option<String>,
+    /// Current `elector.dev/fencing-token` annotation.
+    pub fencing_token: Option<String>,
+    /// Current `elector.dev/leader-since` annotation.
+    pub leader_since: Option<String>,
+}
+
+/// The Consul lock (the election's key) as last read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockView {
+    /// Consul has not answered (unreachable, no cluster leader, not read yet).
+    Unknown,
+    /// The key does not exist.
+    Absent,
+    /// The key exists and no session holds it.
+    Free {
+        /// Consul's `LockIndex` of the key.
+        lock_index: u64,
+    },
+    /// The key is held by `session`.
+    Held {
+        /// The holding session.
+        session: String,
+        /// Consul's `LockIndex`: the fencing token of this acquisition.
+        lock_index: u64,
+        /// The key's value (JSON written by the holder), if any.
+        value: Option<Vec<u8>>,
+    },
+}
+
+/// Health of the operator's session, as reported by the renewal loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionHealth {
+    /// The last renewal (or the creation) succeeded at `renewed_at`.
+    Alive {
+        /// Last confirmation by Consul.
+        renewed_at: Timestamp,
+    },
+    /// Renewals are failing with transient errors; the last success was at `renewed_at`.
+    Unconfirmed {
+        /// Last confirmation by Consul.
+        renewed_at: Timestamp,
+    },
+    /// Consul answered that the session does not exist (expired or destroyed).
+    Lost,
+}
+
+/// The session the operator holds for this election (one per election, created for the pod
+/// it elects).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionView {
+    /// Consul session ID.
+    pub id: String,
+    /// The pod the session was created for.
+    pub pod: String,
+    /// That pod's UID.
+    pub pod_uid: String,
+    /// Renewal state.
+    pub health: SessionHealth,
+    /// The session's TTL.
+    pub ttl: Duration,
+}
+
+/// The leader recorded in the election's status by an earlier reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedLeader {
+    /// Pod name.
+    pub pod: String,
+    /// Pod UID.
+    pub uid: String,
+    /// Pod IP when it was elected.
+    pub pod_ip: Option<String>,
+    /// When it became leader.
+    pub since: Timestamp,
+    /// Its Consul session.
+    pub session_id: Option<String>,
+}
+
+/// What the status said before this reconcile.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// The recorded leader, if any.
+    pub leader: Option<RecordedLeader>,
+    /// The recorded fencing token.
+    pub fencing_token: Option<u64>,
+    /// Number of leadership changes so far.
+    pub transitions: u64,
+}

@@ -1,0 +1,199 @@
+//! What the planner decides: an ordered list of actions for the I/O layer, the status the
+//! election should report, and when to look again.
+//!
+//! A plan only contains steps whose inputs are known now. The controller executes them in
+//! order, stops at the first failure, re-observes and asks the planner again, so a sequence
+//! such as "demote A, release, create a session for B" is followed (once B's session exists)
+//! by "acquire for B" and then (once the lock index is known) by "label B leader".
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+/// One step for the I/O layer, in the order of DESIGN.md rule 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Label the pod as a follower and remove the leader annotations.
+    LabelFollower {
+        /// Pod name.
+        pod: String,
+        /// Pod UID (the patch must not touch another incarnation).
+        uid: String,
+    },
+    /// Remove the election's label and annotations from a pod that is no longer selected.
+    Unlabel {
+        /// Pod name.
+        pod: String,
+        /// Pod UID.
+        uid: String,
+    },
+    /// Release the key held by the operator's session (`?release=`, no lock-delay).
+    Release {
+        /// The holding session.
+        session: String,
+    },
+    /// Destroy the operator's session of this election (and stop renewing it).
+    DestroySession {
+        /// The session.
+        session: String,
+    },
+    /// Stop tracking a session that Consul already invalidated.
+    ForgetSession,
+    /// Create the election's session for the pod that should lead.
+    CreateSession {
+        /// Pod name.
+        pod: String,
+        /// Pod UID.
+        uid: String,
+    },
+    /// Acquire the key with the election's current session.
+    Acquire {
+        /// The session (created for `pod`).
+        session: String,
+        /// Pod name, for the key's value.
+        pod: String,
+    },
+    /// Label the pod leader with its fencing token; only ever planned for the pod whose lock
+    /// the operator holds, and only when no other pod carries the leader label.
+    LabelLeader {
+        /// Pod name.
+        pod: String,
+        /// Pod UID.
+        uid: String,
+        /// Consul `LockIndex` of the acquisition.
+        fencing_token: u64,
+        /// When this pod became leader.
+        since: Timestamp,
+    },
+    /// Publish an event on the election (and on `pod` when given).
+    Emit(ElectionEvent),
+}
+
+/// Event reasons of DESIGN.md section 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventReason {
+    /// A pod became leader.
+    LeaderElected,
+    /// A pod stopped being leader.
+    LeaderLost,
+    /// Consul invalidated the operator's session.
+    SessionLost,
+    /// Consul does not answer; the lock cannot be confirmed.
+    ConsulUnavailable,
+    /// The spec cannot be acted on.
+    InvalidSpec,
+    /// Another election selects the same pods with the same label key.
+    Conflict,
+}
+
+impl EventReason {
+    /// The reason string (CamelCase, as Kubernetes events use).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LeaderElected => "LeaderElected",
+            Self::LeaderLost => "LeaderLost",
+            Self::SessionLost => "SessionLost",
+            Self::ConsulUnavailable => "ConsulUnavailable",
+            Self::InvalidSpec => "InvalidSpec",
+            Self::Conflict => "Conflict",
+        }
+    }
+
+    /// Whether the event is a Warning (otherwise Normal).
+    pub fn is_warning(self) -> bool {
+        !matches!(self, Self::LeaderElected)
+    }
+}
+
+/// An event to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectionEvent {
+    /// Why.
+    pub reason: EventReason,
+    /// The pod concerned, if any (the event is also published on it).
+    pub pod: Option<String>,
+    /// Human-readable note.
+    pub note: String,
+}
+
+/// The election's phase, as shown by `kubectl get le`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// No pod can lead (none selected, none eligible) or the lock is held outside the operator.
+    Pending,
+    /// A leader is being chosen, moved or re-acquired.
+    Electing,
+    /// A pod is labelled leader and the operator holds its lock.
+    Elected,
+    /// The lock cannot be confirmed and the leader label was removed.
+    Fenced,
+    /// Observe mode: the operator mirrors a lock held by the applications.
+    Observing,
+}
+
+/// The state of one status condition, before `lastTransitionTime` bookkeeping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionState {
+    /// Condition type (`LeaderElected`, `ConsulAvailable`).
+    pub type_: &'static str,
+    /// True or False.
+    pub status: bool,
+    /// CamelCase reason.
+    pub reason: &'static str,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// The leader as the status reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderState {
+    /// Pod name.
+    pub pod: String,
+    /// Pod UID.
+    pub uid: String,
+    /// Pod IP.
+    pub pod_ip: Option<String>,
+    /// Leader since.
+    pub since: Timestamp,
+    /// Consul session.
+    pub session_id: Option<String>,
+}
+
+/// Whether one selected pod may lead, and why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CandidateState {
+    /// Pod name.
+    pub pod: String,
+    /// May lead.
+    pub eligible: bool,
+    /// Why not (`NotReady`, `Terminating`, `Finished`).
+    pub reason: Option<&'static str>,
+}
+
+/// The status the election should report, computed from the same observation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusState {
+    /// Phase.
+    pub phase: Phase,
+    /// The leader (labelled and holding the lock), if any.
+    pub leader: Option<LeaderState>,
+    /// The fencing token of the current leader, or the last one recorded.
+    pub fencing_token: Option<u64>,
+    /// Leadership changes so far.
+    pub transitions: u64,
+    /// Every selected pod, sorted by name.
+    pub candidates: Vec<CandidateState>,
+    /// `LeaderElected` and `ConsulAvailable`.
+    pub conditions: Vec<ConditionState>,
+}
+
+/// The planner's decision for one observation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Steps to execute in order; the first failure stops the rest.
+    pub actions: Vec<Action>,
+    /// The status this observation implies.
+    pub status: StatusState,
+    /// Look again after this long even if nothing changes (failover delay, lock-delay).
+    pub requeue_after: Option<Duration>,
+}

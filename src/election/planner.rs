@@ -1,0 +1,601 @@
+//! The decision: (spec, pods, lock, session, recorded status, now) -> [`Plan`].
+//!
+//! The rules of DESIGN.md section 2 live here:
+//! 1. at most one leader label: every pod carrying the leader label other than the pod whose
+//!    lock the operator holds is demoted before anything else, and a pod is labelled leader
+//!    only in a plan that demotes no other pod afterwards; a move is "demote, release,
+//!    destroy, create, (next plan) acquire, (next plan) label";
+//! 2. a labelled leader holds the lock: the leader label is only planned for the pod of the
+//!    operator's session while Consul shows that session holding the key; a session that
+//!    Consul no longer confirms loses the label (`Fence`) unless the spec says `KeepLeader`;
+//! 3. nothing changes when the lock, the session and the labels already agree (an operator
+//!    restart that adopted its sessions plans nothing);
+//! 4. a leader that stops being eligible is demoted and released explicitly; a lock-delay is
+//!    waited out, never raced;
+//! 5. stickiness and a deterministic successor ([`super::eligibility::successor`]);
+//! 6. the fencing token only grows: a fresh acquisition whose `LockIndex` is not above the
+//!    recorded token (the key was deleted and re-created) is released and re-acquired until it
+//!    is, before any pod is labelled with it.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::config::{ElectionConfig, Mode, UnavailablePolicy};
+use super::eligibility::{Tenure, elapsed, eligibility, successor, tenure};
+use super::observe::{LockView, PodView, Recorded, SessionHealth, SessionView};
+use super::plan::{
+    Action, CandidateState, ConditionState, ElectionEvent, EventReason, LeaderState, Phase, Plan,
+    StatusState,
+};
+
+/// Condition type: a pod is labelled leader and holds the lock.
+pub const LEADER_ELECTED: &str = "LeaderElected";
+/// Condition type: Consul answers and the operator's session is confirmed.
+pub const CONSUL_AVAILABLE: &str = "ConsulAvailable";
+
+/// Everything the planner needs to decide, for one election.
+#[derive(Debug, Clone, Copy)]
+pub struct Observation<'a> {
+    /// The validated spec.
+    pub config: &'a ElectionConfig,
+    /// Selected pods, and pods that still carry the election's label or annotations.
+    pub pods: &'a [PodView],
+    /// The key, as last read from Consul.
+    pub lock: &'a LockView,
+    /// The operator's session for this election, if it has one.
+    pub session: Option<&'a SessionView>,
+    /// What the status recorded.
+    pub recorded: &'a Recorded,
+    /// Until when an acquisition is probably refused by a lock-delay (estimated by the caller
+    /// from the moment it saw the lock invalidated).
+    pub lock_delay_until: Option<Timestamp>,
+    /// The current time.
+    pub now: Timestamp,
+}
+
+/// Decides what to do next for one election.
+pub fn plan(obs: &Observation<'_>) -> Plan {
+    let mut builder = Builder::new(obs);
+    match obs.config.mode {
+        Mode::Managed => builder.managed(),
+        Mode::Observe => builder.observe(),
+    }
+    builder.finish()
+}
+
+/// Who holds the key, from the operator's point of view.
+enum Holder<'a> {
+    /// The operator's session, created for `pod`.
+    Us(&'a SessionView, u64),
+    /// A session the operator does not own.
+    Foreign,
+    /// Nobody: the key is absent or unlocked.
+    Nobody,
+    /// Consul has not answered.
+    Unknown,
+}
+
+struct Builder<'a> {
+    obs: &'a Observation<'a>,
+    actions: Vec<Action>,
+    requeue: Option<Duration>,
+    /// The pod that leads (labelled and holding the lock) once this plan has run.
+    leader: Option<(&'a PodView, u64, Timestamp)>,
+    phase: Phase,
+    elected_reason: (&'static str, String),
+    consul_ok: bool,
+}
+
+impl<'a> Builder<'a> {
+    fn new(obs: &'a Observation<'a>) -> Self {
+        Self {
+            obs,
+            actions: Vec::new(),
+            requeue: None,
+            leader: None,
+            phase: Phase::Pending,
+            elected_reason: ("NoCandidates", "no selected pod is eligible".into()),
+            consul_ok: !matches!(obs.lock, LockView::Unknown),
+        }
+    }
+
+    fn leader_value(&self) -> &'a str {
+        &self.obs.config.labels.leader
+    }
+
+    fn follower_value(&self) -> &'a str {
+        &self.obs.config.labels.follower
+    }
+
+    fn requeue_after(&mut self, d: Duration) {
+        self.requeue = Some(self.requeue.map_or(d, |r| r.min(d)));
+    }
+
+    fn pod_by_uid(&self, uid: &str) -> Option<&'a PodView> {
+        self.obs.pods.iter().find(|p| p.uid == uid)
+    }
+
+    fn holder(&self) -> Holder<'a> {
+        let ours = self.obs.session.filter(|s| s.health != SessionHealth::Lost);
+        match (self.obs.lock, ours) {
+            (LockView::Held { session, lock_index, .. }, Some(s)) if *session == s.id => {
+                Holder::Us(s, *lock_index)
+            }
+            (LockView::Held { .. }, _) => Holder::Foreign,
+            (LockView::Free { .. } | LockView::Absent, _) => Holder::Nobody,
+            (LockView::Unknown, Some(s)) => {
+                // Consul's KV cannot be read; if the status says this session was leading,
+                // keep treating it as the holder while its renewals are being confirmed.
+                let recorded = self.obs.recorded.leader.as_ref();
+                match (recorded, self.obs.recorded.fencing_token) {
+                    (Some(l), Some(token))
+                        if l.session_id.as_deref() == Some(s.id.as_str())
+                            && l.uid == s.pod_uid =>
+                    {
+                        Holder::Us(s, token)
+                    }
+                    _ => Holder::Unknown,
+                }
+            }
+            (LockView::Unknown, None) => Holder::Unknown,
+        }
+    }
+
+    /// Demotes every pod carrying the leader label except `keep` (rule 1: first).
+    fn demote_others(&mut self, keep: Option<&str>) {
+        let leader = self.leader_value();
+        for pod in self.obs.pods {
+            if pod.role.as_deref() == Some(leader) && Some(pod.uid.as_str()) != keep {
+                self.push_demotion(pod);
+            }
+        }
+    }
+
+    fn push_demotion(&mut self, pod: &PodView) {
+        let action = if pod.selected {
+            Action::LabelFollower {
+                pod: pod.name.clone(),
+                uid: pod.uid.clone(),
+            }
+        } else {
+            Action::Unlabel {
+                pod: pod.name.clone(),
+                uid: pod.uid.clone(),
+            }
+        };
+        self.actions.push(action);
+        self.emit(
+            EventReason::LeaderLost,
+            Some(&pod.name),
+            format!("pod {} is no longer leader", pod.name),
+        );
+    }
+
+    /// Labels followers and unlabels pods that left the selector, except the leader.
+    fn settle_followers(&mut self, leader_uid: Option<&str>) {
+        let (leader, follower) = (self.leader_value(), self.follower_value());
+        for pod in self.obs.pods {
+            if Some(pod.uid.as_str()) == leader_uid || pod.role.as_deref() == Some(leader) {
+                continue;
+            }
+            let has_leader_annotations = pod.fencing_token.is_some() || pod.leader_since.is_some();
+            if pod.selected {
+                if pod.role.as_deref() != Some(follower) || has_leader_annotations {
+                    self.actions.push(Action::LabelFollower {
+                        pod: pod.name.clone(),
+                        uid: pod.uid.clone(),
+                    });
+                }
+            } else if pod.role.is_some() || has_leader_annotations {
+                self.actions.push(Action::Unlabel {
+                    pod: pod.name.clone(),
+                    uid: pod.uid.clone(),
+                });
+            }
+        }
+    }
+
+    fn emit(&mut self, reason: EventReason, pod: Option<&str>, note: String) {
+        self.actions.push(Action::Emit(ElectionEvent {
+            reason,
+            pod: pod.map(str::to_owned),
+            note,
+        }));
+    }
+
+    /// When `pod` became leader: kept from the status for the same incarnation.
+    fn since_of(&self, pod: &PodView) -> Timestamp {
+        match &self.obs.recorded.leader {
+            Some(l) if l.uid == pod.uid => l.since,
+            _ => self.obs.now,
+        }
+    }
+
+    /// Labels `pod` leader with `token` unless it already carries exactly that.
+    fn label_leader(&mut self, pod: &'a PodView, token: u64) {
+        let since = self.since_of(pod);
+        let token_text = token.to_string();
+        let since_text = since.to_string();
+        let up_to_date = pod.role.as_deref() == Some(self.leader_value())
+            && pod.fencing_token.as_deref() == Some(token_text.as_str())
+            && pod.leader_since.as_deref() == Some(since_text.as_str());
+        if !up_to_date {
+            let newly = pod.role.as_deref() != Some(self.leader_value());
+            self.actions.push(Action::LabelLeader {
+                pod: pod.name.clone(),
+                uid: pod.uid.clone(),
+                fencing_token: token,
+                since,
+            });
+            if newly {
+                self.emit(
+                    EventReason::LeaderElected,
+                    Some(&pod.name),
+                    format!("pod {} is leader with fencing token {token}", pod.name),
+                );
+            }
+        }
+        self.leader = Some((pod, token, since));
+        self.phase = Phase::Elected;
+        self.elected_reason = ("Elected", format!("pod {} is leader", pod.name));
+    }
+
+    fn managed(&mut self) {
+        match self.holder() {
+            Holder::Us(session, token) => self.held(session, token),
+            Holder::Foreign => {
+                self.demote_others(None);
+                if let Some(s) = self.obs.session {
+                    self.drop_session(s);
+                }
+                self.settle_followers(None);
+                self.phase = Phase::Pending;
+                self.elected_reason = (
+                    "LockHeldElsewhere",
+                    "the key is held by a session the operator does not own".into(),
+                );
+            }
+            Holder::Nobody => {
+                self.demote_others(None);
+                self.settle_followers(None);
+                self.elect();
+            }
+            Holder::Unknown => {
+                // Nothing can be confirmed or changed in Consul; labels stay as they are.
+                self.settle_followers(None);
+                self.phase = Phase::Electing;
+                self.elected_reason = ("ConsulUnavailable", "Consul does not answer".into());
+            }
+        }
+    }
+
+    /// The operator's session holds the key.
+    fn held(&mut self, session: &'a SessionView, token: u64) {
+        let holder = self
+            .pod_by_uid(&session.pod_uid)
+            .map(|pod| (pod, tenure(pod, self.obs.config, self.obs.now)));
+        match holder {
+            Some((pod, Tenure::Keep)) => self.keep(pod, session, token),
+            Some((pod, Tenure::KeepFor(remaining))) => {
+                self.requeue_after(remaining);
+                self.keep(pod, session, token);
+            }
+            Some((_, Tenure::Replace(_))) | None => self.move_leader(session),
+        }
+    }
+
+    /// The leader keeps leading: confirm the label, or fence it while Consul is silent.
+    fn keep(&mut self, pod: &'a PodView, session: &'a SessionView, token: u64) {
+        self.demote_others(Some(&pod.uid));
+        if let SessionHealth::Unconfirmed { renewed_at } = session.health {
+            self.consul_ok = false;
+            let silent_for = elapsed(renewed_at, self.obs.now);
+            match self.obs.config.on_consul_unavailable {
+                UnavailablePolicy::Fence => {
+                    if pod.role.as_deref() == Some(self.leader_value()) {
+                        self.actions.push(Action::LabelFollower {
+                            pod: pod.name.clone(),
+                            uid: pod.uid.clone(),
+                        });
+                        self.emit(
+                            EventReason::ConsulUnavailable,
+                            Some(&pod.name),
+                            format!(
+                                "the lock of pod {} has not been confirmed for {}s; leader label removed",
+                                pod.name,
+                                silent_for.as_secs()
+                            ),
+                        );
+                    }
+                    self.settle_followers(Some(&pod.uid));
+                    self.phase = Phase::Fenced;
+                    self.elected_reason = (
+                        "Fenced",
+                        format!("the lock of pod {} cannot be confirmed", pod.name),
+                    );
+                }
+                UnavailablePolicy::KeepLeader => {
+                    self.settle_followers(Some(&pod.uid));
+                    if pod.role.as_deref() == Some(self.leader_value()) {
+                        self.leader = Some((pod, token, self.since_of(pod)));
+                        self.phase = Phase::Elected;
+                        self.elected_reason = (
+                            "KeptWhileConsulUnavailable",
+                            format!(
+                                "pod {} keeps the leader label; its lock cannot be confirmed",
+                                pod.name
+                            ),
+                        );
+                    } else {
+                        self.phase = Phase::Fenced;
+                        self.elected_reason = (
+                            "Fenced",
+                            format!("the lock of pod {} cannot be confirmed", pod.name),
+                        );
+                    }
+                }
+            }
+            return;
+        }
+        if self.needs_higher_token(token) {
+            self.bump_lock_index(session, pod);
+            return;
+        }
+        self.label_leader(pod, token);
+        self.settle_followers(Some(&pod.uid));
+    }
+
+    /// Rule 6: a fresh acquisition whose LockIndex is not above the recorded token.
+    fn needs_higher_token(&self, token: u64) -> bool {
+        let recorded = self.obs.recorded.fencing_token.unwrap_or(0);
+        let same_acquisition = self.obs.recorded.leader.as_ref().is_some_and(|l| {
+            l.session_id.as_deref() == self.obs.session.map(|s| s.id.as_str())
+        }) && self.obs.recorded.fencing_token == Some(token);
+        !same_acquisition && token <= recorded
+    }
+
+    /// Releases and re-acquires: every acquisition of an unlocked key increments LockIndex.
+    fn bump_lock_index(&mut self, session: &SessionView, pod: &PodView) {
+        self.actions.push(Action::Release {
+            session: session.id.clone(),
+        });
+        self.actions.push(Action::Acquire {
+            session: session.id.clone(),
+            pod: pod.name.clone(),
+        });
+        self.settle_followers(None);
+        self.phase = Phase::Electing;
+        self.elected_reason = (
+            "RaisingFencingToken",
+            "the key was re-created; raising its lock index above the last fencing token".into(),
+        );
+    }
+
+    /// The leader must go: demote, release, destroy, then start the successor.
+    fn move_leader(&mut self, session: &SessionView) {
+        self.demote_others(None);
+        self.actions.push(Action::Release {
+            session: session.id.clone(),
+        });
+        self.actions.push(Action::DestroySession {
+            session: session.id.clone(),
+        });
+        self.settle_followers(None);
+        self.start_successor(Some(&session.pod_uid), None);
+    }
+
+    /// Nobody holds the key: make sure the right pod's session acquires it.
+    fn elect(&mut self) {
+        match self.obs.session {
+            Some(s) if s.health == SessionHealth::Lost => {
+                self.actions.push(Action::ForgetSession);
+                self.emit(
+                    EventReason::SessionLost,
+                    Some(&s.pod),
+                    format!("Consul invalidated the session of pod {}", s.pod),
+                );
+                self.start_successor(None, None);
+            }
+            Some(s) => self.start_successor(None, Some(s)),
+            None => self.start_successor(None, None),
+        }
+    }
+
+    /// Chooses the successor and plans its session and acquisition.
+    fn start_successor(&mut self, exclude: Option<&str>, existing: Option<&SessionView>) {
+        let Some(next) = successor(self.obs.pods, self.obs.config, self.obs.recorded, exclude)
+        else {
+            if let Some(s) = existing {
+                self.actions.push(Action::DestroySession {
+                    session: s.id.clone(),
+                });
+            }
+            self.phase = Phase::Pending;
+            self.elected_reason = ("NoCandidates", "no selected pod is eligible".into());
+            return;
+        };
+        self.phase = Phase::Electing;
+        self.elected_reason = ("Electing", format!("electing pod {}", next.name));
+        match existing {
+            Some(s) if s.pod_uid == next.uid && s.health != SessionHealth::Lost => {
+                if let Some(until) = self.obs.lock_delay_until
+                    && until > self.obs.now
+                {
+                    self.requeue_after(elapsed(self.obs.now, until));
+                    self.elected_reason = (
+                        "LockDelay",
+                        format!("waiting for Consul's lock-delay before electing pod {}", next.name),
+                    );
+                    return;
+                }
+                self.actions.push(Action::Acquire {
+                    session: s.id.clone(),
+                    pod: next.name.clone(),
+                });
+            }
+            Some(s) => {
+                self.actions.push(Action::DestroySession {
+                    session: s.id.clone(),
+                });
+                self.actions.push(Action::CreateSession {
+                    pod: next.name.clone(),
+                    uid: next.uid.clone(),
+                });
+            }
+            None => self.actions.push(Action::CreateSession {
+                pod: next.name.clone(),
+                uid: next.uid.clone(),
+            }),
+        }
+    }
+
+    /// Drops a session that does not hold the key (Foreign holder).
+    fn drop_session(&mut self, s: &SessionView) {
+        if s.health == SessionHealth::Lost {
+            self.actions.push(Action::ForgetSession);
+            self.emit(
+                EventReason::SessionLost,
+                Some(&s.pod),
+                format!("Consul invalidated the session of pod {}", s.pod),
+            );
+        } else {
+            self.actions.push(Action::DestroySession {
+                session: s.id.clone(),
+            });
+        }
+    }
+
+    /// Observe mode: mirror the holder named in the key's value; never write to Consul.
+    fn observe(&mut self) {
+        self.phase = Phase::Observing;
+        let holder = match self.obs.lock {
+            LockView::Unknown => {
+                self.settle_followers(None);
+                self.elected_reason = ("ConsulUnavailable", "Consul does not answer".into());
+                return;
+            }
+            LockView::Held {
+                lock_index, value, ..
+            } => value
+                .as_deref()
+                .and_then(holder_from_value)
+                .and_then(|(name, uid)| {
+                    self.obs.pods.iter().find(|p| {
+                        p.selected && p.name == name && uid.as_deref().is_none_or(|u| u == p.uid)
+                    })
+                })
+                .map(|p| (p, *lock_index)),
+            LockView::Free { .. } | LockView::Absent => None,
+        };
+        match holder {
+            Some((pod, token)) => {
+                self.demote_others(Some(&pod.uid));
+                self.label_leader(pod, token);
+                self.phase = Phase::Observing;
+                self.settle_followers(Some(&pod.uid));
+            }
+            None => {
+                self.demote_others(None);
+                self.settle_followers(None);
+                self.elected_reason = (
+                    "NoHolder",
+                    "no selected pod holds the key (its value names no selected pod)".into(),
+                );
+            }
+        }
+    }
+
+    fn finish(self) -> Plan {
+        let obs = self.obs;
+        let candidates = {
+            let mut c: Vec<CandidateState> = obs
+                .pods
+                .iter()
+                .filter(|p| p.selected)
+                .map(|p| {
+                    let e = eligibility(p, obs.config);
+                    CandidateState {
+                        pod: p.name.clone(),
+                        eligible: e.is_ok(),
+                        reason: e.err().map(|r| r.as_str()),
+                    }
+                })
+                .collect();
+            c.sort_by(|a, b| a.pod.cmp(&b.pod));
+            c
+        };
+        let leader = self.leader.map(|(pod, _, since)| LeaderState {
+            pod: pod.name.clone(),
+            uid: pod.uid.clone(),
+            pod_ip: pod.pod_ip.clone(),
+            since,
+            session_id: match obs.config.mode {
+                Mode::Managed => obs.session.map(|s| s.id.clone()),
+                Mode::Observe => None,
+            },
+        });
+        let changed_pod = match (&leader, &obs.recorded.leader) {
+            (Some(new), Some(old)) => new.uid != old.uid,
+            _ => false,
+        };
+        let transitions = obs.recorded.transitions + u64::from(changed_pod);
+        let fencing_token = self
+            .leader
+            .map(|(_, token, _)| token)
+            .or(obs.recorded.fencing_token);
+        // Keep the last leader in the status while a move or a fence is in progress, so the
+        // record of who led (and its session, for adoption) survives until a successor leads.
+        let leader = leader.or_else(|| {
+            obs.recorded.leader.as_ref().map(|l| LeaderState {
+                pod: l.pod.clone(),
+                uid: l.uid.clone(),
+                pod_ip: l.pod_ip.clone(),
+                since: l.since,
+                session_id: l.session_id.clone(),
+            })
+        });
+        let elected = self.leader.is_some();
+        let (reason, message) = self.elected_reason;
+        let consul_ok = self.consul_ok;
+        let conditions = vec![
+            ConditionState {
+                type_: LEADER_ELECTED,
+                status: elected,
+                reason,
+                message,
+            },
+            ConditionState {
+                type_: CONSUL_AVAILABLE,
+                status: consul_ok,
+                reason: if consul_ok { "Available" } else { "Unreachable" },
+                message: if consul_ok {
+                    "Consul answers".into()
+                } else {
+                    "Consul does not answer or does not confirm the session".into()
+                },
+            },
+        ];
+        Plan {
+            actions: self.actions,
+            status: StatusState {
+                phase: self.phase,
+                leader,
+                fencing_token,
+                transitions,
+                candidates,
+                conditions,
+            },
+            requeue_after: self.requeue,
+        }
+    }
+}
+
+/// Reads `pod` (and `uid`, when present) from a key value written in the operator's JSON
+/// format, `{"pod": ..., "uid": ..., ...}`.
+pub fn holder_from_value(value: &[u8]) -> Option<(String, Option<String>)> {
+    let v: serde_json::Value = serde_json::from_slice(value).ok()?;
+    let pod = v.get("pod")?.as_str()?.to_owned();
+    let uid = v.get("uid").and_then(|u| u.as_str()).map(str::to_owned);
+    Some((pod, uid))
+}
