@@ -1,0 +1,623 @@
+//! Prometheus metrics of the operator, in one `prometheus-client` registry with the prefix
+//! `consul_elector`, served as OpenMetrics text by [`crate::http`].
+//!
+//! Every label value is a `&'static str` chosen by the code (a result, a phase, a Consul
+//! operation or an error category), never an election, pod or session name and never an error
+//! message, so the number of series stays bounded however many elections exist.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use tokio::time::Instant;
+
+/// Prefix of every metric name.
+const PREFIX: &str = "consul_elector";
+
+/// Upper bounds (seconds) of the latency histograms: 1 ms to 30 s.
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// How many of [`LATENCY_BUCKETS`] the reconcile duration uses: 1 ms to 5 s.
+const RECONCILE_BUCKETS: usize = 12;
+
+/// The `reason` a [`ReconcileTimer`] records when it is dropped without
+/// [`ReconcileTimer::finish`]: the reconcile future was cancelled (shutdown) or panicked.
+pub const CANCELLED: &str = "cancelled";
+
+/// Label value of a successful operation (`result` and `outcome` labels).
+const OK: &str = "ok";
+/// Label value of a failed operation (`result` and `outcome` labels).
+const ERROR: &str = "error";
+
+/// Why the operator removed a leader label without choosing a successor first (safety rule 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FencingCause {
+    /// Renewals failed for a whole TTL, so the lock could not be confirmed.
+    Unconfirmed,
+    /// Consul invalidated the session or the key was deleted.
+    Lost,
+    /// Another session holds the key.
+    ForeignHolder,
+}
+
+impl FencingCause {
+    /// Every cause, so each series exists (at zero) from the start.
+    const ALL: [Self; 3] = [Self::Unconfirmed, Self::Lost, Self::ForeignHolder];
+
+    /// The `cause` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unconfirmed => "unconfirmed",
+            Self::Lost => "lost",
+            Self::ForeignHolder => "foreign_holder",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CauseLabel {
+    cause: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PhaseLabel {
+    phase: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    operation: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CategoryLabel {
+    category: &'static str,
+}
+
+/// The `ok`/`error` label value of an outcome.
+fn outcome_label(outcome: Result<(), &'static str>) -> &'static str {
+    match outcome {
+        Ok(()) => OK,
+        Err(_) => ERROR,
+    }
+}
+
+/// The operator's metrics. Cheap to clone: every clone records into the same registry.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    reconciles: Family<ResultLabel, Counter>,
+    reconcile_errors: Family<ReasonLabel, Counter>,
+    reconcile_duration: Histogram,
+    leader_transitions: Counter,
+    leader_elected: Histogram,
+    fencing_actions: Family<CauseLabel, Counter>,
+    elections: Family<PhaseLabel, Gauge>,
+    sessions: Gauge,
+    consul_requests: Family<RequestLabels, Counter>,
+    consul_errors: Family<CategoryLabel, Counter>,
+    consul_blocking_queries: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric family registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix(PREFIX);
+
+        let reconciles = Family::<ResultLabel, Counter>::default();
+        for result in [OK, ERROR] {
+            // Creates the series at zero, so rates work from the first event.
+            let _ = reconciles.get_or_create(&ResultLabel { result });
+        }
+        registry.register(
+            "reconcile",
+            "Reconciles of LeaderElections, by result",
+            reconciles.clone(),
+        );
+        let reconcile_errors = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Failed reconciles, by error category",
+            reconcile_errors.clone(),
+        );
+        let reconcile_duration = Histogram::new(LATENCY_BUCKETS[..RECONCILE_BUCKETS].to_vec());
+        registry.register_with_unit(
+            "reconcile_duration",
+            "Duration of one reconcile",
+            Unit::Seconds,
+            reconcile_duration.clone(),
+        );
+
+        let leader_transitions = Counter::default();
+        registry.register(
+            "leader_transitions",
+            "Times an election's leader changed",
+            leader_transitions.clone(),
+        );
+        let leader_elected = Histogram::new(LATENCY_BUCKETS);
+        registry.register_with_unit(
+            "leader_elected",
+            "Time from deciding to move leadership to the successor being labelled leader",
+            Unit::Seconds,
+            leader_elected.clone(),
+        );
+        let fencing_actions = Family::<CauseLabel, Counter>::default();
+        for cause in FencingCause::ALL {
+            let _ = fencing_actions.get_or_create(&CauseLabel {
+                cause: cause.as_str(),
+            });
+        }
+        registry.register(
+            "fencing_actions",
+            "Leader labels removed because the Consul lock could not be confirmed, by cause",
+            fencing_actions.clone(),
+        );
+
+        let elections = Family::<PhaseLabel, Gauge>::default();
+        registry.register(
+            "elections",
+            "LeaderElections known to the operator, by status phase",
+            elections.clone(),
+        );
+        let sessions = Gauge::default();
+        registry.register(
+            "sessions",
+            "Consul sessions the operator holds and renews",
+            sessions.clone(),
+        );
+
+        let consul_requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "consul_requests",
+            "Consul HTTP API requests, by operation and outcome",
+            consul_requests.clone(),
+        );
+        let consul_errors = Family::<CategoryLabel, Counter>::default();
+        registry.register(
+            "consul_errors",
+            "Failed Consul HTTP API requests, by error category",
+            consul_errors.clone(),
+        );
+        let consul_blocking_queries = Gauge::default();
+        registry.register(
+            "consul_blocking_queries",
+            "Consul blocking queries in flight",
+            consul_blocking_queries.clone(),
+        );
+
+        Self {
+            inner: Arc::new(Inner {
+                registry,
+                reconciles,
+                reconcile_errors,
+                reconcile_duration,
+                leader_transitions,
+                leader_elected,
+                fencing_actions,
+                elections,
+                sessions,
+                consul_requests,
+                consul_errors,
+                consul_blocking_queries,
+            }),
+        }
+    }
+
+    /// The registry in the OpenMetrics text format, ending with `# EOF`.
+    pub fn encode(&self) -> String {
+        let mut buffer = String::new();
+        if let Err(error) = text::encode(&mut buffer, &self.inner.registry) {
+            // Writing to a String cannot fail and every value is encodable; keep what was
+            // written rather than failing a scrape.
+            tracing::warn!(%error, "encoding metrics failed");
+        }
+        buffer
+    }
+
+    /// Records a finished reconcile: `Ok(())`, or `Err(reason)` with a static error category.
+    pub fn reconcile_finished(&self, outcome: Result<(), &'static str>, duration: Duration) {
+        let inner = &self.inner;
+        inner
+            .reconciles
+            .get_or_create(&ResultLabel {
+                result: outcome_label(outcome),
+            })
+            .inc();
+        if let Err(reason) = outcome {
+            inner
+                .reconcile_errors
+                .get_or_create(&ReasonLabel { reason })
+                .inc();
+        }
+        inner.reconcile_duration.observe(duration.as_secs_f64());
+    }
+
+    /// Starts timing a reconcile. The returned timer records it when it is finished or dropped.
+    pub fn count_and_measure(&self) -> ReconcileTimer {
+        ReconcileTimer {
+            metrics: self.clone(),
+            start: Instant::now(),
+            outcome: Err(CANCELLED),
+        }
+    }
+
+    /// Counts one change of an election's leader.
+    pub fn leader_transition(&self) {
+        self.inner.leader_transitions.inc();
+    }
+
+    /// Records how long a leadership move took, from the decision to the successor's label.
+    pub fn leader_elected(&self, latency: Duration) {
+        self.inner.leader_elected.observe(latency.as_secs_f64());
+    }
+
+    /// Counts one leader label removed for `cause`.
+    pub fn fenced(&self, cause: FencingCause) {
+        self.inner
+            .fencing_actions
+            .get_or_create(&CauseLabel {
+                cause: cause.as_str(),
+            })
+            .inc();
+    }
+
+    /// Sets how many elections are in `phase` (a status phase name such as `Elected`).
+    /// Call it for every phase, including those with no election, so stale counts go to zero.
+    pub fn set_phase_count(&self, phase: &'static str, count: i64) {
+        self.inner
+            .elections
+            .get_or_create(&PhaseLabel { phase })
+            .set(count);
+    }
+
+    /// Sets how many Consul sessions the operator holds.
+    pub fn set_sessions(&self, count: i64) {
+        self.inner.sessions.set(count);
+    }
+
+    /// Records one Consul request: its operation (for example `kv acquire`) and `Ok(())` or
+    /// `Err(category)` with the error's static category (for example `transport`).
+    pub fn consul_request(&self, operation: &'static str, outcome: Result<(), &'static str>) {
+        let inner = &self.inner;
+        inner
+            .consul_requests
+            .get_or_create(&RequestLabels {
+                operation,
+                outcome: outcome_label(outcome),
+            })
+            .inc();
+        if let Err(category) = outcome {
+            inner
+                .consul_errors
+                .get_or_create(&CategoryLabel { category })
+                .inc();
+        }
+    }
+
+    /// Counts a Consul blocking query as in flight until the returned guard is dropped.
+    pub fn blocking_query(&self) -> BlockingQueryGuard {
+        self.inner.consul_blocking_queries.inc();
+        BlockingQueryGuard {
+            gauge: self.inner.consul_blocking_queries.clone(),
+        }
+    }
+}
+
+/// Times one reconcile (see [`Metrics::count_and_measure`]). Finish it with its outcome; if it
+/// is dropped unfinished (the reconcile was cancelled or panicked), it records an error with
+/// the reason [`CANCELLED`].
+#[must_use = "a reconcile timer records when it is finished or dropped"]
+#[derive(Debug)]
+pub struct ReconcileTimer {
+    metrics: Metrics,
+    start: Instant,
+    outcome: Result<(), &'static str>,
+}
+
+impl ReconcileTimer {
+    /// Records the reconcile with `outcome`: `Ok(())` or `Err(reason)` with a static category.
+    pub fn finish(mut self, outcome: Result<(), &'static str>) {
+        self.outcome = outcome;
+    }
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        self.metrics
+            .reconcile_finished(self.outcome, self.start.elapsed());
+    }
+}
+
+/// Keeps one blocking query counted in `consul_blocking_queries` until dropped.
+#[must_use = "the blocking query stops being counted when the guard is dropped"]
+#[derive(Debug)]
+pub struct BlockingQueryGuard {
+    gauge: Gauge,
+}
+
+impl Drop for BlockingQueryGuard {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample line `name{labels} value` (or `name value`) in `text`.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|line| {
+            let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+            value.parse().ok()
+        })
+    }
+
+    #[test]
+    fn series_with_fixed_labels_exist_at_zero_from_the_start() {
+        let text = Metrics::new().encode();
+        for series in [
+            r#"consul_elector_reconcile_total{result="ok"}"#,
+            r#"consul_elector_reconcile_total{result="error"}"#,
+            r#"consul_elector_fencing_actions_total{cause="unconfirmed"}"#,
+            r#"consul_elector_fencing_actions_total{cause="lost"}"#,
+            r#"consul_elector_fencing_actions_total{cause="foreign_holder"}"#,
+            "consul_elector_reconcile_duration_seconds_count",
+            "consul_elector_leader_transitions_total",
+            "consul_elector_leader_elected_seconds_count",
+            "consul_elector_sessions",
+            "consul_elector_consul_blocking_queries",
+        ] {
+            assert_eq!(sample(&text, series), Some(0.0), "{series} in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn encode_lists_every_family() {
+        let metrics = Metrics::new();
+        // prometheus-client leaves out families without series: give each one a series.
+        metrics.reconcile_finished(Err("kube"), Duration::ZERO);
+        metrics.set_phase_count("Elected", 0);
+        metrics.consul_request("kv get", Err("transport"));
+        let text = metrics.encode();
+        for family in [
+            "# TYPE consul_elector_reconcile counter",
+            "# TYPE consul_elector_reconcile_errors counter",
+            "# TYPE consul_elector_reconcile_duration_seconds histogram",
+            "# UNIT consul_elector_reconcile_duration_seconds seconds",
+            "# TYPE consul_elector_leader_transitions counter",
+            "# TYPE consul_elector_leader_elected_seconds histogram",
+            "# UNIT consul_elector_leader_elected_seconds seconds",
+            "# TYPE consul_elector_fencing_actions counter",
+            "# TYPE consul_elector_elections gauge",
+            "# TYPE consul_elector_sessions gauge",
+            "# TYPE consul_elector_consul_requests counter",
+            "# TYPE consul_elector_consul_errors counter",
+            "# TYPE consul_elector_consul_blocking_queries gauge",
+        ] {
+            assert!(text.contains(family), "{family} missing in\n{text}");
+        }
+    }
+
+    #[test]
+    fn reconciles_are_counted_by_result_and_reason() {
+        let metrics = Metrics::new();
+        metrics.reconcile_finished(Ok(()), Duration::from_millis(3));
+        metrics.reconcile_finished(Err("kube_api"), Duration::from_millis(20));
+        metrics.reconcile_finished(Err("kube_api"), Duration::from_secs(9));
+        let text = metrics.encode();
+
+        let value = |series| sample(&text, series);
+        assert_eq!(
+            value(r#"consul_elector_reconcile_total{result="ok"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_reconcile_total{result="error"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_reconcile_errors_total{reason="kube_api"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            value("consul_elector_reconcile_duration_seconds_count"),
+            Some(3.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_reconcile_duration_seconds_bucket{le="0.005"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_reconcile_duration_seconds_bucket{le="5.0"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_reconcile_duration_seconds_bucket{le="+Inf"}"#),
+            Some(3.0)
+        );
+        assert!(!text.contains(r#"reconcile_duration_seconds_bucket{le="10.0"}"#));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reconcile_timer_measures_and_records_cancellation() {
+        let metrics = Metrics::new();
+        let timer = metrics.count_and_measure();
+        tokio::time::advance(Duration::from_millis(40)).await;
+        timer.finish(Ok(()));
+        drop(metrics.count_and_measure());
+        let text = metrics.encode();
+
+        let value = |series| sample(&text, series);
+        assert_eq!(
+            value(r#"consul_elector_reconcile_total{result="ok"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_reconcile_errors_total{reason="cancelled"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_reconcile_duration_seconds_bucket{le="0.025"}"#),
+            Some(1.0),
+            "only the cancelled reconcile took no time"
+        );
+        assert_eq!(
+            value(r#"consul_elector_reconcile_duration_seconds_bucket{le="0.05"}"#),
+            Some(2.0)
+        );
+    }
+
+    #[test]
+    fn leadership_metrics() {
+        let metrics = Metrics::new();
+        metrics.leader_transition();
+        metrics.leader_transition();
+        metrics.leader_elected(Duration::from_millis(80));
+        metrics.leader_elected(Duration::from_secs(20));
+        metrics.fenced(FencingCause::ForeignHolder);
+        metrics.fenced(FencingCause::Unconfirmed);
+        metrics.fenced(FencingCause::Unconfirmed);
+        let text = metrics.encode();
+
+        let value = |series| sample(&text, series);
+        assert_eq!(value("consul_elector_leader_transitions_total"), Some(2.0));
+        assert_eq!(
+            value(r#"consul_elector_leader_elected_seconds_bucket{le="0.1"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_leader_elected_seconds_bucket{le="30.0"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_fencing_actions_total{cause="unconfirmed"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_fencing_actions_total{cause="foreign_holder"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_fencing_actions_total{cause="lost"}"#),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn gauges_follow_the_latest_value() {
+        let metrics = Metrics::new();
+        metrics.set_phase_count("Elected", 7);
+        metrics.set_phase_count("Pending", 2);
+        metrics.set_phase_count("Elected", 6);
+        metrics.set_sessions(6);
+        let first = metrics.blocking_query();
+        let second = metrics.blocking_query();
+        drop(first);
+        let text = metrics.encode();
+
+        let value = |series| sample(&text, series);
+        assert_eq!(
+            value(r#"consul_elector_elections{phase="Elected"}"#),
+            Some(6.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_elections{phase="Pending"}"#),
+            Some(2.0)
+        );
+        assert_eq!(value("consul_elector_sessions"), Some(6.0));
+        assert_eq!(value("consul_elector_consul_blocking_queries"), Some(1.0));
+        drop(second);
+        assert_eq!(
+            sample(&metrics.encode(), "consul_elector_consul_blocking_queries"),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn consul_requests_are_counted_by_operation_outcome_and_category() {
+        let metrics = Metrics::new();
+        metrics.consul_request("kv acquire", Ok(()));
+        metrics.consul_request("session renew", Err("transport"));
+        metrics.consul_request("session renew", Err("session_not_found"));
+        metrics.consul_request("kv get", Err("transport"));
+        let text = metrics.encode();
+
+        let value = |series| sample(&text, series);
+        assert_eq!(
+            value(r#"consul_elector_consul_requests_total{operation="kv acquire",outcome="ok"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                r#"consul_elector_consul_requests_total{operation="session renew",outcome="error"}"#
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_consul_errors_total{category="transport"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_consul_errors_total{category="session_not_found"}"#),
+            Some(1.0)
+        );
+        // Only the static strings passed in appear as label values.
+        let label_values: Vec<&str> = text
+            .lines()
+            .filter(|line| line.starts_with("consul_elector_consul_"))
+            .flat_map(|line| line.split('"').skip(1).step_by(2))
+            .collect();
+        for value in label_values {
+            assert!(
+                [
+                    "kv acquire",
+                    "session renew",
+                    "kv get",
+                    "ok",
+                    "error",
+                    "transport",
+                    "session_not_found"
+                ]
+                .contains(&value),
+                "unexpected label value {value:?}"
+            );
+        }
+    }
+}
