@@ -3,6 +3,7 @@
 
 pub mod consul;
 pub mod election;
+pub mod http;
 pub mod metrics;
 
 /// Installs rustls's ring provider as the process-wide default crypto provider.
