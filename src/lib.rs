@@ -3,6 +3,7 @@
 
 pub mod consul;
 pub mod election;
+pub mod k8s;
 pub mod http;
 pub mod metrics;
 
