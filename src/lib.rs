@@ -1,10 +1,11 @@
 //! consul-elector: a Kubernetes operator that elects one leader pod per `LeaderElection`
 //! through Consul sessions and KV locks.
 
+pub mod config;
 pub mod consul;
 pub mod election;
-pub mod k8s;
 pub mod http;
+pub mod k8s;
 pub mod metrics;
 
 /// Installs rustls's ring provider as the process-wide default crypto provider.

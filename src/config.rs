@@ -1,0 +1,510 @@
+//! Command line of the `consul-elector` binary (every option can also be set through an
+//! environment variable) and the tracing setup.
+//!
+//! Consul connection settings are not options: like Consul's own tools, the operator reads
+//! Consul's environment variables through [`ConsulSettings::from_process_env`].
+//!
+//! [`ConsulSettings::from_process_env`]: crate::consul::ConsulSettings::from_process_env
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::util::{SubscriberInitExt, TryInitError};
+
+use crate::consul::{MAX_WAIT, parse_go_duration};
+
+/// Help text shown after the `run` options.
+const CONSUL_ENV_HELP: &str = "\
+Consul connection settings are not options: they come from Consul's own environment variables,
+as for the consul CLI: CONSUL_HTTP_ADDR, CONSUL_HTTP_SSL, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE,
+CONSUL_DATACENTER, CONSUL_CACERT, CONSUL_CAPATH, CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY,
+CONSUL_HTTP_SSL_VERIFY and CONSUL_TLS_SERVER_NAME. The client's limits use
+CONSUL_ELECTOR_MAX_CONNECTIONS, CONSUL_ELECTOR_REQUEST_TIMEOUT, CONSUL_ELECTOR_CONNECT_TIMEOUT
+and CONSUL_ELECTOR_RETRY_{ATTEMPTS,BASE_DELAY,MAX_DELAY}.";
+
+/// Instance name used when neither `--instance-name`, `POD_NAME` nor a hostname is available.
+const FALLBACK_INSTANCE_NAME: &str = "consul-elector";
+
+/// The `consul-elector` command line.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "consul-elector", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Run the operator: watch LeaderElections and pods, elect leaders through Consul.
+    Run(RunArgs),
+    /// Print the LeaderElection CustomResourceDefinition as YAML.
+    Crd,
+}
+
+/// Options of `consul-elector run`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+#[command(after_help = CONSUL_ENV_HELP)]
+pub struct RunArgs {
+    /// Address of the admin HTTP server (/metrics, /livez, /readyz).
+    #[arg(long, env = "ELECTOR_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+
+    /// Namespaces to watch, comma-separated; empty watches all namespaces.
+    #[arg(
+        long,
+        env = "ELECTOR_WATCH_NAMESPACES",
+        value_name = "NS1,NS2",
+        default_value = "",
+        hide_default_value = true,
+        value_parser = parse_namespaces
+    )]
+    pub watch_namespaces: Namespaces,
+
+    /// Log output format.
+    #[arg(long, env = "ELECTOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
+    pub log_format: LogFormat,
+
+    /// Log filter in tracing's EnvFilter syntax, for example `info,consul_elector=debug`.
+    #[arg(long, env = "RUST_LOG", default_value = "info", value_parser = parse_log_filter)]
+    pub log_filter: String,
+
+    /// Field manager name of the operator's server-side apply patches.
+    #[arg(
+        long,
+        env = "ELECTOR_FIELD_MANAGER",
+        default_value = "consul-elector",
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
+    )]
+    pub field_manager: String,
+
+    /// How long one Consul blocking query on a lock key waits for a change (Go duration, at
+    /// most 10m).
+    #[arg(
+        long,
+        env = "ELECTOR_LOCK_WATCH_WAIT",
+        value_name = "DURATION",
+        default_value = "60s",
+        value_parser = parse_lock_watch_wait
+    )]
+    pub lock_watch_wait: Duration,
+
+    /// /livez fails when the controller made no progress for this long (Go duration).
+    #[arg(
+        long,
+        env = "ELECTOR_LIVENESS_TIMEOUT",
+        value_name = "DURATION",
+        default_value = "60s",
+        value_parser = parse_positive_duration
+    )]
+    pub liveness_timeout: Duration,
+
+    /// Name of this operator instance, for logs and Kubernetes events; defaults to the
+    /// hostname, which in a pod is the pod name.
+    #[arg(
+        long,
+        env = "POD_NAME",
+        default_value_t = hostname(),
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
+    )]
+    pub instance_name: String,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Plain,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The namespaces to watch; empty means every namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Namespaces(Vec<String>);
+
+impl Namespaces {
+    /// The namespace names, in the order given; empty means every namespace.
+    pub fn names(&self) -> &[String] {
+        &self.0
+    }
+
+    /// Whether every namespace is watched.
+    pub fn is_all(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Parses `ns1,ns2`: names are trimmed, empty entries skipped, duplicates dropped, and each
+/// name must be a valid namespace name (an RFC 1123 label).
+fn parse_namespaces(text: &str) -> Result<Namespaces, String> {
+    let mut names: Vec<String> = Vec::new();
+    for name in text
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+    {
+        if !is_rfc1123_label(name) {
+            return Err(format!(
+                "{name:?} is not a namespace name (lowercase letters, digits and '-', \
+                 starting and ending with a letter or digit, at most 63 characters)"
+            ));
+        }
+        if !names.iter().any(|known| known == name) {
+            names.push(name.to_owned());
+        }
+    }
+    Ok(Namespaces(names))
+}
+
+/// Whether `name` is an RFC 1123 DNS label, the syntax of namespace names.
+fn is_rfc1123_label(name: &str) -> bool {
+    let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    name.len() <= 63
+        && name.starts_with(alphanumeric)
+        && name.ends_with(alphanumeric)
+        && name.chars().all(|c| alphanumeric(c) || c == '-')
+}
+
+/// Checks the syntax of a log filter (kept as text: `EnvFilter` is not `Clone`).
+fn parse_log_filter(text: &str) -> Result<String, String> {
+    EnvFilter::try_new(text)
+        .map(|_| text.to_owned())
+        .map_err(|error| error.to_string())
+}
+
+/// A Go duration above zero.
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    let duration = parse_go_duration(text).map_err(|error| error.to_string())?;
+    if duration.is_zero() {
+        return Err("must be greater than zero".to_owned());
+    }
+    Ok(duration)
+}
+
+/// A Go duration above zero and at most Consul's longest blocking wait.
+fn parse_lock_watch_wait(text: &str) -> Result<Duration, String> {
+    let duration = parse_positive_duration(text)?;
+    if duration > MAX_WAIT {
+        return Err(format!(
+            "must be at most {}s, the longest wait Consul allows",
+            MAX_WAIT.as_secs()
+        ));
+    }
+    Ok(duration)
+}
+
+/// The machine's hostname (in a pod, the pod name), or a fixed name when it is unknown.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| FALLBACK_INSTANCE_NAME.to_owned())
+}
+
+/// Why the tracing subscriber could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum TracingError {
+    /// The filter is not valid EnvFilter syntax.
+    #[error("invalid log filter: {0}")]
+    Filter(#[from] tracing_subscriber::filter::ParseError),
+    /// Another global subscriber is already installed.
+    #[error("cannot install the tracing subscriber: {0}")]
+    Install(#[from] TryInitError),
+}
+
+/// Installs the global tracing subscriber: logs to stdout in `format`, filtered by `filter`
+/// (EnvFilter syntax). Plain output is coloured only when stdout is a terminal.
+pub fn init_tracing(format: LogFormat, filter: &str) -> Result<(), TracingError> {
+    let builder = tracing_subscriber::fmt().with_env_filter(EnvFilter::try_new(filter)?);
+    match format {
+        LogFormat::Plain => builder
+            .with_ansi(std::io::stdout().is_terminal())
+            .finish()
+            .try_init()?,
+        LogFormat::Json => builder.json().finish().try_init()?,
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process;
+
+    use clap::{CommandFactory, FromArgMatches};
+
+    use super::*;
+
+    /// Every `run` option and its environment variable.
+    const ENV_VARS: [(&str, &str); 8] = [
+        ("metrics_addr", "ELECTOR_METRICS_ADDR"),
+        ("watch_namespaces", "ELECTOR_WATCH_NAMESPACES"),
+        ("log_format", "ELECTOR_LOG_FORMAT"),
+        ("log_filter", "RUST_LOG"),
+        ("field_manager", "ELECTOR_FIELD_MANAGER"),
+        ("lock_watch_wait", "ELECTOR_LOCK_WATCH_WAIT"),
+        ("liveness_timeout", "ELECTOR_LIVENESS_TIMEOUT"),
+        ("instance_name", "POD_NAME"),
+    ];
+
+    /// Parses `args` ignoring the process environment, so variables such as `RUST_LOG` or
+    /// `POD_NAME` of the test run cannot change the result.
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        let command = Cli::command().mut_subcommand("run", |run| run.mut_args(|arg| arg.env(None)));
+        Cli::from_arg_matches(&command.try_get_matches_from(args)?)
+    }
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let mut argv = vec!["consul-elector", "run"];
+        argv.extend_from_slice(args);
+        match parse(&argv) {
+            Ok(Cli {
+                command: Command::Run(run),
+            }) => run,
+            other => panic!("{args:?} parsed as {other:?}"),
+        }
+    }
+
+    fn run_error(args: &[&str]) -> String {
+        let mut argv = vec!["consul-elector", "run"];
+        argv.extend_from_slice(args);
+        match parse(&argv) {
+            Err(error) => error.to_string(),
+            Ok(cli) => panic!("{args:?} was accepted as {cli:?}"),
+        }
+    }
+
+    #[test]
+    fn command_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let run = run_args(&[]);
+        assert_eq!(
+            run,
+            RunArgs {
+                metrics_addr: ([0, 0, 0, 0], 8080).into(),
+                watch_namespaces: Namespaces::default(),
+                log_format: LogFormat::Plain,
+                log_filter: "info".to_owned(),
+                field_manager: "consul-elector".to_owned(),
+                lock_watch_wait: Duration::from_secs(60),
+                liveness_timeout: Duration::from_secs(60),
+                instance_name: hostname(),
+            }
+        );
+        assert!(run.watch_namespaces.is_all());
+        assert!(!run.instance_name.is_empty());
+    }
+
+    #[test]
+    fn every_flag() {
+        let run = run_args(&[
+            "--metrics-addr",
+            "127.0.0.1:9090",
+            "--watch-namespaces",
+            " shop, billing ,,shop",
+            "--log-format",
+            "json",
+            "--log-filter",
+            "warn,consul_elector=debug",
+            "--field-manager",
+            "elector-test",
+            "--lock-watch-wait",
+            "1m30s",
+            "--liveness-timeout",
+            "2m",
+            "--instance-name",
+            "consul-elector-0",
+        ]);
+        assert_eq!(
+            run,
+            RunArgs {
+                metrics_addr: ([127, 0, 0, 1], 9090).into(),
+                watch_namespaces: Namespaces(vec!["shop".to_owned(), "billing".to_owned()]),
+                log_format: LogFormat::Json,
+                log_filter: "warn,consul_elector=debug".to_owned(),
+                field_manager: "elector-test".to_owned(),
+                lock_watch_wait: Duration::from_secs(90),
+                liveness_timeout: Duration::from_secs(120),
+                instance_name: "consul-elector-0".to_owned(),
+            }
+        );
+        assert_eq!(run.watch_namespaces.names(), ["shop", "billing"]);
+        assert!(!run.watch_namespaces.is_all());
+    }
+
+    #[test]
+    fn invalid_values_are_rejected_with_a_reason() {
+        for (args, expected) in [
+            (["--metrics-addr", "localhost"], "invalid socket address"),
+            (
+                ["--watch-namespaces", "shop,Billing"],
+                "\"Billing\" is not a namespace name",
+            ),
+            (["--log-format", "xml"], "possible values: plain, json"),
+            (["--log-filter", "consul_elector=loud"], "invalid value"),
+            (["--field-manager", ""], "a value is required"),
+            (["--lock-watch-wait", "15"], "invalid duration \"15\""),
+            (["--lock-watch-wait", "11m"], "at most 600s"),
+            (["--liveness-timeout", "0s"], "greater than zero"),
+            (["--instance-name", ""], "a value is required"),
+        ] {
+            let error = run_error(&args);
+            assert!(error.contains(expected), "{args:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn crd_subcommand() {
+        assert!(matches!(
+            parse(&["consul-elector", "crd"]),
+            Ok(Cli {
+                command: Command::Crd
+            })
+        ));
+        assert!(
+            parse(&["consul-elector"]).is_err(),
+            "a subcommand is required"
+        );
+    }
+
+    #[test]
+    fn every_run_option_has_its_environment_variable() {
+        let command = Cli::command();
+        let run = command.find_subcommand("run").expect("the run subcommand");
+        for arg in run.get_arguments() {
+            let id = arg.get_id().as_str();
+            if ["help", "version"].contains(&id) {
+                continue;
+            }
+            let expected = ENV_VARS
+                .iter()
+                .find(|(option, _)| *option == id)
+                .map(|(_, var)| *var);
+            assert_eq!(
+                arg.get_env().and_then(|var| var.to_str()),
+                expected,
+                "--{id}"
+            );
+            assert!(arg.get_help().is_some(), "--{id} has help text");
+        }
+    }
+
+    #[test]
+    fn run_help_explains_where_consul_settings_come_from() {
+        let mut command = Cli::command();
+        let help = command
+            .find_subcommand_mut("run")
+            .expect("the run subcommand")
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("CONSUL_HTTP_ADDR"), "{help}");
+        assert!(help.contains("[env: ELECTOR_LOCK_WATCH_WAIT="), "{help}");
+    }
+
+    /// Marks the child process of [`environment_variables_set_every_option`].
+    const CHILD_MARKER: &str = "CONSUL_ELECTOR_CONFIG_TEST_CHILD";
+
+    /// Environment variables are read for real in a child process (this test binary, running
+    /// only this test), so the test never changes its own process environment.
+    #[test]
+    fn environment_variables_set_every_option() {
+        if std::env::var_os(CHILD_MARKER).is_some() {
+            let cli = Cli::try_parse_from(["consul-elector", "run"]);
+            let Ok(Cli {
+                command: Command::Run(run),
+            }) = cli
+            else {
+                panic!("run parsed as {cli:?}");
+            };
+            assert_eq!(
+                run,
+                RunArgs {
+                    metrics_addr: ([127, 0, 0, 1], 9091).into(),
+                    watch_namespaces: Namespaces(vec!["a".to_owned(), "b-2".to_owned()]),
+                    log_format: LogFormat::Json,
+                    log_filter: "debug".to_owned(),
+                    field_manager: "env-manager".to_owned(),
+                    lock_watch_wait: Duration::from_secs(5),
+                    liveness_timeout: Duration::from_millis(1500),
+                    instance_name: "elector-7".to_owned(),
+                }
+            );
+            // A flag wins over its variable.
+            let cli = Cli::try_parse_from(["consul-elector", "run", "--log-format", "plain"]);
+            assert!(
+                matches!(&cli, Ok(Cli { command: Command::Run(run) }) if run.log_format == LogFormat::Plain),
+                "{cli:?}"
+            );
+            return;
+        }
+
+        let values = [
+            ("ELECTOR_METRICS_ADDR", "127.0.0.1:9091"),
+            ("ELECTOR_WATCH_NAMESPACES", "a,b-2"),
+            ("ELECTOR_LOG_FORMAT", "json"),
+            ("RUST_LOG", "debug"),
+            ("ELECTOR_FIELD_MANAGER", "env-manager"),
+            ("ELECTOR_LOCK_WATCH_WAIT", "5s"),
+            ("ELECTOR_LIVENESS_TIMEOUT", "1500ms"),
+            ("POD_NAME", "elector-7"),
+        ];
+        assert_eq!(values.map(|(var, _)| var), ENV_VARS.map(|(_, var)| var));
+        let output = process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args([
+                "--exact",
+                "config::tests::environment_variables_set_every_option",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env_clear()
+            .envs(values)
+            .env(CHILD_MARKER, "1")
+            .output()
+            .expect("run the test binary");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("1 passed"),
+            "child failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    #[test]
+    fn an_empty_namespace_list_means_all_namespaces() {
+        for text in ["", " ", ",", " , "] {
+            assert_eq!(
+                parse_namespaces(text),
+                Ok(Namespaces::default()),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn namespace_names_are_rfc1123_labels() {
+        for name in ["a", "shop", "team-7", "0abc", &"a".repeat(63)] {
+            assert!(is_rfc1123_label(name), "{name:?}");
+        }
+        for name in ["", "-a", "a-", "Shop", "a.b", "a_b", &"a".repeat(64)] {
+            assert!(!is_rfc1123_label(name), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn init_tracing_rejects_an_invalid_filter() {
+        assert!(matches!(
+            init_tracing(LogFormat::Json, "consul_elector=loud"),
+            Err(TracingError::Filter(_))
+        ));
+    }
+}
