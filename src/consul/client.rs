@@ -140,6 +140,13 @@ impl ConsulClient {
         self.datacenter.as_deref()
     }
 
+    /// The ACL token of this handle (`None`: the agent's default token). Handles with
+    /// different tokens may see different keys (ACLs filter recursive reads), so anything
+    /// shared between handles, like a watch of a key prefix, must be keyed by it too.
+    pub fn token(&self) -> Option<&ConsulToken> {
+        self.token.as_ref()
+    }
+
     /// A blocking-query loop paced by the configured [`WatchPacing`].
     pub fn watch(&self, wait: Duration) -> BlockingWatch {
         BlockingWatch::new(wait, self.shared.watch_pacing)

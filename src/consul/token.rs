@@ -10,7 +10,7 @@ use http::HeaderValue;
 /// and the only way out of this type is [`ConsulToken::header_value`], which produces a header
 /// value marked as sensitive (so HTTP libraries never log it). The token is never placed in a
 /// URL (Consul's `?token=` parameter ends up in access logs) and never in an error message.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ConsulToken(String);
 
 impl ConsulToken {
