@@ -52,30 +52,17 @@ impl TestCluster {
 
     /// Deletes a namespace and waits (at most a minute) until it is gone.
     ///
-    /// Pods are deleted with a zero grace period first: without a kubelet, a pod bound to a
-    /// node would otherwise stay `Terminating` and hold the namespace forever. A namespace
-    /// still present after the bound is reported on stderr, not panicked on: its random name
-    /// cannot disturb other tests.
+    /// Pods are deleted with a zero grace period too: without a kubelet, a pod bound to a node
+    /// would otherwise stay `Terminating` and hold the namespace forever. A namespace still
+    /// present after the bound is reported on stderr, not panicked on: its random name cannot
+    /// disturb other tests. Takes at least 5 s: kube-controller-manager 1.20 holds every
+    /// namespace deletion for a fixed 5 s before it starts.
     pub async fn delete_namespace(&self, name: &str) {
         let client = self.client().await;
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        let uid = match namespaces.delete(name, &DeleteParams::default()).await {
-            Ok(deleted) => deleted.either(|ns| ns.uid(), |_| None),
-            Err(kube::Error::Api(status)) if status.is_not_found() => return,
-            Err(error) => {
-                eprintln!("testkit: cannot delete namespace {name}: {error}");
-                return;
-            }
+        let Some(uid) = start_deletion(&client, name).await else {
+            return;
         };
-        let pods: Api<Pod> = Api::namespaced(client, name);
-        let force = DeleteParams {
-            grace_period_seconds: Some(0),
-            ..DeleteParams::default()
-        };
-        if let Err(error) = pods.delete_collection(&force, &ListParams::default()).await {
-            eprintln!("testkit: cannot force-delete the pods of namespace {name}: {error}");
-        }
-        let uid = uid.unwrap_or_default();
+        let namespaces: Api<Namespace> = Api::all(client);
         let gone = await_condition(namespaces, name, conditions::is_deleted(&uid));
         match tokio::time::timeout(DELETE_TIMEOUT, gone).await {
             Ok(Ok(_)) => {}
@@ -87,11 +74,37 @@ impl TestCluster {
     }
 }
 
+/// Deletes namespace `name` and force-deletes its pods, returning its UID while it still exists
+/// (`None` when it is gone already, or when the deletion failed, which is reported on stderr).
+async fn start_deletion(client: &Client, name: &str) -> Option<String> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let uid = match namespaces.delete(name, &DeleteParams::default()).await {
+        // A `Status` answer means the namespace is gone already.
+        Ok(deleted) => deleted.left().and_then(|ns| ns.uid()),
+        Err(kube::Error::Api(status)) if status.is_not_found() => return None,
+        Err(error) => {
+            eprintln!("testkit: cannot delete namespace {name}: {error}");
+            return None;
+        }
+    };
+    // After the namespace turned Terminating, nothing can add pods to it any more.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), name);
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    if let Err(error) = pods.delete_collection(&force, &ListParams::default()).await {
+        eprintln!("testkit: cannot force-delete the pods of namespace {name}: {error}");
+    }
+    uid
+}
+
 /// Runs `test(client, namespace)` in a fresh namespace of the shared cluster, with an admin
 /// client. When the test panics, dumps the namespace's pods (name, labels, annotations, phase,
-/// readiness, deletionTimestamp) and events to stderr. Always deletes the namespace afterwards,
-/// then resumes the panic. Returns at once, skipping the test, when
-/// [`TestCluster::shared`] is `None`.
+/// readiness, deletionTimestamp) and events to stderr. Always deletes the namespace afterwards
+/// (without waiting for the namespace controller's fixed 5 s; see
+/// [`TestCluster::delete_namespace`] to wait), then resumes the panic. Returns at once, skipping
+/// the test, when [`TestCluster::shared`] is `None`.
 pub async fn with_namespace<F, Fut>(prefix: &str, test: F)
 where
     F: FnOnce(Client, String) -> Fut,
@@ -108,7 +121,7 @@ where
     if outcome.is_err() {
         dump_namespace(&client, &namespace).await;
     }
-    cluster.delete_namespace(&namespace).await;
+    start_deletion(&client, &namespace).await;
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
     }
