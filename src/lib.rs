@@ -7,6 +7,7 @@ pub mod election;
 pub mod http;
 pub mod k8s;
 pub mod metrics;
+pub mod sessions;
 
 /// Installs rustls's ring provider as the process-wide default crypto provider.
 ///

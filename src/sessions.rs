@@ -1,0 +1,447 @@
+//! The operator's Consul sessions: one per election, created for the pod the election chose,
+//! renewed every TTL/2, adopted again after an operator restart, and watched for loss.
+//!
+//! # Renewal rules (Consul's `RenewPeriodic`, reference §9.3)
+//! - A renewal is sent TTL/2 after the *start* of the last successful request (create,
+//!   adopt or renew). Measuring from the start is conservative: Consul resets its timer
+//!   when it handles the request, which is never earlier. In steady state this is exactly
+//!   one request per session per TTL/2.
+//! - Any failure other than a 404 is retried one second after it happened, for as long as
+//!   it lasts (without a cluster leader no session expires, and a new leader re-arms every
+//!   timer, so giving up would only lose sessions Consul still has). Once a whole TTL has
+//!   passed since the last success the health becomes [`SessionHealth::Unconfirmed`]; the
+//!   next success makes it [`SessionHealth::Alive`] again.
+//! - A 404 means the session is gone (expired or destroyed): [`SessionHealth::Lost`], and
+//!   renewal stops.
+//! - Every change of the health *kind* (Alive, Unconfirmed, Lost) is reported by sending
+//!   the election's key on the manager's channel; a successful renewal that keeps a session
+//!   Alive is not a change.
+//!
+//! # One task per session
+//! Each session is renewed by its own tokio task, chosen over one scheduler task with a
+//! timer queue because it needs no queue, no generation bookkeeping inside the scheduler
+//! and no dispatching of concurrent requests: tokio's timer wheel already is the timer
+//! queue. The task stays lean (a sleeping task holds its client handle, the session ID and
+//! a few timestamps; the in-flight request future is boxed so its size is paid only while a
+//! request runs), so 10,000 sessions cost a few megabytes. Every request goes through the
+//! caller's [`ConsulClient`], which caps connections per Consul address, so a burst of
+//! renewals queues for a connection instead of opening more.
+//!
+//! The `renewed_at` timestamps come from an injectable wall clock
+//! ([`SessionManager::with_clock`]); scheduling uses tokio time, so tests can pause it.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::mem::discriminant;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::AbortHandle;
+use tokio::time::{Instant, sleep_until};
+
+use crate::consul::{ConsulClient, ConsulError, ErrorContext, SessionBehavior, SessionRequest};
+use crate::election::config::{Behavior, ElectionKey, SessionConfig};
+use crate::election::observe::{SessionHealth, SessionView};
+
+/// Pause after a renewal that failed with anything but a 404 (as Go's `RenewPeriodic`).
+const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The wall clock that stamps `renewed_at` (for example `jiff::Timestamp::now`).
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// The Consul session name of the session created for `pod` in `election`:
+/// `consul-elector/<namespace>/<election>/<pod>`.
+pub fn session_name(election: &ElectionKey, pod: &str) -> String {
+    format!(
+        "consul-elector/{}/{}/{pod}",
+        election.namespace, election.name
+    )
+}
+
+/// Keeps the operator's sessions alive and reports their health changes. Cheap to clone;
+/// clones share the sessions. Dropping the last clone stops every renewal (without
+/// destroying the sessions, which then expire in Consul after 2×TTL).
+#[derive(Clone)]
+pub struct SessionManager {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SessionManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionManager")
+            .field("sessions", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    changes: UnboundedSender<ElectionKey>,
+    clock: Clock,
+    sessions: Mutex<HashMap<ElectionKey, Entry>>,
+    /// Tells a registration apart from a later one of the same election.
+    next_generation: AtomicU64,
+}
+
+/// One registered session.
+struct Entry {
+    view: SessionView,
+    generation: u64,
+    renewer: AbortHandle,
+}
+
+impl Inner {
+    fn sessions(&self) -> MutexGuard<'_, HashMap<ElectionKey, Entry>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let sessions = self
+            .sessions
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        for entry in sessions.values() {
+            entry.renewer.abort();
+        }
+    }
+}
+
+/// A session confirmed by Consul, about to be registered.
+struct Confirmed {
+    id: String,
+    pod: String,
+    pod_uid: String,
+    ttl: Duration,
+    /// When the confirming request was started.
+    started: Instant,
+    /// The same instant on the wall clock.
+    stamp: Timestamp,
+}
+
+impl SessionManager {
+    /// A manager that reports health changes on `changes` and stamps renewals with the
+    /// system clock.
+    pub fn new(changes: UnboundedSender<ElectionKey>) -> SessionManager {
+        Self::with_clock(changes, Arc::new(Timestamp::now))
+    }
+
+    /// A manager whose `renewed_at` timestamps come from `clock`.
+    pub fn with_clock(changes: UnboundedSender<ElectionKey>, clock: Clock) -> SessionManager {
+        SessionManager {
+            inner: Arc::new(Inner {
+                changes,
+                clock,
+                sessions: Mutex::new(HashMap::new()),
+                next_generation: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Creates the session `consul-elector/<namespace>/<election>/<pod>` with the config's
+    /// TTL, lock-delay and behavior and no node checks (the operator is the liveness
+    /// signal), registers it for `election` and starts renewing it. A session already
+    /// registered for `election` is destroyed first; if that fails, nothing changes and the
+    /// error is returned.
+    pub async fn create(
+        &self,
+        election: &ElectionKey,
+        client: &ConsulClient,
+        pod: &str,
+        pod_uid: &str,
+        config: &SessionConfig,
+    ) -> Result<String, ConsulError> {
+        self.destroy(election, client).await?;
+        let request = SessionRequest::new(session_name(election, pod))
+            .ttl(config.ttl)
+            .lock_delay(config.lock_delay)
+            .behavior(match config.behavior {
+                Behavior::Release => SessionBehavior::Release,
+                Behavior::Delete => SessionBehavior::Delete,
+            });
+        let (started, stamp) = self.now();
+        let id = client.create_session(&request).await?;
+        self.register(
+            election,
+            client,
+            Confirmed {
+                id: id.clone(),
+                pod: pod.to_owned(),
+                pod_uid: pod_uid.to_owned(),
+                ttl: config.ttl,
+                started,
+                stamp,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Takes over an existing session after an operator restart: renews it at once and, if
+    /// Consul still has it, registers it for `election` with the TTL Consul reports and keeps
+    /// renewing it. `Ok(false)` when the session is gone.
+    ///
+    /// The renewal doubles as the existence check (its answer carries the session and its
+    /// TTL, a 404 means gone), so adoption costs one request and leaves no window between a
+    /// lookup and the first renewal. A registration the election already had is replaced
+    /// without destroying its session.
+    pub async fn adopt(
+        &self,
+        election: &ElectionKey,
+        client: &ConsulClient,
+        session_id: &str,
+        pod: &str,
+        pod_uid: &str,
+    ) -> Result<bool, ConsulError> {
+        let (started, stamp) = self.now();
+        let entry = match client.renew_session(session_id).await {
+            Ok(entry) => entry,
+            Err(ConsulError::SessionNotFound { .. }) => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        let ttl = entry.ttl().ok_or_else(|| ConsulError::InvalidRequest {
+            context: ErrorContext::new("session adopt", session_id),
+            detail: "the session has no TTL, so it is not one this operator created".to_owned(),
+        })?;
+        self.register(
+            election,
+            client,
+            Confirmed {
+                id: entry.id,
+                pod: pod.to_owned(),
+                pod_uid: pod_uid.to_owned(),
+                ttl,
+                started,
+                stamp,
+            },
+        );
+        Ok(true)
+    }
+
+    /// The session registered for `election`, with its current health.
+    pub fn view(&self, election: &ElectionKey) -> Option<SessionView> {
+        self.inner
+            .sessions()
+            .get(election)
+            .map(|entry| entry.view.clone())
+    }
+
+    /// Destroys the session registered for `election` in Consul (through `client`, which
+    /// must address the Consul holding it), then stops renewing it and forgets it. Renewal
+    /// continues until Consul has confirmed, so a failed destroy changes nothing and can be
+    /// retried. Idempotent: without a registered session, nothing is sent.
+    pub async fn destroy(
+        &self,
+        election: &ElectionKey,
+        client: &ConsulClient,
+    ) -> Result<(), ConsulError> {
+        let Some((id, generation)) = self
+            .inner
+            .sessions()
+            .get(election)
+            .map(|entry| (entry.view.id.clone(), entry.generation))
+        else {
+            return Ok(());
+        };
+        client.destroy_session(&id).await?;
+        let mut sessions = self.inner.sessions();
+        if sessions
+            .get(election)
+            .is_some_and(|entry| entry.generation == generation)
+            && let Some(entry) = sessions.remove(election)
+        {
+            entry.renewer.abort();
+        }
+        Ok(())
+    }
+
+    /// Stops renewing the session of `election` and forgets it, without destroying it (it
+    /// expires in Consul 2×TTL after its last renewal).
+    pub fn forget(&self, election: &ElectionKey) {
+        if let Some(entry) = self.inner.sessions().remove(election) {
+            entry.renewer.abort();
+        }
+    }
+
+    /// Number of registered sessions (including lost ones not yet forgotten).
+    pub fn len(&self) -> usize {
+        self.inner.sessions().len()
+    }
+
+    /// Whether no session is registered.
+    pub fn is_empty(&self) -> bool {
+        self.inner.sessions().is_empty()
+    }
+
+    /// The current instant, on the tokio clock and on the wall clock.
+    fn now(&self) -> (Instant, Timestamp) {
+        (Instant::now(), (self.inner.clock)())
+    }
+
+    /// Registers a confirmed session as Alive and starts its renewal task, replacing (and
+    /// stopping) any earlier registration of `election`.
+    fn register(&self, election: &ElectionKey, client: &ConsulClient, session: Confirmed) {
+        let generation = self.inner.next_generation.fetch_add(1, Ordering::Relaxed);
+        let view = SessionView {
+            id: session.id.clone(),
+            pod: session.pod,
+            pod_uid: session.pod_uid,
+            health: SessionHealth::Alive {
+                renewed_at: session.stamp,
+            },
+            ttl: session.ttl,
+        };
+        let link = Link {
+            manager: Arc::downgrade(&self.inner),
+            election: election.clone(),
+            generation,
+        };
+        let renewal = Renewal {
+            ttl: session.ttl,
+            last_success: session.started,
+            renewed_at: session.stamp,
+            confirmed: true,
+        };
+        // Under the lock, so that the task cannot look for its entry before it exists.
+        let mut sessions = self.inner.sessions();
+        let renewer =
+            tokio::spawn(renew_loop(link, client.clone(), session.id, renewal)).abort_handle();
+        let entry = Entry {
+            view,
+            generation,
+            renewer,
+        };
+        if let Some(previous) = sessions.insert(election.clone(), entry) {
+            previous.renewer.abort();
+        }
+    }
+}
+
+/// A renewal task's handle on its registration.
+struct Link {
+    manager: Weak<Inner>,
+    election: ElectionKey,
+    generation: u64,
+}
+
+impl Link {
+    /// The wall clock, or `None` when the manager is gone.
+    fn stamp(&self) -> Option<Timestamp> {
+        self.manager.upgrade().map(|inner| (inner.clock)())
+    }
+
+    /// Stores the session's health and TTL, reporting the election when the health kind
+    /// changed. `false` when this registration no longer exists (the task should stop).
+    fn update(&self, health: SessionHealth, ttl: Duration) -> bool {
+        let Some(inner) = self.manager.upgrade() else {
+            return false;
+        };
+        let changed = {
+            let mut sessions = inner.sessions();
+            let Some(entry) = sessions
+                .get_mut(&self.election)
+                .filter(|entry| entry.generation == self.generation)
+            else {
+                return false;
+            };
+            let changed = discriminant(&entry.view.health) != discriminant(&health);
+            entry.view.health = health;
+            entry.view.ttl = ttl;
+            changed
+        };
+        if changed {
+            tracing::info!(election = %self.election, ?health, "consul session health changed");
+            // A closed channel means the controller is shutting down; nothing to tell.
+            let _ = inner.changes.send(self.election.clone());
+        }
+        true
+    }
+}
+
+/// What a renewal task knows about its session's last confirmation.
+struct Renewal {
+    ttl: Duration,
+    /// Start of the last successful request.
+    last_success: Instant,
+    /// The same instant on the wall clock.
+    renewed_at: Timestamp,
+    /// Still Alive (not yet a whole TTL without success).
+    confirmed: bool,
+}
+
+impl Renewal {
+    /// When the session stops being confirmed if no renewal succeeds first.
+    fn unconfirmed_at(&self) -> Instant {
+        self.last_success + self.ttl
+    }
+
+    /// Runs `work`; if the session is Alive and a whole TTL passes since the last success
+    /// before `work` finishes, marks it Unconfirmed (reporting it) and keeps waiting for
+    /// `work`. `None` when the registration is gone.
+    async fn confirming<F: Future>(&mut self, link: &Link, work: F) -> Option<F::Output> {
+        let mut work = pin!(work);
+        if self.confirmed {
+            tokio::select! {
+                output = work.as_mut() => return Some(output),
+                () = sleep_until(self.unconfirmed_at()) => {
+                    self.confirmed = false;
+                    let health = SessionHealth::Unconfirmed { renewed_at: self.renewed_at };
+                    if !link.update(health, self.ttl) {
+                        return None;
+                    }
+                }
+            }
+        }
+        Some(work.await)
+    }
+}
+
+/// Renews one session until it is lost, replaced or forgotten (then the task is aborted).
+async fn renew_loop(link: Link, client: ConsulClient, id: String, mut renewal: Renewal) {
+    let mut next = renewal.last_success + renewal.ttl / 2;
+    loop {
+        if renewal.confirming(&link, sleep_until(next)).await.is_none() {
+            return;
+        }
+        let started = Instant::now();
+        let Some(stamp) = link.stamp() else {
+            return;
+        };
+        // Boxed: the request future is large and only needed while it runs.
+        let request = Box::pin(client.renew_session(&id));
+        let Some(result) = renewal.confirming(&link, request).await else {
+            return;
+        };
+        let health = match result {
+            Ok(entry) => {
+                // Consul may answer with another TTL (reference §2.2, D4); follow it.
+                renewal.ttl = entry.ttl().unwrap_or(renewal.ttl);
+                renewal.last_success = started;
+                renewal.renewed_at = stamp;
+                renewal.confirmed = true;
+                next = started + renewal.ttl / 2;
+                SessionHealth::Alive { renewed_at: stamp }
+            }
+            Err(ConsulError::SessionNotFound { .. }) => {
+                link.update(SessionHealth::Lost, renewal.ttl);
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(
+                    election = %link.election,
+                    session = %id,
+                    category = error.category(),
+                    "consul session renewal failed, retrying in {RETRY_INTERVAL:?}: {error}"
+                );
+                next = Instant::now() + RETRY_INTERVAL;
+                continue;
+            }
+        };
+        if !link.update(health, renewal.ttl) {
+            return;
+        }
+    }
+}

@@ -1,0 +1,446 @@
+//! The session manager against the Consul emulator, on tokio's paused clock: creation,
+//! renewal cadence, transient failures, loss, adoption after a restart, destroy and forget,
+//! and 1,000 sessions within the connection cap.
+
+mod common;
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use consul_elector::consul::{ConsulClient, ConsulSettings, RetryPolicy, SessionRequest};
+use consul_elector::election::config::{Behavior, ElectionKey, SessionConfig};
+use consul_elector::election::observe::{SessionHealth, SessionView};
+use consul_elector::sessions::SessionManager;
+use jiff::Timestamp;
+use testkit::consul::{Emulator, Endpoint, Fault, FaultAction, SessionBehavior};
+use tokio::sync::mpsc::{self, UnboundedReceiver};
+
+use support::{election, next_report, pending_reports, tokio_clock_emulator};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn config() -> SessionConfig {
+    SessionConfig {
+        ttl: TTL,
+        lock_delay: Duration::from_secs(3),
+        behavior: Behavior::Delete,
+    }
+}
+
+/// The wall-clock time the manager stamps at emulator time `at`.
+fn stamp(at: Duration) -> Timestamp {
+    Timestamp::from_second(1_700_000_000).expect("valid timestamp") + at
+}
+
+struct Fixture {
+    emu: Emulator,
+    consul: ConsulClient,
+    manager: SessionManager,
+    reports: UnboundedReceiver<ElectionKey>,
+}
+
+impl Fixture {
+    /// An emulator on tokio's clock, a client that does not retry on its own (so every
+    /// renewal attempt is exactly one request) and a manager whose wall clock follows the
+    /// emulator's.
+    async fn new() -> Fixture {
+        let emu = tokio_clock_emulator().await;
+        let consul = ConsulClient::new(&ConsulSettings {
+            retry: RetryPolicy::no_retries(),
+            ..common::settings(&emu)
+        })
+        .unwrap();
+        let (manager, reports) = Self::manager(&emu);
+        Fixture {
+            emu,
+            consul,
+            manager,
+            reports,
+        }
+    }
+
+    /// Another manager (as in another operator process) with its own report channel.
+    fn manager(emu: &Emulator) -> (SessionManager, UnboundedReceiver<ElectionKey>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let clock_emu = emu.clone();
+        let manager = SessionManager::with_clock(tx, Arc::new(move || stamp(clock_emu.now())));
+        (manager, rx)
+    }
+
+    async fn create(&self, election: &ElectionKey, pod: &str) -> String {
+        self.manager
+            .create(
+                election,
+                &self.consul,
+                pod,
+                &format!("uid-{pod}"),
+                &config(),
+            )
+            .await
+            .unwrap()
+    }
+
+    /// Sleeps (virtually) until the emulator's clock reads `at`.
+    async fn sleep_until(&self, at: Duration) {
+        tokio::time::sleep(at.saturating_sub(self.emu.now())).await;
+    }
+
+    fn renewals(&self) -> u64 {
+        self.emu.stats().requests_to("session.renew")
+    }
+
+    fn health(&self, election: &ElectionKey) -> SessionHealth {
+        self.manager.view(election).unwrap().health
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn create_registers_a_ttl_session_and_renews_it_every_half_ttl() {
+    let mut f = Fixture::new().await;
+    let web = election("web");
+    let id = f.create(&web, "web-0").await;
+    let created = f.emu.now();
+
+    let stored = f.emu.session(&id).unwrap();
+    assert_eq!(stored.name, "consul-elector/shop/web/web-0");
+    assert_eq!(stored.ttl, "10s");
+    assert_eq!(stored.lock_delay, Duration::from_secs(3));
+    assert_eq!(stored.behavior, SessionBehavior::Delete);
+    assert!(stored.checks.is_empty(), "no node checks: {stored:?}");
+    assert_eq!(
+        f.manager.view(&web),
+        Some(SessionView {
+            id: id.clone(),
+            pod: "web-0".to_owned(),
+            pod_uid: "uid-web-0".to_owned(),
+            health: SessionHealth::Alive {
+                renewed_at: stamp(created)
+            },
+            ttl: TTL,
+        })
+    );
+    assert_eq!(f.manager.len(), 1);
+
+    // Twelve periods of TTL/2 (six TTLs, three times Consul's 2×TTL expiry): one renewal
+    // per period, checked in the middle of each period.
+    f.emu.reset_stats();
+    for period in 1..=12u32 {
+        f.sleep_until(created + TTL / 2 * period + TTL / 4).await;
+        assert_eq!(f.renewals(), u64::from(period), "period {period}");
+        assert_eq!(
+            f.health(&web),
+            SessionHealth::Alive {
+                renewed_at: stamp(created + TTL / 2 * period)
+            }
+        );
+    }
+    assert_eq!(f.emu.stats().total_requests(), 12, "nothing but renewals");
+    assert!(f.emu.session(&id).is_some(), "alive after six TTLs");
+    assert_eq!(pending_reports(&mut f.reports), vec![], "no health change");
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_shorter_than_a_ttl_keep_the_session_alive() {
+    let mut f = Fixture::new().await;
+    let web = election("web");
+    let id = f.create(&web, "web-0").await;
+    let created = f.emu.now();
+    let fault = f.emu.add_fault(Fault::always(
+        Endpoint::SessionRenew,
+        FaultAction::Respond {
+            status: 502,
+            body: "bad gateway".to_owned(),
+            retry_after: None,
+        },
+    ));
+    // Renewals fail at 5, 6, 7 and 8 s (one retry per second); the one at 9 s succeeds.
+    f.sleep_until(created + Duration::from_millis(8500)).await;
+    assert_eq!(f.renewals(), 4);
+    assert_eq!(
+        f.health(&web),
+        SessionHealth::Alive {
+            renewed_at: stamp(created)
+        }
+    );
+    f.emu.remove_fault(fault);
+    f.sleep_until(created + Duration::from_millis(9500)).await;
+    assert_eq!(
+        f.health(&web),
+        SessionHealth::Alive {
+            renewed_at: stamp(created + Duration::from_secs(9))
+        }
+    );
+    // Back to the TTL/2 cadence.
+    f.sleep_until(created + Duration::from_millis(14500)).await;
+    assert_eq!(f.renewals(), 6);
+    assert!(f.emu.session(&id).is_some());
+    assert_eq!(pending_reports(&mut f.reports), vec![]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_for_a_whole_ttl_make_the_session_unconfirmed_until_a_renewal_succeeds() {
+    let mut f = Fixture::new().await;
+    let web = election("web");
+    let id = f.create(&web, "web-0").await;
+    let created = f.emu.now();
+    let fault = f.emu.add_fault(Fault::always(
+        Endpoint::SessionRenew,
+        FaultAction::NoLeaderError,
+    ));
+
+    assert_eq!(next_report(&mut f.reports).await, web);
+    assert_eq!(f.emu.now(), created + TTL, "reported exactly one TTL after");
+    assert_eq!(
+        f.health(&web),
+        SessionHealth::Unconfirmed {
+            renewed_at: stamp(created)
+        }
+    );
+    // Retries continue once per second: at 5..=10 s so far.
+    f.sleep_until(created + Duration::from_millis(10500)).await;
+    assert_eq!(f.renewals(), 6);
+
+    f.sleep_until(created + Duration::from_millis(14500)).await;
+    assert_eq!(f.renewals(), 10);
+    assert_eq!(pending_reports(&mut f.reports), vec![], "reported once");
+    f.emu.remove_fault(fault);
+    assert_eq!(next_report(&mut f.reports).await, web);
+    assert_eq!(f.emu.now(), created + Duration::from_secs(15));
+    assert_eq!(
+        f.health(&web),
+        SessionHealth::Alive {
+            renewed_at: stamp(created + Duration::from_secs(15))
+        }
+    );
+    assert!(f.emu.session(&id).is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_consul_without_leader_makes_sessions_unconfirmed_and_a_new_leader_alive_again() {
+    let mut f = Fixture::new().await;
+    let web = election("web");
+    let id = f.create(&web, "web-0").await;
+    let created = f.emu.now();
+    f.emu.set_leader(false);
+
+    assert_eq!(next_report(&mut f.reports).await, web);
+    assert!(matches!(f.health(&web), SessionHealth::Unconfirmed { .. }));
+    // Without a leader no TTL fires: the session outlives 2×TTL and the retries go on.
+    f.sleep_until(created + TTL * 5).await;
+    assert!(f.emu.session(&id).is_some());
+    assert_eq!(pending_reports(&mut f.reports), vec![]);
+
+    f.emu.set_leader(true);
+    assert_eq!(next_report(&mut f.reports).await, web);
+    assert!(f.emu.now() <= created + TTL * 5 + Duration::from_secs(1));
+    assert!(matches!(f.health(&web), SessionHealth::Alive { .. }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_answered_404_loses_the_session_and_stops_renewing() {
+    let mut f = Fixture::new().await;
+    let web = election("web");
+    let id = f.create(&web, "web-0").await;
+    let created = f.emu.now();
+    assert!(f.emu.invalidate_session(&id));
+
+    assert_eq!(next_report(&mut f.reports).await, web);
+    assert_eq!(f.emu.now(), created + TTL / 2, "found at the next renewal");
+    assert_eq!(f.health(&web), SessionHealth::Lost);
+    f.emu.reset_stats();
+    f.sleep_until(created + TTL * 10).await;
+    assert_eq!(f.renewals(), 0, "renewal stopped");
+    assert_eq!(f.health(&web), SessionHealth::Lost, "kept until forgotten");
+    assert_eq!(pending_reports(&mut f.reports), vec![]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_operator_process_adopts_the_sessions_of_the_previous_one() {
+    let mut f = Fixture::new().await;
+    let web = election("web");
+    let id = f.create(&web, "web-0").await;
+    // The operator dies: its renewals stop with it. Its successor starts empty.
+    let (successor, mut reports) = Fixture::manager(&f.emu);
+    drop(std::mem::replace(&mut f.manager, successor.clone()));
+    f.emu.reset_stats();
+    tokio::time::sleep(TTL * 3 / 2).await;
+    assert_eq!(f.renewals(), 0);
+
+    let adopted = successor
+        .adopt(&web, &f.consul, &id, "web-0", "uid-web-0")
+        .await
+        .unwrap();
+    assert!(adopted);
+    let adopted_at = f.emu.now();
+    assert_eq!(f.renewals(), 1, "renewed at once");
+    assert_eq!(
+        successor.view(&web),
+        Some(SessionView {
+            id: id.clone(),
+            pod: "web-0".to_owned(),
+            pod_uid: "uid-web-0".to_owned(),
+            health: SessionHealth::Alive {
+                renewed_at: stamp(adopted_at)
+            },
+            ttl: TTL,
+        })
+    );
+    f.sleep_until(adopted_at + TTL * 5 + TTL / 4).await;
+    assert_eq!(f.renewals(), 11);
+    assert!(f.emu.session(&id).is_some());
+    assert_eq!(pending_reports(&mut reports), vec![]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn adopting_a_session_that_is_gone_registers_nothing() {
+    let f = Fixture::new().await;
+    let web = election("web");
+    let id = f
+        .consul
+        .create_session(&SessionRequest::new("consul-elector/shop/web/web-0").ttl(TTL))
+        .await
+        .unwrap();
+    f.consul.destroy_session(&id).await.unwrap();
+    let adopted = f
+        .manager
+        .adopt(&web, &f.consul, &id, "web-0", "uid-web-0")
+        .await
+        .unwrap();
+    assert!(!adopted);
+    assert_eq!(f.manager.view(&web), None);
+    assert!(f.manager.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn adoption_follows_the_ttl_consul_reports() {
+    let f = Fixture::new().await;
+    let web = election("web");
+    let ttl = Duration::from_secs(30);
+    let id = f
+        .consul
+        .create_session(&SessionRequest::new("consul-elector/shop/web/web-0").ttl(ttl))
+        .await
+        .unwrap();
+    assert!(
+        f.manager
+            .adopt(&web, &f.consul, &id, "web-0", "uid-web-0")
+            .await
+            .unwrap()
+    );
+    let adopted_at = f.emu.now();
+    assert_eq!(f.manager.view(&web).unwrap().ttl, ttl);
+    f.sleep_until(adopted_at + ttl * 2 + ttl / 4).await;
+    assert_eq!(f.renewals(), 1 + 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn create_replaces_the_previous_session_of_the_election() {
+    let f = Fixture::new().await;
+    let web = election("web");
+    let first = f.create(&web, "web-0").await;
+    let second = f.create(&web, "web-1").await;
+    assert_ne!(first, second);
+    assert!(f.emu.session(&first).is_none(), "destroyed");
+    assert!(f.emu.session(&second).is_some());
+    assert_eq!(f.manager.len(), 1);
+    assert_eq!(f.manager.view(&web).unwrap().pod, "web-1");
+    // Only the new session is renewed.
+    let replaced = f.emu.now();
+    f.emu.reset_stats();
+    f.sleep_until(replaced + TTL * 2 + TTL / 4).await;
+    assert_eq!(f.renewals(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn destroy_is_idempotent() {
+    let f = Fixture::new().await;
+    let web = election("web");
+    let id = f.create(&web, "web-0").await;
+    f.manager.destroy(&web, &f.consul).await.unwrap();
+    assert!(f.emu.session(&id).is_none());
+    assert_eq!(f.manager.view(&web), None);
+    assert!(f.manager.is_empty());
+
+    f.emu.reset_stats();
+    f.manager.destroy(&web, &f.consul).await.unwrap();
+    f.manager
+        .destroy(&election("never-created"), &f.consul)
+        .await
+        .unwrap();
+    tokio::time::sleep(TTL * 2).await;
+    assert_eq!(f.emu.stats().total_requests(), 0, "nothing left to do");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_destroy_keeps_renewing_so_it_can_be_retried() {
+    let f = Fixture::new().await;
+    let web = election("web");
+    let id = f.create(&web, "web-0").await;
+    let created = f.emu.now();
+    let fault = f.emu.add_fault(Fault::always(
+        Endpoint::SessionDestroy,
+        FaultAction::NoLeaderError,
+    ));
+    let error = f.manager.destroy(&web, &f.consul).await.unwrap_err();
+    assert_eq!(error.category(), "no_cluster_leader");
+    assert_eq!(f.manager.view(&web).unwrap().id, id);
+    f.emu.reset_stats();
+    f.sleep_until(created + TTL + TTL / 4).await;
+    assert_eq!(f.renewals(), 2, "still renewed");
+
+    f.emu.remove_fault(fault);
+    f.manager.destroy(&web, &f.consul).await.unwrap();
+    assert!(f.emu.session(&id).is_none());
+    assert!(f.manager.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn forget_stops_renewing_without_destroying() {
+    let f = Fixture::new().await;
+    let web = election("web");
+    let id = f.create(&web, "web-0").await;
+    let created = f.emu.now();
+    f.manager.forget(&web);
+    assert_eq!(f.manager.view(&web), None);
+    assert!(f.manager.is_empty());
+
+    f.emu.reset_stats();
+    f.sleep_until(created + TTL * 2 - Duration::from_millis(1))
+        .await;
+    assert!(f.emu.session(&id).is_some(), "not destroyed");
+    f.sleep_until(created + TTL * 2).await;
+    assert!(f.emu.session(&id).is_none(), "expired at 2×TTL");
+    assert_eq!(f.emu.stats().total_requests(), 0, "no renewal, no destroy");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_thousand_sessions_cost_one_renewal_each_per_half_ttl_within_the_connection_cap() {
+    const SESSIONS: u64 = 1000;
+    let mut f = Fixture::new().await;
+    let cap = common::settings(&f.emu).max_connections;
+    let elections: Vec<ElectionKey> = (0..SESSIONS)
+        .map(|i| election(&format!("app-{i}")))
+        .collect();
+    let creations = elections.iter().map(|e| f.create(e, "pod-0"));
+    let ids = futures::future::join_all(creations).await;
+    let created = f.emu.now();
+    assert_eq!(f.manager.len(), ids.len());
+    assert!(f.emu.stats().connections_max <= cap);
+
+    f.emu.reset_stats();
+    for period in 1..=6u64 {
+        f.sleep_until(created + TTL / 2 * u32::try_from(period).unwrap() + TTL / 4)
+            .await;
+        assert_eq!(f.renewals(), SESSIONS * period, "period {period}");
+    }
+    let stats = f.emu.stats();
+    assert_eq!(stats.total_requests(), SESSIONS * 6, "nothing but renewals");
+    assert!(stats.connections_max <= cap, "{stats:?}");
+    assert!(stats.in_flight_total_max <= cap, "{stats:?}");
+    for (election, id) in elections.iter().zip(&ids) {
+        assert!(matches!(f.health(election), SessionHealth::Alive { .. }));
+        assert!(f.emu.session(id).is_some());
+    }
+    assert_eq!(pending_reports(&mut f.reports), vec![]);
+}
