@@ -1,7 +1,7 @@
 //! Launching a cluster: the command lines of etcd, kube-apiserver and kube-controller-manager,
 //! started in that order, each waited for before the next.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use rustls::pki_types::CertificateDer;
@@ -51,16 +51,17 @@ async fn launch(
 ) -> Result<TestCluster, ClusterError> {
     let dir = ClusterDir::create()?;
     let credentials = Credentials::generate(dir.path())?;
-    let [
-        etcd_port,
-        etcd_peer_port,
-        apiserver_port,
-        controller_manager_port,
-    ] = ports::free_ports()?;
-    let server_url = format!("https://127.0.0.1:{apiserver_port}");
+    let ports = Ports::pick()?;
+    let server_url = format!("https://127.0.0.1:{}", ports.apiserver);
     let server_uri = server_url
         .parse()
         .map_err(|e| ClusterError::io("parsing the server URL")(std::io::Error::other(e)))?;
+    let log_dir = options
+        .log_dir
+        .clone()
+        .unwrap_or_else(|| dir.path().to_path_buf());
+    std::fs::create_dir_all(&log_dir)
+        .map_err(ClusterError::io(format!("creating {}", log_dir.display())))?;
     let mut cluster = TestCluster {
         processes: Mutex::new(Vec::new()),
         server_url,
@@ -71,22 +72,14 @@ async fn launch(
         controller_manager: options.controller_manager,
         dir,
     };
-    let log_dir = options
-        .log_dir
-        .clone()
-        .unwrap_or_else(|| cluster.dir.path().to_path_buf());
-    std::fs::create_dir_all(&log_dir)
-        .map_err(ClusterError::io(format!("creating {}", log_dir.display())))?;
-    let ports = Ports {
-        etcd: etcd_port,
-        etcd_peer: etcd_peer_port,
-        apiserver: apiserver_port,
-        controller_manager: controller_manager_port,
+    let plan = Plan {
+        dir: cluster.dir.path().to_path_buf(),
+        log_dir,
+        binaries,
+        credentials: &credentials,
+        ports,
     };
-    match cluster
-        .boot(options, binaries, &credentials, &ports, &log_dir)
-        .await
-    {
+    match plan.boot(&mut cluster).await {
         Ok(started) => {
             cluster.processes = Mutex::new(started);
             Ok(cluster)
@@ -98,7 +91,7 @@ async fn launch(
     }
 }
 
-/// The ports of one cluster.
+/// The loopback ports of one cluster.
 struct Ports {
     etcd: u16,
     etcd_peer: u16,
@@ -106,131 +99,175 @@ struct Ports {
     controller_manager: u16,
 }
 
-impl TestCluster {
-    /// Starts the processes of a [`launch`], each waited for before the next, and returns them
-    /// in start order; they are killed again (dropped) if a later step fails.
-    async fn boot(
-        &mut self,
-        options: &ClusterOptions,
-        binaries: &Binaries,
-        credentials: &Credentials,
-        ports: &Ports,
-        log_dir: &Path,
-    ) -> Result<Vec<ManagedProcess>, ClusterError> {
-        let dir = self.dir.path().to_path_buf();
-        let path = |name: &str| dir.join(name).display().to_string();
-
-        let etcd_url = format!("http://127.0.0.1:{}", ports.etcd);
-        let peer_url = format!("http://127.0.0.1:{}", ports.etcd_peer);
-        let mut etcd = ManagedProcess::spawn(
-            "etcd",
-            &binaries.etcd,
-            &[
-                "--name=default".into(),
-                format!("--data-dir={}", path("etcd")),
-                format!("--listen-client-urls={etcd_url}"),
-                format!("--advertise-client-urls={etcd_url}"),
-                format!("--listen-peer-urls={peer_url}"),
-                format!("--initial-advertise-peer-urls={peer_url}"),
-                format!("--initial-cluster=default={peer_url}"),
-                "--logger=zap".into(),
-            ],
-            log_dir.join("etcd.log"),
-        )?;
-        let probe = readiness::health_client(&etcd_url).map_err(|e| etcd.not_ready(e))?;
-        readiness::wait_until(&mut etcd, "/health", || {
-            readiness::get_ok(&probe, "/health")
+impl Ports {
+    /// Free ports for every process.
+    fn pick() -> Result<Self, ClusterError> {
+        let [etcd, etcd_peer, apiserver, controller_manager] = ports::free_ports()?;
+        Ok(Self {
+            etcd,
+            etcd_peer,
+            apiserver,
+            controller_manager,
         })
-        .await?;
-        let mut started = vec![etcd];
+    }
+}
 
-        let mut apiserver = ManagedProcess::spawn(
-            "kube-apiserver",
-            &binaries.apiserver,
-            &[
-                format!("--etcd-servers={etcd_url}"),
-                format!("--cert-dir={}", path("certs")),
-                format!("--secure-port={}", ports.apiserver),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--authorization-mode=RBAC".into(),
-                format!("--token-auth-file={}", credentials.token_file.display()),
-                "--service-account-issuer=https://kubernetes.default.svc".into(),
-                format!(
-                    "--service-account-key-file={}",
-                    credentials.sa_pub.display()
-                ),
-                format!(
-                    "--service-account-signing-key-file={}",
-                    credentials.sa_key.display()
-                ),
-                "--disable-admission-plugins=ServiceAccount".into(),
-            ],
-            log_dir.join("kube-apiserver.log"),
-        )?;
-        let probe =
-            readiness::health_client(&self.server_url).map_err(|e| apiserver.not_ready(e))?;
-        readiness::wait_until(&mut apiserver, "/readyz", || {
-            readiness::get_ok(&probe, "/readyz")
-        })
-        .await?;
-        // The apiserver writes its self-signed serving certificate (and its CA) before serving.
-        let ca_file = dir.join("certs").join("apiserver.crt");
+/// Everything the command lines of one cluster are made of.
+struct Plan<'a> {
+    dir: PathBuf,
+    log_dir: PathBuf,
+    binaries: &'a Binaries,
+    credentials: &'a Credentials,
+    ports: Ports,
+}
+
+impl Plan<'_> {
+    /// Starts the processes of `cluster`, each waited for before the next, and returns them in
+    /// start order; they are killed again (dropped) if a later step fails. Sets the cluster's
+    /// CA and writes its kubeconfig once the apiserver has made its certificate.
+    async fn boot(&self, cluster: &mut TestCluster) -> Result<Vec<ManagedProcess>, ClusterError> {
+        let mut started = vec![self.etcd().await?];
+        let mut apiserver = self.apiserver().await?;
+        // The apiserver wrote its self-signed serving certificate (and its CA) before serving.
+        let ca_file = self.dir.join("certs").join("apiserver.crt");
         let ca_pem = std::fs::read(&ca_file)
             .map_err(ClusterError::io(format!("reading {}", ca_file.display())))?;
-        self.server_ca = CertificateDer::pem_slice_iter(&ca_pem)
+        cluster.server_ca = CertificateDer::pem_slice_iter(&ca_pem)
             .map(|cert| cert.map(|der| der.to_vec()))
             .collect::<Result<_, _>>()
             .map_err(|e| apiserver.not_ready(format!("unreadable {}: {e}", ca_file.display())))?;
         kubeconfig::write(
-            &self.kubeconfig,
-            &self.server_url,
+            &cluster.kubeconfig,
+            &cluster.server_url,
             &ca_pem,
-            &self.admin_token,
+            &cluster.admin_token,
         )?;
-        // The admin client proves the token, the certificate and the storage path all work.
-        let admin = self.client().await;
-        readiness::wait_until(&mut apiserver, "namespace list as admin", || {
+        // The admin client proves that the token, the certificate and storage all work.
+        let admin = cluster.client().await;
+        readiness::wait_until(&mut apiserver, "a namespace list as admin", || {
             list_namespaces(&admin)
         })
         .await?;
         started.push(apiserver);
-
-        if options.controller_manager {
-            let mut controller_manager = ManagedProcess::spawn(
-                "kube-controller-manager",
-                &binaries.controller_manager,
-                &[
-                    format!("--kubeconfig={}", self.kubeconfig.display()),
-                    format!("--controllers={CONTROLLERS}"),
-                    format!(
-                        "--service-account-private-key-file={}",
-                        credentials.sa_key.display()
-                    ),
-                    format!("--root-ca-file={}", ca_file.display()),
-                    "--use-service-account-credentials=false".into(),
-                    "--leader-elect=false".into(),
-                    "--port=0".into(),
-                    format!("--secure-port={}", ports.controller_manager),
-                    "--bind-address=127.0.0.1".into(),
-                    format!("--cert-dir={}", path("kcm-certs")),
-                    // Parallel tests create many objects; the defaults (20/30) throttle.
-                    "--kube-api-qps=200".into(),
-                    "--kube-api-burst=400".into(),
-                ],
-                log_dir.join("kube-controller-manager.log"),
-            )?;
-            let url = format!("https://127.0.0.1:{}", ports.controller_manager);
-            let probe =
-                readiness::health_client(&url).map_err(|e| controller_manager.not_ready(e))?;
-            readiness::wait_until(&mut controller_manager, "/healthz", || {
-                readiness::get_ok(&probe, "/healthz")
-            })
-            .await?;
-            started.push(controller_manager);
+        if cluster.controller_manager {
+            started.push(
+                self.controller_manager(&cluster.kubeconfig, &ca_file)
+                    .await?,
+            );
         }
         Ok(started)
+    }
+
+    /// etcd, serving `/health`.
+    async fn etcd(&self) -> Result<ManagedProcess, ClusterError> {
+        let peer_url = format!("http://127.0.0.1:{}", self.ports.etcd_peer);
+        let url = self.etcd_url();
+        let args = [
+            "--name=default".into(),
+            format!("--data-dir={}", self.path("etcd")),
+            format!("--listen-client-urls={url}"),
+            format!("--advertise-client-urls={url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=default={peer_url}"),
+            "--logger=zap".into(),
+        ];
+        self.start("etcd", &self.binaries.etcd, &args, &url, "/health")
+            .await
+    }
+
+    /// kube-apiserver, serving `/readyz`.
+    async fn apiserver(&self) -> Result<ManagedProcess, ClusterError> {
+        let credentials = self.credentials;
+        let args = [
+            format!("--etcd-servers={}", self.etcd_url()),
+            format!("--cert-dir={}", self.path("certs")),
+            format!("--secure-port={}", self.ports.apiserver),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--authorization-mode=RBAC".into(),
+            format!("--token-auth-file={}", credentials.token_file.display()),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!(
+                "--service-account-key-file={}",
+                credentials.sa_pub.display()
+            ),
+            format!(
+                "--service-account-signing-key-file={}",
+                credentials.sa_key.display()
+            ),
+            "--disable-admission-plugins=ServiceAccount".into(),
+        ];
+        let url = format!("https://127.0.0.1:{}", self.ports.apiserver);
+        self.start(
+            "kube-apiserver",
+            &self.binaries.apiserver,
+            &args,
+            &url,
+            "/readyz",
+        )
+        .await
+    }
+
+    /// kube-controller-manager (as admin through `kubeconfig`), serving `/healthz`.
+    async fn controller_manager(
+        &self,
+        kubeconfig: &Path,
+        ca_file: &Path,
+    ) -> Result<ManagedProcess, ClusterError> {
+        let args = [
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--controllers={CONTROLLERS}"),
+            format!(
+                "--service-account-private-key-file={}",
+                self.credentials.sa_key.display()
+            ),
+            format!("--root-ca-file={}", ca_file.display()),
+            "--use-service-account-credentials=false".into(),
+            "--leader-elect=false".into(),
+            "--port=0".into(),
+            format!("--secure-port={}", self.ports.controller_manager),
+            "--bind-address=127.0.0.1".into(),
+            format!("--cert-dir={}", self.path("kcm-certs")),
+            // Parallel tests create many objects; the defaults (20/30) throttle.
+            "--kube-api-qps=200".into(),
+            "--kube-api-burst=400".into(),
+        ];
+        let url = format!("https://127.0.0.1:{}", self.ports.controller_manager);
+        let program = &self.binaries.controller_manager;
+        self.start("kube-controller-manager", program, &args, &url, "/healthz")
+            .await
+    }
+
+    /// Spawns `program` (log `<log_dir>/<name>.log`) and waits until `GET <url><health_path>`
+    /// answers 2xx.
+    async fn start(
+        &self,
+        name: &'static str,
+        program: &Path,
+        args: &[String],
+        url: &str,
+        health_path: &str,
+    ) -> Result<ManagedProcess, ClusterError> {
+        let log = self.log_dir.join(format!("{name}.log"));
+        let mut process = ManagedProcess::spawn(name, program, args, log)?;
+        let probe = readiness::health_client(url).map_err(|e| process.not_ready(e))?;
+        readiness::wait_until(&mut process, health_path, || {
+            readiness::get_ok(&probe, health_path)
+        })
+        .await?;
+        Ok(process)
+    }
+
+    /// The client URL of etcd.
+    fn etcd_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.ports.etcd)
+    }
+
+    /// `name` in the cluster directory, as a flag value.
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
     }
 }
 
