@@ -57,8 +57,8 @@ impl Default for SimulatorOptions {
 pub struct PodSimulator {
     shared: Arc<Shared>,
     dispatcher: JoinHandle<()>,
-    /// Creates the Nodes (done unless the API server failed at start).
-    nodes: JoinHandle<()>,
+    /// Still creating the Nodes (only when the API server failed at start).
+    creating_nodes: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for PodSimulator {
@@ -75,10 +75,15 @@ impl PodSimulator {
     /// simulator never gives up on a transient error.
     pub async fn start(client: Client, namespace: &str, options: SimulatorOptions) -> Self {
         let pool = NodePool::new(options.nodes);
-        let mut nodes = tokio::spawn(nodes::create_nodes(Api::all(client.clone()), pool.count()));
-        if tokio::time::timeout(NODES_WAIT, &mut nodes).await.is_err() {
-            tracing::error!("pod simulator: the nodes are not created yet; still trying");
-        }
+        let mut creating =
+            tokio::spawn(nodes::create_nodes(Api::all(client.clone()), pool.count()));
+        let creating_nodes = match tokio::time::timeout(NODES_WAIT, &mut creating).await {
+            Ok(_) => None,
+            Err(_) => {
+                tracing::error!("pod simulator: the nodes are not created yet; still trying");
+                Some(creating)
+            }
+        };
         let shared = Arc::new(Shared {
             namespace: namespace.to_owned(),
             api: Api::namespaced(client, namespace),
@@ -93,7 +98,7 @@ impl PodSimulator {
         Self {
             shared,
             dispatcher,
-            nodes,
+            creating_nodes,
         }
     }
 
@@ -147,7 +152,9 @@ impl PodSimulator {
             let _ = task.await;
         }
         let _ = (&mut self.dispatcher).await;
-        let _ = (&mut self.nodes).await;
+        if let Some(creating) = self.creating_nodes.take() {
+            let _ = creating.await;
+        }
     }
 
     async fn set_node_failed(&self, node: &str, failed: bool) {
@@ -185,7 +192,9 @@ impl PodSimulator {
     /// Aborts every task; returns the workers' handles.
     fn abort_all(&self) -> Vec<JoinHandle<()>> {
         self.dispatcher.abort();
-        self.nodes.abort();
+        if let Some(creating) = &self.creating_nodes {
+            creating.abort();
+        }
         let records = std::mem::take(&mut self.shared.lock().pods);
         records
             .into_values()

@@ -80,11 +80,6 @@ impl Worker {
         let mut refreshes = 0;
         loop {
             let epoch = *self.changes.borrow_and_update();
-            match self.pod_rx.has_changed() {
-                Ok(true) => self.pod = self.pod_rx.borrow_and_update().clone(),
-                Ok(false) => {}
-                Err(_) => return,
-            }
             let wake_at = match self.step().await {
                 Ok(Outcome::Refreshed) if refreshes < MAX_REFRESHES => {
                     refreshes += 1;
@@ -113,7 +108,8 @@ impl Worker {
         }
     }
 
-    /// Waits for a new pod version, a command or `wake_at`; false once the pod is gone.
+    /// Waits for a new pod version (which it takes), a command or `wake_at`; false once
+    /// the pod is gone.
     async fn wait(&mut self, wake_at: Option<Instant>) -> bool {
         let timer = async {
             match wake_at {
@@ -122,7 +118,13 @@ impl Worker {
             }
         };
         tokio::select! {
-            changed = self.pod_rx.changed() => changed.is_ok(),
+            changed = self.pod_rx.changed() => {
+                if changed.is_err() {
+                    return false;
+                }
+                self.pod = self.pod_rx.borrow_and_update().clone();
+                true
+            }
             changed = self.changes.changed() => changed.is_ok(),
             () = timer => true,
         }
@@ -130,6 +132,14 @@ impl Worker {
 
     async fn step(&mut self) -> Result<Outcome, kube::Error> {
         let node = self.pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        tracing::debug!(
+            namespace = self.shared.namespace(),
+            pod = self.name,
+            resource_version = self.pod.metadata.resource_version,
+            node,
+            terminating = self.pod.metadata.deletion_timestamp.is_some(),
+            "pod simulator: step"
+        );
         let Some(node) = node else {
             if self.pod.metadata.deletion_timestamp.is_some() {
                 // Unscheduled pods are deleted by the API server itself (or wait for
@@ -281,6 +291,11 @@ impl Worker {
 
     /// Re-reads the pod after a conflict.
     async fn refresh(&mut self) -> Result<Outcome, kube::Error> {
+        tracing::debug!(
+            namespace = self.shared.namespace(),
+            pod = self.name,
+            "pod simulator: status write conflicted; re-reading"
+        );
         match self.shared.api.get_opt(&self.name).await? {
             Some(pod) if pod.metadata.uid.as_deref() == Some(&self.uid) => {
                 self.pod = pod;
