@@ -57,5 +57,5 @@ mod workloads;
 pub use simulator::{PodSimulator, SimulatorOptions};
 pub use workloads::{
     RESTARTED_AT_ANNOTATION, SIM_IMAGE, WorkloadError, create_deployment, deployment_manifest,
-    is_pod_ready, rolling_update, wait_deployment_ready, wait_for_pods,
+    is_pod_ready, rolling_update, wait_deployment_ready, wait_for, wait_for_pods,
 };

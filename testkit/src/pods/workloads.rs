@@ -144,8 +144,7 @@ pub async fn wait_deployment_ready(
 ) -> Result<Deployment, WorkloadError> {
     let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let what = format!("deployment {namespace}/{name} to be ready");
-    watch_until(api, config, what, timeout, |deployments| {
+    wait_for(api, config, timeout, |deployments| {
         deployments.iter().find(|d| is_rolled_out(d)).cloned()
     })
     .await
@@ -218,20 +217,19 @@ pub async fn wait_for_pods(
 ) -> Result<Vec<Pod>, WorkloadError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let config = watcher::Config::default().labels(selector);
-    let what = format!("pods {namespace}/{{{selector}}} to satisfy the predicate");
-    watch_until(api, config, what, timeout, |pods| {
+    wait_for(api, config, timeout, |pods| {
         pred(pods).then(|| pods.to_vec())
     })
     .await
 }
 
-/// Watches the objects `config` selects until `decide` returns something for the full,
-/// name-sorted set; watch errors are logged and retried (the watcher re-lists) until
-/// `timeout`.
-async fn watch_until<K, T>(
+/// Watches the objects of `api` that `config` selects until `decide` returns something for
+/// the complete, name-sorted set of them (evaluated after the initial list and after every
+/// change), and returns that. Watch errors are logged and retried (the watcher re-lists)
+/// until `timeout`.
+pub async fn wait_for<K, T>(
     api: Api<K>,
     config: watcher::Config,
-    what: String,
     timeout: Duration,
     decide: impl Fn(&[K]) -> Option<T>,
 ) -> Result<T, WorkloadError>
@@ -239,6 +237,12 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
+    let what = format!(
+        "{} (labels {:?}, fields {:?})",
+        api.resource_url(),
+        config.label_selector.as_deref().unwrap_or_default(),
+        config.field_selector.as_deref().unwrap_or_default(),
+    );
     let (store, writer) = reflector::store();
     let events = reflector(writer, watcher(api, config)).default_backoff();
     let wait = async {
