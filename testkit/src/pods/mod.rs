@@ -43,9 +43,10 @@
 //!   workers and wait for their acknowledgement.
 //! - `worker`: one pod's level-triggered loop (bind, write status, terminate) and its API
 //!   calls; `status`: pure rendering and comparison of pod status; `nodes`: node names,
-//!   addresses, the round-robin pool and the Node objects; `retry`: the
-//!   bounded retry delay.
-//! - `workloads`: Deployment helpers and watch-based waits for tests.
+//!   addresses, the round-robin pool and the Node objects; `retry`: the bounded retry
+//!   delay and API status codes.
+//! - `workloads`: Deployment helpers and watch-based waits for tests ([`wait_for`] for any
+//!   resource). They return [`WorkloadError`] rather than panicking; tests unwrap.
 
 mod nodes;
 mod retry;

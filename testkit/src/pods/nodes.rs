@@ -164,7 +164,11 @@ pub(crate) async fn create_nodes(api: Api<Node>, count: usize) {
             Ok(()) => return,
             Err(error) => {
                 let delay = backoff.next_delay();
-                tracing::warn!(%error, ?delay, "pod simulator: creating the nodes failed; retrying");
+                tracing::warn!(
+                    %error,
+                    ?delay,
+                    "pod simulator: creating the nodes failed; retrying"
+                );
                 tokio::time::sleep(delay).await;
             }
         }

@@ -91,6 +91,7 @@ impl PodSimulator {
             state: Mutex::new(State {
                 pool,
                 pods: HashMap::new(),
+                stopped: false,
             }),
             changes: watch::Sender::new(0),
         });
@@ -195,7 +196,13 @@ impl PodSimulator {
         if let Some(creating) = &self.creating_nodes {
             creating.abort();
         }
-        let records = std::mem::take(&mut self.shared.lock().pods);
+        let records = {
+            let mut state = self.shared.lock();
+            // The dispatcher may be mid-event on another thread: it must not start a worker
+            // after this drain.
+            state.stopped = true;
+            std::mem::take(&mut state.pods)
+        };
         records
             .into_values()
             .map(|record| {
@@ -241,7 +248,11 @@ async fn dispatch(shared: Arc<Shared>) {
                 }
             }
             Err(error) => {
-                tracing::warn!(%error, namespace = shared.namespace, "pod simulator: pod watch failed");
+                tracing::warn!(
+                    %error,
+                    namespace = shared.namespace,
+                    "pod simulator: pod watch failed"
+                );
             }
         }
     }
@@ -265,6 +276,8 @@ struct State {
     pool: NodePool,
     /// Every pod the watcher reported and that still exists, by UID.
     pods: HashMap<String, PodRecord>,
+    /// Set when the simulator stops; no worker starts afterwards.
+    stopped: bool,
 }
 
 /// One pod: its worker's plumbing and the simulator's decisions about it.
@@ -299,6 +312,9 @@ impl Shared {
             return;
         };
         let mut state = self.lock();
+        if state.stopped {
+            return;
+        }
         if let Some(record) = state.pods.get(&uid) {
             record.pod.send_replace(pod);
             return;

@@ -97,7 +97,13 @@ impl Worker {
                 }
                 Err(error) => {
                     let delay = self.backoff.next_delay();
-                    tracing::warn!(%error, namespace = self.shared.namespace(), pod = self.name, ?delay, "pod simulator: API call failed; retrying");
+                    tracing::warn!(
+                        %error,
+                        namespace = self.shared.namespace(),
+                        pod = self.name,
+                        ?delay,
+                        "pod simulator: API call failed; retrying"
+                    );
                     Some(Instant::now() + delay)
                 }
             };
