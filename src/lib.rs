@@ -6,6 +6,7 @@ pub mod consul;
 pub mod election;
 pub mod http;
 pub mod k8s;
+pub mod locks;
 pub mod metrics;
 pub mod sessions;
 

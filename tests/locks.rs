@@ -1,0 +1,360 @@
+//! The lock watcher against the Consul emulator, on tokio's paused clock: one blocking query
+//! per (address, datacenter, token, prefix) group, exact change reports, Consul outages,
+//! unwatching and direct refreshes.
+
+mod common;
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use consul_elector::consul::{
+    ConsulClient, ConsulToken, Overrides, SessionBehavior, SessionRequest,
+};
+use consul_elector::election::config::ElectionKey;
+use consul_elector::election::observe::LockView;
+use consul_elector::locks::LockWatcher;
+use testkit::consul::{Emulator, Endpoint, Fault, FaultAction};
+use tokio::sync::mpsc::{self, UnboundedReceiver};
+
+use support::{election, next_report, pending_reports, tokio_clock_emulator};
+
+/// How long the watcher's blocking queries wait.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The default key of an election.
+fn default_key(election: &ElectionKey) -> String {
+    format!("elector/{}/{}/leader", election.namespace, election.name)
+}
+
+struct Fixture {
+    emu: Emulator,
+    consul: ConsulClient,
+    watcher: LockWatcher,
+    reports: UnboundedReceiver<ElectionKey>,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        let emu = tokio_clock_emulator().await;
+        let consul = common::client(&emu);
+        let (tx, reports) = mpsc::unbounded_channel();
+        Fixture {
+            emu,
+            consul,
+            watcher: LockWatcher::new(tx, WAIT),
+            reports,
+        }
+    }
+
+    /// Watches the default key of every election and waits until the first read reported
+    /// them all and `queries` blocking queries are parked.
+    async fn watch_defaults(&mut self, elections: &[ElectionKey], queries: usize) {
+        for election in elections {
+            self.watcher
+                .watch(election, &self.consul, &default_key(election));
+        }
+        self.emu.wait_for_blocked_queries(queries).await;
+        let reported: BTreeSet<ElectionKey> =
+            pending_reports(&mut self.reports).into_iter().collect();
+        let expected: BTreeSet<ElectionKey> = elections.iter().cloned().collect();
+        assert_eq!(reported, expected, "the first read reports every election");
+    }
+
+    /// The next report, which must be the only one pending.
+    async fn only_report(&mut self) -> ElectionKey {
+        let report = next_report(&mut self.reports).await;
+        assert_eq!(pending_reports(&mut self.reports), vec![], "after {report}");
+        report
+    }
+
+    /// The reports of one event that concerns all of `elections`, each reported once.
+    async fn reports_of(&mut self, elections: &[ElectionKey]) -> BTreeSet<ElectionKey> {
+        let mut reported = Vec::new();
+        for _ in elections {
+            reported.push(next_report(&mut self.reports).await);
+        }
+        reported.extend(pending_reports(&mut self.reports));
+        assert_eq!(reported.len(), elections.len(), "{reported:?}");
+        reported.into_iter().collect()
+    }
+
+    async fn session(&self, behavior: SessionBehavior) -> String {
+        self.consul
+            .create_session(
+                &SessionRequest::new("holder")
+                    .ttl(Duration::from_secs(30))
+                    .lock_delay(Duration::ZERO)
+                    .behavior(behavior),
+            )
+            .await
+            .unwrap()
+    }
+
+    async fn parked(&self) -> usize {
+        self.emu.blocked_queries().await
+    }
+}
+
+/// Lets every answer in flight be processed: paused time only moves on once the runtime
+/// has nothing left to do.
+async fn settle() {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+fn elections(count: usize) -> Vec<ElectionKey> {
+    (0..count).map(|i| election(&format!("app-{i}"))).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hundred_default_keys_share_one_blocking_query() {
+    let mut f = Fixture::new().await;
+    let all = elections(100);
+    f.watch_defaults(&all, 1).await;
+    assert_eq!(f.parked().await, 1);
+    assert_eq!(
+        f.emu.stats().requests_to("kv.get"),
+        2,
+        "one read, one long poll"
+    );
+    assert!(all.iter().all(|e| f.watcher.lock(e) == LockView::Absent));
+
+    // Acquire, release, re-acquire, session destroyed, key deleted: each reports exactly
+    // the election of that key.
+    let target = &all[42];
+    let key = default_key(target);
+    let sid = f.session(SessionBehavior::Release).await;
+    let value = br#"{"pod":"web-0"}"#;
+    assert!(f.consul.kv_acquire(&key, &sid, value, 0).await.unwrap());
+    assert_eq!(f.only_report().await, *target);
+    assert_eq!(
+        f.watcher.lock(target),
+        LockView::Held {
+            session: sid.clone(),
+            lock_index: 1,
+            value: Some(value.to_vec()),
+        }
+    );
+
+    assert!(f.consul.kv_release(&key, &sid, value, 0).await.unwrap());
+    assert_eq!(f.only_report().await, *target);
+    assert_eq!(f.watcher.lock(target), LockView::Free { lock_index: 1 });
+
+    assert!(f.consul.kv_acquire(&key, &sid, value, 0).await.unwrap());
+    assert_eq!(f.only_report().await, *target);
+    f.consul.destroy_session(&sid).await.unwrap();
+    assert_eq!(f.only_report().await, *target);
+    assert_eq!(f.watcher.lock(target), LockView::Free { lock_index: 2 });
+
+    assert!(f.consul.kv_delete(&key, None).await.unwrap());
+    assert_eq!(f.only_report().await, *target);
+    assert_eq!(f.watcher.lock(target), LockView::Absent);
+
+    // A key under the prefix that no election uses wakes the query but reports nothing.
+    f.consul.kv_put("elector/unrelated", b"x", 0).await.unwrap();
+    settle().await;
+    assert_eq!(pending_reports(&mut f.reports), vec![]);
+    f.consul
+        .kv_put(&default_key(&all[7]), b"y", 0)
+        .await
+        .unwrap();
+    assert_eq!(f.only_report().await, all[7]);
+    f.emu.wait_for_blocked_queries(1).await;
+    assert_eq!(f.parked().await, 1, "still one query");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_with_delete_behavior_removes_the_key_and_reports_it() {
+    let mut f = Fixture::new().await;
+    let all = elections(3);
+    f.watch_defaults(&all, 1).await;
+    let key = default_key(&all[1]);
+    let sid = f.session(SessionBehavior::Delete).await;
+    assert!(f.consul.kv_acquire(&key, &sid, b"", 0).await.unwrap());
+    assert_eq!(f.only_report().await, all[1]);
+    assert!(matches!(
+        f.watcher.lock(&all[1]),
+        LockView::Held { value: None, .. }
+    ));
+    assert!(f.emu.invalidate_session(&sid));
+    assert_eq!(f.only_report().await, all[1]);
+    assert_eq!(f.watcher.lock(&all[1]), LockView::Absent);
+}
+
+#[tokio::test(start_paused = true)]
+async fn queries_are_one_per_prefix_slashless_key_and_token() {
+    let mut f = Fixture::new().await;
+    let (a, b, c, d, e) = (
+        election("a"),
+        election("b"),
+        election("c"),
+        election("d"),
+        election("e"),
+    );
+    let other_token = f
+        .consul
+        .with_overrides(Overrides {
+            token: ConsulToken::new("another-token"),
+            ..Overrides::default()
+        })
+        .unwrap();
+    f.watcher.watch(&a, &f.consul, "elector/shop/a/leader");
+    f.watcher.watch(&b, &f.consul, "custom/shop/b/leader");
+    f.watcher.watch(&c, &f.consul, "custom/c");
+    f.watcher.watch(&d, &f.consul, "plain-key");
+    f.watcher.watch(&e, &other_token, "elector/shop/e/leader");
+    f.emu.wait_for_blocked_queries(4).await;
+    assert_eq!(f.parked().await, 4);
+    let first: BTreeSet<ElectionKey> = pending_reports(&mut f.reports).into_iter().collect();
+    assert_eq!(first.len(), 5);
+
+    f.consul.kv_put("custom/c", b"1", 0).await.unwrap();
+    assert_eq!(f.only_report().await, c);
+    f.consul.kv_put("plain-key", b"1", 0).await.unwrap();
+    assert_eq!(f.only_report().await, d);
+    // Both tokens' queries see the write; only e watches this key.
+    f.consul
+        .kv_put("elector/shop/e/leader", b"1", 0)
+        .await
+        .unwrap();
+    assert_eq!(next_report(&mut f.reports).await, e);
+    settle().await;
+    assert_eq!(pending_reports(&mut f.reports), vec![]);
+    assert_eq!(f.parked().await, 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unavailable_consul_makes_the_group_unknown_once_and_recovery_reports_again() {
+    let mut f = Fixture::new().await;
+    let all = elections(3);
+    f.watch_defaults(&all, 1).await;
+    let fault = f.emu.add_fault(Fault {
+        endpoint: Endpoint::KvPrefix("elector/".to_owned()),
+        method: Some(http::Method::GET),
+        action: FaultAction::NoLeaderError,
+        times: None,
+    });
+
+    // The parked query answers at its wait; the next read fails.
+    let expected: BTreeSet<ElectionKey> = all.iter().cloned().collect();
+    assert_eq!(f.reports_of(&all).await, expected);
+    assert!(all.iter().all(|e| f.watcher.lock(e) == LockView::Unknown));
+    // Retries back off and do not report again. Without backoff the client's quick
+    // retries would send thousands of reads in these five minutes; with it (1 s doubling
+    // to 30 s, full jitter, 3 client attempts each) about 80 go out.
+    tokio::time::sleep(WAIT * 5).await;
+    assert_eq!(pending_reports(&mut f.reports), vec![]);
+    let reads = f.emu.stats().requests_to("kv.get");
+    assert!(reads < 150, "{reads} reads");
+
+    f.emu.remove_fault(fault);
+    assert_eq!(f.reports_of(&all).await, expected);
+    assert!(all.iter().all(|e| f.watcher.lock(e) == LockView::Absent));
+    f.emu.wait_for_blocked_queries(1).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_without_a_cluster_leader_is_unknown() {
+    let mut f = Fixture::new().await;
+    let all = elections(2);
+    f.watch_defaults(&all, 1).await;
+    f.emu.set_leader(false);
+    let expected: BTreeSet<ElectionKey> = all.iter().cloned().collect();
+    assert_eq!(f.reports_of(&all).await, expected);
+    assert!(all.iter().all(|e| f.watcher.lock(e) == LockView::Unknown));
+
+    f.emu.set_leader(true);
+    assert_eq!(f.reports_of(&all).await, expected);
+    assert!(all.iter().all(|e| f.watcher.lock(e) == LockView::Absent));
+}
+
+#[tokio::test(start_paused = true)]
+async fn unwatching_the_last_election_stops_the_query() {
+    let mut f = Fixture::new().await;
+    let all = elections(2);
+    f.watch_defaults(&all, 1).await;
+
+    f.watcher.unwatch(&all[0]);
+    assert_eq!(f.watcher.lock(&all[0]), LockView::Unknown, "not watched");
+    f.consul
+        .kv_put(&default_key(&all[0]), b"1", 0)
+        .await
+        .unwrap();
+    f.consul
+        .kv_put(&default_key(&all[1]), b"1", 0)
+        .await
+        .unwrap();
+    assert_eq!(f.only_report().await, all[1], "the group goes on");
+
+    f.watcher.unwatch(&all[1]);
+    f.emu.reset_stats();
+    tokio::time::sleep(WAIT * 10).await;
+    assert_eq!(f.parked().await, 0);
+    assert_eq!(f.emu.stats().requests_to("kv.get"), 0, "no query any more");
+    f.consul
+        .kv_put(&default_key(&all[1]), b"2", 0)
+        .await
+        .unwrap();
+    assert_eq!(pending_reports(&mut f.reports), vec![]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn moving_an_election_to_another_key_re_registers_it() {
+    let mut f = Fixture::new().await;
+    let web = election("web");
+    f.watch_defaults(std::slice::from_ref(&web), 1).await;
+    f.watcher.watch(&web, &f.consul, &default_key(&web));
+    assert_eq!(pending_reports(&mut f.reports), vec![], "idempotent");
+
+    f.consul.kv_put("custom/web", b"1", 0).await.unwrap();
+    f.watcher.watch(&web, &f.consul, "custom/web");
+    // The new group's first read reports the election; the old query has stopped.
+    assert_eq!(f.only_report().await, web);
+    assert!(matches!(f.watcher.lock(&web), LockView::Free { .. }));
+    f.emu.wait_for_blocked_queries(1).await;
+    tokio::time::sleep(WAIT * 2).await;
+    assert_eq!(f.parked().await, 1);
+    f.consul.kv_put(&default_key(&web), b"1", 0).await.unwrap();
+    f.consul.kv_put("custom/other", b"1", 0).await.unwrap();
+    settle().await;
+    assert_eq!(pending_reports(&mut f.reports), vec![]);
+
+    // Another key under the same prefix keeps the same query.
+    f.watcher.watch(&web, &f.consul, "custom/other");
+    assert!(matches!(f.watcher.lock(&web), LockView::Free { .. }));
+    f.consul.kv_put("custom/other", b"2", 0).await.unwrap();
+    assert_eq!(f.only_report().await, web);
+    f.emu.wait_for_blocked_queries(1).await;
+    assert_eq!(f.parked().await, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn refresh_reads_directly_and_updates_the_cache() {
+    let mut f = Fixture::new().await;
+    let web = election("web");
+    let key = default_key(&web);
+    f.watch_defaults(std::slice::from_ref(&web), 1).await;
+    let sid = f.session(SessionBehavior::Release).await;
+    assert!(f.consul.kv_acquire(&key, &sid, b"v", 0).await.unwrap());
+    let held = LockView::Held {
+        session: sid.clone(),
+        lock_index: 1,
+        value: Some(b"v".to_vec()),
+    };
+    assert_eq!(
+        f.watcher.refresh(&web, &f.consul, &key).await.unwrap(),
+        held
+    );
+    assert_eq!(f.watcher.lock(&web), held);
+    // Whether or not the watch reported it too, the cache stays at the newest state.
+    f.emu.wait_for_blocked_queries(1).await;
+    assert_eq!(f.watcher.lock(&web), held);
+
+    // An election that is not watched gets the answer but no cache.
+    let other = election("other");
+    assert_eq!(
+        f.watcher.refresh(&other, &f.consul, &key).await.unwrap(),
+        held
+    );
+    assert_eq!(f.watcher.lock(&other), LockView::Unknown);
+}
