@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod consul;
+pub mod crd;
 pub mod election;
 pub mod http;
 pub mod k8s;

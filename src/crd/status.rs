@@ -1,0 +1,101 @@
+//! The status of a `LeaderElection`, written by the operator only.
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+/// What the operator observed and did, as of `observedGeneration`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderElectionStatus {
+    /// Where the election stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+
+    /// The pod that leads, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<LeaderStatus>,
+
+    /// Consul's `LockIndex` of the current leadership: it only grows, so an application can
+    /// reject writes carrying an older token. Also on the leader pod as the annotation
+    /// `elector.dev/fencing-token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+
+    /// How often leadership moved from one pod to another (or to none).
+    #[serde(default)]
+    pub transitions: u64,
+
+    /// Every selected pod: whether it may lead and, if not, why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["pod".into()]))]
+    pub candidates: Vec<CandidateStatus>,
+
+    /// The `metadata.generation` of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// `LeaderElected`, `ConsulAvailable`, `SpecValid`, `Conflict`; `lastTransitionTime` is
+    /// when the condition's status last changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Where an election stands.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Not looked at yet.
+    Pending,
+    /// A leader is being chosen or moved.
+    Electing,
+    /// A pod leads and holds the lock.
+    Elected,
+    /// No pod carries the leader label because the lock cannot be confirmed.
+    Fenced,
+    /// Observe mode: the operator mirrors the lock holder chosen by the applications.
+    Observing,
+    /// An older election selects the same pods with the same label key; this one writes
+    /// nothing.
+    Conflict,
+    /// The spec cannot be used; see the `SpecValid` condition.
+    Invalid,
+}
+
+/// The leading pod.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderStatus {
+    /// Pod name.
+    pub pod: String,
+
+    /// Pod UID.
+    pub uid: String,
+
+    /// Pod IP when it was elected.
+    #[serde(default, rename = "podIP", skip_serializing_if = "Option::is_none")]
+    pub pod_ip: Option<String>,
+
+    /// When it became leader (RFC 3339).
+    #[schemars(with = "Time")]
+    pub since: Timestamp,
+
+    /// The Consul session holding the lock for it.
+    #[serde(default, rename = "sessionID", skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// A selected pod.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct CandidateStatus {
+    /// Pod name.
+    pub pod: String,
+
+    /// Whether the pod may lead now.
+    pub eligible: bool,
+
+    /// Why the pod may not lead (for example `NotReady`, `Terminating`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
