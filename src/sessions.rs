@@ -430,7 +430,9 @@ async fn renew_loop(link: Link, client: ConsulClient, id: String, mut renewal: R
                 return;
             }
             Err(error) => {
-                tracing::warn!(
+                // Per attempt at debug level: an outage fails every session every second;
+                // what matters (the switch to Unconfirmed) is logged by `update`.
+                tracing::debug!(
                     election = %link.election,
                     session = %id,
                     category = error.category(),
