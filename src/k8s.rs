@@ -11,13 +11,10 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
+use crate::crd::{FENCING_TOKEN_ANNOTATION, LEADER_SINCE_ANNOTATION};
 use crate::election::config::LabelConfig;
 use crate::election::observe::PodView;
 
-/// Annotation holding the leader's fencing token (Consul's `LockIndex`).
-pub const FENCING_TOKEN_ANNOTATION: &str = "elector.dev/fencing-token";
-/// Annotation holding when the leader was elected (RFC 3339).
-pub const LEADER_SINCE_ANNOTATION: &str = "elector.dev/leader-since";
 /// Annotation naming the election that labelled the pod, so that a pod which stops matching
 /// is cleaned by the election that labelled it and by no other.
 pub const ELECTION_ANNOTATION: &str = "elector.dev/election";
@@ -103,7 +100,8 @@ pub fn pod_view(pod: &Pod, selected: bool, label_key: &str) -> Option<PodView> {
         uid,
         selected,
         ready: ready_condition.is_some_and(|c| c.status == "True"),
-        ready_changed_at: ready_condition.and_then(|c| c.last_transition_time.as_ref().map(|t| t.0)),
+        ready_changed_at: ready_condition
+            .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0)),
         deleting: meta.deletion_timestamp.is_some(),
         finished: status
             .and_then(|s| s.phase.as_deref())

@@ -3,8 +3,10 @@
 
 pub mod config;
 pub mod consul;
+pub mod controller;
 pub mod crd;
 pub mod election;
+pub mod error;
 pub mod http;
 pub mod k8s;
 pub mod locks;
@@ -20,3 +22,5 @@ pub fn install_crypto_provider() {
     // `Err` means a provider is already installed, which is what we want.
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
+
+pub use error::Error;

@@ -1,3 +1,133 @@
-fn main() {
+//! The `consul-elector` binary: parse the command line, install the rustls crypto provider,
+//! then either print the CRD or run the operator until SIGTERM/SIGINT.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use consul_elector::config::{Cli, Command, RunArgs, init_tracing};
+use consul_elector::consul::{ConsulClient, ConsulSettings};
+use consul_elector::controller::{self, Settings};
+use consul_elector::http::{self, Health};
+use consul_elector::metrics::Metrics;
+
+fn main() -> ExitCode {
+    // kube (ring) and the Consul client (rustls) both build TLS configurations from the
+    // process-wide default provider; install exactly one before anything else.
     consul_elector::install_crypto_provider();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crd => match consul_elector::crd::crd_yaml() {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("cannot render the CRD: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Run(args) => match tokio::runtime::Runtime::new() {
+            Ok(runtime) => runtime.block_on(run(args)),
+            Err(error) => {
+                eprintln!("cannot start the async runtime: {error}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+async fn run(args: RunArgs) -> ExitCode {
+    if let Err(error) = init_tracing(args.log_format, &args.log_filter) {
+        eprintln!("cannot set up logging: {error}");
+        return ExitCode::FAILURE;
+    }
+    let consul = match ConsulSettings::from_process_env()
+        .map_err(|e| e.to_string())
+        .and_then(|s| ConsulClient::new(&s).map_err(|e| e.to_string()))
+    {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::error!(%error, "invalid Consul settings");
+            return ExitCode::FAILURE;
+        }
+    };
+    let client = match kube::Client::try_default().await {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::error!(%error, "cannot build a Kubernetes client");
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        consul = %consul.address(),
+        namespaces = ?args.watch_namespaces.names(),
+        "starting consul-elector"
+    );
+    let metrics = Metrics::new();
+    let health = Health::new(args.liveness_timeout);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let server = match http::bind(
+        args.metrics_addr,
+        metrics.clone(),
+        health.clone(),
+        stopped(),
+    )
+    .await
+    {
+        Ok((addr, server)) => {
+            tracing::info!(%addr, "serving /metrics, /livez and /readyz");
+            tokio::spawn(server)
+        }
+        Err(error) => {
+            tracing::error!(%error, addr = %args.metrics_addr, "cannot bind the admin server");
+            return ExitCode::FAILURE;
+        }
+    };
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+    });
+    let settings = Settings {
+        watch_namespaces: args.watch_namespaces.names().to_vec(),
+        field_manager: args.field_manager,
+        instance: args.instance_name,
+        lock_watch_wait: args.lock_watch_wait,
+        concurrency: 16,
+    };
+    controller::run(client, consul, settings, metrics, health, stopped()).await;
+    let _ = server.await;
+    ExitCode::SUCCESS
+}
+
+/// Resolves on SIGTERM (Kubernetes stopping the pod) or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for SIGTERM");
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
 }

@@ -1,0 +1,395 @@
+//! One reconcile's plan/act loop: observe, ask the planner, execute the actions in order,
+//! stop at the first failure, update the observation from what the actions returned, repeat.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::Api;
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use tokio::time::Instant;
+
+use super::{Context, observe};
+use crate::Error;
+use crate::consul::{ConsulClient, QueryOptions};
+use crate::crd::{LeaderElection, LeaderElectionStatus};
+use crate::election::config::{ElectionConfig, ElectionKey, Mode};
+use crate::election::observe::{LockView, Recorded, RecordedLeader};
+use crate::election::plan::{Action, ElectionEvent, EventReason, Plan};
+use crate::election::planner::{Observation, holder_from_value, plan};
+use crate::k8s::{self, PodRole};
+use crate::metrics::FencingCause;
+
+/// Flags written with every acquisition and release: marks the key as an elector lock.
+pub const LOCK_FLAGS: u64 = 0x0065_6c65_6374_6f72;
+/// Retry delay after an acquisition refused although nobody holds the key (a lock-delay
+/// of a session the operator did not own).
+const REFUSED_ACQUIRE_RETRY: Duration = Duration::from_secs(1);
+/// Prefix of the names of the operator's sessions.
+const SESSION_NAME_PREFIX: &str = "consul-elector";
+
+/// The state of one reconcile's loop.
+pub struct Round<'a> {
+    le: &'a LeaderElection,
+    key: &'a ElectionKey,
+    config: &'a ElectionConfig,
+    consul: &'a ConsulClient,
+    ctx: &'a Context,
+    pods_api: Api<Pod>,
+    pods: BTreeMap<String, (Arc<Pod>, bool)>,
+    lock: LockView,
+    recorded: Recorded,
+    last: Option<Plan>,
+    /// When a leader was demoted in this reconcile (for the failover latency metric).
+    move_started: Option<Instant>,
+    /// The loop ran out of rounds with work left.
+    unfinished: bool,
+}
+
+impl<'a> Round<'a> {
+    /// Observes the election: its pods, its key, its session (adopting the session of an
+    /// earlier operator process when the status or the key names one).
+    pub async fn new(
+        le: &'a LeaderElection,
+        key: &'a ElectionKey,
+        config: &'a ElectionConfig,
+        consul: &'a ConsulClient,
+        ctx: &'a Context,
+    ) -> Round<'a> {
+        let mut round = Round {
+            le,
+            key,
+            config,
+            consul,
+            ctx,
+            pods_api: Api::namespaced(ctx.client.clone(), &key.namespace),
+            pods: observe::pods_of(ctx, le),
+            lock: ctx.locks.lock(key),
+            recorded: recorded(&ctx.current_status(le)),
+            last: None,
+            move_started: None,
+            unfinished: false,
+        };
+        if round.lock == LockView::Unknown {
+            // Not read yet (new election) or Consul unreachable: one direct read.
+            round.lock = ctx
+                .locks
+                .refresh(key, consul, &config.key)
+                .await
+                .unwrap_or(LockView::Unknown);
+        }
+        if config.mode == Mode::Managed && ctx.sessions.view(key).is_none() {
+            round.adopt().await;
+        }
+        round
+    }
+
+    /// The last plan computed (its status is what the election reports).
+    pub fn last_plan(&self) -> Option<&Plan> {
+        self.last.as_ref()
+    }
+
+    /// Whether the loop stopped with work left (the caller requeues at once).
+    pub fn unfinished(&self) -> bool {
+        self.unfinished
+    }
+
+    /// Plans and acts until a plan has no actions, an action fails, or `max` rounds ran.
+    pub async fn run(&mut self, max: usize) -> Result<(), Error> {
+        for _ in 0..max {
+            let views = observe::views(&self.pods, self.config);
+            let session = self.ctx.sessions.view(self.key);
+            let decided = plan(&Observation {
+                config: self.config,
+                pods: &views,
+                lock: &self.lock,
+                session: session.as_ref(),
+                recorded: &self.recorded,
+                lock_delay_until: self.ctx.lock_delay_until(self.key),
+                now: Timestamp::now(),
+            });
+            let actions = decided.actions.clone();
+            self.last = Some(decided);
+            if actions.is_empty() {
+                return Ok(());
+            }
+            for action in actions {
+                self.execute(action).await?;
+            }
+        }
+        self.unfinished = true;
+        Ok(())
+    }
+
+    async fn execute(&mut self, action: Action) -> Result<(), Error> {
+        tracing::debug!(election = %self.key, ?action, "executing");
+        match action {
+            Action::LabelFollower { pod, uid } => {
+                self.set_role(&pod, &uid, PodRole::Follower).await
+            }
+            Action::Unlabel { pod, uid } => self.set_role(&pod, &uid, PodRole::None).await,
+            Action::LabelLeader {
+                pod,
+                uid,
+                fencing_token,
+                since,
+            } => {
+                self.set_role(
+                    &pod,
+                    &uid,
+                    PodRole::Leader {
+                        fencing_token,
+                        since,
+                    },
+                )
+                .await?;
+                if self.recorded.leader.as_ref().is_some_and(|l| l.uid != uid) {
+                    self.ctx.metrics.leader_transition();
+                }
+                if let Some(started) = self.move_started.take() {
+                    self.ctx.metrics.leader_elected(started.elapsed());
+                }
+                Ok(())
+            }
+            Action::Release { session } => {
+                self.mark_move();
+                let value = match &self.lock {
+                    LockView::Held { value, .. } => value.clone().unwrap_or_default(),
+                    _ => Vec::new(),
+                };
+                self.consul
+                    .kv_release(&self.config.key, &session, &value, LOCK_FLAGS)
+                    .await?;
+                self.refresh_lock().await
+            }
+            Action::DestroySession { .. } => {
+                self.ctx.sessions.destroy(self.key, self.consul).await?;
+                Ok(())
+            }
+            Action::ForgetSession => {
+                self.mark_move();
+                self.ctx.sessions.forget(self.key);
+                let delay = SignedDuration::try_from(self.config.session.lock_delay)
+                    .unwrap_or(SignedDuration::ZERO);
+                let until = Timestamp::now().checked_add(delay).ok();
+                self.ctx.set_lock_delay(self.key, until);
+                Ok(())
+            }
+            Action::CreateSession { pod, uid } => {
+                self.ctx
+                    .sessions
+                    .create(self.key, self.consul, &pod, &uid, &self.config.session)
+                    .await?;
+                Ok(())
+            }
+            Action::Acquire { session, pod } => self.acquire(&session, &pod).await,
+            Action::Emit(event) => {
+                self.publish(&event).await;
+                Ok(())
+            }
+        }
+    }
+
+    fn mark_move(&mut self) {
+        if self.move_started.is_none() {
+            self.move_started = Some(Instant::now());
+        }
+    }
+
+    async fn set_role(&mut self, name: &str, uid: &str, role: PodRole) -> Result<(), Error> {
+        let election = self.key.name.as_str();
+        let patched = k8s::set_role(
+            &self.pods_api,
+            name,
+            uid,
+            &self.config.labels,
+            election,
+            role,
+        )
+        .await
+        .map_err(Error::kube("patch pod"))?;
+        if matches!(role, PodRole::Follower)
+            && self.pods.get(name).is_some_and(|(p, _)| {
+                p.labels().get(&self.config.labels.key) == Some(&self.config.labels.leader)
+            })
+        {
+            self.mark_move();
+        }
+        let selected = self.pods.get(name).is_some_and(|(_, s)| *s);
+        self.pods
+            .insert(name.to_owned(), (Arc::new(patched), selected));
+        Ok(())
+    }
+
+    async fn refresh_lock(&mut self) -> Result<(), Error> {
+        match self
+            .ctx
+            .locks
+            .refresh(self.key, self.consul, &self.config.key)
+            .await
+        {
+            Ok(lock) => {
+                self.lock = lock;
+                Ok(())
+            }
+            Err(error) => {
+                self.lock = LockView::Unknown;
+                Err(error.into())
+            }
+        }
+    }
+
+    async fn acquire(&mut self, session: &str, pod: &str) -> Result<(), Error> {
+        let value = self.lock_value(pod);
+        let acquired = self
+            .consul
+            .kv_acquire(&self.config.key, session, &value, LOCK_FLAGS)
+            .await?;
+        self.refresh_lock().await?;
+        if acquired {
+            self.ctx.set_lock_delay(self.key, None);
+        } else if !matches!(self.lock, LockView::Held { .. }) {
+            let until = Timestamp::now()
+                .checked_add(SignedDuration::try_from(REFUSED_ACQUIRE_RETRY).unwrap_or_default())
+                .ok();
+            self.ctx.set_lock_delay(self.key, until);
+        }
+        Ok(())
+    }
+
+    /// The key's value: who holds the lock, readable by tools outside Kubernetes.
+    fn lock_value(&self, pod: &str) -> Vec<u8> {
+        let found = self.pods.get(pod).map(|(p, _)| p.clone());
+        let value = serde_json::json!({
+            "pod": pod,
+            "namespace": self.key.namespace,
+            "uid": found.as_ref().and_then(|p| p.metadata.uid.clone()),
+            "podIP": found.as_ref().and_then(|p| p.status.as_ref()?.pod_ip.clone()),
+            "node": found.as_ref().and_then(|p| p.spec.as_ref()?.node_name.clone()),
+            "election": self.key.name,
+            "since": Timestamp::now().to_string(),
+        });
+        serde_json::to_vec(&value).unwrap_or_default()
+    }
+
+    async fn publish(&self, event: &ElectionEvent) {
+        match event.reason {
+            EventReason::ConsulUnavailable => self.ctx.metrics.fenced(FencingCause::Unconfirmed),
+            EventReason::SessionLost => self.ctx.metrics.fenced(FencingCause::Lost),
+            _ => {}
+        }
+        let ev = Event {
+            type_: if event.reason.is_warning() {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: event.reason.as_str().to_owned(),
+            note: Some(event.note.clone()),
+            action: "Elect".to_owned(),
+            secondary: None,
+        };
+        let mut targets = vec![self.le.object_ref(&())];
+        if let Some(pod) = event.pod.as_ref().and_then(|p| self.pods.get(p)) {
+            targets.push(pod_reference(&pod.0));
+        }
+        for target in targets {
+            if let Err(error) = self.ctx.recorder.publish(&ev, &target).await {
+                tracing::warn!(election = %self.key, %error, "publishing an event failed");
+            }
+        }
+    }
+
+    /// After an operator restart: take over the session an earlier process created, named in
+    /// the status or holding the key, so that no label, token or transition changes (rule 3).
+    async fn adopt(&mut self) {
+        let from_status = self
+            .recorded
+            .leader
+            .as_ref()
+            .and_then(|l| Some((l.session_id.clone()?, l.pod.clone(), l.uid.clone())));
+        let from_key = match &self.lock {
+            LockView::Held { session, value, .. } => {
+                self.session_of_this_election(session, value.as_deref())
+                    .await
+            }
+            _ => None,
+        };
+        for (session, pod, uid) in from_key.into_iter().chain(from_status) {
+            match self
+                .ctx
+                .sessions
+                .adopt(self.key, self.consul, &session, &pod, &uid)
+                .await
+            {
+                Ok(true) => {
+                    tracing::info!(election = %self.key, session, pod, "adopted session");
+                    return;
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(election = %self.key, %error, "adopting a session failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// If `session` holds the key and was created by this operator for this election (its
+    /// name says so), the pod and UID it was created for.
+    async fn session_of_this_election(
+        &self,
+        session: &str,
+        value: Option<&[u8]>,
+    ) -> Option<(String, String, String)> {
+        let info = self
+            .consul
+            .session_info(session, QueryOptions::default())
+            .await
+            .ok()?
+            .value?;
+        let prefix = format!(
+            "{SESSION_NAME_PREFIX}/{}/{}/",
+            self.key.namespace, self.key.name
+        );
+        let pod = info.name.strip_prefix(&prefix)?.to_owned();
+        let uid = value
+            .and_then(holder_from_value)
+            .and_then(|(name, uid)| (name == pod).then_some(uid).flatten())
+            .or_else(|| {
+                self.pods
+                    .get(&pod)
+                    .and_then(|(p, _)| p.metadata.uid.clone())
+            })?;
+        Some((session.to_owned(), pod, uid))
+    }
+}
+
+/// What the election's status recorded.
+fn recorded(status: &LeaderElectionStatus) -> Recorded {
+    Recorded {
+        leader: status.leader.as_ref().map(|l| RecordedLeader {
+            pod: l.pod.clone(),
+            uid: l.uid.clone(),
+            pod_ip: l.pod_ip.clone(),
+            since: l.since,
+            session_id: l.session_id.clone(),
+        }),
+        fencing_token: status.fencing_token,
+        transitions: status.transitions,
+    }
+}
+
+fn pod_reference(pod: &Pod) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Pod".to_owned()),
+        name: pod.metadata.name.clone(),
+        namespace: pod.metadata.namespace.clone(),
+        uid: pod.metadata.uid.clone(),
+        ..ObjectReference::default()
+    }
+}

@@ -1,0 +1,79 @@
+//! Rule 7: deleting a LeaderElection releases the key, destroys the session and removes the
+//! operator's labels and annotations from every pod it labelled. In Observe mode nothing is
+//! written to Consul.
+
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+
+use super::act::LOCK_FLAGS;
+use super::{Context, consul_access, election_key, observe};
+use crate::Error;
+use crate::crd::{LeaderElection, default_key};
+use crate::election::config::{LabelConfig, Mode};
+use crate::k8s::{self, PodRole};
+
+/// Cleans up after `le`; idempotent (a failure is retried by the finalizer helper).
+pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
+    let key = election_key(le)?;
+    ctx.locks.unwatch(&key);
+    let config = crate::crd::validate(le).ok();
+    let managed = config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
+    if managed {
+        let consul = consul_access::client_for(le, ctx)
+            .await
+            .unwrap_or_else(|_| ctx.consul.clone());
+        let consul_key = config
+            .as_ref()
+            .map_or_else(|| default_key(&key.namespace, &key.name), |c| c.key.clone());
+        let known = ctx.sessions.view(&key).map(|s| s.id);
+        let session = known
+            .clone()
+            .or_else(|| ctx.current_status(le).leader.and_then(|l| l.session_id));
+        if let Some(session) = session {
+            consul
+                .kv_release(&consul_key, &session, &[], LOCK_FLAGS)
+                .await?;
+            if known.is_some() {
+                ctx.sessions.destroy(&key, &consul).await?;
+            } else {
+                // Named only by the status (not adopted by this process).
+                consul.destroy_session(&session).await?;
+            }
+        }
+    }
+    let label_key = config.as_ref().map_or_else(
+        || crate::crd::DEFAULT_ROLE_LABEL.to_owned(),
+        |c| c.labels.key.clone(),
+    );
+    let labels = LabelConfig {
+        key: label_key,
+        leader: String::new(),
+        follower: String::new(),
+    };
+    let pods_api = Api::namespaced(ctx.client.clone(), &key.namespace);
+    for (pod, _) in observe::pods_of(ctx, le).values() {
+        if k8s::labelled_by(pod) != Some(key.name.as_str()) {
+            continue;
+        }
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            continue;
+        };
+        match k8s::set_role(
+            &pods_api,
+            &pod.name_any(),
+            uid,
+            &labels,
+            &key.name,
+            PodRole::None,
+        )
+        .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(error) => return Err(Error::kube("patch pod")(error)),
+        }
+    }
+    ctx.remember_status(le, None);
+    Ok(Action::await_change())
+}

@@ -1,0 +1,394 @@
+//! The `LeaderElection` controller: observe -> decide (`election::planner`) -> act, in the
+//! order of DESIGN.md rule 1.
+//!
+//! One kube-runtime `Controller` over LeaderElections. Pod events are mapped to the elections
+//! of the pod's namespace that select the pod or labelled it, so a pod change wakes only the
+//! affected elections. Consul-side changes (a session lost or unconfirmed, the key changed)
+//! arrive from [`SessionManager`] and [`LockWatcher`] as election keys and trigger those
+//! elections too.
+//!
+//! A reconcile runs the planner in a loop: execute the plan's actions in order, stop at the
+//! first failure, re-observe (patched pods, the session manager, a fresh read of the key) and
+//! plan again, until a plan has no actions. The status is then written from the last plan.
+
+mod act;
+mod cleanup;
+mod consul_access;
+mod observe;
+mod status;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{StreamExt, future};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, finalizer, reflector, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::Error;
+use crate::consul::ConsulClient;
+use crate::crd::{FINALIZER, LeaderElection, LeaderElectionStatus, Phase};
+use crate::election::config::ElectionKey;
+use crate::http::Health;
+use crate::k8s;
+use crate::locks::LockWatcher;
+use crate::metrics::Metrics;
+use crate::sessions::SessionManager;
+
+/// How many plan/act rounds one reconcile may run (a move takes three; raising a re-created
+/// key's LockIndex takes one per step).
+const MAX_ROUNDS: usize = 16;
+/// Requeue after a failed reconcile.
+const ERROR_REQUEUE: Duration = Duration::from_secs(2);
+/// Requeue of an election whose spec cannot be acted on (it is re-read on every change).
+const INVALID_REQUEUE: Duration = Duration::from_secs(300);
+/// Periodic re-check of a healthy election (Consul and pod changes trigger it anyway).
+const RESYNC: Duration = Duration::from_secs(600);
+
+/// Operator-wide settings of the controller.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Namespaces to watch; empty means all.
+    pub watch_namespaces: Vec<String>,
+    /// Field manager for status patches, and the events' reporting controller.
+    pub field_manager: String,
+    /// This process, for events (`reportingInstance`).
+    pub instance: String,
+    /// Wait of the recursive blocking queries on the election keys.
+    pub lock_watch_wait: Duration,
+    /// Reconciles running at once.
+    pub concurrency: u16,
+}
+
+/// Everything a reconcile needs; shared by all reconciles.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: Client,
+    /// Root Consul client (per-election overrides derive from it and share its limits).
+    pub consul: ConsulClient,
+    /// Sessions the operator holds, renewed in the background.
+    pub sessions: SessionManager,
+    /// Watches of the election keys.
+    pub locks: LockWatcher,
+    /// Cache of pods.
+    pub pods: Store<Pod>,
+    /// Cache of elections.
+    pub elections: Store<LeaderElection>,
+    /// Event publisher.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Health reported on /livez and /readyz.
+    pub health: Health,
+    /// Settings.
+    pub settings: Settings,
+    /// Until when an acquisition of an election's key is probably refused by a lock-delay.
+    lock_delays: Mutex<HashMap<ElectionKey, Timestamp>>,
+    /// The status this process last wrote per election (by object UID). The operator is the
+    /// only writer of the status, so this is never older than the cache, which can lag behind
+    /// the operator's own writes.
+    statuses: Mutex<HashMap<ElectionKey, (String, LeaderElectionStatus)>>,
+}
+
+impl Context {
+    fn lock_delay_until(&self, key: &ElectionKey) -> Option<Timestamp> {
+        self.lock_delays.lock().ok()?.get(key).copied()
+    }
+
+    /// The election's current status: what this process last wrote for this object, else
+    /// what the cache holds.
+    pub fn current_status(&self, le: &LeaderElection) -> LeaderElectionStatus {
+        let remembered = election_key(le).ok().and_then(|key| {
+            let map = self.statuses.lock().ok()?;
+            let (uid, status) = map.get(&key)?;
+            (le.metadata.uid.as_ref() == Some(uid)).then(|| status.clone())
+        });
+        remembered.unwrap_or_else(|| le.status.clone().unwrap_or_default())
+    }
+
+    fn remember_status(&self, le: &LeaderElection, status: Option<LeaderElectionStatus>) {
+        let (Ok(key), Some(uid)) = (election_key(le), le.metadata.uid.clone()) else {
+            return;
+        };
+        if let Ok(mut map) = self.statuses.lock() {
+            match status {
+                Some(status) => map.insert(key, (uid, status)),
+                None => map.remove(&key),
+            };
+        }
+    }
+
+    fn set_lock_delay(&self, key: &ElectionKey, until: Option<Timestamp>) {
+        if let Ok(mut map) = self.lock_delays.lock() {
+            match until {
+                Some(t) => map.insert(key.clone(), t),
+                None => map.remove(key),
+            };
+        }
+    }
+}
+
+/// The key of an election object.
+pub fn election_key(le: &LeaderElection) -> Result<ElectionKey, Error> {
+    Ok(ElectionKey {
+        namespace: le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
+        name: le
+            .metadata
+            .name
+            .clone()
+            .ok_or(Error::MissingMetadata("name"))?,
+    })
+}
+
+fn api_for<K>(client: &Client, namespaces: &[String]) -> Vec<Api<K>>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    if namespaces.is_empty() {
+        vec![Api::all(client.clone())]
+    } else {
+        namespaces
+            .iter()
+            .map(|ns| Api::namespaced(client.clone(), ns))
+            .collect()
+    }
+}
+
+/// Runs the controller until `shutdown` resolves. Readiness and liveness are reported
+/// through `health`; the function returns when the controller has stopped.
+pub async fn run(
+    client: Client,
+    consul: ConsulClient,
+    settings: Settings,
+    metrics: Metrics,
+    health: Health,
+    shutdown: impl future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (changes_tx, changes_rx) = mpsc::unbounded_channel::<ElectionKey>();
+    let sessions = SessionManager::new(changes_tx.clone());
+    let locks = LockWatcher::new(changes_tx, settings.lock_watch_wait);
+
+    health.set_ready("leaderelections-cache", false);
+    health.set_ready("pods-cache", false);
+
+    // Pods: one reflector (per watched namespace), stripped before caching.
+    let (pod_store, pod_writer) = reflector::store::<Pod>();
+    let pod_streams = api_for::<Pod>(&client, &settings.watch_namespaces)
+        .into_iter()
+        .map(|api| {
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .modify(k8s::strip_for_cache)
+                .boxed()
+        });
+    let pod_events =
+        reflector(pod_writer, futures::stream::select_all(pod_streams)).touched_objects();
+
+    let election_streams = api_for::<LeaderElection>(&client, &settings.watch_namespaces)
+        .into_iter()
+        .map(|api| {
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed()
+        });
+    let (election_store, election_writer) = reflector::store::<LeaderElection>();
+    let election_events = reflector(
+        election_writer,
+        futures::stream::select_all(election_streams),
+    )
+    .applied_objects();
+
+    let controller = Controller::for_stream(election_events, election_store.clone());
+    let mapper_store = election_store.clone();
+    let controller = controller
+        .watches_stream(pod_events, move |pod: Pod| {
+            observe::elections_of_pod(&mapper_store, &pod)
+                .into_iter()
+                .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_on(
+            UnboundedReceiverStream::new(changes_rx)
+                .map(|k| ObjectRef::new(&k.name).within(&k.namespace)),
+        )
+        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+        .graceful_shutdown_on(shutdown);
+
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: settings.field_manager.clone(),
+            instance: Some(settings.instance.clone()),
+        },
+    );
+    let ctx = Arc::new(Context {
+        client,
+        consul,
+        sessions,
+        locks,
+        pods: pod_store.clone(),
+        elections: election_store.clone(),
+        recorder,
+        metrics,
+        health: health.clone(),
+        settings,
+        lock_delays: Mutex::new(HashMap::new()),
+        statuses: Mutex::new(HashMap::new()),
+    });
+
+    let readiness = {
+        let health = health.clone();
+        async move {
+            let elections = async {
+                if election_store.wait_until_ready().await.is_ok() {
+                    health.set_ready("leaderelections-cache", true);
+                }
+            };
+            let pods = async {
+                if pod_store.wait_until_ready().await.is_ok() {
+                    health.set_ready("pods-cache", true);
+                }
+            };
+            future::join(elections, pods).await;
+        }
+    };
+    let heartbeat = {
+        let ctx = ctx.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                ctx.health.heartbeat();
+                report_gauges(&ctx);
+            }
+        }
+    };
+    let run = controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| {
+            if let Err(error) = result {
+                tracing::debug!(%error, "controller queue");
+            }
+            future::ready(())
+        });
+    tokio::select! {
+        () = run => {}
+        () = async { readiness.await; future::pending::<()>().await } => {}
+        () = heartbeat => {}
+    }
+    health.mark_stopped("controller stopped");
+}
+
+/// Every phase, so that phases with no election report 0 rather than a stale count.
+const PHASES: [Phase; 7] = [
+    Phase::Pending,
+    Phase::Electing,
+    Phase::Elected,
+    Phase::Fenced,
+    Phase::Observing,
+    Phase::Conflict,
+    Phase::Invalid,
+];
+
+/// The phase as a metric label.
+fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Pending => "Pending",
+        Phase::Electing => "Electing",
+        Phase::Elected => "Elected",
+        Phase::Fenced => "Fenced",
+        Phase::Observing => "Observing",
+        Phase::Conflict => "Conflict",
+        Phase::Invalid => "Invalid",
+    }
+}
+
+/// Updates the gauges that describe the whole operator: elections per phase, sessions held.
+fn report_gauges(ctx: &Context) {
+    let elections = ctx.elections.state();
+    for phase in PHASES {
+        let count = elections
+            .iter()
+            .filter(|le| le.status.as_ref().and_then(|s| s.phase) == Some(phase))
+            .count();
+        ctx.metrics
+            .set_phase_count(phase_name(phase), i64::try_from(count).unwrap_or(i64::MAX));
+    }
+    ctx.metrics
+        .set_sessions(i64::try_from(ctx.sessions.len()).unwrap_or(i64::MAX));
+}
+
+/// Reconciles one election (finalizer first: cleanup on deletion).
+async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.health.heartbeat();
+    let timer = ctx.metrics.count_and_measure();
+    let api: Api<LeaderElection> = Api::namespaced(
+        ctx.client.clone(),
+        &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
+    );
+    let result = finalizer(&api, FINALIZER, le, |event| async {
+        match event {
+            finalizer::Event::Apply(le) => apply(&le, &ctx).await,
+            finalizer::Event::Cleanup(le) => cleanup::cleanup(&le, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    timer.finish(result.as_ref().map(|_| ()).map_err(Error::category));
+    result
+}
+
+fn error_policy(le: Arc<LeaderElection>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(
+        election = %format!("{}/{}", le.namespace().unwrap_or_default(), le.name_any()),
+        category = error.category(),
+        "reconcile failed: {error}"
+    );
+    let _ = ctx;
+    Action::requeue(ERROR_REQUEUE)
+}
+
+/// Brings one election's pods, session and lock in line with its spec.
+async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
+    let key = election_key(le)?;
+    let config = match crate::crd::validate(le) {
+        Ok(config) => config,
+        Err(problems) => {
+            status::invalid(le, ctx, &problems).await?;
+            return Ok(Action::requeue(INVALID_REQUEUE));
+        }
+    };
+    if let Some(older) = observe::conflicting_election(ctx, le, &config) {
+        ctx.locks.unwatch(&key);
+        status::conflict(le, ctx, &older).await?;
+        return Ok(Action::requeue(INVALID_REQUEUE));
+    }
+    let consul = match consul_access::client_for(le, ctx).await {
+        Ok(client) => client,
+        Err(consul_access::AccessProblem::Invalid(problem)) => {
+            status::invalid(le, ctx, &[problem]).await?;
+            return Ok(Action::requeue(INVALID_REQUEUE));
+        }
+        Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
+    };
+    ctx.locks.watch(&key, &consul, &config.key);
+    let mut round = act::Round::new(le, &key, &config, &consul, ctx).await;
+    let outcome = round.run(MAX_ROUNDS).await;
+    status::write(le, ctx, &config, round.last_plan()).await?;
+    outcome?;
+    if round.unfinished() {
+        return Ok(Action::requeue(Duration::ZERO));
+    }
+    let requeue = round
+        .last_plan()
+        .and_then(|p| p.requeue_after)
+        .map_or(RESYNC, |d| d.min(RESYNC));
+    Ok(Action::requeue(requeue))
+}

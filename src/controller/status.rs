@@ -1,0 +1,227 @@
+//! Writing the election's status (server-side apply on the status subresource, only when it
+//! changed) and the Warning events of elections that cannot act.
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::Context;
+use crate::Error;
+use crate::crd::conditions::{self, CONFLICT, SPEC_VALID};
+use crate::crd::{
+    API_VERSION, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus, Phase,
+    SpecProblem,
+};
+use crate::election::config::ElectionConfig;
+use crate::election::plan::{self, ConditionState, Plan};
+
+/// Writes the status implied by the last plan (SpecValid True, Conflict False).
+pub async fn write(
+    le: &LeaderElection,
+    ctx: &Context,
+    _config: &ElectionConfig,
+    plan: Option<&Plan>,
+) -> Result<(), Error> {
+    let old = ctx.current_status(le);
+    let Some(plan) = plan else {
+        return Ok(());
+    };
+    let state = &plan.status;
+    let mut new = LeaderElectionStatus {
+        phase: Some(phase(state.phase)),
+        leader: state.leader.as_ref().map(|l| LeaderStatus {
+            pod: l.pod.clone(),
+            uid: l.uid.clone(),
+            pod_ip: l.pod_ip.clone(),
+            since: l.since,
+            session_id: l.session_id.clone(),
+        }),
+        fencing_token: state.fencing_token,
+        transitions: state.transitions,
+        candidates: state
+            .candidates
+            .iter()
+            .map(|c| CandidateStatus {
+                pod: c.pod.clone(),
+                eligible: c.eligible,
+                reason: c.reason.map(str::to_owned),
+            })
+            .collect(),
+        observed_generation: le.metadata.generation,
+        conditions: Vec::new(),
+    };
+    let mut fresh: Vec<Condition> = state.conditions.iter().map(|c| condition(le, c)).collect();
+    fresh.push(condition(
+        le,
+        &ConditionState {
+            type_: SPEC_VALID,
+            status: true,
+            reason: "Valid",
+            message: "the spec is valid".into(),
+        },
+    ));
+    fresh.push(condition(
+        le,
+        &ConditionState {
+            type_: CONFLICT,
+            status: false,
+            reason: "NoConflict",
+            message: "no older election selects these pods with the same label key".into(),
+        },
+    ));
+    new.conditions = conditions::merge(&old.conditions, fresh, Timestamp::now());
+    patch_if_changed(le, ctx, &old, new).await
+}
+
+/// Reports a spec that cannot be acted on: phase Invalid, SpecValid False, and a Warning
+/// event when this is news (not on every requeue).
+pub async fn invalid(
+    le: &LeaderElection,
+    ctx: &Context,
+    problems: &[SpecProblem],
+) -> Result<(), Error> {
+    let message = problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    stand_back(
+        le,
+        ctx,
+        Phase::Invalid,
+        ConditionState {
+            type_: SPEC_VALID,
+            status: false,
+            reason: "InvalidSpec",
+            message,
+        },
+        plan::EventReason::InvalidSpec,
+    )
+    .await
+}
+
+/// Reports that an older election claims the same pods: phase Conflict, Conflict True.
+pub async fn conflict(le: &LeaderElection, ctx: &Context, older: &str) -> Result<(), Error> {
+    stand_back(
+        le,
+        ctx,
+        Phase::Conflict,
+        ConditionState {
+            type_: CONFLICT,
+            status: true,
+            reason: "Conflict",
+            message: format!(
+                "election {older} is older and selects the same pods with the same label key; this one writes nothing"
+            ),
+        },
+        plan::EventReason::Conflict,
+    )
+    .await
+}
+
+async fn stand_back(
+    le: &LeaderElection,
+    ctx: &Context,
+    phase: Phase,
+    state: ConditionState,
+    reason: plan::EventReason,
+) -> Result<(), Error> {
+    let old = ctx.current_status(le);
+    let news = !old.conditions.iter().any(|c| {
+        c.type_ == state.type_
+            && c.status == bool_status(state.status)
+            && c.message == state.message
+    });
+    let mut new = LeaderElectionStatus {
+        phase: Some(phase),
+        observed_generation: le.metadata.generation,
+        ..old.clone()
+    };
+    new.conditions = conditions::merge(
+        &old.conditions,
+        vec![condition(le, &state)],
+        Timestamp::now(),
+    );
+    patch_if_changed(le, ctx, &old, new).await?;
+    if news {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.as_str().to_owned(),
+            note: Some(truncate(&state.message, 1024)),
+            action: "Validate".to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = ctx.recorder.publish(&event, &le.object_ref(&())).await {
+            tracing::warn!(%error, "publishing an event failed");
+        }
+    }
+    Ok(())
+}
+
+async fn patch_if_changed(
+    le: &LeaderElection,
+    ctx: &Context,
+    old: &LeaderElectionStatus,
+    new: LeaderElectionStatus,
+) -> Result<(), Error> {
+    if *old == new {
+        return Ok(());
+    }
+    let api: Api<LeaderElection> = Api::namespaced(
+        ctx.client.clone(),
+        &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
+    );
+    let patch = json!({
+        "apiVersion": API_VERSION,
+        "kind": "LeaderElection",
+        "status": &new,
+    });
+    api.patch_status(
+        &le.name_any(),
+        &PatchParams::apply(&ctx.settings.field_manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube("patch status"))?;
+    ctx.remember_status(le, Some(new));
+    Ok(())
+}
+
+fn condition(le: &LeaderElection, c: &ConditionState) -> Condition {
+    Condition {
+        type_: c.type_.to_owned(),
+        status: bool_status(c.status).to_owned(),
+        reason: c.reason.to_owned(),
+        message: truncate(&c.message, 32_768),
+        observed_generation: le.metadata.generation,
+        last_transition_time: Time(Timestamp::now()),
+    }
+}
+
+fn bool_status(b: bool) -> &'static str {
+    if b { "True" } else { "False" }
+}
+
+fn phase(p: plan::Phase) -> Phase {
+    match p {
+        plan::Phase::Pending => Phase::Pending,
+        plan::Phase::Electing => Phase::Electing,
+        plan::Phase::Elected => Phase::Elected,
+        plan::Phase::Fenced => Phase::Fenced,
+        plan::Phase::Observing => Phase::Observing,
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}

@@ -1,0 +1,50 @@
+//! The reconcile error, with a static category that becomes a metric label, an event reason
+//! and a log field (never a message with names in it).
+
+use crate::consul::ConsulError;
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API: {operation}: {source}")]
+    Kube {
+        /// What was being done (`patch pod`, `patch status`, `read secret`).
+        operation: &'static str,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A Consul call failed.
+    #[error("consul: {0}")]
+    Consul(#[from] ConsulError),
+    /// The finalizer helper failed (adding or removing the finalizer, or the cleanup).
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// The object has no namespace or name (never for a namespaced object from the API).
+    #[error("the LeaderElection has no {0}")]
+    MissingMetadata(&'static str),
+}
+
+impl Error {
+    /// A static category for metrics and events.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Kube { source, .. } => match source {
+                kube::Error::Api(s) if s.is_conflict() => "KubeConflict",
+                kube::Error::Api(s) if s.is_not_found() => "KubeNotFound",
+                kube::Error::Api(s) if s.is_forbidden() => "KubeForbidden",
+                kube::Error::Api(_) => "KubeApiError",
+                _ => "KubeUnavailable",
+            },
+            Self::Consul(e) => e.category(),
+            Self::Finalizer(_) => "Finalizer",
+            Self::MissingMetadata(_) => "MissingMetadata",
+        }
+    }
+
+    /// Wraps a kube error with what was being done.
+    pub fn kube(operation: &'static str) -> impl FnOnce(kube::Error) -> Error {
+        move |source| Error::Kube { operation, source }
+    }
+}

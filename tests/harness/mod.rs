@@ -1,0 +1,803 @@
+//! Shared harness of the operator's integration tests: the real test cluster, the Consul
+//! emulator (real time), the pod simulator, a watch recorder started before anything acts,
+//! and the operator itself running in-process with a ServiceAccount client that holds exactly
+//! the chart's RBAC rules (`charts/consul-elector/files/rbac-rules.yaml`).
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use consul_elector::crd::LeaderElectionStatus;
+use http_body_util::{BodyExt, Full};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher;
+use testkit::pods::wait_for;
+
+use consul_elector::consul::{ConsulClient, ConsulSettings};
+use consul_elector::controller::{self, Settings};
+use consul_elector::crd::{CRD_NAME, LeaderElection, crd_yaml};
+use consul_elector::http::Health;
+use consul_elector::metrics::Metrics;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::runtime::conditions;
+use kube::runtime::wait::await_condition;
+use kube::{Client, ResourceExt};
+use testkit::cluster::TestCluster;
+use testkit::consul::{ClockMode, Emulator, EmulatorConfig};
+use testkit::pods::{PodSimulator, SimulatorOptions, create_deployment, wait_deployment_ready};
+use testkit::recorder::{PodVersion, WatchRecorder};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The chart's RBAC rules: the one source of the operator's permissions.
+pub const RBAC_RULES: &str = include_str!("../../charts/consul-elector/files/rbac-rules.yaml");
+/// The chart's extra rule with `rbac.secretAccess` (reading token Secrets).
+pub const RBAC_SECRET_RULES: &str =
+    include_str!("../../charts/consul-elector/files/rbac-secret-rules.yaml");
+/// The label key elections use by default.
+pub const ROLE: &str = "elector.dev/role";
+/// Generous bound for things that should take milliseconds (guards against hangs only).
+pub const SOON: Duration = Duration::from_secs(30);
+
+/// Installs (create, or replace when present) the CRD and waits until it is established.
+/// A plain create/replace: Kubernetes 1.20 drops `x-kubernetes-validations` instead of
+/// failing as server-side apply would.
+pub async fn install_crd(admin: &Client) {
+    let yaml = crd_yaml().expect("CRD renders");
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).expect("CRD parses");
+    let api: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    match api.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            // Tests of one binary run in parallel and all install it: retry on conflicts.
+            let mut attempts = 0;
+            loop {
+                let existing = api.get(CRD_NAME).await.expect("get CRD");
+                let mut replacement = crd.clone();
+                replacement.metadata.resource_version = existing.metadata.resource_version;
+                match api
+                    .replace(CRD_NAME, &PostParams::default(), &replacement)
+                    .await
+                {
+                    Ok(_) => break,
+                    Err(kube::Error::Api(s)) if s.code == 409 && attempts < 20 => {
+                        attempts += 1;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(e) => panic!("replace CRD: {e}"),
+                }
+            }
+        }
+        Err(e) => panic!("create CRD: {e}"),
+    }
+    tokio::time::timeout(
+        SOON,
+        await_condition(api, CRD_NAME, conditions::is_crd_established()),
+    )
+    .await
+    .expect("CRD established in time")
+    .expect("watch CRD");
+}
+
+/// The operator running in-process.
+pub struct Operator {
+    task: JoinHandle<()>,
+    stop: watch::Sender<bool>,
+    /// Its health (liveness/readiness).
+    pub health: Health,
+    /// Its metrics.
+    pub metrics: Metrics,
+}
+
+/// How a [`Harness`] is set up.
+#[derive(Debug, Clone)]
+pub struct HarnessOptions {
+    /// The pod simulator's options.
+    pub sim: SimulatorOptions,
+    /// Grant the operator the chart's optional Secret rule (`rbac.secretAccess`).
+    pub secret_access: bool,
+}
+
+impl Default for HarnessOptions {
+    fn default() -> Self {
+        HarnessOptions {
+            sim: SimulatorOptions {
+                max_grace: Some(Duration::from_secs(2)),
+                ..SimulatorOptions::default()
+            },
+            secret_access: false,
+        }
+    }
+}
+
+/// One test's world.
+pub struct Harness {
+    /// The shared cluster.
+    pub cluster: &'static TestCluster,
+    /// Admin client (for the test's own actions).
+    pub admin: Client,
+    /// The test's namespace.
+    pub ns: String,
+    /// The Consul emulator (real-time clock).
+    pub emu: Emulator,
+    /// The kubelet stand-in.
+    pub sim: PodSimulator,
+    /// Every pod version of the namespace since before anything acted.
+    pub recorder: WatchRecorder,
+    operator: Option<Operator>,
+    sa_client: Client,
+}
+
+impl Harness {
+    /// Sets up everything but the operator.
+    pub async fn new(admin: Client, ns: String) -> Harness {
+        Self::with_options(admin, ns, HarnessOptions::default()).await
+    }
+
+    /// Sets up everything but the operator, with `options`.
+    pub async fn with_options(admin: Client, ns: String, options: HarnessOptions) -> Harness {
+        let cluster = TestCluster::shared().expect("cluster (with_namespace checked)");
+        consul_elector::install_crypto_provider();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                std::env::var("TEST_LOG").unwrap_or_else(|_| "consul_elector=info".into()),
+            )
+            .with_test_writer()
+            .try_init();
+        install_crd(&admin).await;
+        let emu = Emulator::start(EmulatorConfig {
+            clock: ClockMode::Tokio,
+            ..EmulatorConfig::default()
+        })
+        .await
+        .expect("emulator");
+        let recorder = WatchRecorder::start(admin.clone(), &ns)
+            .await
+            .expect("recorder");
+        let sim = PodSimulator::start(admin.clone(), &ns, options.sim).await;
+        let sa_client = operator_client(cluster, &admin, &ns, options.secret_access).await;
+        Harness {
+            cluster,
+            admin,
+            ns,
+            emu,
+            sim,
+            recorder,
+            operator: None,
+            sa_client,
+        }
+    }
+
+    /// Starts (or restarts) the operator.
+    pub async fn start_operator(&mut self) {
+        assert!(self.operator.is_none(), "operator already running");
+        let url = self.emu.url();
+        let settings = ConsulSettings::from_env(|name| match name {
+            "CONSUL_HTTP_ADDR" => Some(url.clone()),
+            _ => None,
+        })
+        .expect("consul settings");
+        let consul = ConsulClient::new(&settings).expect("consul client");
+        let (stop, stop_rx) = watch::channel(false);
+        let health = Health::new(Duration::from_secs(60));
+        let metrics = Metrics::new();
+        let settings = Settings {
+            watch_namespaces: vec![self.ns.clone()],
+            field_manager: "consul-elector".into(),
+            instance: "test".into(),
+            lock_watch_wait: Duration::from_secs(60),
+            concurrency: 4,
+        };
+        let task = tokio::spawn(controller::run(
+            self.sa_client.clone(),
+            consul,
+            settings,
+            metrics.clone(),
+            health.clone(),
+            async move {
+                let mut rx = stop_rx;
+                let _ = rx.wait_for(|s| *s).await;
+            },
+        ));
+        self.operator = Some(Operator {
+            task,
+            stop,
+            health,
+            metrics,
+        });
+    }
+
+    /// Kills the operator as a crash would: no graceful shutdown, nothing released.
+    pub async fn kill_operator(&mut self) {
+        let op = self.operator.take().expect("operator running");
+        op.task.abort();
+        let _ = op.task.await;
+        drop(op.stop);
+    }
+
+    /// The running operator.
+    pub fn operator(&self) -> &Operator {
+        self.operator.as_ref().expect("operator running")
+    }
+
+    /// A Deployment `name` of `replicas` pods labelled `app=<name>`, Ready.
+    pub async fn deployment(&self, name: &str, replicas: i32) {
+        let labels = BTreeMap::from([("app".to_owned(), name.to_owned())]);
+        create_deployment(&self.admin, &self.ns, name, replicas, labels)
+            .await
+            .expect("deployment");
+        wait_deployment_ready(&self.admin, &self.ns, name, SOON)
+            .await
+            .expect("deployment ready");
+    }
+
+    /// Creates a LeaderElection from a JSON spec.
+    pub async fn election(&self, name: &str, spec: serde_json::Value) -> LeaderElection {
+        let le: LeaderElection = serde_json::from_value(serde_json::json!({
+            "apiVersion": "elector.dev/v1alpha1",
+            "kind": "LeaderElection",
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": spec,
+        }))
+        .expect("election");
+        self.elections()
+            .create(&PostParams::default(), &le)
+            .await
+            .expect("create election")
+    }
+
+    /// The namespace's LeaderElections.
+    pub fn elections(&self) -> Api<LeaderElection> {
+        Api::namespaced(self.admin.clone(), &self.ns)
+    }
+
+    /// The namespace's pods.
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.admin.clone(), &self.ns)
+    }
+
+    /// Waits until exactly one pod carries `role=leader` (and it is not `not`), returning it.
+    pub async fn wait_leader(&self, not: Option<&str>) -> String {
+        let mut leader = String::new();
+        let found = self
+            .recorder
+            .wait_until(SOON, |pods| {
+                let leaders: Vec<&String> = pods
+                    .iter()
+                    .filter(|(_, p)| p.labels.get(ROLE).map(String::as_str) == Some("leader"))
+                    .map(|(name, _)| name)
+                    .collect();
+                leaders.len() == 1 && Some(leaders[0].as_str()) != not
+            })
+            .await;
+        found.expect("a leader is labelled");
+        for (name, p) in self.recorder.current() {
+            if p.labels.get(ROLE).map(String::as_str) == Some("leader") {
+                leader = name;
+            }
+        }
+        leader
+    }
+
+    /// Waits until `pred` holds for the election's status.
+    pub async fn wait_status(
+        &self,
+        name: &str,
+        pred: impl Fn(&LeaderElection) -> bool,
+    ) -> LeaderElection {
+        let api = self.elections();
+        let deadline = tokio::time::Instant::now() + SOON;
+        let cond = move |le: Option<&LeaderElection>| le.is_some_and(&pred);
+        tokio::time::timeout_at(deadline, await_condition(api.clone(), name, cond))
+            .await
+            .expect("status condition in time")
+            .expect("watch election");
+        api.get(name).await.expect("get election")
+    }
+
+    /// Asserts the safety rule over the whole recorded history, then stops the operator.
+    pub async fn finish(mut self) {
+        self.recorder.assert_never_two(ROLE, "leader");
+        if let Some(op) = self.operator.take() {
+            let _ = op.stop.send(true);
+            let _ = tokio::time::timeout(SOON, op.task).await;
+        }
+        self.sim.stop().await;
+        self.recorder.stop().await;
+    }
+}
+
+/// A client for ServiceAccount `consul-elector` bound to a ClusterRole with exactly the
+/// chart's rules (plus the optional Secret rule when `secret_access`).
+async fn operator_client(
+    cluster: &TestCluster,
+    admin: &Client,
+    ns: &str,
+    secret_access: bool,
+) -> Client {
+    let mut rules: Vec<PolicyRule> = serde_saphyr::from_str(RBAC_RULES).expect("RBAC rules parse");
+    if secret_access {
+        let extra: Vec<PolicyRule> =
+            serde_saphyr::from_str(RBAC_SECRET_RULES).expect("Secret RBAC rules parse");
+        rules.extend(extra);
+    }
+    let name = format!("consul-elector-{ns}");
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let role = ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(rules),
+        ..ClusterRole::default()
+    };
+    let _ = roles.delete(&name, &DeleteParams::default()).await;
+    roles
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("cluster role");
+    let bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: name.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "consul-elector".into(),
+            namespace: Some(ns.to_owned()),
+            ..Subject::default()
+        }]),
+    };
+    let _ = bindings.delete(&name, &DeleteParams::default()).await;
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("cluster role binding");
+    cluster.service_account_client(ns, "consul-elector").await
+}
+
+/// Names of the pods carrying `role=value` right now.
+pub async fn pods_with_role(h: &Harness, value: &str) -> Vec<String> {
+    h.pods()
+        .list(&Default::default())
+        .await
+        .expect("list pods")
+        .items
+        .into_iter()
+        .filter(|p| p.labels().get(ROLE).map(String::as_str) == Some(value))
+        .map(|p| p.name_any())
+        .collect()
+}
+
+/// The role label of `pod` in a recorded pod set.
+pub fn role_in<'a>(pods: &'a BTreeMap<String, PodVersion>, pod: &str) -> Option<&'a str> {
+    pods.get(pod)
+        .and_then(|p| p.labels.get(ROLE))
+        .map(String::as_str)
+}
+
+/// The pods carrying `ROLE=value` in a recorded pod set.
+pub fn with_role(pods: &BTreeMap<String, PodVersion>, value: &str) -> Vec<String> {
+    pods.iter()
+        .filter(|(_, p)| p.labels.get(ROLE).map(String::as_str) == Some(value))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// The leader pod the status names.
+pub fn status_leader(le: &LeaderElection) -> Option<String> {
+    le.status
+        .as_ref()
+        .and_then(|s| s.leader.as_ref())
+        .map(|l| l.pod.clone())
+}
+
+/// The phase the status shows, as text (`"Elected"`, ...).
+pub fn phase(le: &LeaderElection) -> Option<String> {
+    let phase = le.status.as_ref()?.phase?;
+    serde_json::to_value(phase)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+}
+
+/// The status condition of `type_`.
+pub fn condition(le: &LeaderElection, type_: &str) -> Option<Condition> {
+    le.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .cloned()
+}
+
+/// Whether the status has condition `type_` with `status` ("True"/"False").
+pub fn has_condition(le: &LeaderElection, type_: &str, status: &str) -> bool {
+    condition(le, type_).is_some_and(|c| c.status == status)
+}
+
+/// A Consul answer read by [`Harness::consul`].
+#[derive(Debug, Clone)]
+pub struct ConsulReply {
+    /// HTTP status.
+    pub status: u16,
+    /// Body text.
+    pub body: String,
+}
+
+impl ConsulReply {
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("consul body is not JSON ({e}): {}", self.body))
+    }
+}
+
+impl Harness {
+    /// The default Consul key of election `name`.
+    pub fn key(&self, name: &str) -> String {
+        format!("elector/{}/{name}/leader", self.ns)
+    }
+
+    /// The election's current status (default when it has none).
+    pub async fn status(&self, name: &str) -> LeaderElectionStatus {
+        self.elections()
+            .get(name)
+            .await
+            .expect("get election")
+            .status
+            .unwrap_or_default()
+    }
+
+    /// Like [`wait_status`](Self::wait_status), with an explicit bound (for waits that must
+    /// let a TTL or a delay pass).
+    pub async fn wait_status_within(
+        &self,
+        name: &str,
+        timeout: Duration,
+        pred: impl Fn(&LeaderElection) -> bool,
+    ) -> LeaderElection {
+        let api = self.elections();
+        let cond = move |le: Option<&LeaderElection>| le.is_some_and(&pred);
+        match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
+            Ok(result) => {
+                result.expect("watch election");
+            }
+            Err(_) => {
+                let now = api.get(name).await.ok();
+                panic!(
+                    "status of {name} did not reach the condition within {timeout:?}; now: {:#?}",
+                    now.and_then(|le| le.status)
+                );
+            }
+        }
+        api.get(name).await.expect("get election")
+    }
+
+    /// Waits (at most `timeout`) until `pred` holds for the recorded pods; panics with
+    /// `what` and the pods otherwise.
+    pub async fn wait_pods(
+        &self,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&BTreeMap<String, PodVersion>) -> bool,
+    ) {
+        if let Err(e) = self.recorder.wait_until(timeout, pred).await {
+            panic!("waiting for {what}: {e}");
+        }
+    }
+
+    /// `true` if `pred` becomes true for the recorded pods within `timeout` (used to show that
+    /// something does NOT happen within a window).
+    pub async fn pods_become(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&BTreeMap<String, PodVersion>) -> bool,
+    ) -> bool {
+        self.recorder.wait_until(timeout, pred).await.is_ok()
+    }
+
+    /// The pods as last recorded.
+    pub fn current(&self) -> BTreeMap<String, PodVersion> {
+        self.recorder.current()
+    }
+
+    /// Sets (or with `None` removes) label `key` on pod `pod`.
+    pub async fn set_pod_label(&self, pod: &str, key: &str, value: Option<&str>) {
+        let patch = serde_json::json!({"metadata": {"labels": {key: value}}});
+        self.pods()
+            .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch pod labels");
+    }
+
+    /// A bare pod `name` (no controller) with `labels`, bound and made Ready by the simulator.
+    pub async fn bare_pod(&self, name: &str, labels: &[(&str, &str)]) {
+        let labels: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "app", "image": testkit::pods::SIM_IMAGE}],
+            },
+        }))
+        .expect("pod");
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+    }
+
+    /// Merge-patches the election's spec with `spec`.
+    pub async fn patch_spec(&self, name: &str, spec: serde_json::Value) {
+        let patch = serde_json::json!({"spec": spec});
+        self.elections()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch election spec");
+    }
+
+    /// The events.k8s.io events about election `name` with `reason`, as (count, notes):
+    /// the count includes every repetition of a series.
+    pub async fn events(&self, name: &str, reason: &str) -> (u64, Vec<String>) {
+        let api: Api<Event> = Api::namespaced(self.admin.clone(), &self.ns);
+        let list = api.list(&Default::default()).await.expect("list events");
+        let ours = list.items.into_iter().filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("LeaderElection")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        });
+        let mut count = 0;
+        let mut notes = Vec::new();
+        for e in ours {
+            count += e
+                .series
+                .as_ref()
+                .map_or(1, |s| u64::try_from(s.count).unwrap_or(1).max(1));
+            notes.push(e.note.unwrap_or_default());
+        }
+        (count, notes)
+    }
+
+    /// Waits until an event about election `name` with `reason` exists; returns its notes.
+    pub async fn wait_event(&self, name: &str, reason: &str) -> Vec<String> {
+        let api: Api<Event> = Api::namespaced(self.admin.clone(), &self.ns);
+        let (name, reason) = (name.to_owned(), reason.to_owned());
+        wait_for(api, watcher::Config::default(), SOON, move |events| {
+            let notes: Vec<String> = events
+                .iter()
+                .filter(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())
+                        && e.reason.as_deref() == Some(reason.as_str())
+                })
+                .map(|e| e.note.clone().unwrap_or_default())
+                .collect();
+            (!notes.is_empty()).then_some(notes)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("no event: {e}"))
+    }
+
+    /// Reconciles the running operator has finished (successful or not).
+    pub fn reconciles(&self) -> u64 {
+        self.operator()
+            .metrics
+            .encode()
+            .lines()
+            .filter(|l| l.contains("_reconcile_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .sum()
+    }
+
+    /// One request to the Consul emulator's HTTP API, as an outside client (an application,
+    /// an operator at a terminal) would send it.
+    pub async fn consul(&self, method: &str, path_and_query: &str, body: &str) -> ConsulReply {
+        let stream = tokio::net::TcpStream::connect(self.emu.addr())
+            .await
+            .expect("connect to the emulator");
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .expect("HTTP handshake");
+        let conn = tokio::spawn(conn);
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path_and_query)
+            .header("host", self.emu.addr().to_string())
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .expect("request");
+        let response = sender.send_request(request).await.expect("consul request");
+        let status = response.status().as_u16();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("consul body")
+            .to_bytes();
+        drop(sender);
+        let _ = conn.await;
+        ConsulReply {
+            status,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        }
+    }
+
+    /// Creates a session as an application would (`PUT /v1/session/create`); returns its ID.
+    pub async fn app_session(&self, name: &str, lock_delay: &str) -> String {
+        let body = serde_json::json!({"Name": name, "LockDelay": lock_delay}).to_string();
+        let reply = self.consul("PUT", "/v1/session/create", &body).await;
+        assert_eq!(reply.status, 200, "session create: {}", reply.body);
+        reply.json()["ID"].as_str().expect("session ID").to_owned()
+    }
+
+    /// `PUT /v1/kv/<key>?acquire=<session>` with `value`; whether the lock was taken.
+    pub async fn app_acquire(&self, key: &str, session: &str, value: &str) -> bool {
+        let reply = self
+            .consul("PUT", &format!("/v1/kv/{key}?acquire={session}"), value)
+            .await;
+        assert_eq!(reply.status, 200, "acquire: {}", reply.body);
+        reply.body.trim() == "true"
+    }
+
+    /// `PUT /v1/kv/<key>?release=<session>`; whether the lock was released.
+    pub async fn app_release(&self, key: &str, session: &str) -> bool {
+        let reply = self
+            .consul("PUT", &format!("/v1/kv/{key}?release={session}"), "")
+            .await;
+        assert_eq!(reply.status, 200, "release: {}", reply.body);
+        reply.body.trim() == "true"
+    }
+
+    /// `PUT /v1/session/destroy/<id>`.
+    pub async fn app_destroy_session(&self, id: &str) {
+        let reply = self
+            .consul("PUT", &format!("/v1/session/destroy/{id}"), "")
+            .await;
+        assert_eq!(reply.status, 200, "destroy: {}", reply.body);
+    }
+
+    /// `DELETE /v1/kv/<key>`.
+    pub async fn app_delete_key(&self, key: &str) {
+        let reply = self.consul("DELETE", &format!("/v1/kv/{key}"), "").await;
+        assert_eq!(reply.status, 200, "delete: {}", reply.body);
+    }
+}
+
+/// An election's leader as both the pods and the status show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Elected {
+    /// Leader pod.
+    pub pod: String,
+    /// Fencing token (status, pod annotation and the key's LockIndex agree).
+    pub token: u64,
+    /// The operator's Consul session for it.
+    pub session: String,
+    /// Transitions in the status.
+    pub transitions: u64,
+}
+
+impl Harness {
+    /// Waits until election `name` is Elected with a leader labelled on exactly one pod (not
+    /// `not`), the status naming that pod, and the pod's fencing-token annotation equal to the
+    /// status token; checks that the Consul key is held by the status' session with that
+    /// LockIndex.
+    pub async fn wait_elected(&self, name: &str, not: Option<&str>) -> Elected {
+        self.wait_elected_within(name, not, SOON).await
+    }
+
+    /// [`wait_elected`](Self::wait_elected) with an explicit bound.
+    pub async fn wait_elected_within(
+        &self,
+        name: &str,
+        not: Option<&str>,
+        timeout: Duration,
+    ) -> Elected {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let api = self.elections();
+        loop {
+            let le = api.get(name).await.expect("get election");
+            if let Some(elected) = self.agreed_leader(name, &le, not) {
+                return elected;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!(
+                    "election {name} not Elected (pods, status and key agreeing) within \
+                     {timeout:?}; status: {:#?}; key: {:?}; pods: {:#?}",
+                    le.status,
+                    self.emu.kv_entry(&self.key(name)),
+                    self.current()
+                        .values()
+                        .map(|p| (&p.name, &p.labels, &p.annotations))
+                        .collect::<Vec<_>>()
+                );
+            }
+            // Re-check on the next pod change, or shortly (the status may change alone).
+            let _ = self
+                .recorder
+                .wait_until(Duration::from_millis(25), |_| false)
+                .await;
+        }
+    }
+
+    /// The leader when status, pods and key agree (see [`wait_elected`](Self::wait_elected)).
+    fn agreed_leader(&self, name: &str, le: &LeaderElection, not: Option<&str>) -> Option<Elected> {
+        let status = le.status.as_ref()?;
+        let leader = status.leader.as_ref()?;
+        let token = status.fencing_token?;
+        let session = leader.session_id.clone()?;
+        if phase(le).as_deref() != Some("Elected") || Some(leader.pod.as_str()) == not {
+            return None;
+        }
+        let pods = self.current();
+        let token_text = token.to_string();
+        let labelled = with_role(&pods, "leader") == vec![leader.pod.clone()]
+            && pods[&leader.pod]
+                .annotations
+                .get(consul_elector::crd::FENCING_TOKEN_ANNOTATION)
+                == Some(&token_text);
+        if !labelled {
+            return None;
+        }
+        // A custom key is checked by the caller.
+        if let Some(entry) = self.emu.kv_entry(&self.key(name))
+            && (entry.session.as_deref() != Some(session.as_str()) || entry.lock_index != token)
+        {
+            return None;
+        }
+        Some(Elected {
+            pod: leader.pod.clone(),
+            token,
+            session,
+            transitions: status.transitions,
+        })
+    }
+}
+
+impl Harness {
+    /// When the recorder first saw pod `pod` with `ROLE=value` at or after `after`.
+    pub fn role_seen_at(
+        &self,
+        pod: &str,
+        value: &str,
+        after: std::time::Instant,
+    ) -> Option<std::time::Instant> {
+        self.recorder
+            .versions()
+            .into_iter()
+            .filter(|v| v.name == pod && v.at >= after)
+            .find(|v| v.labels.get(ROLE).map(String::as_str) == Some(value))
+            .map(|v| v.at)
+    }
+
+    /// When the recorder first saw pod `pod` without `ROLE=leader` at or after `after`.
+    pub fn leader_label_gone_at(
+        &self,
+        pod: &str,
+        after: std::time::Instant,
+    ) -> Option<std::time::Instant> {
+        self.recorder
+            .versions()
+            .into_iter()
+            .filter(|v| v.name == pod && v.at >= after)
+            .find(|v| v.labels.get(ROLE).map(String::as_str) != Some("leader"))
+            .map(|v| v.at)
+    }
+}
