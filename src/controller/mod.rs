@@ -345,13 +345,13 @@ async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Result<Action,
     result
 }
 
-fn error_policy(le: Arc<LeaderElection>, error: &Error, ctx: Arc<Context>) -> Action {
+/// A failed reconcile is retried soon; its error was already counted by the reconcile timer.
+fn error_policy(le: Arc<LeaderElection>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::warn!(
         election = %format!("{}/{}", le.namespace().unwrap_or_default(), le.name_any()),
         category = error.category(),
         "reconcile failed: {error}"
     );
-    let _ = ctx;
     Action::requeue(ERROR_REQUEUE)
 }
 
