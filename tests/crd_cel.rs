@@ -7,9 +7,9 @@
 use std::collections::BTreeSet;
 
 use consul_elector::crd::rules::{self, CelRule};
-use consul_elector::crd::{LeaderElection, validate};
+use consul_elector::crd::{LeaderElection, LeaderElectionSpec, validate};
 use kube::CustomResourceExt;
-use kube::core::cel::{ErrorKind, Validator};
+use kube::core::cel::{ErrorKind, Validator, apply_defaults};
 use serde_json::{Value, json};
 
 /// The CRD's openAPIV3Schema as JSON.
@@ -344,6 +344,26 @@ fn the_schema_carries_exactly_the_listed_rules_and_each_is_tested() {
         .map(|c| (c.rule.rule.to_owned(), c.rule.message.to_owned()))
         .collect();
     assert_eq!(tested, listed, "every rule needs a case");
+}
+
+/// The schema's `default`s (what the API server fills in) are the serde defaults (what the
+/// code assumes when a field is missing), for whole and for partial sub-objects.
+#[test]
+fn schema_defaults_are_the_serde_defaults() {
+    let schema = schema();
+    for spec in [
+        valid_spec(),
+        spec_with("/session", json!({"ttl": "30s"})),
+        spec_with("/labels", json!({"leader": "primary"})),
+        spec_with("/candidates", json!({})),
+        spec_with("/failover", json!({})),
+    ] {
+        let defaulted = apply_defaults(&schema, &object(spec.clone()));
+        let parsed: LeaderElectionSpec =
+            serde_json::from_value(spec.clone()).expect("the sample deserializes");
+        let from_serde = serde_json::to_value(parsed).expect("the spec serializes");
+        assert_eq!(defaulted["spec"], from_serde, "defaults differ for {spec}");
+    }
 }
 
 #[test]
