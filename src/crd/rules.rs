@@ -7,7 +7,7 @@
 //! (a literal dot is written `[.]`), so the same text is valid in an OpenAPI `pattern` and
 //! inside a single-quoted CEL string.
 
-use kube::core::{Reason, Rule};
+use kube::core::Rule;
 
 /// Defines a `macro_rules!` literal and a `&str` constant for a regular expression, so the
 /// literal can also be spliced into CEL rule text with `concat!`.
@@ -123,11 +123,12 @@ pub struct CelRule {
     pub message: &'static str,
 }
 
+/// Without `reason` (its default, `FieldValueInvalid`, is what every rule here means):
+/// Kubernetes before 1.28 does not know the field, and a server-side apply of a CRD carrying
+/// it fails there.
 impl From<CelRule> for Rule {
     fn from(rule: CelRule) -> Self {
-        Rule::new(rule.rule)
-            .message(rule.message)
-            .reason(Reason::FieldValueInvalid)
+        Rule::new(rule.rule).message(rule.message)
     }
 }
 
