@@ -1,4 +1,5 @@
-//! Child processes of a test cluster (etcd, kube-apiserver, kube-controller-manager).
+//! Child processes of a test cluster (etcd, kube-apiserver, kube-controller-manager), and
+//! [`spawn_tied`] for any other child that must die with this process (the sandbox's operator).
 //!
 //! Every child is spawned by one long-lived thread with `PR_SET_PDEATHSIG = SIGKILL`. The kernel
 //! sends that signal when the *thread* that forked the child exits, so the spawning thread must
@@ -66,6 +67,19 @@ fn tie_to_this_process(command: &mut Command) {
     }
 }
 
+/// Spawns `command` through the spawner thread so that it dies with this process (SIGKILL when
+/// the process exits, even by a crash) and runs in its own process group (a terminal's Ctrl-C
+/// reaches only this process, which stops its children itself).
+pub(crate) fn spawn_tied(mut command: Command) -> io::Result<Child> {
+    tie_to_this_process(&mut command);
+    let (reply, result) = mpsc::channel();
+    let spawner_gone = || io::Error::other("the spawner thread is gone");
+    spawner()
+        .send(SpawnRequest { command, reply })
+        .map_err(|_| spawner_gone())?;
+    result.recv().map_err(|_| spawner_gone())?
+}
+
 /// A running cluster process whose output goes to a log file. Killed when dropped.
 #[derive(Debug)]
 pub(crate) struct ManagedProcess {
@@ -95,16 +109,7 @@ impl ManagedProcess {
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr);
-        tie_to_this_process(&mut command);
-        let (reply, result) = mpsc::channel();
-        let spawner_gone = || spawn_error(io::Error::other("the spawner thread is gone"));
-        spawner()
-            .send(SpawnRequest { command, reply })
-            .map_err(|_| spawner_gone())?;
-        let child = result
-            .recv()
-            .map_err(|_| spawner_gone())?
-            .map_err(spawn_error)?;
+        let child = spawn_tied(command).map_err(spawn_error)?;
         Ok(Self { name, child, log })
     }
 
