@@ -5,3 +5,4 @@ pub mod consul;
 pub mod kube_faults;
 pub mod pods;
 pub mod recorder;
+pub mod sandbox;

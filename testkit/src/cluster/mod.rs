@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use secrecy::SecretString;
 
 pub use namespace::{TEST_NAMESPACE_LABEL, with_namespace};
+pub(crate) use processes::spawn_tied;
 
 use binaries::Binaries;
 use processes::ManagedProcess;

@@ -1,0 +1,104 @@
+//! `cargo run -p testkit --bin sandbox [-- --keep]`: shows consul-elector working end to end on
+//! this machine (see `testkit::sandbox`).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use testkit::sandbox::{self, Options, Outcome};
+use tokio::signal::unix::{SignalKind, signal};
+
+const USAGE: &str = "\
+usage: cargo run -p testkit --bin sandbox [-- --keep]
+
+Shows consul-elector working: builds the operator binary, starts a real kube-apiserver and
+kube-controller-manager v1.20.2 (built from Debian's sources on the first run, several
+minutes), an emulated Consul and simulated pods, runs the operator as a child process, and
+plays a scenario, printing every change the operator makes:
+  1. a LeaderElection is created: a leader is elected and labelled
+  2. the leader pod is deleted: a successor is labelled
+  3. the leader goes NotReady: it is replaced, then becomes Ready again
+  4. Consul is unreachable for longer than the session TTL: the leader label is removed
+     (fenced); Consul comes back: the same pod leads again
+  5. the operator is killed and restarted: no label changes
+then a summary with the measured latencies. Exits non-zero when a step does not reach its
+expected state in time (the message says which).
+
+options:
+  --keep      leave everything running after the scenario (prints the kubeconfig and the
+              Consul URL to look around with kubectl and curl); Ctrl-C stops it
+  -h, --help  show this help";
+
+/// What the command line asks for.
+enum Invocation {
+    Help,
+    Run(Options),
+}
+
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Invocation, String> {
+    let mut options = Options::default();
+    for arg in args {
+        match arg.as_str() {
+            "--keep" => options.keep = true,
+            "-h" | "--help" => return Ok(Invocation::Help),
+            other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
+        }
+    }
+    Ok(Invocation::Run(options))
+}
+
+/// Resolves on Ctrl-C or SIGTERM (never, if the handlers cannot be installed).
+async fn stop_requested() {
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        eprintln!("sandbox: cannot install the signal handlers; Ctrl-C will not clean up");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+}
+
+fn main() -> ExitCode {
+    let options = match parse_args(std::env::args().skip(1)) {
+        Ok(Invocation::Run(options)) => options,
+        Ok(Invocation::Help) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                // kube's client logs every failed request, such as the cluster's readiness
+                // probes during its start; the sandbox reports its own failures.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("sandbox: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(sandbox::run(options, stop_requested()));
+    // A build interrupted by Ctrl-C may still run on the blocking pool; do not wait for it.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match outcome {
+        Ok(Outcome::Passed) => ExitCode::SUCCESS,
+        Ok(Outcome::Failed) => ExitCode::FAILURE,
+        Ok(Outcome::Interrupted) => ExitCode::from(130),
+        Err(error) => {
+            eprintln!("sandbox: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

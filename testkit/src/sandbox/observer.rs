@@ -1,0 +1,420 @@
+//! Watches the sandbox namespace's pods and the `LeaderElection`, keeps the latest
+//! [`Snapshot`] of both, prints a timeline row whenever what the timeline shows changes, and
+//! lets the scenario wait for a state.
+//!
+//! Rows are printed by the watch task *before* the snapshot is published, so a line the
+//! scenario prints after a wait always follows the row that ended the wait.
+
+use std::collections::BTreeMap;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::DynamicObject;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::SandboxError;
+use super::objects::{self, APP, FOLLOWER, LEADER, NAMESPACE, REPLICAS, ROLE_LABEL};
+use super::timeline::Timeline;
+
+/// How long the first lists of pods and elections may take.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One pod, as far as the election is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PodState {
+    /// Pod name.
+    pub(crate) name: String,
+    /// The role label's value, if any.
+    pub(crate) role: Option<String>,
+    /// Whether the `Ready` condition is true.
+    pub(crate) ready: bool,
+    /// Whether the pod has a `deletionTimestamp`.
+    pub(crate) terminating: bool,
+}
+
+impl PodState {
+    fn from_pod(pod: &Pod) -> Self {
+        Self {
+            name: pod.name_any(),
+            role: pod.labels().get(ROLE_LABEL).cloned(),
+            ready: crate::pods::is_pod_ready(pod),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+        }
+    }
+
+    /// Whether the pod carries the leader label.
+    pub(crate) fn is_leader(&self) -> bool {
+        self.role.as_deref() == Some(LEADER)
+    }
+}
+
+/// The `LeaderElection`'s status, as far as the sandbox shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ElectionState {
+    /// `status.phase`.
+    pub(crate) phase: Option<String>,
+    /// `status.leader.pod`.
+    pub(crate) leader: Option<String>,
+    /// `status.leader.sessionID`.
+    pub(crate) session: Option<String>,
+    /// `status.fencingToken`.
+    pub(crate) token: Option<u64>,
+    /// `status.transitions`.
+    pub(crate) transitions: Option<u64>,
+}
+
+impl ElectionState {
+    fn from_object(election: &DynamicObject) -> Self {
+        let status = election.data.get("status").unwrap_or(&Value::Null);
+        let text = |value: &Value| value.as_str().map(str::to_owned);
+        let leader = status.get("leader").unwrap_or(&Value::Null);
+        Self {
+            phase: status.get("phase").and_then(text),
+            leader: leader.get("pod").and_then(text),
+            session: leader.get("sessionID").and_then(text),
+            token: status.get("fencingToken").and_then(Value::as_u64),
+            transitions: status.get("transitions").and_then(Value::as_u64),
+        }
+    }
+}
+
+/// The pods and the election at one moment.
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot {
+    /// When the watch event that produced it arrived.
+    pub(crate) at: Instant,
+    /// Every pod of the namespace, by name.
+    pub(crate) pods: Vec<PodState>,
+    /// The election, once it exists.
+    pub(crate) election: Option<ElectionState>,
+}
+
+impl Snapshot {
+    /// The pods labelled leader.
+    pub(crate) fn leaders(&self) -> impl Iterator<Item = &PodState> {
+        self.pods.iter().filter(|pod| pod.is_leader())
+    }
+
+    /// The pod labelled leader, if exactly one is.
+    pub(crate) fn sole_leader(&self) -> Option<&PodState> {
+        let mut leaders = self.leaders();
+        let leader = leaders.next()?;
+        leaders.next().is_none().then_some(leader)
+    }
+
+    /// The pod named `name`.
+    pub(crate) fn pod(&self, name: &str) -> Option<&PodState> {
+        self.pods.iter().find(|pod| pod.name == name)
+    }
+
+    /// `status.phase`.
+    pub(crate) fn phase(&self) -> Option<&str> {
+        self.election.as_ref()?.phase.as_deref()
+    }
+
+    /// The leader when the election is at rest: [`REPLICAS`] pods, none terminating, one Ready
+    /// pod labelled leader and named by the status, every other pod labelled follower, phase
+    /// `Elected`.
+    pub(crate) fn settled_leader(&self) -> Option<&PodState> {
+        let leader = self.sole_leader()?;
+        let election = self.election.as_ref()?;
+        let at_rest = self.pods.len() == REPLICAS
+            && self.pods.iter().all(|pod| {
+                !pod.terminating && (pod.is_leader() || pod.role.as_deref() == Some(FOLLOWER))
+            })
+            && leader.ready
+            && election.phase.as_deref() == Some("Elected")
+            && election.leader.as_deref() == Some(leader.name.as_str());
+        at_rest.then_some(leader)
+    }
+}
+
+/// A watch event with the object reduced to its name and what the sandbox keeps of it.
+type Reduced<T> = watcher::Event<(String, T)>;
+
+fn reduce<K: ResourceExt, T>(event: watcher::Event<K>, keep: fn(&K) -> T) -> Reduced<T> {
+    let named = |object: K| (object.name_any(), keep(&object));
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(named(object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(named(object)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(named(object)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// A watch-fed copy of the objects of one kind, by name, replaced atomically on every re-list.
+struct Mirror<T> {
+    objects: BTreeMap<String, T>,
+    relisting: Option<BTreeMap<String, T>>,
+    listed: bool,
+}
+
+impl<T> Mirror<T> {
+    fn new() -> Self {
+        Self {
+            objects: BTreeMap::new(),
+            relisting: None,
+            listed: false,
+        }
+    }
+
+    fn apply(&mut self, event: Reduced<T>) {
+        match event {
+            watcher::Event::Apply((name, object)) => {
+                self.objects.insert(name, object);
+            }
+            watcher::Event::Delete((name, _)) => {
+                self.objects.remove(&name);
+            }
+            watcher::Event::Init => self.relisting = Some(BTreeMap::new()),
+            watcher::Event::InitApply((name, object)) => {
+                if let Some(relisting) = self.relisting.as_mut() {
+                    relisting.insert(name, object);
+                }
+            }
+            watcher::Event::InitDone => {
+                self.objects = self.relisting.take().unwrap_or_default();
+                self.listed = true;
+            }
+        }
+    }
+}
+
+/// What changed: one watch event of either watch.
+enum Change {
+    Pod(Result<Reduced<PodState>, watcher::Error>),
+    Election(Result<Reduced<ElectionState>, watcher::Error>),
+}
+
+/// The running watches and the latest snapshot.
+pub(crate) struct Observer {
+    snapshots: watch::Receiver<Option<Snapshot>>,
+    step: Arc<Mutex<&'static str>>,
+    task: JoinHandle<()>,
+}
+
+impl Observer {
+    /// Starts watching and printing rows with `timeline`; returns once both watches have
+    /// listed and the first row is printed.
+    pub(crate) async fn start(
+        client: Client,
+        timeline: Timeline,
+        step: &'static str,
+    ) -> Result<Self, SandboxError> {
+        let (sender, mut snapshots) = watch::channel(None);
+        let step = Arc::new(Mutex::new(step));
+        let task = tokio::spawn(follow(client, timeline, Arc::clone(&step), sender));
+        let listed = tokio::time::timeout(START_TIMEOUT, snapshots.wait_for(Option::is_some));
+        if !matches!(listed.await, Ok(Ok(_))) {
+            task.abort();
+            return Err(SandboxError::Setup(format!(
+                "could not list the pods and LeaderElections of namespace {NAMESPACE} within \
+                 {START_TIMEOUT:?}"
+            )));
+        }
+        Ok(Self {
+            snapshots,
+            step,
+            task,
+        })
+    }
+
+    /// Names the scenario step shown on the following rows.
+    pub(crate) fn set_step(&self, step: &'static str) {
+        *self.step.lock().unwrap_or_else(PoisonError::into_inner) = step;
+    }
+
+    /// The latest snapshot.
+    pub(crate) fn current(&self) -> Snapshot {
+        self.snapshots.borrow().clone().unwrap_or_else(|| Snapshot {
+            at: Instant::now(),
+            pods: Vec::new(),
+            election: None,
+        })
+    }
+
+    /// Waits until `decide` returns something for the latest snapshot (checked now and after
+    /// every change) and returns it; after `timeout`, returns the last snapshot as `Err`.
+    pub(crate) async fn wait_for<T>(
+        &self,
+        timeout: Duration,
+        mut decide: impl FnMut(&Snapshot) -> Option<T>,
+    ) -> Result<T, Snapshot> {
+        let mut snapshots = self.snapshots.clone();
+        let mut found = None;
+        let wait = snapshots.wait_for(|snapshot| {
+            found = snapshot.as_ref().and_then(&mut decide);
+            found.is_some()
+        });
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(Ok(_)) => found.ok_or_else(|| self.current()),
+            Ok(Err(_)) | Err(_) => Err(self.current()),
+        }
+    }
+
+    /// Stops the watches.
+    pub(crate) async fn stop(mut self) {
+        self.task.abort();
+        // Ends only by this abort, whose error carries nothing.
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The watch task: applies events, prints changed rows, publishes snapshots.
+async fn follow(
+    client: Client,
+    mut timeline: Timeline,
+    step: Arc<Mutex<&'static str>>,
+    snapshots: watch::Sender<Option<Snapshot>>,
+) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let pod_events = watcher(pods, watcher::Config::default())
+        .default_backoff()
+        .map(|event| Change::Pod(event.map(|event| reduce(event, PodState::from_pod))));
+    let election_events = watcher(objects::elections(client), watcher::Config::default())
+        .default_backoff()
+        .map(|event| {
+            Change::Election(event.map(|event| reduce(event, ElectionState::from_object)))
+        });
+    let mut changes = pin!(stream::select(pod_events, election_events));
+    let mut pods = Mirror::new();
+    let mut elections = Mirror::new();
+    while let Some(change) = changes.next().await {
+        let applied = match change {
+            Change::Pod(event) => event.map(|event| pods.apply(event)),
+            Change::Election(event) => event.map(|event| elections.apply(event)),
+        };
+        if let Err(error) = applied {
+            tracing::warn!(%error, "sandbox: a watch failed; retrying");
+            continue;
+        }
+        if !(pods.listed && elections.listed) {
+            continue;
+        }
+        let snapshot = Snapshot {
+            at: Instant::now(),
+            pods: pods.objects.values().cloned().collect(),
+            election: elections.objects.get(APP).cloned(),
+        };
+        let step = *step.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(row) = timeline.row(&snapshot, step) {
+            println!("{row}");
+        }
+        snapshots.send_replace(Some(snapshot));
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A pod with `role`, Ready and not terminating.
+    pub(crate) fn pod(name: &str, role: Option<&str>) -> PodState {
+        PodState {
+            name: name.into(),
+            role: role.map(str::to_owned),
+            ready: true,
+            terminating: false,
+        }
+    }
+
+    /// A snapshot of `pods` with an election in `phase` led by `leader`.
+    pub(crate) fn snapshot(pods: Vec<PodState>, phase: &str, leader: Option<&str>) -> Snapshot {
+        Snapshot {
+            at: Instant::now(),
+            pods,
+            election: Some(ElectionState {
+                phase: Some(phase.into()),
+                leader: leader.map(str::to_owned),
+                session: None,
+                token: Some(7),
+                transitions: Some(1),
+            }),
+        }
+    }
+
+    #[test]
+    fn settled_needs_one_ready_leader_named_by_the_status_and_labelled_followers() {
+        let pods = || {
+            vec![
+                pod("web-a", Some(LEADER)),
+                pod("web-b", Some(FOLLOWER)),
+                pod("web-c", Some(FOLLOWER)),
+            ]
+        };
+        let at_rest = snapshot(pods(), "Elected", Some("web-a"));
+        assert_eq!(
+            at_rest.settled_leader().map(|p| p.name.as_str()),
+            Some("web-a")
+        );
+
+        let mut unlabelled = pods();
+        unlabelled[2].role = None;
+        let mut two = pods();
+        two[1].role = Some(LEADER.into());
+        let mut terminating = pods();
+        terminating[1].terminating = true;
+        for (what, snap) in [
+            (
+                "status names another",
+                snapshot(pods(), "Elected", Some("web-b")),
+            ),
+            (
+                "still electing",
+                snapshot(pods(), "Electing", Some("web-a")),
+            ),
+            (
+                "a pod unlabelled",
+                snapshot(unlabelled, "Elected", Some("web-a")),
+            ),
+            ("two leaders", snapshot(two, "Elected", Some("web-a"))),
+            (
+                "a pod terminating",
+                snapshot(terminating, "Elected", Some("web-a")),
+            ),
+            (
+                "a pod missing",
+                snapshot(pods()[..2].to_vec(), "Elected", Some("web-a")),
+            ),
+        ] {
+            assert!(snap.settled_leader().is_none(), "{what}");
+        }
+    }
+
+    #[test]
+    fn election_status_is_read_without_trusting_its_shape() {
+        let mut election = objects::election_manifest().unwrap();
+        assert_eq!(
+            ElectionState::from_object(&election),
+            ElectionState::default()
+        );
+        election.data["status"] = serde_json::json!({
+            "phase": "Elected", "fencingToken": 12, "transitions": 2,
+            "leader": {"pod": "web-a", "sessionID": "s-1"},
+        });
+        let state = ElectionState::from_object(&election);
+        assert_eq!(state.phase.as_deref(), Some("Elected"));
+        assert_eq!(state.leader.as_deref(), Some("web-a"));
+        assert_eq!(state.session.as_deref(), Some("s-1"));
+        assert_eq!((state.token, state.transitions), (Some(12), Some(2)));
+        election.data["status"] = serde_json::json!({"phase": 3, "leader": "web-a"});
+        assert_eq!(
+            ElectionState::from_object(&election),
+            ElectionState::default()
+        );
+    }
+}

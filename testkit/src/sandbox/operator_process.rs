@@ -1,0 +1,292 @@
+//! The real `consul-elector` binary, run as a child process: built by cargo in the sandbox's own
+//! profile, asked for its CRD, started against the test cluster and the Consul emulator, and
+//! killed with SIGKILL like a crash.
+//!
+//! testkit never links the product (the product must not link testkit, and a dependency the
+//! other way would be a cycle through the product's dev-dependencies), so the sandbox drives
+//! the binary exactly as a user would.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+use super::SandboxError;
+use crate::cluster::spawn_tied;
+
+/// The operator's package and binary name.
+const OPERATOR: &str = "consul-elector";
+
+/// A built operator executable.
+#[derive(Debug, Clone)]
+pub(crate) struct OperatorBinary {
+    path: PathBuf,
+}
+
+impl OperatorBinary {
+    /// Runs `cargo build -p consul-elector --bin consul-elector` in the workspace, in the
+    /// profile the sandbox itself was built with; cargo's progress goes to stderr. The
+    /// executable's path is taken from cargo's own JSON messages, so any target directory
+    /// (`CARGO_TARGET_DIR`, `build.target-dir`, the workspace's `target/`) works. Blocking.
+    pub(crate) fn build() -> Result<Self, SandboxError> {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let profile = own_profile();
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap_or(Path::new(env!("CARGO_MANIFEST_DIR")));
+        let mut child = Command::new(&cargo)
+            .args([
+                "build",
+                "-p",
+                OPERATOR,
+                "--bin",
+                OPERATOR,
+                "--profile",
+                &profile,
+            ])
+            .arg("--message-format=json-render-diagnostics")
+            .current_dir(workspace)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|error| {
+                SandboxError::Build(format!("cannot run {}: {error}", cargo.to_string_lossy()))
+            })?;
+        let mut executable = None;
+        if let Some(stdout) = child.stdout.take() {
+            for line in BufReader::new(stdout).lines() {
+                let line = line.map_err(|error| {
+                    SandboxError::Build(format!("reading cargo's output: {error}"))
+                })?;
+                executable = executable.or_else(|| operator_executable(&line));
+            }
+        }
+        let status = child
+            .wait()
+            .map_err(|error| SandboxError::Build(format!("waiting for cargo: {error}")))?;
+        if !status.success() {
+            return Err(SandboxError::Build(format!(
+                "cargo build -p {OPERATOR} failed ({status}); its errors are above"
+            )));
+        }
+        let path = executable.ok_or_else(|| {
+            SandboxError::Build(format!("cargo built no `{OPERATOR}` executable"))
+        })?;
+        Ok(Self { path })
+    }
+
+    /// The executable.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The CRD as `consul-elector crd` prints it.
+    pub(crate) fn crd_yaml(&self) -> Result<String, SandboxError> {
+        let output = Command::new(&self.path)
+            .arg("crd")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|error| {
+                SandboxError::Crd(format!("cannot run {} crd: {error}", self.path.display()))
+            })?;
+        if !output.status.success() {
+            return Err(SandboxError::Crd(format!(
+                "{} crd failed ({}): {}",
+                self.path.display(),
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        String::from_utf8(output.stdout)
+            .map_err(|error| SandboxError::Crd(format!("the CRD is not UTF-8: {error}")))
+    }
+}
+
+/// The cargo profile of this executable: its directory is `<target>/<dir>`, where `debug`
+/// holds the `dev` (and `test`) profile and every other profile has its own name.
+fn own_profile() -> String {
+    let dir = std::env::current_exe().ok().and_then(|exe| {
+        let dir = exe.parent()?.file_name()?.to_str()?.to_owned();
+        Some(dir)
+    });
+    match dir.as_deref() {
+        Some("debug") | None => "dev".to_owned(),
+        Some(profile) => profile.to_owned(),
+    }
+}
+
+/// The operator's executable path if `line` is cargo's JSON message about building it.
+fn operator_executable(line: &str) -> Option<PathBuf> {
+    let message: Value = serde_json::from_str(line).ok()?;
+    let target = message.get("target")?;
+    let is_operator_bin = message.get("reason")?.as_str()? == "compiler-artifact"
+        && target.get("name")?.as_str()? == OPERATOR
+        && target
+            .get("kind")?
+            .as_array()?
+            .iter()
+            .any(|kind| kind == "bin");
+    is_operator_bin.then_some(())?;
+    message.get("executable")?.as_str().map(PathBuf::from)
+}
+
+/// Where the operator connects and logs.
+#[derive(Debug, Clone)]
+pub(crate) struct OperatorConfig {
+    /// The test cluster's admin kubeconfig (`KUBECONFIG`).
+    pub(crate) kubeconfig: PathBuf,
+    /// The emulator's URL (`CONSUL_HTTP_ADDR`).
+    pub(crate) consul_url: String,
+    /// The only namespace watched.
+    pub(crate) namespace: String,
+    /// The log file; every start appends to it.
+    pub(crate) log: PathBuf,
+}
+
+/// A running operator process. Dropping it kills the process.
+#[derive(Debug)]
+pub(crate) struct OperatorProcess {
+    binary: OperatorBinary,
+    config: OperatorConfig,
+    child: Child,
+    metrics_addr: SocketAddr,
+    starts: usize,
+}
+
+impl OperatorProcess {
+    /// Truncates the log and starts the operator.
+    pub(crate) fn start(
+        binary: OperatorBinary,
+        config: OperatorConfig,
+    ) -> Result<Self, SandboxError> {
+        File::create(&config.log).map_err(SandboxError::io(format!(
+            "creating {}",
+            config.log.display()
+        )))?;
+        let (child, metrics_addr) = spawn(&binary, &config, 1)?;
+        Ok(Self {
+            binary,
+            config,
+            child,
+            metrics_addr,
+            starts: 1,
+        })
+    }
+
+    /// Kills the process with SIGKILL, as a crash or an OOM kill would, and reaps it.
+    pub(crate) fn kill(&mut self) {
+        // Fails only if it exited already, which is what we want.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts a new process with the same settings (after [`Self::kill`]).
+    pub(crate) fn restart(&mut self) -> Result<(), SandboxError> {
+        self.kill();
+        self.starts += 1;
+        let (child, metrics_addr) = spawn(&self.binary, &self.config, self.starts)?;
+        self.child = child;
+        self.metrics_addr = metrics_addr;
+        Ok(())
+    }
+
+    /// The command line of the running process, for the transcript.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "{OPERATOR} run --watch-namespaces {} --metrics-addr {} (pid {})",
+            self.config.namespace,
+            self.metrics_addr,
+            self.child.id()
+        )
+    }
+
+    /// The admin server's address (`/metrics`, `/livez`, `/readyz`).
+    pub(crate) fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
+    }
+
+    /// Whether the process still runs, or how it ended (for failure reports).
+    pub(crate) fn state(&mut self) -> String {
+        match self.child.try_wait() {
+            Ok(None) => format!("running (pid {})", self.child.id()),
+            Ok(Some(status)) => format!("exited: {status}"),
+            Err(error) => format!("unknown ({error})"),
+        }
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts start number `start` of the operator, its output appended to the log after a marker
+/// line, tied to this process (it dies with the sandbox, even on a crash).
+fn spawn(
+    binary: &OperatorBinary,
+    config: &OperatorConfig,
+    start: usize,
+) -> Result<(Child, SocketAddr), SandboxError> {
+    let log = || format!("opening {}", config.log.display());
+    let mut stdout = OpenOptions::new()
+        .append(true)
+        .open(&config.log)
+        .map_err(SandboxError::io(log()))?;
+    let stderr = stdout.try_clone().map_err(SandboxError::io(log()))?;
+    let metrics_addr = free_loopback_addr()?;
+    writeln!(stdout, "==== sandbox: operator start #{start} ====")
+        .map_err(SandboxError::io(log()))?;
+    let mut command = Command::new(binary.path());
+    command
+        .arg("run")
+        .args(["--watch-namespaces", &config.namespace])
+        .arg("--metrics-addr")
+        .arg(metrics_addr.to_string())
+        .env("KUBECONFIG", &config.kubeconfig)
+        .env("CONSUL_HTTP_ADDR", &config.consul_url)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr);
+    let child = spawn_tied(command).map_err(SandboxError::io(format!(
+        "starting {}",
+        binary.path().display()
+    )))?;
+    Ok((child, metrics_addr))
+}
+
+/// A loopback address with a port that was free a moment ago.
+fn free_loopback_addr() -> Result<SocketAddr, SandboxError> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .map_err(SandboxError::io("finding a free port for the operator"))?;
+    listener
+        .local_addr()
+        .map_err(SandboxError::io("finding a free port for the operator"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_operator_binary_is_found_in_cargo_messages() {
+        let artifact = r#"{"reason":"compiler-artifact","target":{"name":"consul-elector","kind":["bin"]},"executable":"/t/debug/consul-elector","fresh":true}"#;
+        assert_eq!(
+            operator_executable(artifact),
+            Some(PathBuf::from("/t/debug/consul-elector"))
+        );
+        for other in [
+            r#"{"reason":"compiler-artifact","target":{"name":"consul_elector","kind":["lib"]},"executable":null}"#,
+            r#"{"reason":"compiler-artifact","target":{"name":"testkit","kind":["bin"]},"executable":"/t/x"}"#,
+            r#"{"reason":"build-finished","success":true}"#,
+            "not json",
+        ] {
+            assert_eq!(operator_executable(other), None, "{other}");
+        }
+    }
+}
