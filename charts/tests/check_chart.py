@@ -1,0 +1,645 @@
+#!/usr/bin/env python3
+"""Checks the consul-elector Helm chart with Helm's own engine (helm-sdkpy bundles Helm 4's Go
+library), since no helm CLI exists here.
+
+    check_chart.py lint
+        No cluster. `helm lint` of the chart with its defaults and with every optional feature
+        on, and a values file of the wrong type must fail the lint.
+
+    check_chart.py cluster --kubeconfig PATH --default-namespace NS --features-namespace NS
+                           --no-servicemonitor-namespace NS --watch-namespaces NS1,NS2
+                           [--summary-out FILE]
+        Installs the chart into a real cluster (whose API server validates every object):
+        values of the wrong type must fail with the schema's message; the default values, and
+        every optional feature on (once before the ServiceMonitor CRD exists, once after),
+        install; the hardening and RBAC rules are checked on the objects Helm rendered and again
+        on the objects the API server stored. The namespaces must exist.
+
+Every failure is printed; the exit status is 1 if any check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+CHART = Path(__file__).resolve().parent.parent / "consul-elector"
+
+# Helm keeps caches and repository lists under these; keep them out of the user's home.
+_HELM_HOME = tempfile.mkdtemp(prefix="check-chart-helm-")
+for _var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
+    os.environ.setdefault(_var, os.path.join(_HELM_HOME, _var.lower()))
+
+try:
+    import helm_sdkpy as helm
+except ImportError as error:  # pragma: no cover - the message is the point
+    sys.exit(
+        f"check_chart: cannot import helm_sdkpy ({error}); create the venv with "
+        "charts/tests/setup-venv.sh and run this script with its python"
+    )
+
+# The minimum permissions the operator needs, as the chart must grant them (and no more).
+# files/rbac-rules.yaml is the single source the chart renders; this table is what the check
+# holds it to, so widening a rule there fails here until this table is changed too.
+EXPECTED_RULES = {
+    ("", "pods"): ["get", "list", "watch", "patch"],
+    ("elector.dev", "leaderelections"): ["get", "list", "watch", "patch", "update"],
+    ("elector.dev", "leaderelections/status"): ["patch"],
+    ("elector.dev", "leaderelections/finalizers"): ["update"],
+    ("events.k8s.io", "events"): ["create", "patch"],
+}
+SECRET_RULE = {("", "secrets"): ["get"]}
+
+SERVICEMONITOR_CRD = "servicemonitors.monitoring.coreos.com"
+FIXTURE_LABEL = "consul-elector.dev/test-fixture"
+
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+
+
+def all_features(watch: list[str]) -> dict:
+    """Values turning on every optional feature of the chart."""
+    return {
+        "watchNamespaces": watch,
+        "rbac": {"secretAccess": True},
+        "logFormat": "json",
+        "logFilter": "info,consul_elector=debug",
+        "extraEnv": [{"name": "CONSUL_ELECTOR_MAX_CONNECTIONS", "value": "32"}],
+        "consul": {
+            "datacenter": "dc1",
+            "tlsServerName": "server.dc1.consul",
+            "caCert": {"secretName": "consul-ca"},
+            "clientCert": {"secretName": "consul-client"},
+            "token": {"secretName": "consul-token"},
+        },
+        "consulDev": {"enabled": True},
+        "image": {"pullSecrets": [{"name": "regcred"}]},
+        "serviceAccount": {"annotations": {"example.com/owner": "platform"}},
+        "service": {"annotations": {"example.com/scrape": "true"}},
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+        "networkPolicy": {
+            "enabled": True,
+            "metricsFrom": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+            ],
+            "apiServer": {"cidrs": ["127.0.0.1/32"]},
+            "consul": {"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]},
+        },
+        "podDisruptionBudget": {"enabled": True},
+        "podLabels": {"team": "platform"},
+        "podAnnotations": {"example.com/note": "checked"},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"}],
+        "affinity": {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 1,
+                        "preference": {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
+                            ]
+                        },
+                    }
+                ]
+            }
+        },
+    }
+
+
+# Values of the wrong type (or unknown names) and the part of Helm's schema message naming them.
+WRONG_VALUES = [
+    ({"replicaCount": "1"}, "at '/replicaCount': got string, want integer"),
+    ({"replicaCount": 2}, "at '/replicaCount': maximum: got 2, want 1"),
+    ({"watchNamespaces": "shop"}, "at '/watchNamespaces': got string, want array"),
+    ({"consul": {"tlsVerify": "no"}}, "at '/consul/tlsVerify': got string, want boolean"),
+    ({"metrics": {"port": "http"}}, "at '/metrics/port': got string, want integer"),
+    ({"lockWatchWait": "60"}, "at '/lockWatchWait': '60' does not match pattern"),
+    ({"logFormat": "xml"}, "at '/logFormat': value must be one of 'plain', 'json'"),
+    ({"watchNamespace": ["shop"]}, "additional properties 'watchNamespace' not allowed"),
+]
+SCHEMA_MESSAGE = "values don't meet the specifications of the schema"
+
+
+class Checks:
+    """Collects check results; every failure is printed as it happens."""
+
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed: list[str] = []
+
+    def expect(self, condition: bool, what: str) -> bool:
+        if condition:
+            self.passed += 1
+        else:
+            self.failed.append(what)
+            print(f"FAIL: {what}", flush=True)
+        return condition
+
+    def finish(self, mode: str) -> int:
+        if self.failed:
+            print(f"check_chart {mode}: {len(self.failed)} of {self.passed + len(self.failed)} checks FAILED")
+            return 1
+        print(f"check_chart {mode}: all {self.passed} checks passed")
+        return 0
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def chart_values() -> dict:
+    return yaml.safe_load((CHART / "values.yaml").read_text())
+
+
+def chart_meta() -> dict:
+    return yaml.safe_load((CHART / "Chart.yaml").read_text())
+
+
+# ---------------------------------------------------------------------------------------------
+# lint
+
+
+def lint(chart_dir: Path) -> list[tuple[int, str]]:
+    """(severity, path) of every lint message (helm-sdkpy loses the messages' text)."""
+    config = helm.Configuration(namespace="default")
+    result = asyncio.run(helm.Lint(config).run(str(chart_dir)))
+    return [(m["Severity"], m["Path"]) for m in result.get("Messages") or []]
+
+
+def chart_copy_with_values(values: dict, workdir: Path) -> Path:
+    """A copy of the chart whose values.yaml is `values` (lint takes no values of its own)."""
+    target = workdir / CHART.name
+    shutil.copytree(CHART, target)
+    (target / "values.yaml").write_text(yaml.safe_dump(values, sort_keys=False))
+    return target
+
+
+# Severity 1 is INFO. The only one allowed is Chart.yaml's "icon is recommended": the project
+# has no icon to point to.
+def lint_is_clean(messages: list[tuple[int, str]]) -> bool:
+    return all(severity <= 1 and path == "Chart.yaml" for severity, path in messages)
+
+
+def run_lint() -> int:
+    checks = Checks()
+    messages = lint(CHART)
+    checks.expect(lint_is_clean(messages), f"helm lint with default values is clean: {messages}")
+    with tempfile.TemporaryDirectory() as work:
+        chart = chart_copy_with_values(
+            deep_merge(chart_values(), all_features(["shop", "billing"])), Path(work)
+        )
+        messages = lint(chart)
+        checks.expect(lint_is_clean(messages), f"helm lint with every feature on is clean: {messages}")
+    with tempfile.TemporaryDirectory() as work:
+        chart = chart_copy_with_values(deep_merge(chart_values(), {"replicaCount": "1"}), Path(work))
+        messages = lint(chart)
+        checks.expect(
+            any(severity >= 3 and path == "values.yaml" for severity, path in messages),
+            f"helm lint fails on a values.yaml of the wrong type: {messages}",
+        )
+    return checks.finish("lint")
+
+
+# ---------------------------------------------------------------------------------------------
+# cluster
+
+
+class Cluster:
+    def __init__(self, kubeconfig: str) -> None:
+        self.kubeconfig = kubeconfig
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", self.kubeconfig, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result
+
+    def get(self, kind: str, api_version: str, name: str, namespace: str | None) -> dict | None:
+        # kubectl's fully qualified form <kind>.<version>.<group>; core kinds are unambiguous.
+        group, _, version = api_version.rpartition("/")
+        resource = f"{kind}.{version}.{group}" if group else kind
+        args = ["get", resource, name, "-o", "json"]
+        if namespace:
+            args += ["-n", namespace]
+        result = self.kubectl(*args, check=False)
+        if result.returncode != 0:
+            return None
+        return json.loads(result.stdout)
+
+    def api_versions(self) -> set[str]:
+        return set(self.kubectl("api-versions").stdout.split())
+
+    def install(self, namespace: str, release: str, values: dict) -> dict:
+        config = helm.Configuration(namespace=namespace, kubeconfig=self.kubeconfig)
+        return asyncio.run(helm.Install(config).run(release, str(CHART), values=values, wait=False))
+
+    def crd_labels(self, name: str) -> dict | None:
+        crd = self.get("CustomResourceDefinition", "apiextensions.k8s.io/v1", name, None)
+        return None if crd is None else crd["metadata"].get("labels") or {}
+
+    def wait(self, what: str, predicate, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}")
+            time.sleep(0.5)
+
+
+def servicemonitor_crd() -> str:
+    """A minimal stand-in for prometheus-operator's ServiceMonitor CRD (the API only)."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": SERVICEMONITOR_CRD, "labels": {FIXTURE_LABEL: "true"}},
+            "spec": {
+                "group": "monitoring.coreos.com",
+                "names": {
+                    "kind": "ServiceMonitor",
+                    "listKind": "ServiceMonitorList",
+                    "plural": "servicemonitors",
+                    "singular": "servicemonitor",
+                },
+                "scope": "Namespaced",
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+    )
+
+
+def manifest_docs(manifest: str) -> list[tuple[dict, str]]:
+    """(object, its source text) for every object of a rendered manifest."""
+    docs = []
+    for text in manifest.split("\n---\n"):
+        obj = yaml.safe_load(text)
+        if obj:
+            docs.append((obj, text))
+    return docs
+
+
+def key(obj: dict) -> str:
+    meta = obj["metadata"]
+    return f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}".replace(" /", " ")
+
+
+def rules_table(rules: list[dict]) -> dict:
+    table = {}
+    for rule in rules:
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                table[(group, resource)] = sorted(rule.get("verbs", []))
+    return table
+
+
+def file_rules(secret_access: bool) -> list[dict]:
+    rules = yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text())
+    if secret_access:
+        rules += yaml.safe_load((CHART / "files" / "rbac-secret-rules.yaml").read_text())
+    return rules
+
+
+class Expect:
+    """What one install must contain."""
+
+    def __init__(self, release: str, namespace: str, values: dict, servicemonitor: bool, pdb_version: str):
+        self.release = release
+        self.namespace = namespace
+        self.values = deep_merge(chart_values(), values)
+        self.servicemonitor = servicemonitor
+        self.pdb_version = pdb_version
+
+    @property
+    def watch(self) -> list[str]:
+        return self.values["watchNamespaces"]
+
+
+def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> None:
+    """The chart's promises, on rendered or stored objects."""
+    v = e.values
+    by_kind: dict[str, list[dict]] = {}
+    for obj in objs:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+
+    def one(kind: str, component: str | None = None) -> dict | None:
+        found = [
+            o for o in by_kind.get(kind, [])
+            if component is None
+            or o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
+        ]
+        checks.expect(len(found) == 1, f"{where}: exactly one {kind} {component or ''}: {[key(o) for o in found]}")
+        return found[0] if found else None
+
+    # Labels and namespaces of every object.
+    for obj in objs:
+        meta = obj["metadata"]
+        labels = meta.get("labels", {})
+        for label in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+                      "app.kubernetes.io/managed-by", "helm.sh/chart"):
+            checks.expect(label in labels, f"{where}: {key(obj)} has label {label}")
+        checks.expect(labels.get("app.kubernetes.io/instance") == e.release, f"{where}: {key(obj)} instance label")
+        if obj["kind"] in CLUSTER_SCOPED:
+            checks.expect("namespace" not in meta, f"{where}: {key(obj)} is cluster-scoped")
+        elif obj["kind"] in ("Role", "RoleBinding"):
+            checks.expect(meta.get("namespace") in e.watch, f"{where}: {key(obj)} is in a watched namespace")
+        else:
+            checks.expect(meta.get("namespace") == e.namespace, f"{where}: {key(obj)} is in the release namespace")
+
+    # The operator's Deployment: one replica, Recreate, a hardened pod, real probes.
+    deployment = one("Deployment", "operator")
+    service_account = one("ServiceAccount")
+    if deployment is None or service_account is None:
+        return
+    spec = deployment["spec"]
+    pod = spec["template"]["spec"]
+    checks.expect(spec.get("replicas") == 1, f"{where}: operator replicas is 1")
+    checks.expect(spec.get("strategy", {}).get("type") == "Recreate", f"{where}: operator strategy is Recreate")
+    checks.expect(pod.get("serviceAccountName") == service_account["metadata"]["name"],
+                  f"{where}: the operator runs as the chart's ServiceAccount")
+    checks.expect(pod.get("automountServiceAccountToken") is True, f"{where}: operator pod mounts its API token")
+    checks.expect(service_account.get("automountServiceAccountToken") is False,
+                  f"{where}: the ServiceAccount does not mount its token into other pods")
+    check_hardened_pod(checks, pod, f"{where}: operator pod")
+    container = pod["containers"][0]
+    image = container["image"]
+    tag = v["image"]["tag"] or chart_meta()["appVersion"]
+    checks.expect(image == f"{v['image']['repository']}:{tag}", f"{where}: operator image {image}")
+    checks.expect([p.get("name") for p in container.get("ports", [])] == ["http"], f"{where}: port named http")
+    for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/readyz")):
+        get = container.get(probe, {}).get("httpGet", {})
+        checks.expect(get.get("path") == path and get.get("port") == "http", f"{where}: {probe} on {path}, port http")
+    args = container.get("args", [])
+    checks.expect(args[:1] == ["run"], f"{where}: the container runs `consul-elector run`: {args}")
+    watch_arg = [a for a in args if a.startswith("--watch-namespaces=")]
+    expected_watch = [f"--watch-namespaces={','.join(e.watch)}"] if e.watch else []
+    checks.expect(watch_arg == expected_watch, f"{where}: --watch-namespaces matches watchNamespaces: {watch_arg}")
+    env = {item["name"]: item for item in container.get("env", [])}
+    checks.expect(env.get("POD_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name",
+                  f"{where}: POD_NAME comes from the downward API")
+    checks.expect("CONSUL_HTTP_TOKEN" not in env, f"{where}: no Consul token in the environment")
+    mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+    volumes = {vol["name"]: vol for vol in pod.get("volumes", [])}
+    for variable, secret in (("CONSUL_HTTP_TOKEN_FILE", v["consul"]["token"]["secretName"]),
+                             ("CONSUL_CACERT", v["consul"]["caCert"]["secretName"]),
+                             ("CONSUL_CLIENT_CERT", v["consul"]["clientCert"]["secretName"]),
+                             ("CONSUL_CLIENT_KEY", v["consul"]["clientCert"]["secretName"])):
+        if not secret:
+            checks.expect(variable not in env, f"{where}: no {variable} without its Secret")
+            continue
+        path = env.get(variable, {}).get("value", "")
+        mount = mounts.get(path.rsplit("/", 1)[0])
+        volume = volumes.get(mount["name"]) if mount else None
+        checks.expect(
+            mount is not None and mount.get("readOnly") is True
+            and volume is not None and volume.get("secret", {}).get("secretName") == secret,
+            f"{where}: {variable}={path} is a file of Secret {secret}, mounted read-only",
+        )
+    consul_dev = v["consulDev"]["enabled"]
+    address = v["consul"]["address"]
+    if consul_dev and not address:
+        dev_service = f"{deployment['metadata']['name']}-consul-dev"
+        address = f"http://{dev_service}.{e.namespace}.svc:8500"
+    checks.expect(env.get("CONSUL_HTTP_ADDR", {}).get("value", "") == address,
+                  f"{where}: CONSUL_HTTP_ADDR is {address!r}")
+
+    # RBAC from files/, ClusterRole or one Role per watched namespace.
+    expected_rules = {**EXPECTED_RULES, **(SECRET_RULE if v["rbac"]["secretAccess"] else {})}
+    sources = file_rules(v["rbac"]["secretAccess"])
+    checks.expect(rules_table(sources) == {k: sorted(x) for k, x in expected_rules.items()},
+                  f"{where}: files/rbac-*.yaml grant exactly the minimum verbs")
+    if e.watch:
+        roles, bindings = by_kind.get("Role", []), by_kind.get("RoleBinding", [])
+        checks.expect("ClusterRole" not in by_kind and "ClusterRoleBinding" not in by_kind,
+                      f"{where}: no cluster-wide RBAC when watchNamespaces is set")
+        checks.expect(sorted(r["metadata"]["namespace"] for r in roles) == sorted(e.watch)
+                      and sorted(b["metadata"]["namespace"] for b in bindings) == sorted(e.watch),
+                      f"{where}: a Role and a RoleBinding in each watched namespace")
+        role_kind = "Role"
+    else:
+        roles, bindings = by_kind.get("ClusterRole", []), by_kind.get("ClusterRoleBinding", [])
+        checks.expect(len(roles) == 1 and len(bindings) == 1 and "Role" not in by_kind,
+                      f"{where}: one ClusterRole and ClusterRoleBinding when every namespace is watched")
+        role_kind = "ClusterRole"
+    for role in roles:
+        checks.expect(role.get("rules") == sources, f"{where}: {key(role)} has exactly the rules of files/")
+    for binding in bindings:
+        subjects = binding.get("subjects", [])
+        checks.expect(
+            binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,
+                                   "name": roles[0]["metadata"]["name"] if roles else None}
+            and subjects == [{"kind": "ServiceAccount", "name": service_account["metadata"]["name"],
+                              "namespace": e.namespace}],
+            f"{where}: {key(binding)} binds the role to the operator's ServiceAccount",
+        )
+
+    # Metrics Service, ServiceMonitor, NetworkPolicy, PodDisruptionBudget.
+    selector = spec["selector"]["matchLabels"]
+    service = one("Service", "operator")
+    if service:
+        ports = service["spec"]["ports"]
+        checks.expect(service["spec"]["selector"] == selector, f"{where}: the metrics Service selects the operator")
+        checks.expect([(p["name"], p["targetPort"]) for p in ports] == [("http", "http")],
+                      f"{where}: the metrics Service targets port http")
+    monitors = by_kind.get("ServiceMonitor", [])
+    checks.expect(len(monitors) == (1 if e.servicemonitor else 0),
+                  f"{where}: {'one' if e.servicemonitor else 'no'} ServiceMonitor")
+    for monitor in monitors:
+        endpoints = monitor["spec"]["endpoints"]
+        checks.expect(monitor["spec"]["selector"]["matchLabels"] == selector
+                      and [(x["port"], x["path"]) for x in endpoints] == [("http", "/metrics")],
+                      f"{where}: the ServiceMonitor scrapes /metrics of the operator")
+    policies = by_kind.get("NetworkPolicy", [])
+    checks.expect(len(policies) == (1 if v["networkPolicy"]["enabled"] else 0), f"{where}: NetworkPolicy count")
+    for policy in policies:
+        pspec = policy["spec"]
+        checks.expect(pspec["podSelector"]["matchLabels"] == selector
+                      and sorted(pspec["policyTypes"]) == ["Egress", "Ingress"],
+                      f"{where}: the NetworkPolicy isolates the operator both ways")
+        ingress_ports = [p["port"] for rule in pspec.get("ingress", []) for p in rule.get("ports", [])]
+        checks.expect(ingress_ports == [v["metrics"]["port"]], f"{where}: ingress only to the metrics port")
+        egress_ports = {(p.get("protocol", "TCP"), p["port"]) for rule in pspec.get("egress", [])
+                        for p in rule.get("ports", [])}
+        needed = {("UDP", 53), ("TCP", 53), ("TCP", 443), ("TCP", 6443), ("TCP", 8500), ("TCP", 8501)}
+        checks.expect(egress_ports == needed, f"{where}: egress only to DNS, the API server and Consul: {egress_ports}")
+    budgets = by_kind.get("PodDisruptionBudget", [])
+    checks.expect(len(budgets) == (1 if v["podDisruptionBudget"]["enabled"] else 0), f"{where}: PDB count")
+    for budget in budgets:
+        checks.expect(budget["apiVersion"] == e.pdb_version, f"{where}: PDB is {budget['apiVersion']}, want {e.pdb_version}")
+        checks.expect(budget["spec"]["selector"]["matchLabels"] == selector, f"{where}: the PDB selects the operator")
+
+    # The trial Consul server.
+    dev = [o for o in by_kind.get("Deployment", []) if o is not deployment]
+    checks.expect(len(dev) == (1 if consul_dev else 0), f"{where}: consulDev Deployment count")
+    for consul in dev:
+        cpod = consul["spec"]["template"]["spec"]
+        c = cpod["containers"][0]
+        checks.expect(c["image"].startswith("hashicorp/consul:") and c["args"] == ["agent", "-dev", "-client", "0.0.0.0"],
+                      f"{where}: consulDev runs `consul agent -dev -client 0.0.0.0`")
+        checks.expect(c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/v1/status/leader",
+                      f"{where}: consulDev readiness on /v1/status/leader")
+        checks.expect(cpod.get("automountServiceAccountToken") is False, f"{where}: consulDev mounts no API token")
+        check_hardened_pod(checks, cpod, f"{where}: consulDev pod")
+        dev_services = [s for s in by_kind.get("Service", []) if s["metadata"]["name"] == consul["metadata"]["name"]]
+        checks.expect(len(dev_services) == 1 and [p["port"] for p in dev_services[0]["spec"]["ports"]] == [8500],
+                      f"{where}: consulDev Service on 8500")
+
+
+def check_hardened_pod(checks: Checks, pod: dict, where: str) -> None:
+    security = pod.get("securityContext", {})
+    checks.expect(security.get("runAsNonRoot") is True, f"{where}: runAsNonRoot")
+    checks.expect(security.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{where}: seccomp RuntimeDefault")
+    for container in pod["containers"]:
+        sc = container.get("securityContext", {})
+        name = f"{where}, container {container['name']}"
+        checks.expect(sc.get("allowPrivilegeEscalation") is False, f"{name}: allowPrivilegeEscalation false")
+        checks.expect(sc.get("readOnlyRootFilesystem") is True, f"{name}: readOnlyRootFilesystem")
+        caps = sc.get("capabilities", {})
+        checks.expect(caps.get("drop") == ["ALL"] and not caps.get("add"), f"{name}: drops ALL capabilities")
+        checks.expect(sc.get("privileged") in (None, False), f"{name}: not privileged")
+        checks.expect("resources" in container and container["resources"].get("limits", {}).get("memory"),
+                      f"{name}: has a memory limit")
+
+
+def check_rendered_rbac_comments(checks: Checks, docs: list[tuple[dict, str]], where: str) -> None:
+    """Every rendered rule keeps the comment that says why it exists."""
+    for obj, text in docs:
+        if obj["kind"] not in ("ClusterRole", "Role"):
+            continue
+        lines = text.splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith("- apiGroups")]
+        checks.expect(len(starts) == len(obj["rules"]), f"{where}: {key(obj)} rules are rendered from files/")
+        for i in starts:
+            checks.expect(i > 0 and lines[i - 1].startswith("#"),
+                          f"{where}: {key(obj)} rule `{lines[i + 1].strip()}` has its comment")
+
+
+def check_install(checks: Checks, cluster: Cluster, e: Expect, overrides: dict, notes_must: list[str]) -> dict:
+    print(f"--- install {e.release} into {e.namespace}", flush=True)
+    try:
+        release = cluster.install(e.namespace, e.release, overrides)
+    except helm.HelmError as error:
+        checks.expect(False, f"helm install {e.release}: {error}")
+        return {}
+    checks.expect(release.get("info", {}).get("status") == "deployed", f"{e.release}: deployed")
+    docs = manifest_docs(release["manifest"])
+    rendered = [obj for obj, _ in docs]
+    check_objects(checks, rendered, e, f"{e.release} rendered")
+    check_rendered_rbac_comments(checks, docs, f"{e.release} rendered")
+    notes = release.get("info", {}).get("notes", "")
+    for text in ["kind: LeaderElection", "get leaderelections", *notes_must]:
+        checks.expect(text in notes, f"{e.release}: NOTES.txt says {text!r}")
+    stored = []
+    for obj in rendered:
+        live = cluster.get(obj["kind"], obj["apiVersion"], obj["metadata"]["name"], obj["metadata"].get("namespace"))
+        if checks.expect(live is not None, f"{e.release}: {key(obj)} exists in the cluster"):
+            stored.append(live)
+    check_objects(checks, stored, e, f"{e.release} stored")
+    crd = cluster.get("CustomResourceDefinition", "apiextensions.k8s.io/v1", "leaderelections.elector.dev", None)
+    checks.expect(crd is not None, f"{e.release}: the LeaderElection CRD is installed")
+    return {"release": e.release, "namespace": e.namespace, "deployment": next(
+        (o["metadata"]["name"] for o in rendered if o["kind"] == "Deployment"
+         and o["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"), None)}
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    checks = Checks()
+    cluster = Cluster(args.kubeconfig)
+    watch = [ns for ns in args.watch_namespaces.split(",") if ns]
+    pdb_version = "policy/v1" if "policy/v1" in cluster.api_versions() else "policy/v1beta1"
+    print(f"--- the cluster serves PodDisruptionBudget as {pdb_version}", flush=True)
+
+    print("--- values of the wrong type fail the install with the schema's message", flush=True)
+    for values, expected in WRONG_VALUES:
+        try:
+            cluster.install(args.default_namespace, "ce-wrong", values)
+            checks.expect(False, f"install with {values} fails")
+        except helm.HelmError as error:
+            message = str(error)
+            checks.expect(SCHEMA_MESSAGE in message and expected in message,
+                          f"install with {values} fails naming {expected!r}: {message}")
+    checks.expect(cluster.get("Deployment", "apps/v1", "ce-wrong-consul-elector", args.default_namespace) is None,
+                  "a failed install leaves nothing behind")
+
+    features = all_features(watch)
+    summary = {}
+    labels = cluster.crd_labels(SERVICEMONITOR_CRD)
+    if labels is not None and labels.get(FIXTURE_LABEL) != "true":
+        print(f"SKIPPED the ServiceMonitor-absent install: {SERVICEMONITOR_CRD} is installed "
+              "and not ours to remove", flush=True)
+    else:
+        if labels is not None:
+            cluster.kubectl("delete", "crd", SERVICEMONITOR_CRD, "--wait=true")
+            cluster.wait("the ServiceMonitor API to go",
+                         lambda: "monitoring.coreos.com/v1" not in cluster.api_versions())
+        e = Expect("ce-nosm", args.no_servicemonitor_namespace, features, servicemonitor=False,
+                   pdb_version=pdb_version)
+        summary["no_servicemonitor"] = check_install(
+            checks, cluster, e, features, ["no ServiceMonitor was created", "FOR TRIALS ONLY"])
+
+    cluster.kubectl("create", "-f", "-", stdin=servicemonitor_crd())
+    cluster.wait("the ServiceMonitor API", lambda: "monitoring.coreos.com/v1" in cluster.api_versions())
+
+    e = Expect("ce-default", args.default_namespace, {}, servicemonitor=False, pdb_version=pdb_version)
+    summary["default"] = check_install(checks, cluster, e, {}, ["consul.address is not set"])
+    e = Expect("ce-all", args.features_namespace, features, servicemonitor=True, pdb_version=pdb_version)
+    summary["all_features"] = check_install(checks, cluster, e, features, ["FOR TRIALS ONLY"])
+
+    if args.summary_out:
+        Path(args.summary_out).write_text(json.dumps(summary, indent=2))
+    return checks.finish("cluster")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("lint", help="helm lint, no cluster")
+    c = sub.add_parser("cluster", help="install into a cluster and check the objects")
+    c.add_argument("--kubeconfig", required=True)
+    c.add_argument("--default-namespace", required=True, help="release ce-default (default values)")
+    c.add_argument("--features-namespace", required=True, help="release ce-all (every feature on)")
+    c.add_argument("--no-servicemonitor-namespace", required=True,
+                   help="release ce-nosm (every feature on, before the ServiceMonitor CRD exists)")
+    c.add_argument("--watch-namespaces", required=True, help="watchNamespaces of the feature releases")
+    c.add_argument("--summary-out", help="write the installed releases as JSON here")
+    args = parser.parse_args()
+    if args.command == "lint":
+        return run_lint()
+    return run_cluster(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
