@@ -1,0 +1,768 @@
+//! The Helm chart (`charts/consul-elector`), checked with Helm's own engine and installed into
+//! the real test cluster.
+//!
+//! There is no helm CLI here: `charts/tests/check_chart.py` drives Helm 4's library through the
+//! PyPI package helm-sdkpy, from the venv `charts/tests/setup-venv.sh` makes (its python is
+//! `$ELECTOR_HELM_PYTHON`, else `${XDG_CACHE_HOME:-$HOME/.cache}/consul-elector/venv/bin/python`).
+//! Without helm-sdkpy these tests fail, always in CI (`CI=true`); elsewhere
+//! `ELECTOR_SKIP_HELM=1` skips them with a printed reason.
+//!
+//! 1. `chart_files_follow_the_crate`: the chart's CRD is the generated one, and the chart's
+//!    version and appVersion are Cargo's.
+//! 2. `chart_lints_clean`: `helm lint` with the defaults and with every feature on.
+//! 3. `chart_installs_and_its_operator_elects_a_leader`: the checker installs the chart (wrong
+//!    value types fail with the schema's message; defaults; every feature on, before and after
+//!    the ServiceMonitor CRD exists) and checks hardening and RBAC on the rendered and on the
+//!    stored objects. Then the operator binary runs as the installed Deployment would run it:
+//!    its args and env, its ServiceAccount's token and Secret volumes, only the Consul address
+//!    pointing at the emulator. It must elect a leader for `examples/web.yaml`, and the leader
+//!    Service's EndpointSlices (made by the real controller-manager) must hold exactly the
+//!    leader pod. This runs for the default release (ClusterRole) and for the release with
+//!    every feature on (a Role per watched namespace, Consul TLS files and an ACL token read
+//!    from mounted Secrets).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Container, Pod, Secret, Service};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::discovery::{Discovery, Scope};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+use testkit::cluster::TestCluster;
+use testkit::consul::{AclConfig, AclPolicy, ClockMode, Emulator, EmulatorConfig};
+use testkit::pods::{PodSimulator, SimulatorOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// The label the example's Services select on.
+const ROLE: &str = "elector.dev/role";
+/// Bound for everything that should take seconds.
+const PATIENCE: Duration = Duration::from_secs(90);
+/// The ACL token of the feature release's Consul (read by the operator from a mounted Secret).
+const CONSUL_TOKEN: &str = "7f3b2a9e-chart-install-token";
+
+fn root(path: &str) -> PathBuf {
+    Path::new(ROOT).join(path)
+}
+
+#[test]
+fn chart_files_follow_the_crate() {
+    let generated =
+        std::fs::read_to_string(root("crds/leaderelections.elector.dev.yaml")).expect("read crds/");
+    let shipped = std::fs::read_to_string(root(
+        "charts/consul-elector/crds/leaderelections.elector.dev.yaml",
+    ))
+    .expect("read the chart's crds/");
+    assert!(
+        generated == shipped,
+        "charts/consul-elector/crds/ differs from crds/: copy it with \
+         `cp crds/leaderelections.elector.dev.yaml charts/consul-elector/crds/`"
+    );
+
+    let chart: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(root("charts/consul-elector/Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("Chart.yaml parses");
+    let version = env!("CARGO_PKG_VERSION");
+    for field in ["version", "appVersion"] {
+        assert_eq!(
+            chart[field].as_str(),
+            Some(version),
+            "Chart.yaml {field} must be Cargo's [workspace.package] version {version}: the chart \
+             is released with the operator it installs"
+        );
+    }
+}
+
+/// The python of the venv with helm-sdkpy, or `None` when the caller may skip.
+fn helm_python() -> Option<PathBuf> {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let python = std::env::var_os("ELECTOR_HELM_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache")
+                });
+            cache.join("consul-elector/venv/bin/python")
+        });
+    let imports = Command::new(&python)
+        .args(["-c", "import helm_sdkpy, yaml"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if imports {
+        return Some(python);
+    }
+    let reason = format!(
+        "{} cannot import helm_sdkpy (Helm's engine for the chart checks); create the venv with \
+         charts/tests/setup-venv.sh or point ELECTOR_HELM_PYTHON at a python that has it",
+        python.display()
+    );
+    if !ci && std::env::var("ELECTOR_SKIP_HELM").is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED: {reason} (ELECTOR_SKIP_HELM=1)");
+        return None;
+    }
+    panic!(
+        "{reason}{}",
+        if ci {
+            " (CI=true: the chart checks never skip in CI)"
+        } else {
+            ""
+        }
+    );
+}
+
+/// Runs the chart checker with `args`, printing its output; panics when it fails.
+async fn check_chart(python: &Path, args: &[&str]) {
+    let output = tokio::process::Command::new(python)
+        .arg(root("charts/tests/check_chart.py"))
+        .args(args)
+        .output()
+        .await
+        .expect("run check_chart.py");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // Helm's client-go logs discovery misses while a CRD appears; they are noise.
+    let stderr: String = String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .filter(|line| !line.contains("memcache.go"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    eprintln!("{stdout}{stderr}");
+    assert!(
+        output.status.success(),
+        "check_chart.py {args:?} failed ({}):\n{stdout}{stderr}",
+        output.status
+    );
+}
+
+#[tokio::test]
+async fn chart_lints_clean() {
+    let Some(python) = helm_python() else { return };
+    check_chart(&python, &["lint"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_installs_and_its_operator_elects_a_leader() {
+    let Some(python) = helm_python() else { return };
+    let Some(cluster) = TestCluster::shared() else {
+        return;
+    };
+    consul_elector::install_crypto_provider();
+    let admin = cluster.client().await;
+    let default_ns = cluster.namespace("chart-default").await;
+    let features_ns = cluster.namespace("chart-features").await;
+    let no_monitor_ns = cluster.namespace("chart-nosm").await;
+    let watched = [
+        cluster.namespace("chart-watched").await,
+        cluster.namespace("chart-watched").await,
+    ];
+    let kubeconfig = cluster.kubeconfig_path().to_str().expect("UTF-8 path");
+    check_chart(
+        &python,
+        &[
+            "cluster",
+            "--kubeconfig",
+            kubeconfig,
+            "--default-namespace",
+            &default_ns,
+            "--features-namespace",
+            &features_ns,
+            "--no-servicemonitor-namespace",
+            &no_monitor_ns,
+            "--watch-namespaces",
+            &watched.join(","),
+        ],
+    )
+    .await;
+
+    // The default release: a ClusterRole, every namespace watched, no Consul settings.
+    let web_ns = cluster.namespace("chart-web").await;
+    let emulator = Emulator::start(EmulatorConfig {
+        clock: ClockMode::Tokio,
+        ..EmulatorConfig::default()
+    })
+    .await
+    .expect("emulator");
+    let release = Release {
+        namespace: default_ns.clone(),
+        deployment: "ce-default-consul-elector".into(),
+    };
+    elect_with_installed_operator(cluster, &admin, &release, &emulator, &web_ns).await;
+    emulator.shutdown().await;
+
+    // Every feature on: Roles in the watched namespaces only; the Consul CA, client
+    // certificate and ACL token come from mounted Secrets (the emulator requires the token).
+    create_consul_secrets(&admin, &features_ns).await;
+    let mut tokens = std::collections::HashMap::new();
+    tokens.insert(
+        CONSUL_TOKEN.to_owned(),
+        AclPolicy {
+            key_write: vec![String::new()],
+            session_write: true,
+            ..AclPolicy::default()
+        },
+    );
+    let emulator = Emulator::start(EmulatorConfig {
+        clock: ClockMode::Tokio,
+        acl: Some(AclConfig {
+            tokens,
+            anonymous: AclPolicy::default(),
+        }),
+        ..EmulatorConfig::default()
+    })
+    .await
+    .expect("emulator");
+    let release = Release {
+        namespace: features_ns.clone(),
+        deployment: "ce-all-consul-elector".into(),
+    };
+    elect_with_installed_operator(cluster, &admin, &release, &emulator, &watched[0]).await;
+    emulator.shutdown().await;
+
+    for ns in [
+        &default_ns,
+        &features_ns,
+        &no_monitor_ns,
+        &web_ns,
+        &watched[0],
+        &watched[1],
+    ] {
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+        let _ = namespaces.delete(ns, &Default::default()).await;
+    }
+}
+
+/// An installed release's operator Deployment.
+struct Release {
+    namespace: String,
+    deployment: String,
+}
+
+/// Runs the operator as `release`'s Deployment would, creates `examples/web.yaml` in `ns`
+/// with simulated pods, and checks the election and the leader Service's endpoints.
+async fn elect_with_installed_operator(
+    cluster: &TestCluster,
+    admin: &Client,
+    release: &Release,
+    emulator: &Emulator,
+    ns: &str,
+) {
+    eprintln!(
+        "--- the operator of {}/{} elects a leader in {ns}",
+        release.namespace, release.deployment
+    );
+    let sim = PodSimulator::start(admin.clone(), ns, SimulatorOptions::default()).await;
+    let operator = OperatorProcess::start(cluster, admin, release, &emulator.url()).await;
+    operator.wait_ready().await;
+
+    let example = create_example(admin, ns).await;
+    let leader = wait_for_leader(admin, ns, &example, &operator).await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let all: BTreeSet<String> = pods
+        .list(&ListParams::default().labels(&example.pod_selector))
+        .await
+        .expect("list pods")
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert_eq!(all.len(), 3, "the example runs 3 replicas: {all:?}");
+    let followers: BTreeSet<String> = all.iter().filter(|p| **p != leader).cloned().collect();
+    wait_for_endpoints(
+        admin,
+        ns,
+        &example.leader_service,
+        &BTreeSet::from([leader.clone()]),
+    )
+    .await;
+    wait_for_endpoints(admin, ns, &example.follower_service, &followers).await;
+    eprintln!(
+        "leader {leader}; Service {} routes only to it",
+        example.leader_service
+    );
+    wait_for_event(admin, ns, &example.election, "LeaderElected").await;
+    let log = std::fs::read_to_string(&operator.log).unwrap_or_default();
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "the operator was refused something its RBAC should allow:\n{log}"
+    );
+
+    operator.stop().await;
+    sim.stop().await;
+}
+
+/// What the test needs to know of `examples/web.yaml`.
+struct Example {
+    election: String,
+    pod_selector: String,
+    leader_service: String,
+    follower_service: String,
+}
+
+/// Creates every object of `examples/web.yaml` in `ns` (resolving each kind through the API
+/// server's discovery, as kubectl would).
+async fn create_example(admin: &Client, ns: &str) -> Example {
+    let path = root("examples/web.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{} is needed by this test: {e}", path.display()));
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("examples/web.yaml parses");
+    let discovery = Discovery::new(admin.clone())
+        .run()
+        .await
+        .expect("API discovery");
+    let mut election = None;
+    let mut pod_selector = None;
+    let mut services = BTreeMap::new();
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        let object: DynamicObject = serde_json::from_value(doc.clone()).expect("object");
+        let types = object.types.clone().expect("apiVersion and kind");
+        let gvk = GroupVersionKind::try_from(&types).expect("GVK");
+        let (resource, caps) = discovery
+            .resolve_gvk(&gvk)
+            .unwrap_or_else(|| panic!("the cluster does not serve {gvk:?}"));
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(admin.clone(), ns, &resource),
+            Scope::Cluster => Api::all_with(admin.clone(), &resource),
+        };
+        api.create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("create {} {}: {e}", types.kind, object.name_any()));
+        match types.kind.as_str() {
+            "LeaderElection" => {
+                let labels = doc["spec"]["selector"]["matchLabels"]
+                    .as_object()
+                    .expect("the example's election selects by matchLabels");
+                pod_selector = Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().expect("label value")))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                );
+                election = Some(object.name_any());
+            }
+            "Service" => {
+                let service: Service = serde_json::from_value(doc).expect("Service");
+                let role = service
+                    .spec
+                    .and_then(|s| s.selector)
+                    .and_then(|s| s.get(ROLE).cloned());
+                if let Some(role) = role {
+                    services.insert(role, service.metadata.name.expect("name"));
+                }
+            }
+            _ => {}
+        }
+    }
+    Example {
+        election: election.expect("examples/web.yaml has a LeaderElection"),
+        pod_selector: pod_selector.expect("the election's selector"),
+        leader_service: services
+            .remove("leader")
+            .expect("examples/web.yaml has a Service selecting the leader"),
+        follower_service: services
+            .remove("follower")
+            .expect("examples/web.yaml has a Service selecting the followers"),
+    }
+}
+
+/// Waits until exactly one pod is labelled leader and the election's status names it.
+async fn wait_for_leader(
+    admin: &Client,
+    ns: &str,
+    example: &Example,
+    operator: &OperatorProcess,
+) -> String {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let elections: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        ns,
+        &kube::api::ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "elector.dev",
+            "v1alpha1",
+            "LeaderElection",
+        )),
+    );
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let leaders: Vec<String> = pods
+            .list(&ListParams::default().labels(&format!("{},{ROLE}=leader", example.pod_selector)))
+            .await
+            .expect("list pods")
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        let status = elections
+            .get(&example.election)
+            .await
+            .expect("get election")
+            .data["status"]
+            .clone();
+        if let [leader] = leaders.as_slice()
+            && status["leader"]["pod"].as_str() == Some(leader)
+            && status["phase"].as_str() == Some("Elected")
+        {
+            return leader.clone();
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "no leader within {PATIENCE:?}: leader pods {leaders:?}, status {status:#}\n\
+                 --- operator log ---\n{}",
+                operator.log_tail()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the EndpointSlices of Service `service` list exactly `pods`, all ready.
+async fn wait_for_endpoints(admin: &Client, ns: &str, service: &str, pods: &BTreeSet<String>) {
+    // discovery.k8s.io/v1beta1 on Kubernetes 1.20, v1 from 1.21: whichever the server prefers.
+    let discovery = Discovery::new(admin.clone())
+        .filter(&["discovery.k8s.io"])
+        .run()
+        .await
+        .expect("discovery");
+    let (resource, _) = discovery
+        .get("discovery.k8s.io")
+        .and_then(|group| group.recommended_kind("EndpointSlice"))
+        .expect("the cluster serves EndpointSlices");
+    let slices: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &resource);
+    let selector = format!("kubernetes.io/service-name={service}");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let mut found = BTreeSet::new();
+        let mut all_ready = true;
+        for slice in slices
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .expect("list EndpointSlices")
+            .items
+        {
+            for endpoint in slice.data["endpoints"].as_array().into_iter().flatten() {
+                if let Some(name) = endpoint["targetRef"]["name"].as_str() {
+                    found.insert(name.to_owned());
+                }
+                all_ready &= endpoint["conditions"]["ready"].as_bool() == Some(true);
+            }
+        }
+        if &found == pods && all_ready {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "EndpointSlices of Service {ns}/{service} list {found:?} (all ready: {all_ready}), \
+                 want exactly {pods:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the operator published an event `reason` about election `name` (proving the
+/// events rule of its RBAC).
+async fn wait_for_event(admin: &Client, ns: &str, name: &str, reason: &str) {
+    let events: Api<Event> = Api::namespaced(admin.clone(), ns);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let found = events
+            .list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            });
+        if found {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no {reason} event about {ns}/{name}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Secrets the feature release's Deployment mounts: Consul's CA, a client certificate and the
+/// ACL token (`check_chart.py`'s values name them).
+async fn create_consul_secrets(admin: &Client, ns: &str) {
+    let fixture = |name: &str| {
+        std::fs::read_to_string(root(&format!("tests/fixtures/tls/{name}"))).expect("TLS fixture")
+    };
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), ns);
+    for (name, data) in [
+        ("consul-ca", vec![("ca.crt", fixture("ca.pem"))]),
+        (
+            "consul-client",
+            vec![
+                ("tls.crt", fixture("client.pem")),
+                ("tls.key", fixture("client.key")),
+            ],
+        ),
+        ("consul-token", vec![("token", format!("{CONSUL_TOKEN}\n"))]),
+    ] {
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            string_data: Some(data.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()),
+            ..Default::default()
+        };
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create Consul Secret");
+    }
+}
+
+/// The operator binary running on this machine the way the installed Deployment runs it.
+struct OperatorProcess {
+    child: tokio::process::Child,
+    dir: PathBuf,
+    log: PathBuf,
+    admin_addr: SocketAddr,
+}
+
+impl OperatorProcess {
+    /// Starts `consul-elector` with the container's args and env, the ServiceAccount's token
+    /// (in a kubeconfig, as the pod would read it in-cluster), the Secret volumes written to a
+    /// directory (env values under a mount path follow them), `CONSUL_HTTP_ADDR` set to
+    /// `consul`, and the admin server moved to a free loopback port.
+    async fn start(
+        cluster: &TestCluster,
+        admin: &Client,
+        release: &Release,
+        consul: &str,
+    ) -> OperatorProcess {
+        let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &release.namespace);
+        let deployment = deployments
+            .get(&release.deployment)
+            .await
+            .expect("the installed Deployment");
+        let pod = deployment
+            .spec
+            .and_then(|s| s.template.spec)
+            .expect("pod spec");
+        let container: Container = pod.containers.first().cloned().expect("a container");
+        assert!(
+            container.command.is_none(),
+            "the chart runs the image's entrypoint"
+        );
+        let pod_name = format!("{}-on-this-machine", release.deployment);
+        let dir = std::env::temp_dir().join(format!(
+            "chart-install-{}-{}",
+            std::process::id(),
+            release.deployment
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("work dir");
+
+        // The kubelet's part: Secret volumes become files.
+        let secrets: Api<Secret> = Api::namespaced(admin.clone(), &release.namespace);
+        let mut mounts: Vec<(String, PathBuf)> = Vec::new();
+        for mount in container.volume_mounts.iter().flatten() {
+            let volume = pod
+                .volumes
+                .iter()
+                .flatten()
+                .find(|v| v.name == mount.name)
+                .expect("mounted volume exists");
+            let source = volume
+                .secret
+                .as_ref()
+                .unwrap_or_else(|| panic!("volume {} is not a Secret", volume.name));
+            let secret_name = source.secret_name.clone().expect("secretName");
+            let secret = secrets
+                .get(&secret_name)
+                .await
+                .unwrap_or_else(|e| panic!("Secret {secret_name}: {e}"));
+            let data = secret.data.unwrap_or_default();
+            let target = dir.join(&volume.name);
+            std::fs::create_dir_all(&target).expect("volume dir");
+            for item in source.items.iter().flatten() {
+                let bytes = &data
+                    .get(&item.key)
+                    .unwrap_or_else(|| panic!("Secret {secret_name} has no key {}", item.key))
+                    .0;
+                std::fs::write(target.join(&item.path), bytes).expect("write Secret file");
+            }
+            mounts.push((mount.mount_path.clone(), target));
+        }
+
+        let mut env: Vec<(String, String)> = Vec::new();
+        for var in container.env.iter().flatten() {
+            let value = match (&var.value, &var.value_from) {
+                (Some(value), None) => value.clone(),
+                (None, Some(from)) => {
+                    match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
+                        Some("metadata.name") => pod_name.clone(),
+                        Some("metadata.namespace") => release.namespace.clone(),
+                        _ => panic!("env {} comes from {from:?}: not emulated here", var.name),
+                    }
+                }
+                _ => String::new(),
+            };
+            let value = mounts
+                .iter()
+                .find_map(|(path, target)| {
+                    value
+                        .strip_prefix(&format!("{path}/"))
+                        .map(|rest| target.join(rest).display().to_string())
+                })
+                .unwrap_or(value);
+            env.push((var.name.clone(), value));
+        }
+        env.retain(|(name, _)| name != "CONSUL_HTTP_ADDR");
+        env.push(("CONSUL_HTTP_ADDR".into(), consul.to_owned()));
+
+        let admin_addr = free_port();
+        let mut args = container.args.clone().unwrap_or_default();
+        let metrics = args
+            .iter()
+            .position(|a| a.starts_with("--metrics-addr="))
+            .expect("the chart sets --metrics-addr");
+        args[metrics] = format!("--metrics-addr={admin_addr}");
+
+        // The pod's API credentials: its ServiceAccount's token, nothing of the admin's.
+        let account = pod
+            .service_account_name
+            .clone()
+            .expect("serviceAccountName");
+        let token = service_account_token(admin, &release.namespace, &account).await;
+        let kubeconfig = dir.join("kubeconfig");
+        let mut config: Value = serde_saphyr::from_str(
+            &std::fs::read_to_string(cluster.kubeconfig_path()).expect("kubeconfig"),
+        )
+        .expect("kubeconfig parses");
+        for user in config["users"].as_array_mut().expect("users") {
+            user["user"] = serde_json::json!({ "token": token });
+        }
+        std::fs::write(&kubeconfig, config.to_string()).expect("write kubeconfig");
+
+        let log = dir.join("operator.log");
+        let log_file = std::fs::File::create(&log).expect("log file");
+        eprintln!("operator: consul-elector {}", args.join(" "));
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_consul-elector"))
+            .args(&args)
+            .env_clear()
+            .envs(env)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("HOME", &dir)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("log file"))
+            .stderr(log_file)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start consul-elector");
+        OperatorProcess {
+            child,
+            dir,
+            log,
+            admin_addr,
+        }
+    }
+
+    /// Waits until `/readyz` answers 200 (the caches are synced).
+    async fn wait_ready(&self) {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if http_status(self.admin_addr, "/readyz").await == Some(200) {
+                assert_eq!(
+                    http_status(self.admin_addr, "/livez").await,
+                    Some(200),
+                    "/livez"
+                );
+                return;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "the operator is not ready within {PATIENCE:?}\n--- operator log ---\n{}",
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    async fn stop(mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!(
+                "the operator exited early ({status})\n--- operator log ---\n{}",
+                self.log_tail()
+            );
+        }
+        let _ = self.child.kill().await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The token of ServiceAccount `account` (from the Secret the token controller makes for it on
+/// Kubernetes before 1.24).
+async fn service_account_token(admin: &Client, ns: &str, account: &str) -> String {
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), ns);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let list = secrets
+            .list(&ListParams::default().fields("type=kubernetes.io/service-account-token"))
+            .await
+            .expect("list token Secrets");
+        let token = list.items.iter().find_map(|secret| {
+            (secret
+                .annotations()
+                .get("kubernetes.io/service-account.name")
+                .map(String::as_str)
+                == Some(account))
+            .then(|| secret.data.as_ref()?.get("token"))
+            .flatten()
+            .and_then(|t| String::from_utf8(t.0.clone()).ok())
+        });
+        if let Some(token) = token {
+            return token;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no token Secret for ServiceAccount {ns}/{account}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+}
+
+/// The status code of `GET path` on `addr`, or `None` when nothing answers.
+async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.ok()?;
+    String::from_utf8_lossy(&response)
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
