@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import copy
 import json
 import os
@@ -36,8 +37,9 @@ import yaml
 
 CHART = Path(__file__).resolve().parent.parent / "consul-elector"
 
-# Helm keeps caches and repository lists under these; keep them out of the user's home.
+# Helm (and kubectl) keep caches and repository lists; keep them out of the user's home.
 _HELM_HOME = tempfile.mkdtemp(prefix="check-chart-helm-")
+atexit.register(shutil.rmtree, _HELM_HOME, ignore_errors=True)
 for _var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
     os.environ.setdefault(_var, os.path.join(_HELM_HOME, _var.lower()))
 
@@ -227,7 +229,7 @@ class Cluster:
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         result = subprocess.run(
-            ["kubectl", "--kubeconfig", self.kubeconfig, *args],
+            ["kubectl", "--kubeconfig", self.kubeconfig, "--cache-dir", os.path.join(_HELM_HOME, "kube"), *args],
             input=stdin,
             capture_output=True,
             text=True,
