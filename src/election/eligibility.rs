@@ -98,7 +98,8 @@ pub fn successor<'a>(
     }
     let first = eligible.next()?;
     Some(eligible.fold(first, |best, p| {
-        if (p.created_at, std::cmp::Reverse(&p.name)) > (best.created_at, std::cmp::Reverse(&best.name))
+        if (p.created_at, std::cmp::Reverse(&p.name))
+            > (best.created_at, std::cmp::Reverse(&best.name))
         {
             p
         } else {

@@ -119,9 +119,14 @@ impl<'a> Builder<'a> {
     fn holder(&self) -> Holder<'a> {
         let ours = self.obs.session.filter(|s| s.health != SessionHealth::Lost);
         match (self.obs.lock, ours) {
-            (LockView::Held { session, lock_index, .. }, Some(s)) if *session == s.id => {
-                Holder::Us(s, *lock_index)
-            }
+            (
+                LockView::Held {
+                    session,
+                    lock_index,
+                    ..
+                },
+                Some(s),
+            ) if *session == s.id => Holder::Us(s, *lock_index),
             (LockView::Held { .. }, _) => Holder::Foreign,
             (LockView::Free { .. } | LockView::Absent, _) => Holder::Nobody,
             (LockView::Unknown, Some(s)) => {
@@ -130,8 +135,7 @@ impl<'a> Builder<'a> {
                 let recorded = self.obs.recorded.leader.as_ref();
                 match (recorded, self.obs.recorded.fencing_token) {
                     (Some(l), Some(token))
-                        if l.session_id.as_deref() == Some(s.id.as_str())
-                            && l.uid == s.pod_uid =>
+                        if l.session_id.as_deref() == Some(s.id.as_str()) && l.uid == s.pod_uid =>
                     {
                         Holder::Us(s, token)
                     }
@@ -205,16 +209,25 @@ impl<'a> Builder<'a> {
     }
 
     /// When `pod` became leader: kept from the status for the same incarnation.
-    fn since_of(&self, pod: &PodView) -> Timestamp {
-        match &self.obs.recorded.leader {
-            Some(l) if l.uid == pod.uid => l.since,
+    fn since_of(&self, pod: &PodView, token: u64) -> Timestamp {
+        if let Some(l) = &self.obs.recorded.leader
+            && l.uid == pod.uid
+        {
+            return l.since;
+        }
+        // Labelled by an earlier plan for this same acquisition: keep that time, so that
+        // consecutive plans (and a status that lags behind) never rewrite it.
+        let labelled_for_token = pod.role.as_deref() == Some(self.leader_value())
+            && pod.fencing_token.as_deref() == Some(token.to_string().as_str());
+        match pod.leader_since.as_deref().map(str::parse::<Timestamp>) {
+            Some(Ok(since)) if labelled_for_token => since,
             _ => self.obs.now,
         }
     }
 
     /// Labels `pod` leader with `token` unless it already carries exactly that.
     fn label_leader(&mut self, pod: &'a PodView, token: u64) {
-        let since = self.since_of(pod);
+        let since = self.since_of(pod, token);
         let token_text = token.to_string();
         let since_text = since.to_string();
         let up_to_date = pod.role.as_deref() == Some(self.leader_value())
@@ -318,7 +331,7 @@ impl<'a> Builder<'a> {
                 UnavailablePolicy::KeepLeader => {
                     self.settle_followers(Some(&pod.uid));
                     if pod.role.as_deref() == Some(self.leader_value()) {
-                        self.leader = Some((pod, token, self.since_of(pod)));
+                        self.leader = Some((pod, token, self.since_of(pod, token)));
                         self.phase = Phase::Elected;
                         self.elected_reason = (
                             "KeptWhileConsulUnavailable",
@@ -349,9 +362,10 @@ impl<'a> Builder<'a> {
     /// Rule 6: a fresh acquisition whose LockIndex is not above the recorded token.
     fn needs_higher_token(&self, token: u64) -> bool {
         let recorded = self.obs.recorded.fencing_token.unwrap_or(0);
-        let same_acquisition = self.obs.recorded.leader.as_ref().is_some_and(|l| {
-            l.session_id.as_deref() == self.obs.session.map(|s| s.id.as_str())
-        }) && self.obs.recorded.fencing_token == Some(token);
+        let same_acquisition =
+            self.obs.recorded.leader.as_ref().is_some_and(|l| {
+                l.session_id.as_deref() == self.obs.session.map(|s| s.id.as_str())
+            }) && self.obs.recorded.fencing_token == Some(token);
         !same_acquisition && token <= recorded
     }
 
@@ -425,7 +439,10 @@ impl<'a> Builder<'a> {
                     self.requeue_after(elapsed(self.obs.now, until));
                     self.elected_reason = (
                         "LockDelay",
-                        format!("waiting for Consul's lock-delay before electing pod {}", next.name),
+                        format!(
+                            "waiting for Consul's lock-delay before electing pod {}",
+                            next.name
+                        ),
                     );
                     return;
                 }
@@ -568,7 +585,11 @@ impl<'a> Builder<'a> {
             ConditionState {
                 type_: CONSUL_AVAILABLE,
                 status: consul_ok,
-                reason: if consul_ok { "Available" } else { "Unreachable" },
+                reason: if consul_ok {
+                    "Available"
+                } else {
+                    "Unreachable"
+                },
                 message: if consul_ok {
                     "Consul answers".into()
                 } else {
