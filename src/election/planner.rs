@@ -351,7 +351,7 @@ impl<'a> Builder<'a> {
             }
             return;
         }
-        if self.needs_higher_token(token) {
+        if self.needs_higher_token(pod, token) {
             self.bump_lock_index(session, pod);
             return;
         }
@@ -360,17 +360,31 @@ impl<'a> Builder<'a> {
     }
 
     /// Rule 6: a fresh acquisition whose LockIndex is not above the recorded token.
-    fn needs_higher_token(&self, token: u64) -> bool {
+    ///
+    /// The acquisition the status recorded (same session, same token) is recognised only
+    /// while `pod` still carries its leader label with that token: every plan that loses the
+    /// key demotes first, so a label that survived means the key never changed hands. Once
+    /// the label is gone, an equal LockIndex may belong to a re-created key that merely
+    /// counted up to the old token again, and one token must never name two acquisitions.
+    fn needs_higher_token(&self, pod: &PodView, token: u64) -> bool {
         let recorded = self.obs.recorded.fencing_token.unwrap_or(0);
+        let token_text = token.to_string();
         let same_acquisition =
             self.obs.recorded.leader.as_ref().is_some_and(|l| {
                 l.session_id.as_deref() == self.obs.session.map(|s| s.id.as_str())
-            }) && self.obs.recorded.fencing_token == Some(token);
+            }) && self.obs.recorded.fencing_token == Some(token)
+                && pod.role.as_deref() == Some(self.leader_value())
+                && pod.fencing_token.as_deref() == Some(token_text.as_str());
         !same_acquisition && token <= recorded
     }
 
     /// Releases and re-acquires: every acquisition of an unlocked key increments LockIndex.
     fn bump_lock_index(&mut self, session: &SessionView, pod: &PodView) {
+        // Rule 1 order: a pod carrying the leader label (with another token, or put there by
+        // somebody else) loses it before the lock is let go, even for a moment.
+        if pod.role.as_deref() == Some(self.leader_value()) {
+            self.push_demotion(pod);
+        }
         self.actions.push(Action::Release {
             session: session.id.clone(),
         });
