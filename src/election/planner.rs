@@ -275,11 +275,76 @@ impl<'a> Builder<'a> {
                 self.elect();
             }
             Holder::Unknown => {
-                // Nothing can be confirmed or changed in Consul; labels stay as they are.
+                // Nothing can be confirmed or changed in Consul; labels stay as they are,
+                // unless the operator's own session has gone a whole TTL unconfirmed and the
+                // spec says Fence: then no leader label can be backed by a lock any more
+                // (rule 2), whichever pod carries it.
+                let unconfirmed = self
+                    .obs
+                    .session
+                    .is_some_and(|s| matches!(s.health, SessionHealth::Unconfirmed { .. }));
+                if unconfirmed && self.obs.config.on_consul_unavailable == UnavailablePolicy::Fence
+                {
+                    self.fence_all();
+                    self.settle_followers(None);
+                    self.phase = Phase::Fenced;
+                    self.elected_reason = (
+                        "Fenced",
+                        "no lock can be confirmed while Consul does not answer".into(),
+                    );
+                    return;
+                }
+                self.keep_one_label();
                 self.settle_followers(None);
                 self.phase = Phase::Electing;
                 self.elected_reason = ("ConsulUnavailable", "Consul does not answer".into());
             }
+        }
+    }
+
+    /// Rule 1 without Consul: when several pods carry the leader label (somebody else put
+    /// it there) and the lock cannot be read to tell which is right, only the leader the
+    /// status recorded may keep it.
+    fn keep_one_label(&mut self) {
+        let leader = self.leader_value();
+        let labelled = self
+            .obs
+            .pods
+            .iter()
+            .filter(|p| p.role.as_deref() == Some(leader))
+            .count();
+        if labelled > 1 {
+            let recorded = self.obs.recorded.leader.as_ref().map(|l| l.uid.as_str());
+            self.demote_others(recorded);
+        }
+    }
+
+    /// Removes every leader label because no lock can be confirmed (`Fence`).
+    fn fence_all(&mut self) {
+        let leader = self.leader_value();
+        for pod in self.obs.pods {
+            if pod.role.as_deref() != Some(leader) {
+                continue;
+            }
+            self.actions.push(if pod.selected {
+                Action::LabelFollower {
+                    pod: pod.name.clone(),
+                    uid: pod.uid.clone(),
+                }
+            } else {
+                Action::Unlabel {
+                    pod: pod.name.clone(),
+                    uid: pod.uid.clone(),
+                }
+            });
+            self.emit(
+                EventReason::ConsulUnavailable,
+                Some(&pod.name),
+                format!(
+                    "the lock of pod {} cannot be confirmed; leader label removed",
+                    pod.name
+                ),
+            );
         }
     }
 
@@ -348,6 +413,22 @@ impl<'a> Builder<'a> {
                         );
                     }
                 }
+            }
+            return;
+        }
+        if matches!(self.obs.lock, LockView::Unknown) {
+            // The key cannot be read, so the lock cannot be confirmed (it may have been
+            // deleted or taken meanwhile, and `token` only comes from the status): a label
+            // the pod already carries stays while its session is confirmed, but no pod is
+            // labelled leader, nor re-labelled with another token, until Consul answers.
+            self.settle_followers(Some(&pod.uid));
+            if pod.role.as_deref() == Some(self.leader_value()) {
+                self.leader = Some((pod, token, self.since_of(pod, token)));
+                self.phase = Phase::Elected;
+                self.elected_reason = ("Elected", format!("pod {} is leader", pod.name));
+            } else {
+                self.phase = Phase::Electing;
+                self.elected_reason = ("ConsulUnavailable", "Consul does not answer".into());
             }
             return;
         }
@@ -502,6 +583,7 @@ impl<'a> Builder<'a> {
         self.phase = Phase::Observing;
         let holder = match self.obs.lock {
             LockView::Unknown => {
+                self.keep_one_label();
                 self.settle_followers(None);
                 self.elected_reason = ("ConsulUnavailable", "Consul does not answer".into());
                 return;
