@@ -7,3 +7,6 @@ pub mod eligibility;
 pub mod observe;
 pub mod plan;
 pub mod planner;
+
+#[cfg(test)]
+mod tests;

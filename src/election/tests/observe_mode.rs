@@ -1,0 +1,188 @@
+//! Observe mode: the applications elect themselves; the operator mirrors the pod named in the
+//! key's JSON value into labels and status and never writes to Consul (rule 7).
+
+use super::support::*;
+use crate::election::config::{ElectionConfig, Mode};
+use crate::election::observe::LockView;
+use crate::election::plan::{EventReason, Phase, Plan};
+use crate::election::planner::{CONSUL_AVAILABLE, LEADER_ELECTED, holder_from_value};
+
+fn observe() -> ElectionConfig {
+    ElectionConfig {
+        mode: Mode::Observe,
+        ..config()
+    }
+}
+
+fn app_holds(pod: &str, uid: &str, lock_index: u64) -> LockView {
+    LockView::Held {
+        session: "app-session".into(),
+        lock_index,
+        value: Some(value_for(pod, uid)),
+    }
+}
+
+fn scene(pods: Vec<crate::election::observe::PodView>, lock: LockView) -> Scene {
+    Scene::new(pods).config(observe()).lock(lock)
+}
+
+fn assert_no_consul(plan: &Plan) {
+    assert!(
+        consul_steps(plan).is_empty(),
+        "Observe mode wrote to Consul: {plan:#?}"
+    );
+}
+
+#[test]
+fn the_pod_named_in_the_key_is_mirrored_as_leader() {
+    let s = scene(
+        vec![pod("a"), pod("b"), pod("c")],
+        app_holds("b", &uid("b"), 7),
+    );
+    let plan = s.plan();
+    assert_eq!(
+        steps(&plan),
+        vec![label_leader("b", 7, t(100)), follower("a"), follower("c")]
+    );
+    assert_eq!(
+        events(&plan),
+        vec![(EventReason::LeaderElected, Some("b".into()))]
+    );
+    assert_no_consul(&plan);
+    assert_eq!(plan.status.phase, Phase::Observing);
+    let leader = plan.status.leader.clone().expect("leader");
+    assert_eq!(leader.pod, "b");
+    assert_eq!(
+        leader.session_id, None,
+        "the operator owns no session in Observe mode"
+    );
+    assert_eq!(plan.status.fencing_token, Some(7));
+    assert!(condition(&plan.status, LEADER_ELECTED).status);
+    assert!(condition(&plan.status, CONSUL_AVAILABLE).status);
+
+    // Mirrored: nothing more to do.
+    let mut world = World::new(s);
+    world.settle();
+    assert_eq!(world.leaders(), vec!["b".to_owned()]);
+}
+
+#[test]
+fn a_new_holder_is_labelled_only_after_the_old_one_is_demoted() {
+    let s = scene(
+        vec![
+            pod("a").follower(),
+            pod("b").leader(7, t(0)),
+            pod("c").follower(),
+        ],
+        app_holds("c", &uid("c"), 8),
+    )
+    .recorded(crate::election::observe::Recorded {
+        leader: Some(crate::election::observe::RecordedLeader {
+            pod: "b".into(),
+            uid: uid("b"),
+            pod_ip: None,
+            since: t(0),
+            session_id: None,
+        }),
+        fencing_token: Some(7),
+        transitions: 2,
+    });
+    let plan = s.plan();
+    assert_eq!(
+        steps(&plan),
+        vec![follower("b"), label_leader("c", 8, t(100))]
+    );
+    assert_demotions_first(&s, &plan);
+    assert_no_consul(&plan);
+    assert_eq!(plan.status.transitions, 3);
+}
+
+#[test]
+fn a_key_naming_no_selected_pod_mirrors_no_leader() {
+    let cases = [
+        app_holds("x", &uid("x"), 3),          // a pod that does not exist
+        app_holds("b", "uid-of-another-b", 3), // another incarnation of the name
+        app_holds("u", &uid("u"), 3),          // a pod that left the selector
+        LockView::Held {
+            session: "app".into(),
+            lock_index: 3,
+            value: Some(b"not json".to_vec()),
+        },
+        LockView::Held {
+            session: "app".into(),
+            lock_index: 3,
+            value: None,
+        },
+        free(3),
+        LockView::Absent,
+    ];
+    for lock in cases {
+        let s = scene(
+            vec![
+                pod("a").follower(),
+                pod("b").leader(2, t(0)),
+                pod("u").unselected().follower(),
+            ],
+            lock.clone(),
+        );
+        let plan = s.plan();
+        assert_eq!(
+            steps(&plan),
+            vec![follower("b"), unlabel("u")],
+            "lock {lock:?}"
+        );
+        assert_no_consul(&plan);
+        assert_eq!(plan.status.phase, Phase::Observing);
+        assert_eq!(condition(&plan.status, LEADER_ELECTED).reason, "NoHolder");
+    }
+}
+
+#[test]
+fn consul_unknown_keeps_the_mirrored_labels() {
+    let s = scene(
+        vec![pod("a").follower(), pod("b").leader(7, t(0)), pod("c")],
+        LockView::Unknown,
+    );
+    let plan = s.plan();
+    assert_eq!(steps(&plan), vec![follower("c")]);
+    assert_no_consul(&plan);
+    assert!(!condition(&plan.status, CONSUL_AVAILABLE).status);
+    assert_eq!(
+        condition(&plan.status, LEADER_ELECTED).reason,
+        "ConsulUnavailable"
+    );
+}
+
+#[test]
+fn a_leftover_session_is_never_used_in_observe_mode() {
+    // Switched from Managed to Observe: the operator's old session is still registered.
+    let s = scene(vec![pod("a"), pod("b")], free(4)).session(Some(session("s1", "a")));
+    assert_no_consul(&s.plan());
+    let s = scene(vec![pod("a"), pod("b")], held("s1", 4, "a")).session(Some(session("s1", "a")));
+    assert_no_consul(&s.plan());
+}
+
+#[test]
+fn the_holder_is_mirrored_even_when_not_ready() {
+    // The applications decided; readiness is theirs to judge.
+    let s = scene(
+        vec![pod("a").not_ready_since(10), pod("b")],
+        app_holds("a", &uid("a"), 2),
+    );
+    assert_eq!(steps(&s.plan())[0], label_leader("a", 2, t(100)));
+}
+
+#[test]
+fn the_value_parser_reads_pod_and_uid() {
+    assert_eq!(
+        holder_from_value(&value_for("p", "u")),
+        Some(("p".into(), Some("u".into())))
+    );
+    assert_eq!(
+        holder_from_value(br#"{"pod":"p"}"#),
+        Some(("p".into(), None))
+    );
+    assert_eq!(holder_from_value(br#"{"pod":3}"#), None);
+    assert_eq!(holder_from_value(b"[]"), None);
+    assert_eq!(holder_from_value(b""), None);
+}

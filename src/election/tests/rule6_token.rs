@@ -1,0 +1,156 @@
+//! Rule 6: the fencing token only grows. The token on the pod and in the status is the
+//! `LockIndex` of the acquisition; when the key was deleted and re-created (its LockIndex
+//! starts again at 1) the operator releases and re-acquires until the LockIndex is above every
+//! token it recorded, before labelling anybody with it.
+
+use super::support::*;
+use crate::election::observe::LockView;
+use crate::election::plan::{Action, Phase};
+use crate::election::planner::LEADER_ELECTED;
+
+fn labels(plans: &[crate::election::plan::Plan]) -> Vec<(String, u64)> {
+    plans
+        .iter()
+        .flat_map(|p| p.actions.iter())
+        .filter_map(|a| match a {
+            Action::LabelLeader {
+                pod, fencing_token, ..
+            } => Some((pod.clone(), *fencing_token)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_recreated_key_is_bumped_above_the_recorded_token_before_labelling() {
+    // The key was deleted and re-acquired by our session: LockIndex 1, recorded token 5.
+    let scene = Scene::elected("a", &["b"], 5)
+        .with_pod(pod("a").follower())
+        .lock(held("s1", 1, "a"));
+    let plan = scene.plan();
+    assert_eq!(steps(&plan), vec![release("s1"), acquire("s1", "a")]);
+    assert_eq!(plan.status.phase, Phase::Electing);
+    assert_eq!(
+        condition(&plan.status, LEADER_ELECTED).reason,
+        "RaisingFencingToken"
+    );
+    assert_eq!(
+        plan.status.fencing_token,
+        Some(5),
+        "the recorded token stays"
+    );
+
+    let mut world = World::new(scene);
+    let plans = world.settle();
+    assert_eq!(labels(&plans), vec![("a".into(), 6)]);
+    assert_eq!(world.scene.recorded.fencing_token, Some(6));
+    // Every acquisition in between was released again: 1 -> 2 -> ... -> 6.
+    let bumps = plans
+        .iter()
+        .filter(|p| steps(p) == vec![release("s1"), acquire("s1", "a")])
+        .count();
+    assert_eq!(bumps, 5);
+}
+
+#[test]
+fn a_recreated_key_reaching_exactly_the_recorded_token_is_bumped_past_it() {
+    // Regression: LockIndex 5 of a *new* acquisition (the key was re-created: `a` was
+    // demoted meanwhile) equals the recorded token 5 of the *old* acquisition by the same
+    // session. Labelling it 5 again would hand out one token for two acquisitions.
+    let scene = Scene::elected("a", &["b"], 5)
+        .with_pod(pod("a").follower())
+        .lock(held("s1", 5, "a"));
+    assert_eq!(
+        steps(&scene.plan()),
+        vec![release("s1"), acquire("s1", "a")]
+    );
+}
+
+#[test]
+fn the_deleted_key_sequence_end_to_end() {
+    let mut world = World::new(Scene::elected("a", &["b"], 3));
+    world.edit(|s| s.lock(LockView::Absent));
+    let plans = world.settle();
+    assert_eq!(steps(&plans[0]), vec![follower("a"), acquire("s1", "a")]);
+    assert_eq!(labels(&plans), vec![("a".into(), 4)]);
+    assert_eq!(world.scene.recorded.transitions, 0);
+}
+
+#[test]
+fn the_adopted_acquisition_is_not_bumped() {
+    // Same session, same token, pod labelled with it: the acquisition the status recorded.
+    let plan = Scene::elected("a", &["b"], 5).plan();
+    assert!(plan.actions.is_empty());
+}
+
+#[test]
+fn a_normal_move_needs_no_bump() {
+    let mut world = World::new(Scene::elected("a", &["b"], 5));
+    world.edit(|s| s.without_pod("a"));
+    let plans = world.settle();
+    assert_eq!(labels(&plans), vec![("b".into(), 6)]);
+    assert!(!plans.iter().any(|p| {
+        p.actions
+            .iter()
+            .filter(|a| matches!(a, Action::Acquire { .. }))
+            .count()
+            > 1
+    }));
+}
+
+#[test]
+fn the_token_on_the_pod_and_in_the_status_is_the_lock_index() {
+    let scene = Scene::new(vec![pod("a").follower()])
+        .lock(held("s1", 42, "a"))
+        .session(Some(session("s1", "a")));
+    let plan = scene.plan();
+    assert_eq!(steps(&plan), vec![label_leader("a", 42, t(100))]);
+    assert_eq!(plan.status.fencing_token, Some(42));
+}
+
+#[test]
+fn the_recorded_token_survives_while_nobody_leads() {
+    let plan = Scene::elected("a", &["b"], 5).without_pod("a").plan();
+    assert_eq!(plan.status.fencing_token, Some(5));
+    let plan = Scene::elected("a", &["b"], 5)
+        .lock(held("foreign", 9, "b"))
+        .plan();
+    assert_eq!(plan.status.fencing_token, Some(5));
+}
+
+#[test]
+fn tokens_grow_over_repeated_moves() {
+    let mut world = World::new(Scene::elected("a", &["b", "c"], 1));
+    let mut tokens = vec![1];
+    for n in 0..3 {
+        let gone = world.leaders().pop().expect("a leader");
+        let new = format!("n{n}");
+        world.edit(|s| s.without_pod(&gone).with_pod(pod(&new).created(10 + n)));
+        world.settle();
+        tokens.push(world.scene.recorded.fencing_token.expect("token"));
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[test]
+fn a_labelled_holder_is_demoted_before_its_key_is_bumped() {
+    // Regression: somebody else put the leader label (without a token) on the pod whose
+    // session holds a key that must be bumped. Releasing it while the label is on would leave
+    // a labelled leader without the lock (rules 1 and 2): the label goes first.
+    let scene = Scene::elected("a", &["b"], 5)
+        .with_pod(pod("a").follower())
+        .lock(held("s1", 5, "a"));
+    let mut labelled = pod("a");
+    labelled.role = Some("leader".into());
+    let scene = scene.with_pod(labelled);
+    let plan = scene.plan();
+    assert_eq!(
+        steps(&plan),
+        vec![follower("a"), release("s1"), acquire("s1", "a")]
+    );
+    assert_demotions_first(&scene, &plan);
+    let mut world = World::new(scene);
+    world.settle();
+    assert_eq!(world.leaders(), vec!["a".to_owned()]);
+    assert_eq!(world.scene.recorded.fencing_token, Some(6));
+}

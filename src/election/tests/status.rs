@@ -1,0 +1,193 @@
+//! The status a plan reports: phase, leader (with since, IP and session), fencing token,
+//! transitions (leader changes only), candidates with reasons, and the `LeaderElected` and
+//! `ConsulAvailable` conditions.
+
+use super::support::*;
+use crate::election::observe::LockView;
+use crate::election::plan::{CandidateState, Phase};
+use crate::election::planner::{CONSUL_AVAILABLE, LEADER_ELECTED};
+
+#[test]
+fn candidates_list_every_selected_pod_sorted_with_reasons() {
+    let scene = Scene::elected("c", &[], 5)
+        .with_pod(pod("e").follower().terminating())
+        .with_pod(pod("b").follower().not_ready_since(50))
+        .with_pod(pod("a").follower())
+        .with_pod(pod("d").follower().finished())
+        .with_pod(pod("x").follower().unselected());
+    let plan = scene.plan();
+    let c = |pod: &str, eligible: bool, reason: Option<&'static str>| CandidateState {
+        pod: pod.into(),
+        eligible,
+        reason,
+    };
+    assert_eq!(
+        plan.status.candidates,
+        vec![
+            c("a", true, None),
+            c("b", false, Some("NotReady")),
+            c("c", true, None),
+            c("d", false, Some("Finished")),
+            c("e", false, Some("Terminating")),
+        ]
+    );
+}
+
+#[test]
+fn a_not_ready_pod_is_eligible_when_readiness_is_not_required() {
+    let config = crate::election::config::ElectionConfig {
+        require_ready: false,
+        ..config()
+    };
+    let plan = Scene::elected("a", &[], 1)
+        .config(config)
+        .with_pod(pod("b").follower().not_ready_since(3))
+        .plan();
+    assert!(plan.status.candidates.iter().all(|c| c.eligible));
+}
+
+#[test]
+fn conditions_follow_the_election() {
+    let cases: Vec<(&str, Scene, bool, &str, bool)> = vec![
+        (
+            "elected",
+            Scene::elected("a", &["b"], 5),
+            true,
+            "Elected",
+            true,
+        ),
+        ("no pods", Scene::new(vec![]), false, "NoCandidates", true),
+        (
+            "electing",
+            Scene::new(vec![pod("a")]),
+            false,
+            "Electing",
+            true,
+        ),
+        (
+            "held elsewhere",
+            Scene::elected("a", &[], 5).lock(held("x", 6, "a")),
+            false,
+            "LockHeldElsewhere",
+            true,
+        ),
+        (
+            "fenced",
+            Scene::elected("a", &[], 5).session(Some(session("s1", "a").unconfirmed_since(70))),
+            false,
+            "Fenced",
+            false,
+        ),
+        (
+            "kv unknown, nothing adopted",
+            Scene::new(vec![pod("a")]).lock(LockView::Unknown),
+            false,
+            "ConsulUnavailable",
+            false,
+        ),
+    ];
+    for (name, scene, elected, reason, available) in cases {
+        let plan = scene.plan();
+        let e = condition(&plan.status, LEADER_ELECTED);
+        assert_eq!((e.status, e.reason), (elected, reason), "{name}");
+        assert!(!e.message.is_empty());
+        let a = condition(&plan.status, CONSUL_AVAILABLE);
+        assert_eq!(a.status, available, "{name}");
+        assert_eq!(
+            a.reason,
+            if available {
+                "Available"
+            } else {
+                "Unreachable"
+            }
+        );
+        assert_eq!(plan.status.conditions.len(), 2);
+    }
+}
+
+#[test]
+fn phases() {
+    assert_eq!(Scene::new(vec![]).plan().status.phase, Phase::Pending);
+    assert_eq!(
+        Scene::new(vec![pod("a")]).plan().status.phase,
+        Phase::Electing
+    );
+    assert_eq!(
+        Scene::elected("a", &[], 1).plan().status.phase,
+        Phase::Elected
+    );
+}
+
+#[test]
+fn transitions_count_leader_changes_only() {
+    // First election: 0.
+    let mut world = World::new(Scene::new(vec![pod("a"), pod("b")]));
+    world.settle();
+    assert_eq!(world.leaders(), vec!["a".to_owned()]);
+    assert_eq!(world.scene.recorded.transitions, 0);
+
+    // A -> B: +1.
+    world.edit(|s| s.without_pod("a").now(t(200)));
+    world.settle();
+    assert_eq!(world.leaders(), vec!["b".to_owned()]);
+    assert_eq!(world.scene.recorded.transitions, 1);
+
+    // Fenced, then the same pod again: +0.
+    world.edit(|s| {
+        let sess = s.session.clone().expect("session");
+        let mut unconfirmed = sess.clone();
+        unconfirmed.health =
+            crate::election::observe::SessionHealth::Unconfirmed { renewed_at: t(190) };
+        s.session(Some(unconfirmed)).now(t(300))
+    });
+    world.settle();
+    assert!(world.leaders().is_empty());
+    assert_eq!(world.scene.recorded.transitions, 1);
+    world.edit(|s| {
+        let mut alive = s.session.clone().expect("session");
+        alive.health = crate::election::observe::SessionHealth::Alive { renewed_at: t(310) };
+        s.session(Some(alive)).now(t(310))
+    });
+    world.settle();
+    assert_eq!(world.leaders(), vec!["b".to_owned()]);
+    assert_eq!(world.scene.recorded.transitions, 1);
+    // The since of B's leadership survives the fence.
+    assert_eq!(
+        world.scene.recorded.leader.as_ref().map(|l| l.since),
+        Some(t(200))
+    );
+
+    // B re-created under the same name is another pod: +1.
+    world.edit(|s| {
+        s.with_pod(pod("b").with_uid("uid-b2").created(400))
+            .now(t(400))
+    });
+    world.settle();
+    assert_eq!(world.scene.recorded.transitions, 2);
+    assert_eq!(
+        world.scene.recorded.leader.as_ref().map(|l| l.uid.clone()),
+        Some("uid-b2".into())
+    );
+}
+
+#[test]
+fn the_leader_reports_pod_ip_since_and_session() {
+    let mut scene = Scene::elected("a", &[], 5);
+    scene.pods[0].pod_ip = Some("10.1.2.3".into());
+    let leader = scene.plan().status.leader.expect("leader");
+    assert_eq!(leader.pod_ip.as_deref(), Some("10.1.2.3"));
+    assert_eq!(leader.since, t(0));
+    assert_eq!(leader.session_id.as_deref(), Some("s1"));
+    assert_eq!(leader.uid, uid("a"));
+}
+
+#[test]
+fn the_last_leader_stays_on_record_while_nobody_leads() {
+    let scene = Scene::elected("a", &["b"], 5)
+        .recorded(recorded("a", "s1", 5, t(0), 4))
+        .without_pod("a")
+        .with_pod(pod("b").follower().not_ready_since(1));
+    let plan = scene.plan();
+    assert_eq!(plan.status.phase, Phase::Pending);
+    assert_eq!(record(&plan.status), scene.recorded);
+}

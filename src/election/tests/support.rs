@@ -1,0 +1,665 @@
+//! Builders for the planner's inputs, helpers to read plans, and a tiny deterministic
+//! "world" that executes plans the way the controller does (in order, re-observing between
+//! plans) so multi-plan sequences such as a leader move can be followed step by step.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::election::config::{
+    Behavior, ElectionConfig, LabelConfig, Mode, SessionConfig, UnavailablePolicy,
+};
+use crate::election::observe::{
+    LockView, PodView, Recorded, RecordedLeader, SessionHealth, SessionView,
+};
+use crate::election::plan::{Action, ConditionState, EventReason, Plan, StatusState};
+use crate::election::planner::{Observation, plan};
+
+/// The label key of [`config`].
+pub const ROLE: &str = "elector.dev/role";
+
+/// `n` seconds after a fixed, arbitrary instant.
+pub fn t(n: i64) -> Timestamp {
+    Timestamp::from_second(1_700_000_000 + n).expect("valid timestamp")
+}
+
+/// `n` seconds.
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// The spec with every default of DESIGN.md section 1.
+pub fn config() -> ElectionConfig {
+    ElectionConfig {
+        mode: Mode::Managed,
+        key: "elector/shop/web/leader".into(),
+        session: SessionConfig {
+            ttl: secs(15),
+            lock_delay: secs(15),
+            behavior: Behavior::Release,
+        },
+        labels: LabelConfig {
+            key: ROLE.into(),
+            leader: "leader".into(),
+            follower: "follower".into(),
+        },
+        require_ready: true,
+        failover_delay: Duration::ZERO,
+        on_consul_unavailable: UnavailablePolicy::Fence,
+    }
+}
+
+/// The UID the builders give pod `name`.
+pub fn uid(name: &str) -> String {
+    format!("uid-{name}")
+}
+
+/// A selected, Ready pod created at `t(0)`, without any label of the election.
+pub fn pod(name: &str) -> PodView {
+    PodView {
+        name: name.into(),
+        uid: uid(name),
+        selected: true,
+        ready: true,
+        ready_changed_at: Some(t(0)),
+        deleting: false,
+        finished: false,
+        created_at: t(0),
+        pod_ip: Some(format!("10.0.0.{}", name.len())),
+        node: Some("node-1".into()),
+        role: None,
+        fencing_token: None,
+        leader_since: None,
+    }
+}
+
+/// Builder methods on [`PodView`].
+pub trait PodExt: Sized {
+    /// Created at `t(s)`.
+    fn created(self, s: i64) -> Self;
+    /// NotReady since `t(s)`.
+    fn not_ready_since(self, s: i64) -> Self;
+    /// Ready since `t(s)`.
+    fn ready_since(self, s: i64) -> Self;
+    /// Has a deletion timestamp.
+    fn terminating(self) -> Self;
+    /// Phase Succeeded or Failed.
+    fn finished(self) -> Self;
+    /// No longer matches the selector.
+    fn unselected(self) -> Self;
+    /// Another incarnation of the name.
+    fn with_uid(self, uid: &str) -> Self;
+    /// Labelled follower.
+    fn follower(self) -> Self;
+    /// Labelled leader with its annotations.
+    fn leader(self, token: u64, since: Timestamp) -> Self;
+    /// Carries leader annotations (whatever its label).
+    fn annotated(self, token: u64, since: Timestamp) -> Self;
+}
+
+impl PodExt for PodView {
+    fn created(mut self, s: i64) -> Self {
+        self.created_at = t(s);
+        self
+    }
+    fn not_ready_since(mut self, s: i64) -> Self {
+        self.ready = false;
+        self.ready_changed_at = Some(t(s));
+        self
+    }
+    fn ready_since(mut self, s: i64) -> Self {
+        self.ready = true;
+        self.ready_changed_at = Some(t(s));
+        self
+    }
+    fn terminating(mut self) -> Self {
+        self.deleting = true;
+        self
+    }
+    fn finished(mut self) -> Self {
+        self.finished = true;
+        self
+    }
+    fn unselected(mut self) -> Self {
+        self.selected = false;
+        self
+    }
+    fn with_uid(mut self, uid: &str) -> Self {
+        self.uid = uid.into();
+        self
+    }
+    fn follower(mut self) -> Self {
+        self.role = Some("follower".into());
+        self
+    }
+    fn leader(self, token: u64, since: Timestamp) -> Self {
+        let mut p = self.annotated(token, since);
+        p.role = Some("leader".into());
+        p
+    }
+    fn annotated(mut self, token: u64, since: Timestamp) -> Self {
+        self.fencing_token = Some(token.to_string());
+        self.leader_since = Some(since.to_string());
+        self
+    }
+}
+
+/// The key as the operator writes it for `pod`.
+pub fn value_for(pod: &str, uid: &str) -> Vec<u8> {
+    serde_json::json!({"pod": pod, "namespace": "shop", "uid": uid, "election": "web"})
+        .to_string()
+        .into_bytes()
+}
+
+/// The key held by `session` at `lock_index`, its value naming `pod`.
+pub fn held(session: &str, lock_index: u64, pod: &str) -> LockView {
+    LockView::Held {
+        session: session.into(),
+        lock_index,
+        value: Some(value_for(pod, &uid(pod))),
+    }
+}
+
+/// The key, unlocked, at `lock_index`.
+pub fn free(lock_index: u64) -> LockView {
+    LockView::Free { lock_index }
+}
+
+/// The operator's session `id`, created for `pod`, last renewed at `t(99)`.
+pub fn session(id: &str, pod: &str) -> SessionView {
+    SessionView {
+        id: id.into(),
+        pod: pod.into(),
+        pod_uid: uid(pod),
+        health: SessionHealth::Alive { renewed_at: t(99) },
+        ttl: secs(15),
+    }
+}
+
+/// Builder methods on [`SessionView`].
+pub trait SessionExt: Sized {
+    /// Consul answered 404.
+    fn lost(self) -> Self;
+    /// Renewals failing since `t(s)`.
+    fn unconfirmed_since(self, s: i64) -> Self;
+}
+
+impl SessionExt for SessionView {
+    fn lost(mut self) -> Self {
+        self.health = SessionHealth::Lost;
+        self
+    }
+    fn unconfirmed_since(mut self, s: i64) -> Self {
+        self.health = SessionHealth::Unconfirmed { renewed_at: t(s) };
+        self
+    }
+}
+
+/// A status that recorded `pod` leading through `session` with `token`.
+pub fn recorded(
+    pod: &str,
+    session: &str,
+    token: u64,
+    since: Timestamp,
+    transitions: u64,
+) -> Recorded {
+    Recorded {
+        leader: Some(RecordedLeader {
+            pod: pod.into(),
+            uid: uid(pod),
+            pod_ip: Some(format!("10.0.0.{}", pod.len())),
+            since,
+            session_id: Some(session.into()),
+        }),
+        fencing_token: Some(token),
+        transitions,
+    }
+}
+
+/// What the next reconcile reads back after `status` was written.
+pub fn record(status: &StatusState) -> Recorded {
+    Recorded {
+        leader: status.leader.as_ref().map(|l| RecordedLeader {
+            pod: l.pod.clone(),
+            uid: l.uid.clone(),
+            pod_ip: l.pod_ip.clone(),
+            since: l.since,
+            session_id: l.session_id.clone(),
+        }),
+        fencing_token: status.fencing_token,
+        transitions: status.transitions,
+    }
+}
+
+/// One observation, owned.
+#[derive(Debug, Clone)]
+pub struct Scene {
+    pub config: ElectionConfig,
+    pub pods: Vec<PodView>,
+    pub lock: LockView,
+    pub session: Option<SessionView>,
+    pub recorded: Recorded,
+    pub lock_delay_until: Option<Timestamp>,
+    pub now: Timestamp,
+}
+
+impl Scene {
+    /// `pods`, the default spec, no key, no session, an empty status, at `t(100)`.
+    pub fn new(pods: Vec<PodView>) -> Self {
+        Self {
+            config: config(),
+            pods,
+            lock: LockView::Absent,
+            session: None,
+            recorded: Recorded::default(),
+            lock_delay_until: None,
+            now: t(100),
+        }
+    }
+
+    /// A stable election: `leader` labelled with `token` since `t(0)`, every other pod a
+    /// follower, session `s1` holding the key, the status agreeing.
+    pub fn elected(leader: &str, others: &[&str], token: u64) -> Self {
+        let mut pods = vec![pod(leader).leader(token, t(0))];
+        pods.extend(others.iter().map(|n| pod(n).follower()));
+        Self {
+            lock: held("s1", token, leader),
+            session: Some(session("s1", leader)),
+            recorded: recorded(leader, "s1", token, t(0), 0),
+            ..Self::new(pods)
+        }
+    }
+
+    pub fn config(mut self, config: ElectionConfig) -> Self {
+        self.config = config;
+        self
+    }
+    pub fn lock(mut self, lock: LockView) -> Self {
+        self.lock = lock;
+        self
+    }
+    pub fn session(mut self, session: Option<SessionView>) -> Self {
+        self.session = session;
+        self
+    }
+    pub fn recorded(mut self, recorded: Recorded) -> Self {
+        self.recorded = recorded;
+        self
+    }
+    pub fn lock_delay_until(mut self, until: Option<Timestamp>) -> Self {
+        self.lock_delay_until = until;
+        self
+    }
+    pub fn now(mut self, now: Timestamp) -> Self {
+        self.now = now;
+        self
+    }
+    /// Replaces the pod named like `p`.
+    pub fn with_pod(mut self, p: PodView) -> Self {
+        match self.pods.iter_mut().find(|q| q.name == p.name) {
+            Some(q) => *q = p,
+            None => self.pods.push(p),
+        }
+        self
+    }
+    /// Removes pod `name` (it is gone from the API server).
+    pub fn without_pod(mut self, name: &str) -> Self {
+        self.pods.retain(|p| p.name != name);
+        self
+    }
+
+    pub fn observation(&self) -> Observation<'_> {
+        Observation {
+            config: &self.config,
+            pods: &self.pods,
+            lock: &self.lock,
+            session: self.session.as_ref(),
+            recorded: &self.recorded,
+            lock_delay_until: self.lock_delay_until,
+            now: self.now,
+        }
+    }
+
+    pub fn plan(&self) -> Plan {
+        plan(&self.observation())
+    }
+}
+
+// ---- Reading plans ----
+
+pub fn follower(pod: &str) -> Action {
+    Action::LabelFollower {
+        pod: pod.into(),
+        uid: uid(pod),
+    }
+}
+pub fn unlabel(pod: &str) -> Action {
+    Action::Unlabel {
+        pod: pod.into(),
+        uid: uid(pod),
+    }
+}
+pub fn release(session: &str) -> Action {
+    Action::Release {
+        session: session.into(),
+    }
+}
+pub fn destroy(session: &str) -> Action {
+    Action::DestroySession {
+        session: session.into(),
+    }
+}
+pub fn create(pod: &str) -> Action {
+    Action::CreateSession {
+        pod: pod.into(),
+        uid: uid(pod),
+    }
+}
+pub fn acquire(session: &str, pod: &str) -> Action {
+    Action::Acquire {
+        session: session.into(),
+        pod: pod.into(),
+    }
+}
+pub fn label_leader(pod: &str, fencing_token: u64, since: Timestamp) -> Action {
+    Action::LabelLeader {
+        pod: pod.into(),
+        uid: uid(pod),
+        fencing_token,
+        since,
+    }
+}
+
+/// The plan's actions without its events.
+pub fn steps(plan: &Plan) -> Vec<Action> {
+    plan.actions
+        .iter()
+        .filter(|a| !matches!(a, Action::Emit(_)))
+        .cloned()
+        .collect()
+}
+
+/// The plan's events, with the pod each concerns.
+pub fn events(plan: &Plan) -> Vec<(EventReason, Option<String>)> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Emit(e) => Some((e.reason, e.pod.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether the action talks to Consul (or to the operator's session manager).
+pub fn is_consul(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::Release { .. }
+            | Action::DestroySession { .. }
+            | Action::ForgetSession
+            | Action::CreateSession { .. }
+            | Action::Acquire { .. }
+    )
+}
+
+/// The plan's Consul actions.
+pub fn consul_steps(plan: &Plan) -> Vec<Action> {
+    plan.actions
+        .iter()
+        .filter(|a| is_consul(a))
+        .cloned()
+        .collect()
+}
+
+/// The condition `type_` of a status.
+pub fn condition<'s>(status: &'s StatusState, type_: &str) -> &'s ConditionState {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no condition {type_} in {status:?}"))
+}
+
+/// Rule 1 inside one plan: every demotion of a pod that carries the leader label (in the
+/// observation) comes before any lock step (release, destroy, create, acquire) and any
+/// leader label, and a pod is labelled leader only if nobody else still carries the label
+/// once the demotions before it ran.
+pub fn assert_demotions_first(scene: &Scene, plan: &Plan) {
+    let leader_uids: Vec<&str> = scene
+        .pods
+        .iter()
+        .filter(|p| p.role.as_deref() == Some(scene.config.labels.leader.as_str()))
+        .map(|p| p.uid.as_str())
+        .collect();
+    let mut first_move = None;
+    let mut last_demotion = None;
+    let mut demoted: Vec<&str> = Vec::new();
+    for (i, a) in plan.actions.iter().enumerate() {
+        match a {
+            Action::LabelFollower { uid, .. } | Action::Unlabel { uid, .. }
+                if leader_uids.contains(&uid.as_str()) =>
+            {
+                last_demotion = Some(i);
+                demoted.push(uid.as_str());
+            }
+            Action::LabelLeader { uid, .. } => {
+                first_move.get_or_insert(i);
+                let others_still_leading = leader_uids
+                    .iter()
+                    .any(|u| *u != uid.as_str() && !demoted.contains(u));
+                assert!(
+                    !others_still_leading,
+                    "leader label planned while another pod still carries it: {plan:#?}"
+                );
+            }
+            Action::Release { .. }
+            | Action::DestroySession { .. }
+            | Action::CreateSession { .. }
+            | Action::Acquire { .. } => {
+                first_move.get_or_insert(i);
+            }
+            _ => {}
+        }
+    }
+    if let (Some(d), Some(m)) = (last_demotion, first_move) {
+        assert!(d < m, "a demotion comes after a lock step: {plan:#?}");
+    }
+}
+
+// ---- A tiny deterministic world ----
+
+/// Executes plans against an idealised Consul and API server: every action succeeds, the
+/// status is written after each plan, time stands still unless a test moves it.
+#[derive(Debug, Clone)]
+pub struct World {
+    pub scene: Scene,
+    /// Sessions created so far (names the next one `s<n+2>`, `s1` being the scene's).
+    created: u32,
+    /// Every plan executed, in order.
+    pub history: Vec<Plan>,
+}
+
+impl World {
+    pub fn new(scene: Scene) -> Self {
+        Self {
+            scene,
+            created: 0,
+            history: Vec::new(),
+        }
+    }
+
+    /// The pod named `name`.
+    pub fn pod(&self, name: &str) -> &PodView {
+        self.scene
+            .pods
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("no pod {name}"))
+    }
+
+    /// Names of the pods that carry the leader label.
+    pub fn leaders(&self) -> Vec<String> {
+        self.scene
+            .pods
+            .iter()
+            .filter(|p| p.role.as_deref() == Some("leader"))
+            .map(|p| p.name.clone())
+            .collect()
+    }
+
+    /// Lets the world change between plans.
+    pub fn edit(&mut self, f: impl FnOnce(Scene) -> Scene) {
+        self.scene = f(self.scene.clone());
+    }
+
+    /// Plans once, executes every action, writes the status; returns the plan.
+    pub fn step(&mut self) -> Plan {
+        let plan = self.scene.plan();
+        assert_demotions_first(&self.scene, &plan);
+        for action in &plan.actions {
+            self.apply(action);
+            assert!(
+                self.leaders().len() <= 1,
+                "two leaders after {action:?}: {:#?}",
+                self.scene.pods
+            );
+        }
+        self.scene.recorded = record(&plan.status);
+        self.history.push(plan.clone());
+        plan
+    }
+
+    /// Steps until a plan has no actions (at most `max` plans); returns the plans that had
+    /// actions.
+    pub fn settle(&mut self) -> Vec<Plan> {
+        let mut plans = Vec::new();
+        for _ in 0..20 {
+            let plan = self.step();
+            if plan.actions.is_empty() {
+                return plans;
+            }
+            plans.push(plan);
+        }
+        panic!("no convergence after 20 plans: {:#?}", self.history);
+    }
+
+    fn pod_mut(&mut self, uid: &str) -> &mut PodView {
+        self.scene
+            .pods
+            .iter_mut()
+            .find(|p| p.uid == uid)
+            .unwrap_or_else(|| panic!("no pod with uid {uid}"))
+    }
+
+    fn apply(&mut self, action: &Action) {
+        let now = self.scene.now;
+        match action {
+            Action::LabelFollower { uid, .. } => {
+                let p = self.pod_mut(uid);
+                p.role = Some("follower".into());
+                p.fencing_token = None;
+                p.leader_since = None;
+            }
+            Action::Unlabel { uid, .. } => {
+                let p = self.pod_mut(uid);
+                p.role = None;
+                p.fencing_token = None;
+                p.leader_since = None;
+            }
+            Action::LabelLeader {
+                uid,
+                fencing_token,
+                since,
+                ..
+            } => {
+                if self.scene.config.mode == Mode::Managed {
+                    let s = self.scene.session.clone().expect("a session");
+                    assert_eq!(s.pod_uid, *uid, "labelled another pod than the session's");
+                    assert!(
+                        matches!(&self.scene.lock, LockView::Held { session, lock_index, .. }
+                            if *session == s.id && lock_index == fencing_token),
+                        "labelled without holding the lock: {:?}",
+                        self.scene.lock
+                    );
+                }
+                let p = self.pod_mut(uid);
+                p.role = Some("leader".into());
+                p.fencing_token = Some(fencing_token.to_string());
+                p.leader_since = Some(since.to_string());
+            }
+            Action::Release { session } => {
+                if let LockView::Held {
+                    session: holder,
+                    lock_index,
+                    ..
+                } = &self.scene.lock
+                    && holder == session
+                {
+                    self.scene.lock = free(*lock_index);
+                }
+            }
+            Action::DestroySession { session } => {
+                if let LockView::Held {
+                    session: holder,
+                    lock_index,
+                    ..
+                } = &self.scene.lock
+                    && holder == session
+                {
+                    // Invalidation of a holder: Consul's lock-delay.
+                    self.scene.lock = free(*lock_index);
+                    self.scene.lock_delay_until = Some(
+                        now.checked_add(self.scene.config.session.lock_delay)
+                            .unwrap(),
+                    );
+                }
+                if self
+                    .scene
+                    .session
+                    .as_ref()
+                    .is_some_and(|s| s.id == *session)
+                {
+                    self.scene.session = None;
+                }
+            }
+            Action::ForgetSession => self.scene.session = None,
+            Action::CreateSession { pod, uid } => {
+                self.created += 1;
+                self.scene.session = Some(SessionView {
+                    id: format!("s{}", self.created + 1),
+                    pod: pod.clone(),
+                    pod_uid: uid.clone(),
+                    health: SessionHealth::Alive { renewed_at: now },
+                    ttl: self.scene.config.session.ttl,
+                });
+            }
+            Action::Acquire { session, pod } => {
+                assert!(
+                    self.scene.lock_delay_until.is_none_or(|u| u <= now),
+                    "acquire during a known lock-delay"
+                );
+                let s = self.scene.session.clone().expect("a session");
+                assert_eq!(
+                    s.id, *session,
+                    "acquire with a session the operator does not hold"
+                );
+                let lock_index = match &self.scene.lock {
+                    LockView::Absent => 1,
+                    LockView::Free { lock_index } => lock_index + 1,
+                    LockView::Held {
+                        session: holder,
+                        lock_index,
+                        ..
+                    } if holder == session => *lock_index,
+                    other => panic!("acquire of a key held elsewhere: {other:?}"),
+                };
+                self.scene.lock = LockView::Held {
+                    session: session.clone(),
+                    lock_index,
+                    value: Some(value_for(pod, &s.pod_uid)),
+                };
+            }
+            Action::Emit(_) => {}
+        }
+    }
+}
