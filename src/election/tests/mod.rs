@@ -1,9 +1,11 @@
 //! Tests of the pure planner, one file per safety rule of DESIGN.md section 2, plus Observe
-//! mode and the reported status.
+//! mode, the reported status, and property tests against a model of Kubernetes and Consul.
 
+mod model;
 mod support;
 
 mod observe_mode;
+mod properties;
 mod rule1_one_leader;
 mod rule2_lock_held;
 mod rule3_restart;

@@ -1,0 +1,1203 @@
+//! A model world for the property tests: the API server's pods, a Consul that keeps
+//! `LockIndex`, sessions, TTLs and lock-delays the way Consul does
+//! (`reference/consul-http-semantics.md`), the operator's session manager (`sessions.rs`:
+//! create, destroy, forget, adopt, Alive/Unconfirmed/Lost), a clock, and a controller that
+//! reconciles the way `controller::act::Round` does: read the status once, then observe, plan
+//! and execute the actions one by one (any of which may fail, before or after taking effect)
+//! until a plan is empty or an action failed, then write the last plan's status.
+//!
+//! Every executed action is followed by the safety checks of DESIGN.md section 2; a
+//! violation panics with the trace of the run (events, observations, plans, actions).
+//!
+//! Assumed of the controller: the status write at the end of a reconcile succeeds (see
+//! `Model::reconcile`); a lost status write can re-issue a fencing token, which the planner
+//! alone cannot prevent.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::support::{record, t};
+use crate::election::config::{Behavior, ElectionConfig, Mode, UnavailablePolicy};
+use crate::election::eligibility::{elapsed, eligibility};
+use crate::election::observe::{
+    LockView, PodView, Recorded, RecordedLeader, SessionHealth, SessionView,
+};
+use crate::election::plan::{Action, Phase, Plan};
+use crate::election::planner::{Observation, holder_from_value, plan};
+
+/// Consul's cap on lock-delays applied at invalidation.
+const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
+/// Pod names the model draws from.
+pub const MAX_PODS: usize = 5;
+
+/// The election's key in the model Consul.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    /// Holding session.
+    pub session: Option<String>,
+    /// Consul's LockIndex.
+    pub lock_index: u64,
+    /// The value last written with an acquire.
+    pub value: Option<Vec<u8>>,
+    /// Which acquisition (of an unlocked or absent key) this LockIndex belongs to; unique
+    /// over the run.
+    pub acquisition: u64,
+}
+
+/// A Consul session.
+#[derive(Debug, Clone)]
+pub struct ConsulSession {
+    ttl: Duration,
+    lock_delay: Duration,
+    behavior: Behavior,
+    renewed_at: Timestamp,
+    /// Sessions of applications (or of anybody but the operator): renewed by their owner
+    /// until an event ends them.
+    foreign: bool,
+}
+
+/// The model Consul. While `up` is false every call fails (a partition between the operator
+/// and Consul: Consul itself keeps expiring sessions).
+#[derive(Debug, Clone)]
+pub struct Consul {
+    pub up: bool,
+    pub key: Option<Key>,
+    pub sessions: BTreeMap<String, ConsulSession>,
+    /// When the key's lock-delay ends.
+    pub lock_delay_until: Option<Timestamp>,
+    next_session: u64,
+    acquisitions: u64,
+}
+
+/// A failed Consul call (unreachable, or `invalid session`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failed;
+
+impl Consul {
+    fn new() -> Self {
+        Self {
+            up: true,
+            key: None,
+            sessions: BTreeMap::new(),
+            lock_delay_until: None,
+            next_session: 0,
+            acquisitions: 0,
+        }
+    }
+
+    fn reachable(&self) -> Result<(), Failed> {
+        if self.up { Ok(()) } else { Err(Failed) }
+    }
+
+    pub fn lock_delay_active(&self, now: Timestamp) -> bool {
+        self.lock_delay_until.is_some_and(|u| u > now)
+    }
+
+    fn create_session(
+        &mut self,
+        now: Timestamp,
+        ttl: Duration,
+        lock_delay: Duration,
+        behavior: Behavior,
+        foreign: bool,
+    ) -> Result<String, Failed> {
+        self.reachable()?;
+        self.next_session += 1;
+        let id = format!("{}{}", if foreign { "f" } else { "s" }, self.next_session);
+        self.sessions.insert(
+            id.clone(),
+            ConsulSession {
+                ttl,
+                lock_delay,
+                behavior,
+                renewed_at: now,
+                foreign,
+            },
+        );
+        Ok(id)
+    }
+
+    /// `Ok(false)`: 404.
+    fn renew(&mut self, id: &str, now: Timestamp) -> Result<bool, Failed> {
+        self.reachable()?;
+        Ok(match self.sessions.get_mut(id) {
+            Some(s) => {
+                s.renewed_at = now;
+                true
+            }
+            None => false,
+        })
+    }
+
+    fn destroy(&mut self, id: &str, now: Timestamp) -> Result<(), Failed> {
+        self.reachable()?;
+        self.invalidate(id, now);
+        Ok(())
+    }
+
+    /// Session destroy or expiry: the key is released or deleted per the session's behavior
+    /// and gets the session's lock-delay. Returns the end of the lock-delay it started.
+    fn invalidate(&mut self, id: &str, now: Timestamp) -> Option<Timestamp> {
+        let session = self.sessions.remove(id)?;
+        let holds = self
+            .key
+            .as_ref()
+            .is_some_and(|k| k.session.as_deref() == Some(id));
+        if !holds {
+            return None;
+        }
+        match session.behavior {
+            Behavior::Release => {
+                if let Some(k) = &mut self.key {
+                    k.session = None;
+                }
+            }
+            Behavior::Delete => self.key = None,
+        }
+        let d = session.lock_delay.min(MAX_LOCK_DELAY);
+        if d.is_zero() {
+            return None;
+        }
+        let until = now.checked_add(d).expect("time");
+        self.lock_delay_until = Some(until);
+        Some(until)
+    }
+
+    /// `?acquire=`: `Ok(false)` when refused (lock-delay, held by another session).
+    fn acquire(&mut self, id: &str, now: Timestamp, value: Vec<u8>) -> Result<bool, Failed> {
+        self.reachable()?;
+        if self.lock_delay_active(now) {
+            return Ok(false);
+        }
+        if !self.sessions.contains_key(id) {
+            return Err(Failed); // 500 invalid session
+        }
+        match &mut self.key {
+            None => {
+                self.acquisitions += 1;
+                self.key = Some(Key {
+                    session: Some(id.into()),
+                    lock_index: 1,
+                    value: Some(value),
+                    acquisition: self.acquisitions,
+                });
+                Ok(true)
+            }
+            Some(k) if k.session.as_deref() == Some(id) => {
+                k.value = Some(value);
+                Ok(true)
+            }
+            Some(k) if k.session.is_some() => Ok(false),
+            Some(k) => {
+                self.acquisitions += 1;
+                k.session = Some(id.into());
+                k.lock_index += 1;
+                k.value = Some(value);
+                k.acquisition = self.acquisitions;
+                Ok(true)
+            }
+        }
+    }
+
+    /// `?release=`: `Ok(false)` when the session does not hold the key.
+    fn release(&mut self, id: &str) -> Result<bool, Failed> {
+        self.reachable()?;
+        match &mut self.key {
+            Some(k) if k.session.as_deref() == Some(id) => {
+                k.session = None;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Expires the operator's sessions 2×TTL after their last renewal.
+    fn expire(&mut self, now: Timestamp) -> Vec<Timestamp> {
+        let due: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| !s.foreign && elapsed(s.renewed_at, now) >= 2 * s.ttl)
+            .map(|(id, _)| id.clone())
+            .collect();
+        due.iter()
+            .filter_map(|id| self.invalidate(id, now))
+            .collect()
+    }
+
+    fn lock_view(&self) -> LockView {
+        if !self.up {
+            return LockView::Unknown;
+        }
+        match &self.key {
+            None => LockView::Absent,
+            Some(Key {
+                session: None,
+                lock_index,
+                ..
+            }) => LockView::Free {
+                lock_index: *lock_index,
+            },
+            Some(Key {
+                session: Some(s),
+                lock_index,
+                value,
+                ..
+            }) => LockView::Held {
+                session: s.clone(),
+                lock_index: *lock_index,
+                value: value.clone(),
+            },
+        }
+    }
+
+    fn holder(&self) -> Option<&str> {
+        self.key.as_ref().and_then(|k| k.session.as_deref())
+    }
+}
+
+/// The session registered in the operator's session manager.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    pub id: String,
+    pub pod: String,
+    pub pod_uid: String,
+    pub ttl: Duration,
+    pub health: SessionHealth,
+    last_success: Timestamp,
+}
+
+/// World events (between controller loops) and controller loops.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A new pod (a free name), Ready or not.
+    AddPod { ready: bool },
+    /// The pod gets a deletion timestamp.
+    Delete(usize),
+    /// The pod is gone from the API server.
+    Gone(usize),
+    /// Gone, and created again under the same name with a new UID and no labels.
+    Recreate(usize),
+    /// Ready condition changes.
+    Ready(usize, bool),
+    /// Starts or stops matching the selector.
+    Select(usize, bool),
+    /// Phase Succeeded/Failed.
+    Finish(usize),
+    /// The clock moves (1 s ticks: renewals, expiries).
+    Advance(u64),
+    /// Every Consul call fails from now on.
+    ConsulDown,
+    /// Consul answers again.
+    ConsulUp,
+    /// Somebody destroys the operator's registered session.
+    DestroyOurSession,
+    /// Somebody deletes the key (Managed mode only).
+    DeleteKey,
+    /// Another session acquires the key (if it can), naming the pod in its value.
+    ForeignAcquire(usize),
+    /// The foreign holder releases the key and destroys its session.
+    ForeignRelease,
+    /// The foreign holder's session is invalidated (lock-delay).
+    ForeignExpire,
+    /// Somebody else (a user, a stale operator replica) puts the leader label on a pod.
+    StrayLeaderLabel(usize),
+    /// The operator process restarts: registry and lock-delay estimates are lost; the
+    /// session named in the status is adopted once Consul answers.
+    Restart,
+    /// One reconcile; its `fail_at`-th action fails, before or after taking effect.
+    Loop {
+        fail_at: Option<usize>,
+        after_effect: bool,
+    },
+}
+
+/// Knobs of one run that are not part of the spec.
+#[derive(Debug, Clone)]
+pub struct Knobs {
+    /// The controller passes the lock-delay it saw starting to the planner.
+    pub tell_lock_delay: bool,
+}
+
+/// The world.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub config: ElectionConfig,
+    pub knobs: Knobs,
+    pub now: Timestamp,
+    pub pods: Vec<PodView>,
+    next_uid: u64,
+    pub consul: Consul,
+    pub registered: Option<Registered>,
+    /// A status leader whose session must be adopted when Consul answers.
+    adopt: Option<RecordedLeader>,
+    pub recorded: Recorded,
+    /// The controller's lock-delay estimate.
+    told_lock_delay: Option<Timestamp>,
+    /// Highest fencing token put on a pod, and the acquisition it belongs to.
+    max_label: Option<(u64, u64)>,
+    pub trace: String,
+    /// How often each situation occurred (for the generator's coverage test).
+    pub seen: BTreeMap<String, u32>,
+}
+
+/// The result of one reconcile.
+pub struct LoopResult {
+    /// The last plan (whose status was written).
+    pub plan: Plan,
+    /// The reconcile ended with a plan without actions.
+    pub complete: bool,
+    /// Actions attempted.
+    pub actions: usize,
+}
+
+impl Model {
+    pub fn new(config: ElectionConfig, knobs: Knobs, initial: &[(bool, i64)]) -> Self {
+        let mut m = Self {
+            config,
+            knobs,
+            now: t(1000),
+            pods: Vec::new(),
+            next_uid: 0,
+            consul: Consul::new(),
+            registered: None,
+            adopt: None,
+            recorded: Recorded::default(),
+            told_lock_delay: None,
+            max_label: None,
+            trace: String::new(),
+            seen: BTreeMap::new(),
+        };
+        for &(ready, age) in initial {
+            let created = t(1000 - age);
+            m.add_pod(ready, created);
+        }
+        let _ = writeln!(m.trace, "config {:?}\nknobs {:?}", m.config, m.knobs);
+        let _ = writeln!(m.trace, "pods {:?}", m.pod_summary());
+        m
+    }
+
+    fn fail(&self, what: &str) -> ! {
+        panic!("INVARIANT: {what}\n--- trace ---\n{}", self.trace);
+    }
+
+    fn leader_value(&self) -> &str {
+        &self.config.labels.leader
+    }
+
+    fn pod_summary(&self) -> Vec<String> {
+        self.pods
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}/{}{}{}{}{} role={:?} tok={:?}",
+                    p.name,
+                    p.uid,
+                    if p.selected { "" } else { " unselected" },
+                    if p.ready { "" } else { " notready" },
+                    if p.deleting { " deleting" } else { "" },
+                    if p.finished { " finished" } else { "" },
+                    p.role,
+                    p.fencing_token
+                )
+            })
+            .collect()
+    }
+
+    fn add_pod(&mut self, ready: bool, created: Timestamp) {
+        let Some(name) = (0..MAX_PODS)
+            .map(|i| format!("p{i}"))
+            .find(|n| !self.pods.iter().any(|p| &p.name == n))
+        else {
+            return;
+        };
+        self.push_pod(name, ready, created);
+    }
+
+    fn push_pod(&mut self, name: String, ready: bool, created: Timestamp) {
+        self.next_uid += 1;
+        self.pods.push(PodView {
+            uid: format!("{name}-u{}", self.next_uid),
+            name,
+            selected: true,
+            ready,
+            ready_changed_at: Some(created),
+            deleting: false,
+            finished: false,
+            created_at: created,
+            pod_ip: Some(format!("10.0.0.{}", self.next_uid)),
+            node: Some("node".into()),
+            role: None,
+            fencing_token: None,
+            leader_since: None,
+        });
+    }
+
+    fn pod_at(&mut self, i: usize) -> Option<&mut PodView> {
+        let n = self.pods.len();
+        if n == 0 {
+            None
+        } else {
+            self.pods.get_mut(i % n)
+        }
+    }
+
+    // ---- World events ----
+
+    pub fn apply(&mut self, event: &Event) {
+        let _ = writeln!(self.trace, "@{} {event:?}", self.secs());
+        let managed = self.config.mode == Mode::Managed;
+        let now = self.now;
+        match event {
+            Event::AddPod { ready } => self.add_pod(*ready, now),
+            Event::Delete(i) => {
+                if let Some(p) = self.pod_at(*i) {
+                    p.deleting = true;
+                }
+            }
+            Event::Gone(i) => {
+                if !self.pods.is_empty() {
+                    let n = self.pods.len();
+                    self.pods.remove(i % n);
+                }
+            }
+            Event::Recreate(i) => {
+                if !self.pods.is_empty() {
+                    let n = self.pods.len();
+                    let old = self.pods.remove(i % n);
+                    self.push_pod(old.name, false, now);
+                }
+            }
+            Event::Ready(i, ready) => {
+                if let Some(p) = self.pod_at(*i)
+                    && p.ready != *ready
+                {
+                    p.ready = *ready;
+                    p.ready_changed_at = Some(now);
+                }
+            }
+            Event::Select(i, selected) => {
+                if let Some(p) = self.pod_at(*i) {
+                    p.selected = *selected;
+                }
+            }
+            Event::Finish(i) => {
+                if let Some(p) = self.pod_at(*i) {
+                    p.finished = true;
+                    p.ready = false;
+                    p.ready_changed_at = Some(now);
+                }
+            }
+            Event::Advance(s) => self.advance(Duration::from_secs(*s)),
+            Event::ConsulDown => self.consul.up = false,
+            Event::ConsulUp => {
+                self.consul.up = true;
+                self.tick_sessions();
+            }
+            Event::DestroyOurSession => {
+                if self.consul.up
+                    && let Some(r) = &self.registered
+                {
+                    let id = r.id.clone();
+                    if let Some(until) = self.consul.invalidate(&id, now) {
+                        self.saw_lock_delay(until);
+                    }
+                }
+            }
+            Event::DeleteKey => {
+                if self.consul.up && managed {
+                    self.consul.key = None;
+                }
+            }
+            Event::ForeignAcquire(i) => {
+                if self.consul.up && self.consul.holder().is_none() {
+                    let (name, uid) = match self.pod_at(*i) {
+                        Some(p) => (p.name.clone(), p.uid.clone()),
+                        None => ("ghost".into(), "ghost-uid".into()),
+                    };
+                    let id = self
+                        .consul
+                        .create_session(
+                            now,
+                            Duration::from_secs(15),
+                            Duration::from_secs(15),
+                            Behavior::Release,
+                            true,
+                        )
+                        .expect("up");
+                    let value = serde_json::json!({"pod": name, "uid": uid}).to_string();
+                    if self.consul.acquire(&id, now, value.into_bytes()) != Ok(true) {
+                        self.consul.sessions.remove(&id);
+                    }
+                }
+            }
+            Event::ForeignRelease => {
+                if self.consul.up
+                    && let Some(h) = self.consul.holder().map(str::to_owned)
+                    && self.consul.sessions.get(&h).is_some_and(|s| s.foreign)
+                {
+                    self.consul.release(&h).expect("up");
+                    self.consul.destroy(&h, now).expect("up");
+                }
+            }
+            Event::ForeignExpire => {
+                if let Some(h) = self.consul.holder().map(str::to_owned)
+                    && self.consul.sessions.get(&h).is_some_and(|s| s.foreign)
+                    && let Some(until) = self.consul.invalidate(&h, now)
+                {
+                    self.saw_lock_delay(until);
+                }
+            }
+            Event::StrayLeaderLabel(i) => {
+                let leader = self.config.labels.leader.clone();
+                if let Some(p) = self.pod_at(*i) {
+                    p.role = Some(leader);
+                }
+            }
+            Event::Restart => {
+                self.registered = None;
+                self.told_lock_delay = None;
+                self.adopt = self
+                    .recorded
+                    .leader
+                    .clone()
+                    .filter(|l| l.session_id.is_some());
+            }
+            Event::Loop {
+                fail_at,
+                after_effect,
+            } => {
+                self.reconcile(*fail_at, *after_effect);
+            }
+        }
+    }
+
+    fn secs(&self) -> i64 {
+        self.now.as_second() - t(1000).as_second()
+    }
+
+    fn saw_lock_delay(&mut self, until: Timestamp) {
+        if self.knobs.tell_lock_delay {
+            self.told_lock_delay = Some(until);
+        }
+    }
+
+    /// Moves the clock in 1 s ticks: Consul expires sessions, the manager renews.
+    pub fn advance(&mut self, d: Duration) {
+        let ticks = d.as_secs().max(1);
+        for _ in 0..ticks {
+            self.now = self.now.checked_add(Duration::from_secs(1)).expect("time");
+            for until in self.consul.expire(self.now) {
+                self.saw_lock_delay(until);
+            }
+            self.tick_sessions();
+        }
+    }
+
+    /// The session manager: renew at TTL/2 (at once after an outage), 404 -> Lost, a whole
+    /// TTL without success -> Unconfirmed; pending adoptions are resolved when Consul answers.
+    fn tick_sessions(&mut self) {
+        let now = self.now;
+        if self.consul.up
+            && self.registered.is_none()
+            && let Some(leader) = self.adopt.take()
+        {
+            let id = leader.session_id.clone().expect("filtered");
+            if self.consul.renew(&id, now) == Ok(true) {
+                let _ = writeln!(self.trace, "   adopted {id}");
+                *self.seen.entry("adopted".into()).or_default() += 1;
+                self.registered = Some(Registered {
+                    id,
+                    pod: leader.pod,
+                    pod_uid: leader.uid,
+                    ttl: self.config.session.ttl,
+                    health: SessionHealth::Alive { renewed_at: now },
+                    last_success: now,
+                });
+            }
+        }
+        let Some(r) = &mut self.registered else {
+            return;
+        };
+        if r.health == SessionHealth::Lost {
+            return;
+        }
+        if self.consul.up {
+            let due = matches!(r.health, SessionHealth::Unconfirmed { .. })
+                || elapsed(r.last_success, now) >= r.ttl / 2;
+            if due {
+                match self.consul.renew(&r.id, now) {
+                    Ok(true) => {
+                        r.health = SessionHealth::Alive { renewed_at: now };
+                        r.last_success = now;
+                    }
+                    Ok(false) => r.health = SessionHealth::Lost,
+                    Err(Failed) => unreachable!("up"),
+                }
+            }
+        } else if elapsed(r.last_success, now) >= r.ttl {
+            r.health = SessionHealth::Unconfirmed {
+                renewed_at: r.last_success,
+            };
+        }
+    }
+
+    // ---- The controller ----
+
+    fn observed_pods(&self) -> Vec<PodView> {
+        self.pods
+            .iter()
+            .filter(|p| {
+                p.selected
+                    || p.role.is_some()
+                    || p.fencing_token.is_some()
+                    || p.leader_since.is_some()
+            })
+            .cloned()
+            .collect()
+    }
+
+    fn session_view(&self) -> Option<SessionView> {
+        self.registered.as_ref().map(|r| SessionView {
+            id: r.id.clone(),
+            pod: r.pod.clone(),
+            pod_uid: r.pod_uid.clone(),
+            health: r.health,
+            ttl: r.ttl,
+        })
+    }
+
+    /// One reconcile, as `controller::act::Round` runs it: the status is read once; then
+    /// observe, plan, execute the actions in order, until a plan has no actions, an action
+    /// fails (the `fail_at`-th action of the reconcile, before or after taking effect) or 16
+    /// rounds ran; then the status of the last plan is written (also after a failure).
+    ///
+    /// The status write always succeeds here. If it were lost (or the operator died before
+    /// it), a pod could carry a token the status never recorded; should the key then be
+    /// re-created, its LockIndex would count up to no more than the recorded token and the
+    /// same token would be handed out again. Only the controller can close that window, by
+    /// persisting the token before (or with) the leader label.
+    pub fn reconcile(&mut self, fail_at: Option<usize>, after_effect: bool) -> LoopResult {
+        self.tick_sessions();
+        let recorded = self.recorded.clone();
+        let mut index = 0;
+        let mut last = None;
+        let mut complete = false;
+        'rounds: for _ in 0..16 {
+            let plan = self.plan_once(&recorded);
+            if plan.actions.is_empty() {
+                complete = true;
+                last = Some(plan);
+                break;
+            }
+            let told = self.told_lock_delay;
+            for action in &plan.actions {
+                let before = self.rule2_violators();
+                let leaders_before = self.leaders().len();
+                if matches!(action, Action::Acquire { .. })
+                    && told.is_some_and(|u| u > self.now)
+                    && self.consul.lock_delay_active(self.now)
+                {
+                    self.fail("Acquire executed during a lock-delay the planner was told about");
+                }
+                let failing = fail_at == Some(index);
+                index += 1;
+                let executed = !failing || after_effect;
+                let ok = executed && self.execute(action) && !failing;
+                self.count_action(action, ok);
+                self.check_action(action, executed, leaders_before, &before);
+                if !ok {
+                    last = Some(plan);
+                    break 'rounds;
+                }
+            }
+            last = Some(plan);
+        }
+        let plan = last.expect("at least one round");
+        self.write_status(&plan);
+        self.check_after_reconcile(complete);
+        LoopResult {
+            plan,
+            complete,
+            actions: index,
+        }
+    }
+
+    /// Observes the world (with the status read at the start of the reconcile) and plans.
+    fn plan_once(&mut self, recorded: &Recorded) -> Plan {
+        let pods = self.observed_pods();
+        let lock = self.consul.lock_view();
+        let session = self.session_view();
+        let obs = Observation {
+            config: &self.config,
+            pods: &pods,
+            lock: &lock,
+            session: session.as_ref(),
+            recorded,
+            lock_delay_until: self.told_lock_delay,
+            now: self.now,
+        };
+        let plan = plan(&obs);
+        let _ = writeln!(
+            self.trace,
+            "   observe lock={lock:?} session={session:?} recorded={recorded:?} told={:?}\n   pods {:?}\n   plan {:?} phase={:?} requeue={:?}",
+            self.told_lock_delay,
+            self.pod_summary(),
+            plan.actions,
+            plan.status.phase,
+            plan.requeue_after
+        );
+        let reason = plan
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == crate::election::planner::LEADER_ELECTED)
+            .map_or("", |c| c.reason);
+        *self.seen.entry(format!("reason {reason}")).or_default() += 1;
+        if plan.status.transitions > recorded.transitions {
+            *self.seen.entry("transition".into()).or_default() += 1;
+        }
+        if self.config.mode == Mode::Observe
+            && let Some(a) = plan.actions.iter().find(|a| super::support::is_consul(a))
+        {
+            self.fail(&format!("Observe mode planned a Consul action {a:?}"));
+        }
+        plan
+    }
+
+    fn count_action(&mut self, action: &Action, ok: bool) {
+        let kind = format!("{action:?}");
+        let kind = kind.split([' ', '(']).next().unwrap_or_default();
+        *self
+            .seen
+            .entry(format!("{} {kind}", if ok { "ok" } else { "failed" }))
+            .or_default() += 1;
+        if ok && self.config.mode == Mode::Observe {
+            *self.seen.entry(format!("observed {kind}")).or_default() += 1;
+        }
+        let _ = writeln!(
+            self.trace,
+            "   {} {action:?}",
+            if ok { "ok  " } else { "FAIL" }
+        );
+    }
+
+    fn write_status(&mut self, plan: &Plan) {
+        let new = record(&plan.status);
+        if new.fencing_token < self.recorded.fencing_token {
+            self.fail(&format!(
+                "status fencing token decreased: {:?} -> {:?}",
+                self.recorded.fencing_token, new.fencing_token
+            ));
+        }
+        if new.transitions < self.recorded.transitions {
+            self.fail("status transitions decreased");
+        }
+        self.recorded = new;
+    }
+
+    fn pod_by_uid(&mut self, uid: &str) -> Option<&mut PodView> {
+        self.pods.iter_mut().find(|p| p.uid == uid)
+    }
+
+    /// Executes one action against the world; false when it failed.
+    fn execute(&mut self, action: &Action) -> bool {
+        let now = self.now;
+        match action {
+            Action::LabelFollower { pod, uid } | Action::Unlabel { pod, uid } => {
+                let follower = self.config.labels.follower.clone();
+                let unlabel = matches!(action, Action::Unlabel { .. });
+                match self.pod_by_uid(uid) {
+                    Some(p) if p.name == *pod => {
+                        p.role = if unlabel { None } else { Some(follower) };
+                        p.fencing_token = None;
+                        p.leader_since = None;
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            Action::LabelLeader {
+                pod,
+                uid,
+                fencing_token,
+                since,
+            } => {
+                let leader = self.config.labels.leader.clone();
+                match self.pod_by_uid(uid) {
+                    Some(p) if p.name == *pod => {
+                        p.role = Some(leader);
+                        p.fencing_token = Some(fencing_token.to_string());
+                        p.leader_since = Some(since.to_string());
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            Action::Release { session } => self.consul.release(session).is_ok(),
+            Action::DestroySession { session } => {
+                let Some(r) = &self.registered else {
+                    return true; // nothing registered, nothing sent
+                };
+                if r.id != *session {
+                    self.fail(&format!("destroy of {session}, registered {}", r.id));
+                }
+                match self.consul.destroy(session, now) {
+                    Ok(()) => {
+                        self.registered = None;
+                        true
+                    }
+                    Err(Failed) => false,
+                }
+            }
+            Action::ForgetSession => {
+                self.registered = None;
+                true
+            }
+            Action::CreateSession { pod, uid } => {
+                // sessions.rs: a registered session is destroyed first.
+                if let Some(r) = &self.registered {
+                    let id = r.id.clone();
+                    if self.consul.destroy(&id, now).is_err() {
+                        return false;
+                    }
+                    self.registered = None;
+                }
+                let s = &self.config.session;
+                match self
+                    .consul
+                    .create_session(now, s.ttl, s.lock_delay, s.behavior, false)
+                {
+                    Ok(id) => {
+                        self.registered = Some(Registered {
+                            id,
+                            pod: pod.clone(),
+                            pod_uid: uid.clone(),
+                            ttl: s.ttl,
+                            health: SessionHealth::Alive { renewed_at: now },
+                            last_success: now,
+                        });
+                        true
+                    }
+                    Err(Failed) => false,
+                }
+            }
+            Action::Acquire { session, pod } => {
+                let uid = match &self.registered {
+                    Some(r) if r.id == *session => r.pod_uid.clone(),
+                    _ => self.fail(&format!(
+                        "acquire with {session}, not the registered session"
+                    )),
+                };
+                let value = serde_json::json!({"pod": pod, "uid": uid}).to_string();
+                self.consul.acquire(session, now, value.into_bytes()) == Ok(true)
+            }
+            Action::Emit(_) => true,
+        }
+    }
+
+    // ---- Invariants ----
+
+    fn leaders(&self) -> Vec<&PodView> {
+        self.pods
+            .iter()
+            .filter(|p| p.role.as_deref() == Some(self.leader_value()))
+            .collect()
+    }
+
+    /// Rule 2 for one leader-labelled pod. Managed: the operator's registered session, created
+    /// for this pod, holds the key, and the pod's token is the key's LockIndex. Observe: the
+    /// key is held and its value names this (selected) pod; the token is the LockIndex.
+    fn backed(&self, pod: &PodView) -> bool {
+        self.lock_backed(pod) && self.token_backed(pod)
+    }
+
+    /// The key is held on behalf of `pod` (first half of [`Self::backed`]).
+    fn lock_backed(&self, pod: &PodView) -> bool {
+        let Some(holder) = self.consul.holder() else {
+            return false;
+        };
+        match self.config.mode {
+            Mode::Managed => self
+                .registered
+                .as_ref()
+                .is_some_and(|r| r.id == holder && r.pod_uid == pod.uid),
+            Mode::Observe => {
+                pod.selected
+                    && self
+                        .consul
+                        .key
+                        .as_ref()
+                        .and_then(|k| k.value.as_deref())
+                        .and_then(holder_from_value)
+                        .is_some_and(|(name, uid)| {
+                            name == pod.name && uid.is_none_or(|u| u == pod.uid)
+                        })
+            }
+        }
+    }
+
+    /// The pod's token is the key's LockIndex (second half of [`Self::backed`]).
+    fn token_backed(&self, pod: &PodView) -> bool {
+        self.consul
+            .key
+            .as_ref()
+            .is_some_and(|k| pod.fencing_token == Some(k.lock_index.to_string()))
+    }
+
+    /// `KeepLeader` lets a label stand while Consul cannot confirm it.
+    fn keep_leader_excuse(&self) -> bool {
+        self.config.on_consul_unavailable == UnavailablePolicy::KeepLeader
+            && self.config.mode == Mode::Managed
+            && (!self.consul.up
+                || self
+                    .registered
+                    .as_ref()
+                    .is_some_and(|r| matches!(r.health, SessionHealth::Unconfirmed { .. })))
+    }
+
+    /// Leader-labelled pods failing rule 2, each with what fails (the lock or the token).
+    fn rule2_violators(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for p in self.leaders() {
+            if !self.lock_backed(p) {
+                v.push(format!("{} (lock)", p.uid));
+            }
+            if !self.token_backed(p) {
+                v.push(format!("{} (token)", p.uid));
+            }
+        }
+        v
+    }
+
+    fn check_action(
+        &mut self,
+        action: &Action,
+        executed: bool,
+        leaders_before: usize,
+        before: &[String],
+    ) {
+        // Rule 1: no action makes a second leader label (only a world event can, see
+        // `StrayLeaderLabel`; then the count may only go down until it is 1).
+        let leaders = self.leaders();
+        if leaders.len() > 1 && leaders.len() > leaders_before {
+            self.fail(&format!(
+                "two leader labels after {action:?}: {:?}",
+                leaders.iter().map(|p| &p.name).collect::<Vec<_>>()
+            ));
+        }
+        // Rule 2: no action of the operator makes a label unbacked (world events can; those
+        // are the planner's to repair), and a leader label is only ever put on a backed pod.
+        if !self.keep_leader_excuse() {
+            let after = self.rule2_violators();
+            if let Some(v) = after.iter().find(|v| !before.contains(v)) {
+                self.fail(&format!(
+                    "{action:?} left the leader label on {v} without its lock"
+                ));
+            }
+        }
+        if let Action::LabelLeader {
+            uid, fencing_token, ..
+        } = action
+            && executed
+            && let Some(p) = self.pods.iter().find(|p| &p.uid == uid)
+            && p.role.as_deref() == Some(self.leader_value())
+        {
+            if !self.backed(p) {
+                self.fail(&format!(
+                    "{action:?}: labelled a pod that does not hold the lock ({:?})",
+                    self.consul.key
+                ));
+            }
+            if leaders.len() != 1 {
+                self.fail(&format!(
+                    "{action:?} while another pod carries the leader label"
+                ));
+            }
+            // Rule 6: tokens never decrease; one token, one acquisition.
+            let acquisition = self.consul.key.as_ref().expect("backed").acquisition;
+            match self.max_label {
+                Some((max, _)) if *fencing_token < max => self.fail(&format!(
+                    "fencing token decreased: {max} -> {fencing_token}"
+                )),
+                Some((max, acq)) if *fencing_token == max && acquisition != acq => self.fail(
+                    &format!("fencing token {max} handed out for two acquisitions"),
+                ),
+                _ => self.max_label = Some((*fencing_token, acquisition)),
+            }
+        }
+    }
+
+    fn check_after_reconcile(&mut self, complete: bool) {
+        if !complete {
+            return;
+        }
+        if self.leaders().len() > 1 {
+            self.fail("two leader labels after a complete plan");
+        }
+        // A completed plan leaves no unbacked label behind while Consul answers.
+        if self.consul.up {
+            let v = self.rule2_violators();
+            if !v.is_empty() && !self.keep_leader_excuse() {
+                self.fail(&format!(
+                    "unbacked leader label after a complete plan: {v:?}"
+                ));
+            }
+        }
+        // Fence: a session unconfirmed for a whole TTL leaves no leader label.
+        if self.config.mode == Mode::Managed
+            && self.config.on_consul_unavailable == UnavailablePolicy::Fence
+            && self
+                .registered
+                .as_ref()
+                .is_some_and(|r| matches!(r.health, SessionHealth::Unconfirmed { .. }))
+            && !self.leaders().is_empty()
+        {
+            self.fail(
+                "Fence: the leader label survived a complete plan with the session unconfirmed",
+            );
+        }
+    }
+
+    // ---- Quiescence ----
+
+    /// Ends every disturbance, lets time pass and runs the controller until nothing is left
+    /// to do; then checks the end state and that it is stable.
+    pub fn quiesce(&mut self) {
+        let _ = writeln!(self.trace, "@{} --- quiesce ---", self.secs());
+        if !self.consul.up {
+            self.apply(&Event::ConsulUp);
+        }
+        if self.config.mode == Mode::Managed {
+            self.apply(&Event::ForeignRelease);
+        }
+        // Let orphaned sessions expire and lock-delays pass, with the controller running.
+        for _ in 0..30 {
+            let r = self.reconcile(None, false);
+            let step = r.plan.requeue_after.unwrap_or(Duration::from_secs(5));
+            self.advance(step.clamp(Duration::from_secs(1), Duration::from_secs(5)));
+        }
+        let mut converged = None;
+        for _ in 0..60 {
+            let r = self.reconcile(None, false);
+            if r.complete {
+                match r.plan.requeue_after {
+                    None => {
+                        converged = Some(r.plan);
+                        break;
+                    }
+                    Some(d) => self.advance(d),
+                }
+            } else {
+                self.advance(Duration::from_secs(1));
+            }
+        }
+        let Some(last) = converged else {
+            self.fail("no convergence: plans never became empty");
+        };
+        self.check_end_state(&last);
+        // No flapping: with nothing changing, plans stay empty and the status stays put.
+        let mut previous = last;
+        for _ in 0..3 {
+            self.advance(Duration::from_secs(3));
+            let r = self.reconcile(None, false);
+            if !r.complete || r.actions > 0 {
+                self.fail("a converged election planned actions again");
+            }
+            if r.plan.status != previous.status {
+                self.fail(&format!(
+                    "status flapped: {:?} -> {:?}",
+                    previous.status, r.plan.status
+                ));
+            }
+            previous = r.plan;
+        }
+    }
+
+    fn check_end_state(&self, last: &Plan) {
+        let leaders = self.leaders();
+        let label = &self.config.labels;
+        for p in &self.pods {
+            let is_leader = p.role.as_deref() == Some(label.leader.as_str());
+            if !p.selected && (p.role.is_some() || p.fencing_token.is_some()) {
+                self.fail(&format!(
+                    "unselected pod {} kept the election's labels",
+                    p.name
+                ));
+            }
+            if p.selected && !is_leader {
+                if p.role.as_deref() != Some(label.follower.as_str()) {
+                    self.fail(&format!("selected pod {} is not a follower", p.name));
+                }
+                if p.fencing_token.is_some() || p.leader_since.is_some() {
+                    self.fail(&format!("follower {} kept leader annotations", p.name));
+                }
+            }
+        }
+        match self.config.mode {
+            Mode::Managed => {
+                let eligible: Vec<&PodView> = self
+                    .pods
+                    .iter()
+                    .filter(|p| eligibility(p, &self.config).is_ok())
+                    .collect();
+                if eligible.is_empty() {
+                    if !leaders.is_empty() {
+                        self.fail("a leader although no pod is eligible");
+                    }
+                    if last.status.phase != Phase::Pending {
+                        self.fail("no eligible pod, yet the phase is not Pending");
+                    }
+                } else {
+                    if leaders.len() != 1 {
+                        self.fail(&format!(
+                            "{} leaders with {} eligible pods",
+                            leaders.len(),
+                            eligible.len()
+                        ));
+                    }
+                    let leader = leaders[0];
+                    if eligibility(leader, &self.config).is_err() {
+                        self.fail("the leader is not eligible");
+                    }
+                    if !self.backed(leader) {
+                        self.fail("the leader does not hold the lock");
+                    }
+                    if last.status.phase != Phase::Elected {
+                        self.fail("a leader, yet the phase is not Elected");
+                    }
+                    let status_leader = last.status.leader.as_ref().expect("status leader");
+                    if status_leader.uid != leader.uid
+                        || last.status.fencing_token.map(|t| t.to_string()) != leader.fencing_token
+                        || status_leader.session_id.as_deref() != self.consul.holder()
+                    {
+                        self.fail("the status disagrees with the labelled leader");
+                    }
+                }
+            }
+            Mode::Observe => {
+                let named = self.pods.iter().find(|p| {
+                    self.consul.holder().is_some()
+                        && p.selected
+                        && self
+                            .consul
+                            .key
+                            .as_ref()
+                            .and_then(|k| k.value.as_deref())
+                            .and_then(holder_from_value)
+                            .is_some_and(|(n, u)| n == p.name && u.is_none_or(|u| u == p.uid))
+                });
+                let got: Vec<&str> = leaders.iter().map(|p| p.uid.as_str()).collect();
+                let want: Vec<&str> = named.iter().map(|p| p.uid.as_str()).collect();
+                if got != want {
+                    self.fail(&format!("Observe mirrors {got:?}, the key names {want:?}"));
+                }
+                if named.is_some_and(|p| !self.backed(p)) {
+                    self.fail("mirrored leader without the key's token");
+                }
+            }
+        }
+    }
+}
