@@ -266,6 +266,26 @@ impl SessionManager {
         }
     }
 
+    /// Records that Consul no longer has session `id` of `election` although no renewal has
+    /// said so yet (an acquire or release answered `invalid session`): the view reports
+    /// [`SessionHealth::Lost`] from now on and renewal stops, exactly as after a renewal's
+    /// 404. `false` (nothing changes) when `id` is not the session registered for `election`.
+    pub fn mark_lost(&self, election: &ElectionKey, id: &str) -> bool {
+        let mut sessions = self.inner.sessions();
+        let Some(entry) = sessions
+            .get_mut(election)
+            .filter(|entry| entry.view.id == id)
+        else {
+            return false;
+        };
+        entry.renewer.abort();
+        if entry.view.health != SessionHealth::Lost {
+            tracing::info!(election = %election, session = id, "consul session lost");
+            entry.view.health = SessionHealth::Lost;
+        }
+        true
+    }
+
     /// Number of registered sessions (including lost ones not yet forgotten).
     pub fn len(&self) -> usize {
         self.inner.sessions().len()

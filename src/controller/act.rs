@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::{Context, observe};
 use crate::Error;
-use crate::consul::{ConsulClient, QueryOptions};
+use crate::consul::{ConsulClient, ConsulError, QueryOptions};
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
 use crate::election::observe::{LockView, Recorded, RecordedLeader};
@@ -47,6 +47,8 @@ pub struct Round<'a> {
     move_started: Option<Instant>,
     /// The loop ran out of rounds with work left.
     unfinished: bool,
+    /// The rest of the current plan is void (the session turned out lost): plan again.
+    replan: bool,
 }
 
 impl<'a> Round<'a> {
@@ -72,6 +74,7 @@ impl<'a> Round<'a> {
             last: None,
             move_started: None,
             unfinished: false,
+            replan: false,
         };
         if round.lock == LockView::Unknown {
             // Not read yet (new election) or Consul unreachable: one direct read.
@@ -118,6 +121,10 @@ impl<'a> Round<'a> {
             }
             for action in actions {
                 self.execute(action).await?;
+                if std::mem::take(&mut self.replan) {
+                    // The plan was made for a session that no longer exists.
+                    break;
+                }
             }
         }
         self.unfinished = true;
@@ -160,9 +167,15 @@ impl<'a> Round<'a> {
                     LockView::Held { value, .. } => value.clone().unwrap_or_default(),
                     _ => Vec::new(),
                 };
-                self.consul
+                match self
+                    .consul
                     .kv_release(&self.config.key, &session, &value, LOCK_FLAGS)
-                    .await?;
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(ConsulError::InvalidSession { .. }) => self.session_gone(&session),
+                    Err(error) => return Err(error.into()),
+                }
                 self.refresh_lock().await
             }
             Action::DestroySession { .. } => {
@@ -243,11 +256,39 @@ impl<'a> Round<'a> {
     }
 
     async fn acquire(&mut self, session: &str, pod: &str) -> Result<(), Error> {
+        let recorded_session = self
+            .recorded
+            .leader
+            .as_ref()
+            .and_then(|l| l.session_id.as_deref());
+        if recorded_session == Some(session) {
+            // The session that held the lock is acquiring it again: the lock was lost without
+            // the operator releasing it, most often because Consul invalidated the session,
+            // and Consul refuses an acquire during the lock-delay before it even checks the
+            // session. Ask first, so that a lost session is handled as lost (SessionLost, the
+            // lock-delay waited out) instead of racing the lock-delay with a dead session.
+            match self.consul.renew_session(session).await {
+                Ok(_) => {}
+                Err(ConsulError::SessionNotFound { .. }) => {
+                    self.session_gone(session);
+                    return Ok(());
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
         let value = self.lock_value(pod);
-        let acquired = self
+        let acquired = match self
             .consul
             .kv_acquire(&self.config.key, session, &value, LOCK_FLAGS)
-            .await?;
+            .await
+        {
+            Ok(acquired) => acquired,
+            Err(ConsulError::InvalidSession { .. }) => {
+                self.session_gone(session);
+                return self.refresh_lock().await;
+            }
+            Err(error) => return Err(error.into()),
+        };
         self.refresh_lock().await?;
         if acquired {
             self.ctx.set_lock_delay(self.key, None);
@@ -258,6 +299,18 @@ impl<'a> Round<'a> {
             self.ctx.set_lock_delay(self.key, until);
         }
         Ok(())
+    }
+
+    /// Consul answered `invalid session` for the operator's session: it was invalidated
+    /// (TTL expiry, destroyed from outside) and the renewal loop has not noticed yet. Mark it
+    /// lost so the next plan handles it as Consul intends (SessionLost, lock-delay waited
+    /// out, a new session), instead of failing the reconcile and retrying with a dead
+    /// session until the next renewal reports the loss.
+    fn session_gone(&mut self, session: &str) {
+        if self.ctx.sessions.mark_lost(self.key, session) {
+            tracing::info!(election = %self.key, session, "consul no longer has the session");
+        }
+        self.replan = true;
     }
 
     /// The key's value: who holds the lock, readable by tools outside Kubernetes.
