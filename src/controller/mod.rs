@@ -29,7 +29,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, finalizer, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::Error;
@@ -91,6 +91,8 @@ pub struct Context {
     pub settings: Settings,
     /// Until when an acquisition of an election's key is probably refused by a lock-delay.
     lock_delays: Mutex<HashMap<ElectionKey, Timestamp>>,
+    /// Becomes true once the pod and election caches hold their first complete list.
+    caches_ready: watch::Receiver<bool>,
     /// The status this process last wrote per election (by object UID). The operator is the
     /// only writer of the status, so this is never older than the cache, which can lag behind
     /// the operator's own writes.
@@ -228,6 +230,7 @@ pub async fn run(
             instance: Some(settings.instance.clone()),
         },
     );
+    let (caches_tx, caches_ready) = watch::channel(false);
     let ctx = Arc::new(Context {
         client,
         consul,
@@ -240,6 +243,7 @@ pub async fn run(
         health: health.clone(),
         settings,
         lock_delays: Mutex::new(HashMap::new()),
+        caches_ready,
         statuses: Mutex::new(HashMap::new()),
     });
 
@@ -247,16 +251,20 @@ pub async fn run(
         let health = health.clone();
         async move {
             let elections = async {
-                if election_store.wait_until_ready().await.is_ok() {
-                    health.set_ready("leaderelections-cache", true);
-                }
+                let ready = election_store.wait_until_ready().await.is_ok();
+                health.set_ready("leaderelections-cache", ready);
+                ready
             };
             let pods = async {
-                if pod_store.wait_until_ready().await.is_ok() {
-                    health.set_ready("pods-cache", true);
-                }
+                let ready = pod_store.wait_until_ready().await.is_ok();
+                health.set_ready("pods-cache", ready);
+                ready
             };
-            future::join(elections, pods).await;
+            if future::join(elections, pods).await == (true, true) {
+                caches_tx.send_replace(true);
+            }
+            // Keep the sender: reconciles wait on it until the controller stops.
+            future::pending::<()>().await;
         }
     };
     let heartbeat = {
@@ -328,6 +336,17 @@ fn report_gauges(ctx: &Context) {
 /// Reconciles one election (finalizer first: cleanup on deletion).
 async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.health.heartbeat();
+    // Decide nothing on partial caches: right after a (re)start the controller already
+    // reconciles the first elections while the pod list is still loading, and a leader
+    // missing from the cache would be "moved" (rule 3), a conflicting older election
+    // missing from it would be ignored, and a cleanup would skip pods it labelled. This
+    // waits only at startup. (Not `Store::wait_until_ready`: its one-shot channel keeps a
+    // single waker, so a reconcile waiting next to the readiness probe is never woken.)
+    let mut caches = ctx.caches_ready.clone();
+    if caches.wait_for(|ready| *ready).await.is_err() {
+        // The readiness task is gone: the controller is shutting down.
+        return Ok(Action::await_change());
+    }
     let timer = ctx.metrics.count_and_measure();
     let api: Api<LeaderElection> = Api::namespaced(
         ctx.client.clone(),

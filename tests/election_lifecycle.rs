@@ -1,0 +1,221 @@
+//! The operator's own lifecycle (DESIGN.md rules 3 and 7): a crash and restart changes no
+//! leader, label, token or transition and adopts the Consul session; a crash in the middle
+//! of a move never yields two leaders; deleting a LeaderElection cleans up everything.
+
+mod harness;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use consul_elector::crd::{FENCING_TOKEN_ANNOTATION, LEADER_SINCE_ANNOTATION, LeaderElection};
+use harness::{Harness, ROLE, SOON, with_role};
+use kube::runtime::conditions;
+use kube::runtime::wait::await_condition;
+use serde_json::json;
+use testkit::cluster::with_namespace;
+use testkit::consul::{Endpoint, Fault, FaultAction};
+
+const ELECTION_ANNOTATION: &str = "elector.dev/election";
+const TRACKED: [&str; 3] = [
+    FENCING_TOKEN_ANNOTATION,
+    LEADER_SINCE_ANNOTATION,
+    ELECTION_ANNOTATION,
+];
+
+/// Every pod's history of the role label and of the operator's annotations.
+type Histories = BTreeMap<String, Vec<Vec<Option<String>>>>;
+
+fn histories(h: &Harness) -> Histories {
+    h.current()
+        .keys()
+        .map(|pod| {
+            let mut all = vec![h.recorder.label_history(pod, ROLE)];
+            all.extend(
+                TRACKED
+                    .iter()
+                    .map(|a| h.recorder.annotation_history(pod, a)),
+            );
+            (pod.clone(), all)
+        })
+        .collect()
+}
+
+fn spec() -> serde_json::Value {
+    json!({
+        "selector": {"matchLabels": {"app": "web"}},
+        "session": {"ttl": "10s"},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_and_restart_changes_nothing_and_adopts_the_session() {
+    with_namespace("lc-restart", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        h.election("web", spec()).await;
+        let first = h.wait_elected("web", None).await;
+        let before = histories(&h);
+        let status_before = h.status("web").await;
+
+        h.kill_operator().await;
+        let killed_at = h.emu.now();
+        h.emu.reset_stats();
+        h.start_operator().await;
+
+        // The session must outlive 2×TTL (20 s) after the crash: only renewals by the new
+        // process can do that. Watch it until then (real time has to pass here).
+        let ttl = Duration::from_secs(10);
+        let mut renewed_after_restart = false;
+        while h.emu.now() < killed_at + 2 * ttl + Duration::from_secs(2) {
+            let session = h
+                .emu
+                .session(&first.session)
+                .expect("the adopted session is still alive");
+            let deadline = session.deadline.expect("a TTL session");
+            renewed_after_restart |= deadline > killed_at + 2 * ttl;
+            let _ = h
+                .recorder
+                .wait_until(Duration::from_millis(250), |_| false)
+                .await;
+        }
+        assert!(renewed_after_restart, "the new process renews the session");
+        let stats = h.emu.stats();
+        assert!(stats.requests_to("session.renew") >= 2, "{stats:?}");
+        // Rule 3: nothing but renewals and reads: no new session, no acquire or release.
+        assert_eq!(stats.requests_to("session.create"), 0, "{stats:?}");
+        assert_eq!(stats.requests_to("session.destroy"), 0, "{stats:?}");
+        assert_eq!(stats.requests_to("kv.put"), 0, "{stats:?}");
+        assert!(
+            h.reconciles() > 0,
+            "the new process reconciled the election"
+        );
+
+        let now = h.wait_elected("web", None).await;
+        assert_eq!(now, first, "same leader, token, session and transitions");
+        assert_eq!(histories(&h), before, "no label or annotation changed");
+        let status_after = h.status("web").await;
+        assert_eq!(status_after.leader, status_before.leader);
+        assert_eq!(status_after.fencing_token, status_before.fencing_token);
+        assert_eq!(status_after.transitions, status_before.transitions);
+        let entry = h.emu.kv_entry(&h.key("web")).expect("key");
+        assert_eq!(entry.session.as_deref(), Some(first.session.as_str()));
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_in_the_middle_of_a_move_never_yields_two_leaders() {
+    with_namespace("lc-midmove", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        h.election("web", spec()).await;
+        let first = h.wait_elected("web", None).await;
+
+        // Hold the successor's session creation, start a move, and crash while it hangs:
+        // the old leader is demoted and released, nobody leads yet.
+        let hold = h.emu.add_fault(Fault::always(
+            Endpoint::SessionCreate,
+            FaultAction::Latency(Duration::from_secs(3)),
+        ));
+        let started = Instant::now();
+        h.sim.set_ready(&first.pod, false).await;
+        let old = first.pod.clone();
+        h.wait_pods(SOON, "the old leader demoted", |pods| {
+            pods.get(&old)
+                .is_some_and(|p| p.labels.get(ROLE).map(String::as_str) != Some("leader"))
+        })
+        .await;
+        h.kill_operator().await;
+        assert!(with_role(&h.current(), "leader").is_empty());
+        h.emu.remove_fault(hold);
+        h.start_operator().await;
+
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        eprintln!(
+            "move completed by the restarted operator {:?} after it began",
+            started.elapsed()
+        );
+        assert!(second.token > first.token);
+        assert_eq!(second.transitions, first.transitions + 1);
+        assert!(h.emu.session(&first.session).is_none());
+
+        // A second crash, right after the next move's first step, whatever it was.
+        let third_started = Instant::now();
+        h.sim.set_ready(&second.pod, false).await;
+        let old = second.pod.clone();
+        h.wait_pods(SOON, "the second leader demoted", |pods| {
+            pods.get(&old)
+                .is_some_and(|p| p.labels.get(ROLE).map(String::as_str) != Some("leader"))
+        })
+        .await;
+        h.kill_operator().await;
+        h.start_operator().await;
+        let third = h.wait_elected("web", Some(&second.pod)).await;
+        eprintln!(
+            "second interrupted move completed after {:?}",
+            third_started.elapsed()
+        );
+        assert_ne!(third.pod, first.pod, "the first leader is still NotReady");
+        assert!(third.token > second.token);
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_election_releases_destroys_and_unlabels_everything() {
+    with_namespace("lc-delete", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        let created = h.election("web", spec()).await;
+        let first = h.wait_elected("web", None).await;
+        let key = h.key("web");
+        let le = h.elections().get("web").await.expect("election");
+        assert!(
+            le.metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.iter().any(|f| f == "elector.dev/cleanup")),
+            "the operator set its finalizer"
+        );
+
+        h.elections()
+            .delete("web", &Default::default())
+            .await
+            .expect("delete election");
+        let uid = created.metadata.uid.clone().expect("uid");
+        tokio::time::timeout(
+            SOON,
+            await_condition(h.elections(), "web", conditions::is_deleted(&uid)),
+        )
+        .await
+        .expect("the election is gone (finalizer removed) in time")
+        .expect("watch election");
+        let gone: Option<LeaderElection> = h.elections().get_opt("web").await.expect("get");
+        assert!(gone.is_none());
+
+        // Consul: released explicitly (no lock-delay), session destroyed.
+        let entry = h.emu.kv_entry(&key);
+        assert!(
+            entry.as_ref().is_none_or(|e| e.session.is_none()),
+            "the key is released: {entry:?}"
+        );
+        assert_eq!(h.emu.lock_delay_until(&key), None);
+        assert!(h.emu.session(&first.session).is_none(), "session destroyed");
+
+        // Every pod loses the label and every annotation of the operator.
+        h.wait_pods(SOON, "every pod cleaned", |pods| {
+            pods.values().all(|p| {
+                !p.labels.contains_key(ROLE)
+                    && TRACKED.iter().all(|a| !p.annotations.contains_key(*a))
+            })
+        })
+        .await;
+        h.finish().await;
+    })
+    .await;
+}
