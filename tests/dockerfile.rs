@@ -425,7 +425,7 @@ fn the_runtime_copies_the_path_cargo_builds() {
     let entrypoint = exec_form(runtime, "ENTRYPOINT");
     assert_eq!(
         entrypoint,
-        [destination.clone()],
+        std::slice::from_ref(destination),
         "ENTRYPOINT runs the copied binary"
     );
     assert!(destination.starts_with('/'), "{destination}");
