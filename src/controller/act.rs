@@ -144,6 +144,7 @@ impl<'a> Round<'a> {
                 fencing_token,
                 since,
             } => {
+                super::status::record_token(self.le, self.ctx, fencing_token).await?;
                 self.set_role(
                     &pod,
                     &uid,

@@ -161,6 +161,33 @@ async fn stand_back(
     Ok(())
 }
 
+/// Rule 6 across failures: before a pod is labelled with `token`, the status must already
+/// hold it, so that a token handed out once is never handed out again even if the reconcile's
+/// final status write is lost and the key is later re-created (its LockIndex restarts at 1;
+/// the planner raises it above the recorded token). A merge patch of this one field, so the
+/// rest of the status keeps its server-side-apply owner.
+pub async fn record_token(le: &LeaderElection, ctx: &Context, token: u64) -> Result<(), Error> {
+    let mut current = ctx.current_status(le);
+    if current.fencing_token.is_some_and(|t| t >= token) {
+        return Ok(());
+    }
+    let api: Api<LeaderElection> = Api::namespaced(
+        ctx.client.clone(),
+        &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
+    );
+    let patch = json!({ "status": { "fencingToken": token } });
+    api.patch_status(
+        &le.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(Error::kube("patch status"))?;
+    current.fencing_token = Some(token);
+    ctx.remember_status(le, Some(current));
+    Ok(())
+}
+
 async fn patch_if_changed(
     le: &LeaderElection,
     ctx: &Context,
