@@ -818,3 +818,38 @@ fn builder_stage_builds_the_operator_from_a_clean_copy() {
     );
     std::fs::remove_dir_all(&scratch).expect("remove the scratch directory");
 }
+
+/// The Helm chart starts the image the way it is built: it passes `run ...` as arguments to
+/// the ENTRYPOINT (no `command:` override), runs it as the image's user and probes the
+/// exposed port by default.
+#[test]
+fn the_chart_runs_the_image_as_built() {
+    let template = read("charts/consul-elector/templates/deployment.yaml");
+    assert!(
+        !template.contains("command:"),
+        "the chart must not override the ENTRYPOINT"
+    );
+    let args = template
+        .split_once("args:")
+        .expect("the chart passes arguments")
+        .1
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(args, "- run", "the first argument is the `run` subcommand");
+
+    let values: serde_json::Value =
+        serde_saphyr::from_str(&read("charts/consul-elector/values.yaml")).expect("values.yaml");
+    let file = dockerfile();
+    let user = file.runtime().last("USER").expect("USER").args.clone();
+    let uid: u64 = user.split(':').next().unwrap().parse().unwrap();
+    assert_eq!(
+        values["podSecurityContext"]["runAsUser"].as_u64(),
+        Some(uid)
+    );
+    assert_eq!(values["podSecurityContext"]["runAsNonRoot"], true);
+    let exposed = file.runtime().last("EXPOSE").expect("EXPOSE").args.clone();
+    assert_eq!(values["metrics"]["port"].to_string(), exposed);
+}

@@ -39,7 +39,6 @@ async fn an_election_happens_and_consul_holds_the_lock_for_the_leader() {
             started.elapsed()
         );
         let leader_status = status.leader.clone().expect("a leader");
-        assert!(status.transitions >= 1, "{status:?}");
         assert_eq!(status.candidates.len(), REPLICAS, "{status:?}");
         assert!(status.candidates.iter().all(|c| c.eligible), "{status:?}");
 
