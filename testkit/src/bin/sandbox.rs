@@ -26,7 +26,11 @@ expected state in time (the message says which).
 options:
   --keep      leave everything running after the scenario (prints the kubeconfig and the
               Consul URL to look around with kubectl and curl); Ctrl-C stops it
-  -h, --help  show this help";
+  -h, --help  show this help
+
+environment:
+  SANDBOX_OPERATOR_LOG  the operator's log filter (RUST_LOG syntax; default warn), for
+                        example info,consul_elector=debug";
 
 /// What the command line asks for.
 enum Invocation {

@@ -19,6 +19,9 @@ use crate::cluster::spawn_tied;
 
 /// The operator's package and binary name.
 const OPERATOR: &str = "consul-elector";
+/// Overrides the operator's log filter (`RUST_LOG`, default `warn`), for example
+/// `info,consul_elector=debug` to see why a step failed.
+pub(crate) const LOG_FILTER_ENV: &str = "SANDBOX_OPERATOR_LOG";
 
 /// A built operator executable.
 #[derive(Debug, Clone)]
@@ -249,7 +252,7 @@ fn spawn(
         .arg(metrics_addr.to_string())
         .env("KUBECONFIG", &config.kubeconfig)
         .env("CONSUL_HTTP_ADDR", &config.consul_url)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", log_filter())
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr);
@@ -258,6 +261,11 @@ fn spawn(
         binary.path().display()
     )))?;
     Ok((child, metrics_addr))
+}
+
+/// The operator's `RUST_LOG`: [`LOG_FILTER_ENV`] when set, else `warn`.
+fn log_filter() -> String {
+    std::env::var(LOG_FILTER_ENV).unwrap_or_else(|_| "warn".to_owned())
 }
 
 /// A loopback address with a port that was free a moment ago.

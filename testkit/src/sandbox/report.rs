@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::objects::SESSION_TTL;
+use super::operator_process::LOG_FILTER_ENV;
 use super::setup::LogDir;
 use super::timeline::{Style, duration};
 
@@ -120,12 +121,18 @@ impl Report {
                 "{}",
                 style.bad("FAILED: two pods carried the leader label at once")
             ),
-            Some(failure) => println!(
-                "{} step {}: {}",
-                style.bad("FAILED at"),
-                failure.step,
-                failure.reason
-            ),
+            Some(failure) => {
+                println!(
+                    "{} step {}: {}",
+                    style.bad("FAILED at"),
+                    failure.step,
+                    failure.reason
+                );
+                println!(
+                    "  the operator's log may say why; {LOG_FILTER_ENV}=info,consul_elector=debug \
+                     makes it detailed"
+                );
+            }
         }
     }
 }
