@@ -3,7 +3,7 @@
 //!
 //! There is no helm CLI here: `charts/tests/check_chart.py` drives Helm 4's library through the
 //! PyPI package helm-sdkpy, from the venv `charts/tests/setup-venv.sh` makes (its python is
-//! `$ELECTOR_HELM_PYTHON`, else `${XDG_CACHE_HOME:-$HOME/.cache}/consul-elector/venv/bin/python`).
+//! `$ELECTOR_HELM_PYTHON`; without it the tests run that script themselves, once per run).
 //! Without helm-sdkpy these tests fail, always in CI (`CI=true`); elsewhere
 //! `ELECTOR_SKIP_HELM=1` skips them with a printed reason.
 //!
@@ -80,33 +80,25 @@ fn chart_files_follow_the_crate() {
     }
 }
 
-/// The python of the venv with helm-sdkpy, or `None` when the caller may skip.
+/// The python of the venv with helm-sdkpy, or `None` when the caller may skip. Without
+/// `ELECTOR_HELM_PYTHON`, the venv is created (or reused) by `charts/tests/setup-venv.sh`, once
+/// per test binary, so that `cargo test --workspace` needs no preparation.
 fn helm_python() -> Option<PathBuf> {
+    static VENV: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let python = std::env::var_os("ELECTOR_HELM_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache")
-                });
-            cache.join("consul-elector/venv/bin/python")
-        });
-    let imports = Command::new(&python)
-        .args(["-c", "import helm_sdkpy, yaml"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if imports {
-        return Some(python);
-    }
-    let reason = format!(
-        "{} cannot import helm_sdkpy (Helm's engine for the chart checks); create the venv with \
-         charts/tests/setup-venv.sh or point ELECTOR_HELM_PYTHON at a python that has it",
-        python.display()
-    );
+    let python = match std::env::var_os("ELECTOR_HELM_PYTHON") {
+        Some(python) => Ok(PathBuf::from(python)),
+        None => VENV.get_or_init(setup_venv).clone(),
+    };
+    let reason = match python {
+        Ok(python) if imports_helm_sdkpy(&python) => return Some(python),
+        Ok(python) => format!(
+            "{} cannot import helm_sdkpy (Helm's engine for the chart checks); create the venv \
+             with charts/tests/setup-venv.sh or point ELECTOR_HELM_PYTHON at a python that has it",
+            python.display()
+        ),
+        Err(error) => format!("the chart checks' venv could not be set up: {error}"),
+    };
     if !ci && std::env::var("ELECTOR_SKIP_HELM").is_ok_and(|v| v == "1") {
         eprintln!("SKIPPED: {reason} (ELECTOR_SKIP_HELM=1)");
         return None;
@@ -119,6 +111,29 @@ fn helm_python() -> Option<PathBuf> {
             ""
         }
     );
+}
+
+fn imports_helm_sdkpy(python: &Path) -> bool {
+    Command::new(python)
+        .args(["-c", "import helm_sdkpy, yaml"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// Runs `charts/tests/setup-venv.sh` (progress on stderr) and returns the python it prints.
+fn setup_venv() -> Result<PathBuf, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/tests/setup-venv.sh");
+    let output = Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{}: {e}", script.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    match stdout.lines().last() {
+        Some(python) if output.status.success() => Ok(PathBuf::from(python.trim())),
+        _ => Err(format!("{} failed ({})", script.display(), output.status)),
+    }
 }
 
 /// Runs the chart checker with `args`, printing its output; panics when it fails.
