@@ -13,7 +13,8 @@ pub struct LeaderElectionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
 
-    /// The pod that leads, if any.
+    /// The pod that leads; while a move or a fence is in progress (phase Electing or Fenced),
+    /// the pod that led last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<LeaderStatus>,
 
@@ -23,7 +24,8 @@ pub struct LeaderElectionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<u64>,
 
-    /// How often leadership moved from one pod to another (or to none).
+    /// How often leadership moved from one pod to another (the first election does not count,
+    /// nor a pod elected again after a fence).
     #[serde(default)]
     pub transitions: u64,
 
