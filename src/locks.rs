@@ -213,6 +213,9 @@ struct Group {
     members: HashMap<ElectionKey, String>,
     /// The last answer, by key; `None` until the first successful read and while reads fail.
     cache: Option<HashMap<String, Slot>>,
+    /// Direct reads made while `cache` is `None`, merged into the next answer when newer:
+    /// an answer read before the operator's own acquire must not undo it.
+    early: HashMap<String, Slot>,
     task: AbortHandle,
 }
 
@@ -335,6 +338,7 @@ impl LockWatcher {
                 id,
                 members: HashMap::new(),
                 cache: None,
+                early: HashMap::new(),
                 task: task.abort_handle(),
             }
         });
@@ -364,9 +368,10 @@ impl LockWatcher {
     }
 
     /// Reads `key` directly (not blocking) and returns it. When `election` is watched on
-    /// `key` through an equivalent client and its group has a cache, the answer is merged
-    /// into the cache (unless the cache already holds something newer). The merge is not
-    /// reported: the caller has the answer.
+    /// `key` through an equivalent client, the answer is merged into its group's cache
+    /// (unless the cache already holds something newer), or, before the group's first
+    /// answer, into that answer when it comes. The merge is not reported: the caller has
+    /// the answer.
     pub async fn refresh(
         &self,
         election: &ElectionKey,
@@ -387,9 +392,11 @@ impl LockWatcher {
         if state.elections.get(election) == Some(&target)
             && let Some((group, watched)) = state.group_of(election)
             && watched == key
-            && let Some(cache) = &mut group.cache
         {
-            merge_direct(cache, key, slot);
+            match &mut group.cache {
+                Some(cache) => merge_direct(cache, key, slot),
+                None => merge_direct(&mut group.early, key, slot),
+            }
         }
         Ok(view)
     }
@@ -429,7 +436,8 @@ impl GroupLink {
     fn answered(&self, answer: QueryResult<Vec<KvPair>>, change: IndexChange) -> bool {
         self.with_group(|group| {
             let previous = group.cache.take();
-            let cache = next_cache(previous.as_ref(), answer, change);
+            let early = std::mem::take(&mut group.early);
+            let cache = next_cache(previous.as_ref().or(Some(&early)), answer, change);
             let changed = changed_members(&group.members, previous.as_ref(), &cache);
             group.cache = Some(cache);
             changed
