@@ -201,18 +201,41 @@ async fn patch_if_changed(
         ctx.client.clone(),
         &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
     );
-    let patch = json!({
-        "apiVersion": API_VERSION,
-        "kind": "LeaderElection",
-        "status": &new,
-    });
-    api.patch_status(
-        &le.name_any(),
-        &PatchParams::apply(&ctx.settings.field_manager).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube("patch status"))?;
+    if new.candidates.is_empty() {
+        // Server-side apply cannot say "no candidates": a 1.20 API server turns an applied
+        // empty (or omitted, once owned) list into `candidates: null`, which the schema
+        // rejects, so the status could never be written again once an election selects no
+        // pod. Write such a status as a merge patch instead, every absent field explicit.
+        let mut status = serde_json::to_value(&new)
+            .map_err(|e| Error::kube("patch status")(kube::Error::SerdeError(e)))?;
+        if let Some(fields) = status.as_object_mut() {
+            for field in ["phase", "leader", "fencingToken", "observedGeneration"] {
+                fields.entry(field).or_insert(serde_json::Value::Null);
+            }
+            fields.insert("candidates".to_owned(), json!([]));
+            fields.entry("conditions").or_insert_with(|| json!([]));
+        }
+        api.patch_status(
+            &le.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "status": status })),
+        )
+        .await
+        .map_err(Error::kube("patch status"))?;
+    } else {
+        let patch = json!({
+            "apiVersion": API_VERSION,
+            "kind": "LeaderElection",
+            "status": &new,
+        });
+        api.patch_status(
+            &le.name_any(),
+            &PatchParams::apply(&ctx.settings.field_manager).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(Error::kube("patch status"))?;
+    }
     ctx.remember_status(le, Some(new));
     Ok(())
 }
