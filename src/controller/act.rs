@@ -12,12 +12,13 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
+use super::sharing::{self, Annotations};
 use super::{Context, observe};
 use crate::Error;
 use crate::consul::{ConsulClient, ConsulError, QueryOptions};
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
-use crate::election::observe::{LockView, Recorded, RecordedLeader};
+use crate::election::observe::{LockView, PodView, Recorded, RecordedLeader};
 use crate::election::plan::{Action, ElectionEvent, EventReason, Plan};
 use crate::election::planner::{Observation, holder_from_value, plan};
 use crate::k8s::{self, PodRole};
@@ -49,6 +50,8 @@ pub struct Round<'a> {
     unfinished: bool,
     /// The rest of the current plan is void (the session turned out lost): plan again.
     replan: bool,
+    /// The pod (UID) this reconcile labelled leader, with the token and since it wrote.
+    labelled_leader: Option<(String, u64, Timestamp)>,
 }
 
 impl<'a> Round<'a> {
@@ -75,6 +78,7 @@ impl<'a> Round<'a> {
             move_started: None,
             unfinished: false,
             replan: false,
+            labelled_leader: None,
         };
         if round.lock == LockView::Unknown {
             // Not read yet (new election) or Consul unreachable: one direct read.
@@ -103,7 +107,8 @@ impl<'a> Round<'a> {
     /// Plans and acts until a plan has no actions, an action fails, or `max` rounds ran.
     pub async fn run(&mut self, max: usize) -> Result<(), Error> {
         for _ in 0..max {
-            let views = observe::views(&self.pods, self.config);
+            let mut views = observe::views(&self.pods, self.config);
+            self.shared_views(&mut views);
             let session = self.ctx.sessions.view(self.key);
             let decided = plan(&Observation {
                 config: self.config,
@@ -154,6 +159,7 @@ impl<'a> Round<'a> {
                     },
                 )
                 .await?;
+                self.labelled_leader = Some((uid.clone(), fencing_token, since));
                 if self.recorded.leader.as_ref().is_some_and(|l| l.uid != uid) {
                     self.ctx.metrics.leader_transition();
                 }
@@ -215,13 +221,17 @@ impl<'a> Round<'a> {
 
     async fn set_role(&mut self, name: &str, uid: &str, role: PodRole) -> Result<(), Error> {
         let election = self.key.name.as_str();
-        let patched = k8s::set_role(
+        let annotations = self.pods.get(name).map_or(Annotations::Write, |(pod, _)| {
+            sharing::annotations_for(self.ctx, election, pod, role)
+        });
+        let patched = sharing::set_role(
             &self.pods_api,
             name,
             uid,
             &self.config.labels,
             election,
             role,
+            annotations,
         )
         .await
         .map_err(Error::kube("patch pod"))?;
@@ -236,6 +246,53 @@ impl<'a> Round<'a> {
         self.pods
             .insert(name.to_owned(), (Arc::new(patched), selected));
         Ok(())
+    }
+
+    /// The planner reads the operator's annotations of a pod as this election's. On a pod
+    /// whose annotations another election owns (see [`sharing`]), it sees instead what this
+    /// election wrote or would write: for its leader, the token and since of this leadership
+    /// (since left unknown when nobody owns the annotations, so that the leader is labelled
+    /// again and takes them), for any other pod none.
+    fn shared_views(&self, views: &mut [PodView]) {
+        let me = self.key.name.as_str();
+        for view in views {
+            let Some((pod, _)) = self.pods.get(&view.name) else {
+                continue;
+            };
+            if k8s::labelled_by(pod) == Some(me) {
+                continue;
+            }
+            let foreign = sharing::foreign_owner(self.ctx, me, pod).is_some();
+            if view.role.as_deref() == Some(self.config.labels.leader.as_str()) {
+                let expected = self.leadership_of(&view.uid);
+                view.fencing_token = expected.map(|(token, _)| token.to_string());
+                view.leader_since = expected
+                    .filter(|_| foreign)
+                    .map(|(_, since)| since.to_string());
+            } else if foreign {
+                view.fencing_token = None;
+                view.leader_since = None;
+            } else if view.role.as_deref() == Some(self.config.labels.follower.as_str())
+                && k8s::labelled_by(pod).is_none()
+                && !sharing::led_by_another(self.ctx, me, pod)
+            {
+                // Our follower, with nobody's annotations (another election that owned them
+                // went away): label it again, which claims them.
+                view.leader_since = Some(String::new());
+            }
+        }
+    }
+
+    /// The token and since of this election's leadership of pod `uid`: as labelled by this
+    /// reconcile, else as the status recorded.
+    fn leadership_of(&self, uid: &str) -> Option<(u64, Timestamp)> {
+        if let Some((labelled, token, since)) = &self.labelled_leader
+            && labelled == uid
+        {
+            return Some((*token, *since));
+        }
+        let leader = self.recorded.leader.as_ref().filter(|l| l.uid == uid)?;
+        Some((self.recorded.fencing_token?, leader.since))
     }
 
     async fn refresh_lock(&mut self) -> Result<(), Error> {

@@ -7,11 +7,11 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 
 use super::act::LOCK_FLAGS;
-use super::{Context, consul_access, election_key, observe};
+use super::{Context, consul_access, election_key, observe, sharing};
 use crate::Error;
 use crate::crd::{LeaderElection, default_key};
 use crate::election::config::{LabelConfig, Mode};
-use crate::k8s::{self, PodRole};
+use crate::k8s::PodRole;
 
 /// Cleans up after `le`; idempotent (a failure is retried by the finalizer helper).
 pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
@@ -53,19 +53,21 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
     };
     let pods_api = Api::namespaced(ctx.client.clone(), &key.namespace);
     for (pod, _) in observe::pods_of(ctx, le).values() {
-        if k8s::labelled_by(pod) != Some(key.name.as_str()) {
+        if !sharing::labelled_by(ctx, le, pod) {
             continue;
         }
         let Some(uid) = pod.metadata.uid.as_deref() else {
             continue;
         };
-        match k8s::set_role(
+        let annotations = sharing::annotations_for(ctx, &key.name, pod, PodRole::None);
+        match sharing::set_role(
             &pods_api,
             &pod.name_any(),
             uid,
             &labels,
             &key.name,
             PodRole::None,
+            annotations,
         )
         .await
         {

@@ -15,6 +15,7 @@ mod act;
 mod cleanup;
 mod consul_access;
 mod observe;
+mod sharing;
 mod status;
 
 use std::collections::HashMap;

@@ -28,7 +28,9 @@ pub fn elections_of_pod(elections: &Store<LeaderElection>, pod: &Pod) -> Vec<(St
         .into_iter()
         .filter(|le| le.namespace().as_deref() == Some(namespace.as_str()))
         .filter(|le| {
-            owner == le.metadata.name.as_deref() || selector_matches(&le.spec.selector, labels)
+            owner == le.metadata.name.as_deref()
+                || labels.contains_key(&le.spec.labels.key)
+                || selector_matches(&le.spec.selector, labels)
         })
         .filter_map(|le| Some((namespace.clone(), le.metadata.name.clone()?)))
         .collect()
@@ -45,7 +47,7 @@ pub fn pods_of(ctx: &Context, le: &LeaderElection) -> BTreeMap<String, (Arc<Pod>
         .filter(|p| p.namespace() == namespace)
         .filter_map(|p| {
             let selected = selector_matches(&le.spec.selector, k8s::labels_of(&p));
-            let ours = k8s::labelled_by(&p).is_some() && k8s::labelled_by(&p) == name;
+            let ours = name.is_some() && super::sharing::labelled_by(ctx, le, &p);
             (selected || ours).then(|| (p.name_any(), (p.clone(), selected)))
         })
         .collect()

@@ -292,14 +292,7 @@ impl Harness {
         name: &str,
         pred: impl Fn(&LeaderElection) -> bool,
     ) -> LeaderElection {
-        let api = self.elections();
-        let deadline = tokio::time::Instant::now() + SOON;
-        let cond = move |le: Option<&LeaderElection>| le.is_some_and(&pred);
-        tokio::time::timeout_at(deadline, await_condition(api.clone(), name, cond))
-            .await
-            .expect("status condition in time")
-            .expect("watch election");
-        api.get(name).await.expect("get election")
+        self.wait_status_within(name, SOON, pred).await
     }
 
     /// Asserts the safety rule over the whole recorded history, then stops the operator.
@@ -543,6 +536,19 @@ impl Harness {
             .create(&PostParams::default(), &pod)
             .await
             .expect("create pod");
+    }
+
+    /// Touches the election (a new annotation value), as `kubectl annotate` would: the
+    /// operator sees an update without a spec change.
+    pub async fn touch(&self, name: &str) {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static TOUCHES: AtomicU64 = AtomicU64::new(0);
+        let n = TOUCHES.fetch_add(1, Ordering::Relaxed);
+        let patch = serde_json::json!({"metadata": {"annotations": {"test.elector.dev/touch": n.to_string()}}});
+        self.elections()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("touch election");
     }
 
     /// Merge-patches the election's spec with `spec`.

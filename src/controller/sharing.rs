@@ -1,0 +1,136 @@
+//! Pods shared by elections with different label keys (DESIGN.md section 1: "a pod can be
+//! leader in one election and follower in another").
+//!
+//! Each election writes its own label key, but the operator's annotations
+//! (`elector.dev/fencing-token`, `elector.dev/leader-since`, `elector.dev/election`) exist
+//! once per pod. Two elections writing them would undo each other forever: a follower patch
+//! of one strips the leader annotations of the other, which labels its leader again (and,
+//! the label looking like a new acquisition, raises its token by releasing and re-acquiring
+//! the lock). So one election owns them, the one `elector.dev/election` names:
+//! - the election a pod leads takes ownership when it labels it leader, unless the owner
+//!   also labels it leader (then the first one keeps the annotations; the second leader's
+//!   token is in its status only);
+//! - an owner that demotes or unlabels a pod another election leads gives ownership up
+//!   (removes `elector.dev/election` with its leader annotations), so that one can take it;
+//! - any other patch of a pod owned by another election writes only the election's label.
+//!
+//! An election finds the pods it labelled by the annotation, or by its label key when the
+//! annotation names an election with another label key.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use serde_json::{Value, json};
+
+use super::Context;
+use crate::crd::LeaderElection;
+use crate::election::config::LabelConfig;
+use crate::k8s::{self, PodRole};
+
+/// The existing election of `pod`'s namespace, other than `me`, that owns the pod's
+/// annotations.
+pub fn foreign_owner(ctx: &Context, me: &str, pod: &Pod) -> Option<Arc<LeaderElection>> {
+    let owner = k8s::labelled_by(pod).filter(|owner| *owner != me)?;
+    let namespace = pod.namespace()?;
+    ctx.elections
+        .get(&ObjectRef::new(owner).within(&namespace))
+        .filter(|le| le.metadata.deletion_timestamp.is_none())
+}
+
+/// Whether `election` labels `pod` leader under its own label key.
+fn leads(election: &LeaderElection, pod: &Pod) -> bool {
+    let labels = &election.spec.labels;
+    k8s::labels_of(pod).get(&labels.key) == Some(&labels.leader)
+}
+
+/// Whether an election of the pod's namespace other than `me` labels it leader.
+pub fn led_by_another(ctx: &Context, me: &str, pod: &Pod) -> bool {
+    let namespace = pod.namespace();
+    ctx.elections.state().iter().any(|le| {
+        le.namespace() == namespace && le.metadata.name.as_deref() != Some(me) && leads(le, pod)
+    })
+}
+
+/// Whether `le` labelled `pod`: the annotation names it, or the pod carries its label key
+/// (with its leader or follower value) while the annotation names no election using that key.
+pub fn labelled_by(ctx: &Context, le: &LeaderElection, pod: &Pod) -> bool {
+    let me = le.metadata.name.as_deref().unwrap_or_default();
+    if k8s::labelled_by(pod) == Some(me) {
+        return true;
+    }
+    let labels = &le.spec.labels;
+    let value = k8s::labels_of(pod).get(&labels.key);
+    if value != Some(&labels.leader) && value != Some(&labels.follower) {
+        return false;
+    }
+    foreign_owner(ctx, me, pod).is_none_or(|owner| owner.spec.labels.key != labels.key)
+}
+
+/// How a patch of `pod` by election `me` treats the operator's annotations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Annotations {
+    /// Write them as the role says (this election owns them, or takes them).
+    Write,
+    /// Leave them alone (another election owns them).
+    Keep,
+    /// Remove them all, the ownership included (the pod leads in another election).
+    GiveUp,
+}
+
+/// What a patch giving `pod` the `role` in election `me` does with the annotations.
+pub fn annotations_for(ctx: &Context, me: &str, pod: &Pod, role: PodRole) -> Annotations {
+    if let Some(owner) = foreign_owner(ctx, me, pod) {
+        return match role {
+            PodRole::Leader { .. } if !leads(&owner, pod) => Annotations::Write,
+            _ => Annotations::Keep,
+        };
+    }
+    match role {
+        PodRole::Leader { .. } => Annotations::Write,
+        PodRole::Follower | PodRole::None if led_by_another(ctx, me, pod) => {
+            if k8s::labelled_by(pod) == Some(me) {
+                Annotations::GiveUp
+            } else {
+                Annotations::Keep
+            }
+        }
+        PodRole::Follower | PodRole::None => Annotations::Write,
+    }
+}
+
+/// Gives pod `name` (incarnation `uid`) the `role` under `labels` for election `me`, treating
+/// the annotations as `annotations` says; returns the pod as the API server now has it.
+pub async fn set_role(
+    pods: &Api<Pod>,
+    name: &str,
+    uid: &str,
+    labels: &LabelConfig,
+    me: &str,
+    role: PodRole,
+    annotations: Annotations,
+) -> Result<Pod, kube::Error> {
+    let mut patch = k8s::role_patch(uid, labels, me, role);
+    if let Some(metadata) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
+        match annotations {
+            Annotations::Write => {}
+            Annotations::Keep => {
+                metadata.remove("annotations");
+            }
+            Annotations::GiveUp => {
+                metadata.insert(
+                    "annotations".to_owned(),
+                    json!({
+                        crate::crd::FENCING_TOKEN_ANNOTATION: null,
+                        crate::crd::LEADER_SINCE_ANNOTATION: null,
+                        k8s::ELECTION_ANNOTATION: null,
+                    }),
+                );
+            }
+        }
+    }
+    pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+}

@@ -1,0 +1,565 @@
+//! What users write (DESIGN.md section 1): conflicting elections, several elections on the
+//! same pods under different label keys, specs that cannot be acted on (and their repair),
+//! token Secrets, readiness requirements and selector changes.
+
+mod harness;
+
+use std::time::Duration;
+
+use consul_elector::crd::{FENCING_TOKEN_ANNOTATION, LEADER_SINCE_ANNOTATION};
+use harness::{
+    Harness, HarnessOptions, ROLE, SOON, condition, has_condition, phase, role_in, status_leader,
+    with_role,
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use testkit::cluster::with_namespace;
+use testkit::pods::SimulatorOptions;
+
+const ELECTION_ANNOTATION: &str = "elector.dev/election";
+const OTHER_ROLE: &str = "example.com/role";
+
+fn web() -> serde_json::Value {
+    json!({"selector": {"matchLabels": {"app": "web"}}})
+}
+
+/// Whether any recorded version of any pod ever carried `elector.dev/election=<name>`.
+fn ever_labelled_by(h: &Harness, name: &str) -> bool {
+    h.recorder
+        .versions()
+        .iter()
+        .any(|v| v.annotations.get(ELECTION_ANNOTATION).map(String::as_str) == Some(name))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_younger_of_two_conflicting_elections_writes_nothing() {
+    with_namespace("sp-conflict", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        h.election("older", web()).await;
+        let first = h.wait_elected("older", None).await;
+
+        h.election("younger", web()).await;
+        let le = h
+            .wait_status("younger", |le| phase(le).as_deref() == Some("Conflict"))
+            .await;
+        let conflict = condition(&le, "Conflict").expect("Conflict condition");
+        assert_eq!(conflict.status, "True");
+        assert!(conflict.message.contains("older"), "{}", conflict.message);
+        let notes = h.wait_event("younger", "Conflict").await;
+        assert!(notes.iter().any(|n| n.contains("older")), "{notes:?}");
+
+        // Nothing of its own: no key, no session, no pod it labelled; the older one is
+        // undisturbed.
+        assert!(h.emu.kv_entry(&h.key("younger")).is_none());
+        let sessions = h.consul("GET", "/v1/session/list", "").await.json();
+        let names: Vec<&str> = sessions
+            .as_array()
+            .expect("session list")
+            .iter()
+            .filter_map(|s| s["Name"].as_str())
+            .collect();
+        assert!(names.iter().all(|n| !n.contains("/younger/")), "{names:?}");
+        assert!(!ever_labelled_by(&h, "younger"));
+        assert!(le.status.as_ref().and_then(|s| s.leader.as_ref()).is_none());
+        let now = h.wait_elected("older", None).await;
+        assert_eq!(now, first);
+
+        // The older one goes: the younger one takes over.
+        h.elections()
+            .delete("older", &Default::default())
+            .await
+            .expect("delete older");
+        let le = h
+            .wait_status("younger", |le| phase(le).as_deref() == Some("Elected"))
+            .await;
+        assert!(has_condition(&le, "Conflict", "False"));
+        h.wait_elected("younger", None).await;
+        h.finish().await;
+    })
+    .await;
+}
+
+/// The role `pod` has under label key `key`.
+fn role_under<'a>(
+    pods: &'a std::collections::BTreeMap<String, testkit::recorder::PodVersion>,
+    pod: &str,
+    key: &str,
+) -> Option<&'a str> {
+    pods.get(pod)
+        .and_then(|v| v.labels.get(key))
+        .map(String::as_str)
+}
+
+/// Asserts that no label or annotation of any pod changes for `window` (the elections do
+/// not fight over the pods they share).
+async fn quiet(h: &Harness, window: Duration) {
+    type Marks = std::collections::BTreeMap<
+        String,
+        (
+            std::collections::BTreeMap<String, String>,
+            std::collections::BTreeMap<String, String>,
+        ),
+    >;
+    let marks =
+        |pods: &std::collections::BTreeMap<String, testkit::recorder::PodVersion>| -> Marks {
+            pods.iter()
+                .map(|(n, v)| (n.clone(), (v.labels.clone(), v.annotations.clone())))
+                .collect()
+        };
+    let before = marks(&h.current());
+    let changed = h.pods_become(window, |pods| marks(pods) != before).await;
+    assert!(
+        !changed,
+        "the pods' labels or annotations keep changing: before {before:#?}, now {:#?}",
+        marks(&h.current())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_with_different_label_keys_share_pods() {
+    with_namespace("sp-twokeys", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        // `primary` tolerates a NotReady leader for an hour (used below to split leaders).
+        h.election(
+            "primary",
+            json!({
+                "selector": {"matchLabels": {"app": "web"}},
+                "failover": {"delay": "1h"},
+            }),
+        )
+        .await;
+        let primary = h.wait_elected("primary", None).await;
+        h.election(
+            "secondary",
+            json!({
+                "selector": {"matchLabels": {"app": "web"}},
+                "labels": {"key": OTHER_ROLE},
+            }),
+        )
+        .await;
+
+        // Both elect the newest pod: one pod leads both, and they leave each other alone.
+        let le = h
+            .wait_status("secondary", |le| phase(le).as_deref() == Some("Elected"))
+            .await;
+        assert!(has_condition(&le, "Conflict", "False"));
+        let both = status_leader(&le).expect("secondary leader");
+        assert_eq!(
+            both, primary.pod,
+            "the same successor rule picks the same pod"
+        );
+        let p = primary.pod.clone();
+        h.wait_pods(SOON, "one pod leads both elections", |pods| {
+            role_in(pods, &p) == Some("leader")
+                && role_under(pods, &p, OTHER_ROLE) == Some("leader")
+                && with_role(pods, "follower").len() == 2
+                && pods.values().all(|v| v.labels.contains_key(OTHER_ROLE))
+        })
+        .await;
+        quiet(&h, Duration::from_secs(3)).await;
+        let now = h.wait_elected("primary", None).await;
+        assert_eq!(now, primary, "primary's token and session never moved");
+        let secondary_status = h.status("secondary").await;
+        assert_eq!(secondary_status.fencing_token, Some(1));
+        assert_eq!(secondary_status.transitions, 0);
+
+        // Split them: the shared leader goes NotReady; `primary` keeps it (1 h delay),
+        // `secondary` moves to another pod.
+        h.sim.set_ready(&primary.pod, false).await;
+        let le = h
+            .wait_status("secondary", |le| {
+                status_leader(le).is_some_and(|l| l != primary.pod)
+                    && phase(le).as_deref() == Some("Elected")
+            })
+            .await;
+        let secondary = status_leader(&le).expect("secondary leader");
+        let secondary_token = le.status.as_ref().and_then(|s| s.fencing_token);
+        h.sim.set_ready(&primary.pod, true).await;
+
+        // One pod leads `primary` and follows `secondary`, another the other way round, and
+        // each leader carries its own election's token.
+        let (p, s) = (primary.pod.clone(), secondary.clone());
+        let p_token = primary.token.to_string();
+        let s_token = secondary_token.expect("token").to_string();
+        h.wait_pods(SOON, "leaders split between the elections", |pods| {
+            let annotation = |pod: &str, a: &str| pods.get(pod).and_then(|v| v.annotations.get(a));
+            role_in(pods, &p) == Some("leader")
+                && role_under(pods, &p, OTHER_ROLE) == Some("follower")
+                && role_in(pods, &s) == Some("follower")
+                && role_under(pods, &s, OTHER_ROLE) == Some("leader")
+                && annotation(&p, FENCING_TOKEN_ANNOTATION) == Some(&p_token)
+                && annotation(&p, ELECTION_ANNOTATION).map(String::as_str) == Some("primary")
+                && annotation(&s, FENCING_TOKEN_ANNOTATION) == Some(&s_token)
+                && annotation(&s, ELECTION_ANNOTATION).map(String::as_str) == Some("secondary")
+        })
+        .await;
+        quiet(&h, Duration::from_secs(3)).await;
+        let now = h.wait_elected("primary", None).await;
+        assert_eq!(now, primary, "primary's token and session never moved");
+
+        // Deleting `secondary` removes its label key everywhere and leaves `primary` intact.
+        h.elections()
+            .delete("secondary", &Default::default())
+            .await
+            .expect("delete secondary");
+        let p = primary.pod.clone();
+        h.wait_pods(SOON, "secondary's labels gone", |pods| {
+            pods.values().all(|v| !v.labels.contains_key(OTHER_ROLE))
+                && with_role(pods, "leader") == vec![p.clone()]
+                && with_role(pods, "follower").len() == 2
+                && pods.values().all(|v| {
+                    v.annotations.get(ELECTION_ANNOTATION).map(String::as_str) == Some("primary")
+                })
+        })
+        .await;
+        let now = h.wait_elected("primary", None).await;
+        assert_eq!(now, primary);
+        h.recorder.assert_never_two(OTHER_ROLE, "leader");
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_spec_is_reported_once_and_fixing_it_recovers() {
+    with_namespace("sp-invalid", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        // Kubernetes 1.20 does not enforce the CRD's CEL rules, so this is accepted.
+        h.election(
+            "web",
+            json!({
+                "selector": {"matchLabels": {"app": "web"}},
+                "session": {"ttl": "5s"},
+            }),
+        )
+        .await;
+        let le = h
+            .wait_status("web", |le| phase(le).as_deref() == Some("Invalid"))
+            .await;
+        let valid = condition(&le, "SpecValid").expect("SpecValid");
+        assert_eq!(
+            (valid.status.as_str(), valid.reason.as_str()),
+            ("False", "InvalidSpec")
+        );
+        assert!(
+            valid.message.contains("spec.session.ttl"),
+            "{}",
+            valid.message
+        );
+        h.wait_event("web", "InvalidSpec").await;
+
+        // No retry storm: over a few seconds, hardly any reconcile and still one event.
+        let reconciles = h.reconciles();
+        let _ = h
+            .pods_become(Duration::from_secs(3), |pods| {
+                pods.values().any(|p| p.labels.contains_key(ROLE))
+            })
+            .await;
+        let more = h.reconciles() - reconciles;
+        assert!(more <= 2, "{more} reconciles of an invalid election in 3 s");
+        let (events, notes) = h.events("web", "InvalidSpec").await;
+        assert_eq!(events, 1, "{notes:?}");
+        // Nothing written.
+        assert!(!ever_labelled_by(&h, "web"));
+        assert!(h.emu.kv_entry(&h.key("web")).is_none());
+        assert_eq!(h.emu.stats().requests_to("session.create"), 0);
+
+        // Fixing the spec recovers at once.
+        h.patch_spec("web", json!({"session": {"ttl": "10s"}}))
+            .await;
+        h.wait_elected("web", None).await;
+        let le = h.elections().get("web").await.expect("election");
+        assert!(has_condition(&le, "SpecValid", "True"));
+        h.finish().await;
+    })
+    .await;
+}
+
+async fn missing_token_secret(prefix: &str, secret_access: bool) {
+    with_namespace(prefix, |admin, ns| async move {
+        let mut h = Harness::with_options(
+            admin,
+            ns,
+            HarnessOptions {
+                secret_access,
+                ..HarnessOptions::default()
+            },
+        )
+        .await;
+        h.deployment("web", 2).await;
+        h.start_operator().await;
+        h.election(
+            "web",
+            json!({
+                "selector": {"matchLabels": {"app": "web"}},
+                "consul": {"tokenSecretRef": {"name": "consul-token", "key": "token"}},
+            }),
+        )
+        .await;
+        let le = h
+            .wait_status("web", |le| phase(le).as_deref() == Some("Invalid"))
+            .await;
+        let valid = condition(&le, "SpecValid").expect("SpecValid");
+        assert_eq!(valid.status, "False");
+        let expected = if secret_access {
+            "Secret"
+        } else {
+            "may not read Secret"
+        };
+        assert!(
+            valid.message.contains("spec.consul.tokenSecretRef")
+                && valid.message.contains(expected)
+                && valid.message.contains("consul-token"),
+            "{}",
+            valid.message
+        );
+        if !secret_access {
+            assert!(
+                valid.message.contains("rbac.secretAccess"),
+                "{}",
+                valid.message
+            );
+        } else {
+            assert!(valid.message.contains("not found"), "{}", valid.message);
+        }
+        let notes = h.wait_event("web", "InvalidSpec").await;
+        assert!(
+            notes.iter().any(|n| n.contains("consul-token")),
+            "{notes:?}"
+        );
+        assert!(!ever_labelled_by(&h, "web"));
+
+        // The Secret appears. The operator watches no Secrets (it may only `get` them), so
+        // it learns about it on its next look (the 5-minute requeue of invalid elections),
+        // or at once when the election is touched, as `kubectl annotate` does.
+        let secrets: Api<Secret> = Api::namespaced(h.admin.clone(), &h.ns);
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "consul-token"},
+            "stringData": {"token": "any-token-the-emulator-accepts"},
+        }))
+        .expect("secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create secret");
+        let reconciles = h.reconciles();
+        h.touch("web").await;
+        if secret_access {
+            h.wait_elected("web", None).await;
+            let le = h.elections().get("web").await.expect("election");
+            assert!(has_condition(&le, "SpecValid", "True"));
+        } else {
+            // Without the chart's rbac.secretAccess it stays Invalid, with the same advice.
+            let more_reconciles = async {
+                while h.reconciles() <= reconciles {
+                    let _ = h
+                        .recorder
+                        .wait_until(Duration::from_millis(50), |_| false)
+                        .await;
+                }
+            };
+            tokio::time::timeout(SOON, more_reconciles)
+                .await
+                .expect("the touch is reconciled");
+            let le = h.elections().get("web").await.expect("election");
+            assert_eq!(phase(&le).as_deref(), Some("Invalid"));
+            let (events, _) = h.events("web", "InvalidSpec").await;
+            assert_eq!(events, 1, "the unchanged problem is not reported again");
+        }
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_token_secret_is_invalid_until_it_exists() {
+    missing_token_secret("sp-secret", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_secret_access_the_token_secret_is_reported_unreadable() {
+    missing_token_secret("sp-nosecret", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_that_never_become_ready_elect_nobody_until_one_does() {
+    with_namespace("sp-notready", |admin, ns| async move {
+        let mut h = Harness::with_options(
+            admin,
+            ns,
+            HarnessOptions {
+                sim: SimulatorOptions {
+                    start_ready: false,
+                    max_grace: Some(Duration::from_secs(2)),
+                    ..SimulatorOptions::default()
+                },
+                ..HarnessOptions::default()
+            },
+        )
+        .await;
+        let labels = std::collections::BTreeMap::from([("app".to_owned(), "web".to_owned())]);
+        testkit::pods::create_deployment(&h.admin, &h.ns, "web", 3, labels)
+            .await
+            .expect("deployment");
+        h.start_operator().await;
+        h.election("web", web()).await;
+        let le = h
+            .wait_status("web", |le| {
+                phase(le).as_deref() == Some("Pending")
+                    && le.status.as_ref().is_some_and(|s| {
+                        s.candidates.len() == 3
+                            && s.candidates
+                                .iter()
+                                .all(|c| !c.eligible && c.reason.as_deref() == Some("NotReady"))
+                    })
+            })
+            .await;
+        assert!(status_leader(&le).is_none());
+        assert!(has_condition(&le, "LeaderElected", "False"));
+        h.wait_pods(SOON, "three followers", |pods| {
+            with_role(pods, "follower").len() == 3
+        })
+        .await;
+        assert!(h.emu.kv_entry(&h.key("web")).is_none(), "no lock taken");
+
+        let one = h.current().keys().next().cloned().expect("a pod");
+        h.sim.set_ready(&one, true).await;
+        let elected = h.wait_elected("web", None).await;
+        assert_eq!(elected.pod, one);
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_require_ready_a_not_ready_pod_can_lead() {
+    with_namespace("sp-noready", |admin, ns| async move {
+        let mut h = Harness::with_options(
+            admin,
+            ns,
+            HarnessOptions {
+                sim: SimulatorOptions {
+                    start_ready: false,
+                    max_grace: Some(Duration::from_secs(2)),
+                    ..SimulatorOptions::default()
+                },
+                ..HarnessOptions::default()
+            },
+        )
+        .await;
+        let labels = std::collections::BTreeMap::from([("app".to_owned(), "web".to_owned())]);
+        testkit::pods::create_deployment(&h.admin, &h.ns, "web", 2, labels)
+            .await
+            .expect("deployment");
+        h.start_operator().await;
+        h.election(
+            "web",
+            json!({
+                "selector": {"matchLabels": {"app": "web"}},
+                "candidates": {"requireReady": false},
+            }),
+        )
+        .await;
+        let elected = h.wait_elected("web", None).await;
+        let pods = h.current();
+        assert!(!pods[&elected.pod].ready, "a NotReady pod leads");
+        let le = h.elections().get("web").await.expect("election");
+        let candidates = &le.status.as_ref().expect("status").candidates;
+        assert!(candidates.iter().all(|c| c.eligible), "{candidates:?}");
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selector_changes_unlabel_leavers_label_newcomers_and_replace_a_leaving_leader() {
+    with_namespace("sp-selector", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        // Four bare pods: tier=a (a1, a2) and tier=b (b1, b2), all app=web.
+        for (name, tier) in [("a1", "a"), ("a2", "a"), ("b1", "b"), ("b2", "b")] {
+            h.bare_pod(name, &[("app", "web"), ("tier", tier)]).await;
+        }
+        h.wait_pods(SOON, "four Ready pods", |pods| {
+            pods.len() == 4 && pods.values().all(|p| p.ready)
+        })
+        .await;
+        h.start_operator().await;
+        h.election(
+            "web",
+            json!({"selector": {"matchLabels": {"app": "web", "tier": "a"}}}),
+        )
+        .await;
+        let first = h.wait_elected("web", None).await;
+        assert!(first.pod.starts_with('a'));
+        h.wait_pods(SOON, "a-pods labelled, b-pods untouched", |pods| {
+            with_role(pods, "follower").len() == 1
+                && ["b1", "b2"]
+                    .iter()
+                    .all(|b| !pods[*b].labels.contains_key(ROLE))
+        })
+        .await;
+
+        // The selection moves to tier b: the a-pods (the leader among them) lose everything,
+        // the b-pods are labelled, one of them leads.
+        h.patch_spec(
+            "web",
+            json!({"selector": {"matchLabels": {"app": "web", "tier": "b"}}}),
+        )
+        .await;
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        assert!(second.pod.starts_with('b'));
+        assert!(second.token > first.token);
+        h.wait_pods(SOON, "a-pods cleaned, b-pods labelled", |pods| {
+            ["a1", "a2"].iter().all(|a| {
+                let p = &pods[*a];
+                !p.labels.contains_key(ROLE)
+                    && !p.annotations.contains_key(FENCING_TOKEN_ANNOTATION)
+                    && !p.annotations.contains_key(LEADER_SINCE_ANNOTATION)
+                    && !p.annotations.contains_key(ELECTION_ANNOTATION)
+            }) && with_role(pods, "follower").len() == 1
+        })
+        .await;
+
+        // Widened to every app=web pod: the leader stays, the a-pods become followers.
+        h.patch_spec("web", json!({"selector": {"matchLabels": {"tier": null}}}))
+            .await;
+        h.wait_pods(SOON, "three followers", |pods| {
+            with_role(pods, "follower").len() == 3
+        })
+        .await;
+        let now = h.wait_elected("web", None).await;
+        assert_eq!(now, second, "widening the selection moves nobody");
+
+        // Narrowed to nothing: nobody is labelled, the lock is released.
+        h.patch_spec(
+            "web",
+            json!({"selector": {"matchLabels": {"app": "nothing"}}}),
+        )
+        .await;
+        h.wait_pods(SOON, "every pod cleaned", |pods| {
+            pods.values().all(|p| {
+                !p.labels.contains_key(ROLE) && !p.annotations.contains_key(ELECTION_ANNOTATION)
+            })
+        })
+        .await;
+        let le = h
+            .wait_status("web", |le| phase(le).as_deref() == Some("Pending"))
+            .await;
+        assert!(le.status.as_ref().is_some_and(|s| s.candidates.is_empty()));
+        assert!(
+            h.emu
+                .kv_entry(&h.key("web"))
+                .is_none_or(|e| e.session.is_none()),
+            "the lock is released"
+        );
+        h.finish().await;
+    })
+    .await;
+}
