@@ -428,23 +428,55 @@ async fn observe_mode_mirrors_the_application_lock_and_never_writes_to_consul() 
             h.app_acquire(&key, &app2, &json!({"pod": next}).to_string())
                 .await
         );
+        let token = h.emu.kv_entry(&key).expect("key").lock_index;
+        let before = h.emu.stats();
         let expected_next = next.clone();
         h.wait_pods(SOON, "the new holder labelled leader", |pods| {
             with_role(pods, "leader") == vec![expected_next.clone()]
                 && with_role(pods, "follower").len() == 2
         })
         .await;
+        let le = h
+            .wait_status("web", |le| {
+                harness::status_leader(le).as_deref() == Some(next.as_str())
+                    && le.status.as_ref().and_then(|s| s.fencing_token) == Some(token)
+            })
+            .await;
+        assert_eq!(phase(&le).as_deref(), Some("Observing"));
+        assert_eq!(
+            le.status
+                .as_ref()
+                .and_then(|s| s.leader.as_ref())
+                .and_then(|l| l.session_id.clone()),
+            None,
+            "the operator holds no session in Observe mode"
+        );
 
-        // The operator only read: no session, no write, no delete. (The counters include the
-        // application's own requests made after the reset: one release, one create, one
-        // acquire.)
+        // The operator only read: from the first reset on, every write was the
+        // application's (one release, one session, one acquire); after the second snapshot
+        // nothing but reads at all.
         let stats = h.emu.stats();
         assert_eq!(stats.requests_to("session.create"), 1, "{stats:?}");
         assert_eq!(stats.requests_to("kv.put"), 2, "{stats:?}");
+        for write in [
+            "session.create",
+            "session.renew",
+            "session.destroy",
+            "kv.put",
+            "kv.delete",
+        ] {
+            assert_eq!(
+                stats.requests_to(write),
+                before.requests_to(write),
+                "the operator sent {write}: {stats:?}"
+            );
+        }
         assert_eq!(stats.requests_to("session.renew"), 0, "{stats:?}");
         assert_eq!(stats.requests_to("session.destroy"), 0, "{stats:?}");
         assert_eq!(stats.requests_to("kv.delete"), 0, "{stats:?}");
         assert!(stats.requests_to("kv.get") > 0, "it does watch the key");
+        let entry = h.emu.kv_entry(&key).expect("key");
+        assert_eq!(entry.session.as_deref(), Some(app2.as_str()));
         h.finish().await;
     })
     .await;
