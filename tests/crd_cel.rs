@@ -4,59 +4,17 @@
 //! Then the Rust validation (`crd::validate`) is checked to say the same things as CEL on the
 //! same samples, so clusters without CEL get the same answers.
 
+mod common;
+
 use std::collections::BTreeSet;
 
 use consul_elector::crd::rules::{self, CelRule};
 use consul_elector::crd::{LeaderElection, LeaderElectionSpec, validate};
-use kube::CustomResourceExt;
 use kube::core::cel::{ErrorKind, Validator, apply_defaults};
 use serde_json::{Value, json};
 
-/// The CRD's openAPIV3Schema as JSON.
-fn schema() -> Value {
-    let crd = LeaderElection::crd();
-    let version = crd.spec.versions.first().expect("the CRD has a version");
-    let schema = version
-        .schema
-        .as_ref()
-        .and_then(|s| s.open_api_v3_schema.as_ref())
-        .expect("the CRD has an openAPIV3Schema");
-    serde_json::to_value(schema).expect("the schema serializes")
-}
-
-/// A minimal valid spec.
-fn valid_spec() -> Value {
-    json!({"selector": {"matchLabels": {"app": "web"}}})
-}
-
-/// A `LeaderElection` object around `spec`.
-fn object(spec: Value) -> Value {
-    json!({
-        "apiVersion": "elector.dev/v1alpha1",
-        "kind": "LeaderElection",
-        "metadata": {"name": "web", "namespace": "shop"},
-        "spec": spec,
-    })
-}
-
-/// [`valid_spec`] with the value at `pointer` (below `spec`, such as `/session/ttl`) replaced
-/// by `value`, creating the objects on the way.
-fn spec_with(pointer: &str, value: Value) -> Value {
-    let mut spec = valid_spec();
-    let (parent, leaf) = pointer.rsplit_once('/').expect("a pointer with a '/'");
-    let mut node = &mut spec;
-    for part in parent.split('/').filter(|p| !p.is_empty()) {
-        node = node
-            .as_object_mut()
-            .expect("an object on the path")
-            .entry(part)
-            .or_insert_with(|| json!({}));
-    }
-    node.as_object_mut()
-        .expect("an object at the parent")
-        .insert(leaf.to_owned(), value);
-    spec
-}
+use common::crd::schema;
+use common::spec::{minimal_spec, object, spec_with};
 
 /// The messages of the CEL rules `spec` breaks. Fails the test on anything but a rule that
 /// evaluated to false (a compilation or evaluation error would hide a broken rule).
@@ -116,7 +74,7 @@ fn cases() -> Vec<Case> {
         Case {
             rule: rules::SELECTOR_NOT_EMPTY,
             valid: vec![
-                valid_spec(),
+                minimal_spec(),
                 json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}}),
             ],
             invalid: vec![
@@ -196,7 +154,7 @@ fn cases() -> Vec<Case> {
         Case {
             rule: rules::LABEL_KEY_NOT_SELECTED,
             valid: vec![
-                valid_spec(),
+                minimal_spec(),
                 json!({
                     "selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]},
                     "labels": {"key": "role"},
@@ -352,7 +310,7 @@ fn the_schema_carries_exactly_the_listed_rules_and_each_is_tested() {
 fn schema_defaults_are_the_serde_defaults() {
     let schema = schema();
     for spec in [
-        valid_spec(),
+        minimal_spec(),
         spec_with("/session", json!({"ttl": "30s"})),
         spec_with("/labels", json!({"leader": "primary"})),
         spec_with("/candidates", json!({})),
@@ -368,7 +326,7 @@ fn schema_defaults_are_the_serde_defaults() {
 
 #[test]
 fn the_minimal_object_passes_with_the_schema_defaults() {
-    assert_eq!(cel_messages(&schema(), valid_spec()), BTreeSet::new());
+    assert_eq!(cel_messages(&schema(), minimal_spec()), BTreeSet::new());
 }
 
 /// `crd::validate` answers what the CEL rules answer, on every sample of every case: each

@@ -4,6 +4,8 @@
 //! sizes, enums, required fields) rejects a violating object with HTTP 422. CEL rules are not
 //! enforced by 1.20; `tests/crd_cel.rs` evaluates them locally.
 
+mod common;
+
 use std::time::Duration;
 
 use consul_elector::crd::{
@@ -17,6 +19,8 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use testkit::cluster::{install_crypto_provider, with_namespace};
 use tokio::sync::OnceCell;
+
+use common::spec::{minimal_spec, spec_with};
 
 /// Bound on the CRD's installation and on every request.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -55,10 +59,6 @@ async fn create(api: &Api<DynamicObject>, name: &str, spec: Value) -> Result<Val
         .await
         .unwrap_or_else(|_| panic!("creating {name} took more than {TIMEOUT:?}"))?;
     Ok(serde_json::to_value(created).expect("the answer serializes"))
-}
-
-fn minimal_spec() -> Value {
-    json!({"selector": {"matchLabels": {"app": "web"}}})
 }
 
 #[tokio::test]
@@ -157,22 +157,6 @@ async fn a_fully_specified_object_round_trips() {
 /// apiserver, Debian's 1.20 build, also takes an empty string for null, so the `""` cases are
 /// refused there for that reason too; a conformant apiserver refuses them by minLength.)
 fn schema_violations() -> Vec<(&'static str, Value)> {
-    let with = |pointer: &str, value: Value| {
-        let mut spec = minimal_spec();
-        let (parent, leaf) = pointer.rsplit_once('/').expect("a pointer with a '/'");
-        let mut node = &mut spec;
-        for part in parent.split('/').filter(|p| !p.is_empty()) {
-            node = node
-                .as_object_mut()
-                .expect("an object on the path")
-                .entry(part)
-                .or_insert_with(|| json!({}));
-        }
-        node.as_object_mut()
-            .expect("an object at the parent")
-            .insert(leaf.to_owned(), value);
-        spec
-    };
     vec![
         ("spec.selector", json!({})),
         ("spec.selector", json!({"selector": {}})),
@@ -196,55 +180,61 @@ fn schema_violations() -> Vec<(&'static str, Value)> {
             "spec.selector.matchExpressions",
             json!({"selector": {"matchExpressions": [{"key": "bad key", "operator": "Exists"}]}}),
         ),
-        ("spec.session.ttl", with("/session/ttl", json!("15"))),
-        ("spec.session.ttl", with("/session/ttl", json!("15 s"))),
+        ("spec.session.ttl", spec_with("/session/ttl", json!("15"))),
+        ("spec.session.ttl", spec_with("/session/ttl", json!("15 s"))),
         (
             "spec.session.lockDelay",
-            with("/session/lockDelay", json!("1d")),
+            spec_with("/session/lockDelay", json!("1d")),
         ),
-        ("spec.failover.delay", with("/failover/delay", json!("-1s"))),
-        ("spec.key", with("/key", json!("/elector/web"))),
-        ("spec.key", with("/key", json!("elector//web"))),
-        ("spec.key", with("/key", json!("elector/../web"))),
-        ("spec.key", with("/key", json!("elector/my web"))),
-        ("spec.key", with("/key", json!("elector/*"))),
-        ("spec.key", with("/key", json!("elector/web/"))),
-        ("spec.key", with("/key", json!(""))),
-        ("spec.labels.key", with("/labels/key", json!("bad key"))),
+        (
+            "spec.failover.delay",
+            spec_with("/failover/delay", json!("-1s")),
+        ),
+        ("spec.key", spec_with("/key", json!("/elector/web"))),
+        ("spec.key", spec_with("/key", json!("elector//web"))),
+        ("spec.key", spec_with("/key", json!("elector/../web"))),
+        ("spec.key", spec_with("/key", json!("elector/my web"))),
+        ("spec.key", spec_with("/key", json!("elector/*"))),
+        ("spec.key", spec_with("/key", json!("elector/web/"))),
+        ("spec.key", spec_with("/key", json!(""))),
         (
             "spec.labels.key",
-            with("/labels/key", json!("Example.com/role")),
+            spec_with("/labels/key", json!("bad key")),
         ),
-        ("spec.labels.key", with("/labels/key", json!("role/"))),
-        ("spec.labels.leader", with("/labels/leader", json!(""))),
+        (
+            "spec.labels.key",
+            spec_with("/labels/key", json!("Example.com/role")),
+        ),
+        ("spec.labels.key", spec_with("/labels/key", json!("role/"))),
+        ("spec.labels.leader", spec_with("/labels/leader", json!(""))),
         (
             "spec.labels.follower",
-            with("/labels/follower", json!("-follower")),
+            spec_with("/labels/follower", json!("-follower")),
         ),
         (
             "spec.labels.leader",
-            with("/labels/leader", json!("l".repeat(64))),
+            spec_with("/labels/leader", json!("l".repeat(64))),
         ),
-        ("spec.mode", with("/mode", json!("Elect"))),
+        ("spec.mode", spec_with("/mode", json!("Elect"))),
         (
             "spec.session.behavior",
-            with("/session/behavior", json!("Keep")),
+            spec_with("/session/behavior", json!("Keep")),
         ),
         (
             "spec.onConsulUnavailable",
-            with("/onConsulUnavailable", json!("Panic")),
+            spec_with("/onConsulUnavailable", json!("Panic")),
         ),
         (
             "spec.consul.address",
-            with("/consul/address", json!("https://consul/path")),
+            spec_with("/consul/address", json!("https://consul/path")),
         ),
         (
             "spec.consul.datacenter",
-            with("/consul/datacenter", json!("dc 1")),
+            spec_with("/consul/datacenter", json!("dc 1")),
         ),
         (
             "spec.consul.tokenSecretRef.name",
-            with(
+            spec_with(
                 "/consul/tokenSecretRef",
                 json!({"name": "Token", "key": "token"}),
             ),

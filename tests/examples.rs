@@ -16,6 +16,8 @@
 //!   which adds Kubernetes' own validation of Deployments and Services (CEL rules excepted:
 //!   1.20 does not enforce them, the local check above does).
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
@@ -27,7 +29,6 @@ use std::time::{Duration, Instant};
 use consul_elector::crd::{self, LeaderElection, selector_matches};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, PodTemplateSpec, Service};
-use kube::CustomResourceExt;
 use kube::core::cel::{Validator, apply_defaults};
 use regex::Regex;
 use serde::de::DeserializeOwned;
@@ -109,18 +110,6 @@ fn all_documents() -> Vec<Document> {
         .iter()
         .flat_map(|p| documents_of(p))
         .collect()
-}
-
-/// The CRD's openAPIV3Schema as JSON.
-fn crd_schema() -> Value {
-    let crd = LeaderElection::crd();
-    let version = crd.spec.versions.first().expect("the CRD has a version");
-    let schema = version
-        .schema
-        .as_ref()
-        .and_then(|s| s.open_api_v3_schema.as_ref())
-        .expect("the CRD has an openAPIV3Schema");
-    serde_json::to_value(schema).expect("the schema serializes")
 }
 
 // ---------------------------------------------------------------------------------------
@@ -307,7 +296,7 @@ fn is_dns_subdomain(name: &str) -> bool {
 /// Everything the API server and the operator would say about a `LeaderElection` document:
 /// empty when it would be accepted and elect.
 fn leader_election_problems(object: &Value) -> Vec<String> {
-    let schema = crd_schema();
+    let schema = common::crd::schema();
     let mut errors = Vec::new();
     // The root's apiVersion, kind and metadata are the API server's, not in the CRD schema.
     if object["apiVersion"] != json!(crd::API_VERSION) {

@@ -348,40 +348,27 @@ fn count(limit: u32) -> usize {
     usize::try_from(limit).unwrap_or(usize::MAX)
 }
 
+/// The JSON specs of the integration tests, shared with the unit tests below.
+#[cfg(test)]
+#[path = "../../tests/common/spec.rs"]
+mod test_specs;
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
+    use super::test_specs::{minimal_spec, object, spec_with};
     use super::*;
     use crate::election::config::{Behavior, Mode, UnavailablePolicy};
 
     /// `web` in namespace `shop` with `spec` (serde defaults applied, as the API server would).
     fn election(spec: serde_json::Value) -> LeaderElection {
-        serde_json::from_value(json!({
-            "apiVersion": "elector.dev/v1alpha1",
-            "kind": "LeaderElection",
-            "metadata": {"name": "web", "namespace": "shop"},
-            "spec": spec,
-        }))
-        .expect("a well-formed test object")
+        serde_json::from_value(object(spec)).expect("a well-formed test object")
     }
 
     /// A minimal valid spec with `field` (a JSON pointer below `spec`) set to `value`.
     fn with(pointer: &str, value: serde_json::Value) -> LeaderElection {
-        let mut spec = json!({"selector": {"matchLabels": {"app": "web"}}});
-        let (parent, leaf) = pointer.rsplit_once('/').expect("a pointer with a '/'");
-        let mut node = &mut spec;
-        for part in parent.split('/').filter(|p| !p.is_empty()) {
-            node = node
-                .as_object_mut()
-                .expect("an object on the path")
-                .entry(part)
-                .or_insert_with(|| json!({}));
-        }
-        node.as_object_mut()
-            .expect("an object at the parent")
-            .insert(leaf.to_owned(), value);
-        election(spec)
+        election(spec_with(pointer, value))
     }
 
     fn problems(election: &LeaderElection) -> Vec<(&'static str, String)> {
@@ -404,9 +391,7 @@ mod tests {
 
     #[test]
     fn a_minimal_spec_gets_every_default() {
-        let config = accepted(&election(
-            json!({"selector": {"matchLabels": {"app": "web"}}}),
-        ));
+        let config = accepted(&election(minimal_spec()));
         assert_eq!(
             config,
             ElectionConfig {
@@ -581,7 +566,7 @@ mod tests {
 
     #[test]
     fn the_default_key_needs_a_namespace() {
-        let mut election = election(json!({"selector": {"matchLabels": {"app": "web"}}}));
+        let mut election = election(minimal_spec());
         election.metadata.namespace = None;
         assert_eq!(problems(&election)[0].0, "metadata.namespace");
         assert_eq!(default_key("ns", "name"), "elector/ns/name/leader");

@@ -1,5 +1,9 @@
-//! Shared helpers of the Consul client integration tests.
+//! Shared helpers of the integration tests: the Consul client against the emulator (here),
+//! the CRD's schema ([`crd`]) and `LeaderElection` specs as JSON ([`spec`]).
 #![allow(dead_code)] // each test binary uses a different subset
+
+pub mod crd;
+pub mod spec;
 
 use std::time::Duration;
 
