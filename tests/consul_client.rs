@@ -11,9 +11,9 @@ use consul_elector::consul::{
     BlockingIndex, ConsulClient, ConsulError, ConsulSettings, ConsulToken, IndexChange, Overrides,
     QueryOptions, SessionBehavior, SessionRequest,
 };
-use testkit::consul::{AclConfig, AclPolicy, EmulatorConfig, Endpoint, Fault, FaultAction};
+use testkit::consul::{AclPolicy, Endpoint, Fault, FaultAction};
 
-use common::{client, emulator, emulator_with, settings};
+use common::{client, emulator, emulator_with_tokens, settings, with_token};
 
 const LOCK_FLAGS: u64 = 3_304_740_253_564_472_344;
 
@@ -395,29 +395,23 @@ async fn watch_of_a_prefix_is_woken_by_a_write_and_by_a_session_loss() {
 
 #[tokio::test]
 async fn permission_errors_come_from_acls() {
-    let mut tokens = HashMap::new();
-    tokens.insert(
-        "reader-token".to_owned(),
-        AclPolicy {
-            key_read: vec![String::new()],
-            ..AclPolicy::default()
-        },
-    );
-    tokens.insert(
-        "writer-token".to_owned(),
-        AclPolicy {
-            key_write: vec!["elector/".to_owned()],
-            session_write: true,
-            ..AclPolicy::default()
-        },
-    );
-    let emu = emulator_with(EmulatorConfig {
-        acl: Some(AclConfig {
-            tokens,
-            anonymous: AclPolicy::default(),
-        }),
-        ..EmulatorConfig::default()
-    })
+    let emu = emulator_with_tokens([
+        (
+            "reader-token",
+            AclPolicy {
+                key_read: vec![String::new()],
+                ..AclPolicy::default()
+            },
+        ),
+        (
+            "writer-token",
+            AclPolicy {
+                key_write: vec!["elector/".to_owned()],
+                session_write: true,
+                ..AclPolicy::default()
+            },
+        ),
+    ])
     .await;
     let mut reader_settings = settings(&emu);
     reader_settings.token = ConsulToken::new("reader-token");
@@ -432,24 +426,14 @@ async fn permission_errors_come_from_acls() {
     assert!(!error.is_retryable());
     assert_eq!(emu.stats().requests_to("kv.put"), 1, "403 is not retried");
 
-    let writer = reader
-        .with_overrides(Overrides {
-            token: ConsulToken::new("writer-token"),
-            ..Overrides::default()
-        })
-        .unwrap();
+    let writer = with_token(&reader, "writer-token");
     writer.kv_put("elector/k", b"v", 0).await.unwrap();
     writer
         .create_session(&session_request("acl"))
         .await
         .unwrap();
 
-    let stranger = reader
-        .with_overrides(Overrides {
-            token: ConsulToken::new("unknown-token"),
-            ..Overrides::default()
-        })
-        .unwrap();
+    let stranger = with_token(&reader, "unknown-token");
     let error = stranger
         .kv_get("elector/k", QueryOptions::default())
         .await
@@ -697,13 +681,7 @@ async fn hammer(cap: usize) -> testkit::consul::Stats {
     ));
     let handles: Arc<Vec<ConsulClient>> = Arc::new(
         (0..4)
-            .map(|i| {
-                root.with_overrides(Overrides {
-                    token: ConsulToken::new(format!("token-{i}")),
-                    ..Overrides::default()
-                })
-                .unwrap()
-            })
+            .map(|i| with_token(&root, format!("token-{i}")))
             .chain([root.clone()])
             .collect(),
     );
@@ -793,21 +771,13 @@ async fn a_cancelled_request_gives_its_permits_back() {
 
 #[tokio::test]
 async fn settings_from_an_env_map_reach_the_server() {
-    let mut tokens = HashMap::new();
-    tokens.insert(
-        "file-token".to_owned(),
+    let emu = emulator_with_tokens([(
+        "file-token",
         AclPolicy {
             key_write: vec![String::new()],
             ..AclPolicy::default()
         },
-    );
-    let emu = emulator_with(EmulatorConfig {
-        acl: Some(AclConfig {
-            tokens,
-            anonymous: AclPolicy::default(),
-        }),
-        ..EmulatorConfig::default()
-    })
+    )])
     .await;
     let dir = std::env::temp_dir().join(format!("consul-client-it-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

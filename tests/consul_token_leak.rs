@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use consul_elector::consul::{
-    ConsulAddress, ConsulClient, ConsulError, ConsulSettings, ConsulToken, Overrides, QueryOptions,
+    ConsulAddress, ConsulClient, ConsulError, ConsulSettings, Overrides, QueryOptions,
     SessionRequest,
 };
-use testkit::consul::{AclConfig, AclPolicy, EmulatorConfig, Endpoint, Fault, FaultAction};
+use testkit::consul::{AclPolicy, Endpoint, Fault, FaultAction};
 
 const SECRET: &str = "7f3c9a2e-SECRET-b5d1-4e8a-9c6f-token";
 const UNKNOWN_SECRET: &str = "0d1e2f3a-UNKNOWN-SECRET-token";
@@ -63,22 +63,14 @@ async fn the_token_never_leaks() {
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
 
-    let mut tokens = HashMap::new();
-    tokens.insert(
-        SECRET.to_owned(),
+    let emu = common::emulator_with_tokens([(
+        SECRET,
         AclPolicy {
             key_write: vec!["elector/".to_owned()],
             session_write: true,
             ..AclPolicy::default()
         },
-    );
-    let emu = common::emulator_with(EmulatorConfig {
-        acl: Some(AclConfig {
-            tokens,
-            anonymous: AclPolicy::default(),
-        }),
-        ..EmulatorConfig::default()
-    })
+    )])
     .await;
 
     let env: HashMap<&str, String> = HashMap::from([
@@ -118,12 +110,7 @@ async fn the_token_never_leaks() {
     assert_error_clean(&error);
 
     // 403 ACL not found, through an override handle.
-    let stranger = consul
-        .with_overrides(Overrides {
-            token: ConsulToken::new(UNKNOWN_SECRET),
-            ..Overrides::default()
-        })
-        .unwrap();
+    let stranger = common::with_token(&consul, UNKNOWN_SECRET);
     assert_clean("override Debug", &format!("{stranger:?}"));
     let error = stranger
         .kv_get("elector/k", QueryOptions::default())

@@ -8,9 +8,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use consul_elector::consul::{
-    ConsulClient, ConsulToken, Overrides, SessionBehavior, SessionRequest,
-};
+use consul_elector::consul::{ConsulClient, SessionBehavior, SessionRequest};
 use consul_elector::election::config::ElectionKey;
 use consul_elector::election::observe::LockView;
 use consul_elector::locks::LockWatcher;
@@ -191,13 +189,7 @@ async fn queries_are_one_per_prefix_slashless_key_and_token() {
         election("d"),
         election("e"),
     );
-    let other_token = f
-        .consul
-        .with_overrides(Overrides {
-            token: ConsulToken::new("another-token"),
-            ..Overrides::default()
-        })
-        .unwrap();
+    let other_token = common::with_token(&f.consul, "another-token");
     f.watcher.watch(&a, &f.consul, "elector/shop/a/leader");
     f.watcher.watch(&b, &f.consul, "custom/shop/b/leader");
     f.watcher.watch(&c, &f.consul, "custom/c");

@@ -8,9 +8,9 @@ pub mod spec;
 use std::time::Duration;
 
 use consul_elector::consul::{
-    ConsulAddress, ConsulClient, ConsulSettings, RetryPolicy, WatchPacing,
+    ConsulAddress, ConsulClient, ConsulSettings, ConsulToken, Overrides, RetryPolicy, WatchPacing,
 };
-use testkit::consul::{Emulator, EmulatorConfig};
+use testkit::consul::{AclConfig, AclPolicy, Emulator, EmulatorConfig};
 
 /// An emulator with the default (manual, virtual) clock and no blocking-query jitter.
 pub async fn emulator() -> Emulator {
@@ -26,6 +26,24 @@ pub async fn emulator_with(config: EmulatorConfig) -> Emulator {
     })
     .await
     .unwrap()
+}
+
+/// An emulator that enforces ACLs: it knows the `(secret, policy)` pairs of `tokens`, and a
+/// request without a token may do nothing.
+pub async fn emulator_with_tokens<'a>(
+    tokens: impl IntoIterator<Item = (&'a str, AclPolicy)>,
+) -> Emulator {
+    emulator_with(EmulatorConfig {
+        acl: Some(AclConfig {
+            tokens: tokens
+                .into_iter()
+                .map(|(secret, policy)| (secret.to_owned(), policy))
+                .collect(),
+            anonymous: AclPolicy::default(),
+        }),
+        ..EmulatorConfig::default()
+    })
+    .await
 }
 
 /// Settings pointing at `emu`, with quick retries (3 attempts, at most 5 ms apart).
@@ -48,4 +66,14 @@ pub fn settings(emu: &Emulator) -> ConsulSettings {
 /// A client for `emu` with [`settings`].
 pub fn client(emu: &Emulator) -> ConsulClient {
     ConsulClient::new(&settings(emu)).unwrap()
+}
+
+/// A handle of `consul` whose requests carry `token` instead of its own.
+pub fn with_token(consul: &ConsulClient, token: impl Into<String>) -> ConsulClient {
+    consul
+        .with_overrides(Overrides {
+            token: ConsulToken::new(token),
+            ..Overrides::default()
+        })
+        .unwrap()
 }
