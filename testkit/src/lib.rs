@@ -1,5 +1,6 @@
 //! Test infrastructure for consul-elector.
 
+pub mod cli;
 pub mod cluster;
 pub mod consul;
 pub mod kube_faults;

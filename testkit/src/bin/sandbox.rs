@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use testkit::cli::{self, Invocation};
 use testkit::sandbox::{self, Options, Outcome};
-use tokio::signal::unix::{SignalKind, signal};
 
 const USAGE: &str = "\
 usage: cargo run -p testkit --bin sandbox [-- --keep]
@@ -32,13 +32,7 @@ environment:
   SANDBOX_OPERATOR_LOG  the operator's log filter (RUST_LOG syntax; default warn), for
                         example info,consul_elector=debug";
 
-/// What the command line asks for.
-enum Invocation {
-    Help,
-    Run(Options),
-}
-
-fn parse_args(args: impl Iterator<Item = String>) -> Result<Invocation, String> {
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Invocation<Options>, String> {
     let mut options = Options::default();
     for arg in args {
         match arg.as_str() {
@@ -52,30 +46,21 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Invocation, String> 
 
 /// Resolves on Ctrl-C or SIGTERM (never, if the handlers cannot be installed).
 async fn stop_requested() {
-    let (Ok(mut interrupt), Ok(mut terminate)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        eprintln!("sandbox: cannot install the signal handlers; Ctrl-C will not clean up");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = interrupt.recv() => {}
-        _ = terminate.recv() => {}
+    match cli::stop_requested() {
+        Ok(stop) => stop.await,
+        Err(error) => {
+            eprintln!(
+                "sandbox: cannot install the signal handlers ({error}); Ctrl-C will not clean up"
+            );
+            std::future::pending().await
+        }
     }
 }
 
 fn main() -> ExitCode {
-    let options = match parse_args(std::env::args().skip(1)) {
-        Ok(Invocation::Run(options)) => options,
-        Ok(Invocation::Help) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
+    let options = match cli::run_or_exit(parse_args(std::env::args().skip(1)), USAGE) {
+        Ok(options) => options,
+        Err(exit) => return exit,
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

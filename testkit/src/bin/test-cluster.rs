@@ -8,8 +8,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use testkit::cli::{self, Invocation};
 use testkit::cluster::{ClusterOptions, TestCluster};
-use tokio::signal::unix::{SignalKind, signal};
 
 const USAGE: &str = "\
 usage: test-cluster up [--kubeconfig-out PATH] [--log-dir DIR] [--no-controller-manager]
@@ -28,19 +28,13 @@ options:
   --no-controller-manager  run only etcd and kube-apiserver
   -h, --help               show this help";
 
-/// What the command line asks for.
-enum Invocation {
-    Help,
-    Up(Up),
-}
-
 /// What `up` was asked for.
 struct Up {
     options: ClusterOptions,
     kubeconfig_out: Option<PathBuf>,
 }
 
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Invocation, String> {
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Invocation<Up>, String> {
     match args.next().as_deref() {
         Some("up") => {}
         Some("-h" | "--help") => return Ok(Invocation::Help),
@@ -71,28 +65,21 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Invocation, Stri
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
-    Ok(Invocation::Up(up))
+    Ok(Invocation::Run(up))
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let up = match parse_args(std::env::args().skip(1)) {
-        Ok(Invocation::Up(up)) => up,
-        Ok(Invocation::Help) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
+    let up = match cli::run_or_exit(parse_args(std::env::args().skip(1)), USAGE) {
+        Ok(up) => up,
+        Err(exit) => return exit,
     };
-    let (Ok(mut interrupt), Ok(mut terminate)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        eprintln!("test-cluster: cannot install the signal handlers");
-        return ExitCode::FAILURE;
+    let stop = match cli::stop_requested() {
+        Ok(stop) => stop,
+        Err(error) => {
+            eprintln!("test-cluster: cannot install the signal handlers: {error}");
+            return ExitCode::FAILURE;
+        }
     };
     let cluster = match TestCluster::start(up.options) {
         Ok(cluster) => cluster,
@@ -114,10 +101,7 @@ async fn main() -> ExitCode {
     println!("kubeconfig: {}", kubeconfig.display());
     println!("server: {}", cluster.server_url());
     println!("running; Ctrl-C or SIGTERM stops the cluster");
-    tokio::select! {
-        _ = interrupt.recv() => {}
-        _ = terminate.recv() => {}
-    }
+    stop.await;
     eprintln!("test-cluster: stopping");
     drop(cluster);
     ExitCode::SUCCESS
