@@ -33,6 +33,13 @@ fn stamp(at: Duration) -> Timestamp {
     Timestamp::from_second(1_700_000_000).expect("valid timestamp") + at
 }
 
+/// The health of a session last renewed at emulator time `at`.
+fn alive(at: Duration) -> SessionHealth {
+    SessionHealth::Alive {
+        renewed_at: stamp(at),
+    }
+}
+
 struct Fixture {
     emu: Emulator,
     consul: ConsulClient,
@@ -81,6 +88,14 @@ impl Fixture {
             .unwrap()
     }
 
+    /// Creates the session of pod `web-0` for the election `shop/web`: the election, the
+    /// session's ID and the emulator time of the creation.
+    async fn create_web(&self) -> (ElectionKey, String, Duration) {
+        let web = election("web");
+        let id = self.create(&web, "web-0").await;
+        (web, id, self.emu.now())
+    }
+
     /// Sleeps (virtually) until the emulator's clock reads `at`.
     async fn sleep_until(&self, at: Duration) {
         tokio::time::sleep(at.saturating_sub(self.emu.now())).await;
@@ -98,9 +113,7 @@ impl Fixture {
 #[tokio::test(start_paused = true)]
 async fn create_registers_a_ttl_session_and_renews_it_every_half_ttl() {
     let mut f = Fixture::new().await;
-    let web = election("web");
-    let id = f.create(&web, "web-0").await;
-    let created = f.emu.now();
+    let (web, id, created) = f.create_web().await;
 
     let stored = f.emu.session(&id).unwrap();
     assert_eq!(stored.name, "consul-elector/shop/web/web-0");
@@ -114,9 +127,7 @@ async fn create_registers_a_ttl_session_and_renews_it_every_half_ttl() {
             id: id.clone(),
             pod: "web-0".to_owned(),
             pod_uid: "uid-web-0".to_owned(),
-            health: SessionHealth::Alive {
-                renewed_at: stamp(created)
-            },
+            health: alive(created),
             ttl: TTL,
         })
     );
@@ -128,12 +139,7 @@ async fn create_registers_a_ttl_session_and_renews_it_every_half_ttl() {
     for period in 1..=12u32 {
         f.sleep_until(created + TTL / 2 * period + TTL / 4).await;
         assert_eq!(f.renewals(), u64::from(period), "period {period}");
-        assert_eq!(
-            f.health(&web),
-            SessionHealth::Alive {
-                renewed_at: stamp(created + TTL / 2 * period)
-            }
-        );
+        assert_eq!(f.health(&web), alive(created + TTL / 2 * period));
     }
     assert_eq!(f.emu.stats().total_requests(), 12, "nothing but renewals");
     assert!(f.emu.session(&id).is_some(), "alive after six TTLs");
@@ -143,9 +149,7 @@ async fn create_registers_a_ttl_session_and_renews_it_every_half_ttl() {
 #[tokio::test(start_paused = true)]
 async fn failures_shorter_than_a_ttl_keep_the_session_alive() {
     let mut f = Fixture::new().await;
-    let web = election("web");
-    let id = f.create(&web, "web-0").await;
-    let created = f.emu.now();
+    let (web, id, created) = f.create_web().await;
     let fault = f.emu.add_fault(Fault::always(
         Endpoint::SessionRenew,
         FaultAction::Respond {
@@ -157,20 +161,10 @@ async fn failures_shorter_than_a_ttl_keep_the_session_alive() {
     // Renewals fail at 5, 6, 7 and 8 s (one retry per second); the one at 9 s succeeds.
     f.sleep_until(created + Duration::from_millis(8500)).await;
     assert_eq!(f.renewals(), 4);
-    assert_eq!(
-        f.health(&web),
-        SessionHealth::Alive {
-            renewed_at: stamp(created)
-        }
-    );
+    assert_eq!(f.health(&web), alive(created));
     f.emu.remove_fault(fault);
     f.sleep_until(created + Duration::from_millis(9500)).await;
-    assert_eq!(
-        f.health(&web),
-        SessionHealth::Alive {
-            renewed_at: stamp(created + Duration::from_secs(9))
-        }
-    );
+    assert_eq!(f.health(&web), alive(created + Duration::from_secs(9)));
     // Back to the TTL/2 cadence.
     f.sleep_until(created + Duration::from_millis(14500)).await;
     assert_eq!(f.renewals(), 6);
@@ -181,9 +175,7 @@ async fn failures_shorter_than_a_ttl_keep_the_session_alive() {
 #[tokio::test(start_paused = true)]
 async fn failures_for_a_whole_ttl_make_the_session_unconfirmed_until_a_renewal_succeeds() {
     let mut f = Fixture::new().await;
-    let web = election("web");
-    let id = f.create(&web, "web-0").await;
-    let created = f.emu.now();
+    let (web, id, created) = f.create_web().await;
     let fault = f.emu.add_fault(Fault::always(
         Endpoint::SessionRenew,
         FaultAction::NoLeaderError,
@@ -207,21 +199,14 @@ async fn failures_for_a_whole_ttl_make_the_session_unconfirmed_until_a_renewal_s
     f.emu.remove_fault(fault);
     assert_eq!(next_report(&mut f.reports).await, web);
     assert_eq!(f.emu.now(), created + Duration::from_secs(15));
-    assert_eq!(
-        f.health(&web),
-        SessionHealth::Alive {
-            renewed_at: stamp(created + Duration::from_secs(15))
-        }
-    );
+    assert_eq!(f.health(&web), alive(created + Duration::from_secs(15)));
     assert!(f.emu.session(&id).is_some());
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_consul_without_leader_makes_sessions_unconfirmed_and_a_new_leader_alive_again() {
     let mut f = Fixture::new().await;
-    let web = election("web");
-    let id = f.create(&web, "web-0").await;
-    let created = f.emu.now();
+    let (web, id, created) = f.create_web().await;
     f.emu.set_leader(false);
 
     assert_eq!(next_report(&mut f.reports).await, web);
@@ -240,9 +225,7 @@ async fn a_consul_without_leader_makes_sessions_unconfirmed_and_a_new_leader_ali
 #[tokio::test(start_paused = true)]
 async fn a_renewal_answered_404_loses_the_session_and_stops_renewing() {
     let mut f = Fixture::new().await;
-    let web = election("web");
-    let id = f.create(&web, "web-0").await;
-    let created = f.emu.now();
+    let (web, id, created) = f.create_web().await;
     assert!(f.emu.invalidate_session(&id));
 
     assert_eq!(next_report(&mut f.reports).await, web);
@@ -258,8 +241,7 @@ async fn a_renewal_answered_404_loses_the_session_and_stops_renewing() {
 #[tokio::test(start_paused = true)]
 async fn a_new_operator_process_adopts_the_sessions_of_the_previous_one() {
     let mut f = Fixture::new().await;
-    let web = election("web");
-    let id = f.create(&web, "web-0").await;
+    let (web, id, _) = f.create_web().await;
     // The operator dies: its renewals stop with it. Its successor starts empty.
     let (successor, mut reports) = Fixture::manager(&f.emu);
     drop(std::mem::replace(&mut f.manager, successor.clone()));
@@ -280,9 +262,7 @@ async fn a_new_operator_process_adopts_the_sessions_of_the_previous_one() {
             id: id.clone(),
             pod: "web-0".to_owned(),
             pod_uid: "uid-web-0".to_owned(),
-            health: SessionHealth::Alive {
-                renewed_at: stamp(adopted_at)
-            },
+            health: alive(adopted_at),
             ttl: TTL,
         })
     );
@@ -355,8 +335,7 @@ async fn create_replaces_the_previous_session_of_the_election() {
 #[tokio::test(start_paused = true)]
 async fn destroy_is_idempotent() {
     let f = Fixture::new().await;
-    let web = election("web");
-    let id = f.create(&web, "web-0").await;
+    let (web, id, _) = f.create_web().await;
     f.manager.destroy(&web, &f.consul).await.unwrap();
     assert!(f.emu.session(&id).is_none());
     assert_eq!(f.manager.view(&web), None);
@@ -375,9 +354,7 @@ async fn destroy_is_idempotent() {
 #[tokio::test(start_paused = true)]
 async fn a_failed_destroy_keeps_renewing_so_it_can_be_retried() {
     let f = Fixture::new().await;
-    let web = election("web");
-    let id = f.create(&web, "web-0").await;
-    let created = f.emu.now();
+    let (web, id, created) = f.create_web().await;
     let fault = f.emu.add_fault(Fault::always(
         Endpoint::SessionDestroy,
         FaultAction::NoLeaderError,
@@ -398,9 +375,7 @@ async fn a_failed_destroy_keeps_renewing_so_it_can_be_retried() {
 #[tokio::test(start_paused = true)]
 async fn forget_stops_renewing_without_destroying() {
     let f = Fixture::new().await;
-    let web = election("web");
-    let id = f.create(&web, "web-0").await;
-    let created = f.emu.now();
+    let (web, id, created) = f.create_web().await;
     f.manager.forget(&web);
     assert_eq!(f.manager.view(&web), None);
     assert!(f.manager.is_empty());
