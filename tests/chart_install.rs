@@ -201,18 +201,11 @@ async fn chart_installs_and_its_operator_elects_a_leader() {
 
     // The default release: a ClusterRole, every namespace watched, no Consul settings.
     let web_ns = cluster.namespace("chart-web").await;
-    let emulator = Emulator::start(EmulatorConfig {
-        clock: ClockMode::Tokio,
-        ..EmulatorConfig::default()
-    })
-    .await
-    .expect("emulator");
     let release = Release {
         namespace: default_ns.clone(),
         deployment: "ce-default-consul-elector".into(),
     };
-    elect_with_installed_operator(cluster, &admin, &release, &emulator, &web_ns).await;
-    emulator.shutdown().await;
+    elect_with_installed_operator(cluster, &admin, &release, None, &web_ns).await;
 
     // Every feature on: Roles in the watched namespaces only; the Consul CA, client
     // certificate and ACL token come from mounted Secrets (the emulator requires the token).
@@ -226,22 +219,15 @@ async fn chart_installs_and_its_operator_elects_a_leader() {
             ..AclPolicy::default()
         },
     );
-    let emulator = Emulator::start(EmulatorConfig {
-        clock: ClockMode::Tokio,
-        acl: Some(AclConfig {
-            tokens,
-            anonymous: AclPolicy::default(),
-        }),
-        ..EmulatorConfig::default()
-    })
-    .await
-    .expect("emulator");
+    let acl = AclConfig {
+        tokens,
+        anonymous: AclPolicy::default(),
+    };
     let release = Release {
         namespace: features_ns.clone(),
         deployment: "ce-all-consul-elector".into(),
     };
-    elect_with_installed_operator(cluster, &admin, &release, &emulator, &watched[0]).await;
-    emulator.shutdown().await;
+    elect_with_installed_operator(cluster, &admin, &release, Some(acl), &watched[0]).await;
 
     for ns in [
         &default_ns,
@@ -262,19 +248,27 @@ struct Release {
     deployment: String,
 }
 
-/// Runs the operator as `release`'s Deployment would, creates `examples/web.yaml` in `ns`
-/// with simulated pods, and checks the election and the leader Service's endpoints.
+/// Runs the operator as `release`'s Deployment would against a Consul emulator of its own (on
+/// tokio's clock, enforcing `acl` when given), creates `examples/web.yaml` in `ns` with
+/// simulated pods, and checks the election and the leader Service's endpoints.
 async fn elect_with_installed_operator(
     cluster: &TestCluster,
     admin: &Client,
     release: &Release,
-    emulator: &Emulator,
+    acl: Option<AclConfig>,
     ns: &str,
 ) {
     eprintln!(
         "--- the operator of {}/{} elects a leader in {ns}",
         release.namespace, release.deployment
     );
+    let emulator = Emulator::start(EmulatorConfig {
+        clock: ClockMode::Tokio,
+        acl,
+        ..EmulatorConfig::default()
+    })
+    .await
+    .expect("emulator");
     let sim = PodSimulator::start(admin.clone(), ns, SimulatorOptions::default()).await;
     let operator = OperatorProcess::start(cluster, admin, release, &emulator.url()).await;
     operator.wait_ready().await;
@@ -282,13 +276,9 @@ async fn elect_with_installed_operator(
     let example = create_example(admin, ns).await;
     let leader = wait_for_leader(admin, ns, &example, &operator).await;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
-    let all: BTreeSet<String> = pods
-        .list(&ListParams::default().labels(&example.pod_selector))
+    let all: BTreeSet<String> = pod_names(&pods, &example.pod_selector)
         .await
-        .expect("list pods")
-        .items
-        .iter()
-        .map(ResourceExt::name_any)
+        .into_iter()
         .collect();
     assert_eq!(all.len(), 3, "the example runs 3 replicas: {all:?}");
     let followers: BTreeSet<String> = all.iter().filter(|p| **p != leader).cloned().collect();
@@ -313,6 +303,18 @@ async fn elect_with_installed_operator(
 
     operator.stop().await;
     sim.stop().await;
+    emulator.shutdown().await;
+}
+
+/// The names of the pods `selector` (a label selector) selects.
+async fn pod_names(pods: &Api<Pod>, selector: &str) -> Vec<String> {
+    pods.list(&ListParams::default().labels(selector))
+        .await
+        .expect("list pods")
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect()
 }
 
 /// What the test needs to know of `examples/web.yaml`.
@@ -409,14 +411,7 @@ async fn wait_for_leader(
     );
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
-        let leaders: Vec<String> = pods
-            .list(&ListParams::default().labels(&format!("{},{ROLE}=leader", example.pod_selector)))
-            .await
-            .expect("list pods")
-            .items
-            .iter()
-            .map(ResourceExt::name_any)
-            .collect();
+        let leaders = pod_names(&pods, &format!("{},{ROLE}=leader", example.pod_selector)).await;
         let status = elections
             .get(&example.election)
             .await
