@@ -41,6 +41,27 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("timed out after {TIMEOUT:?} waiting for {what}"))
 }
 
+/// Starts a simulator in `ns` with `options` whose requests go through `client`.
+async fn simulator(client: Client, ns: &str, options: SimulatorOptions) -> PodSimulator {
+    init_tracing();
+    PodSimulator::start(client, ns, options).await
+}
+
+/// Creates the Deployment `web` of `replicas` pods labelled `app=web`.
+async fn create_web(client: &Client, ns: &str, replicas: i32) {
+    let labels = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
+    pods::create_deployment(client, ns, "web", replicas, labels)
+        .await
+        .unwrap();
+}
+
+/// Waits until the Deployment `web` is ready.
+async fn web_ready(client: &Client, ns: &str) {
+    pods::wait_deployment_ready(client, ns, "web", TIMEOUT)
+        .await
+        .unwrap();
+}
+
 /// Starts a simulator with `options` and a ready Deployment `web` of `replicas` pods
 /// labelled `app=web`; returns the simulator and the pods (sorted by name).
 async fn web(
@@ -49,16 +70,10 @@ async fn web(
     replicas: i32,
     options: SimulatorOptions,
 ) -> (PodSimulator, Vec<Pod>) {
-    init_tracing();
-    let sim = PodSimulator::start(client.clone(), ns, options).await;
-    let labels = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
+    let sim = simulator(client.clone(), ns, options).await;
     let begun = Instant::now();
-    pods::create_deployment(client, ns, "web", replicas, labels)
-        .await
-        .unwrap();
-    pods::wait_deployment_ready(client, ns, "web", TIMEOUT)
-        .await
-        .unwrap();
+    create_web(client, ns, replicas).await;
+    web_ready(client, ns).await;
     eprintln!(
         "timing: deployment of {replicas} created -> ready in {:?}",
         begun.elapsed()
@@ -73,6 +88,20 @@ async fn current_pods(client: &Client, ns: &str) -> Vec<Pod> {
     pods::wait_for_pods(client, ns, SELECTOR, |_| true, TIMEOUT)
         .await
         .unwrap()
+}
+
+fn is_running(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+/// Waits until the pod `name` of `uid` is gone; `what` names the wait if it times out.
+async fn await_deleted(api: &Api<Pod>, name: &str, uid: &str, what: &str) {
+    within(what, async {
+        await_condition(api.clone(), name, conditions::is_deleted(uid))
+            .await
+            .unwrap()
+    })
+    .await;
 }
 
 fn node_of(pod: &Pod) -> String {
@@ -175,22 +204,13 @@ async fn set_ready_flips_the_ready_condition() {
 #[tokio::test]
 async fn pods_can_start_not_ready() {
     with_namespace("pods-start", |client, ns| async move {
-        init_tracing();
         let options = SimulatorOptions {
             start_ready: false,
             ..SimulatorOptions::default()
         };
-        let sim = PodSimulator::start(client.clone(), &ns, options).await;
-        let labels = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
-        pods::create_deployment(&client, &ns, "web", 2, labels)
-            .await
-            .unwrap();
-        let running = |pods: &[Pod]| {
-            pods.len() == 2
-                && pods
-                    .iter()
-                    .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-        };
+        let sim = simulator(client.clone(), &ns, options).await;
+        create_web(&client, &ns, 2).await;
+        let running = |pods: &[Pod]| pods.len() == 2 && pods.iter().all(is_running);
         let pods = pods::wait_for_pods(&client, &ns, SELECTOR, running, TIMEOUT)
             .await
             .unwrap();
@@ -200,9 +220,7 @@ async fn pods_can_start_not_ready() {
         for pod in &pods {
             sim.set_ready(&pod.name_any(), true).await;
         }
-        pods::wait_deployment_ready(&client, &ns, "web", TIMEOUT)
-            .await
-            .unwrap();
+        web_ready(&client, &ns).await;
         sim.stop().await;
     })
     .await;
@@ -211,29 +229,20 @@ async fn pods_can_start_not_ready() {
 #[tokio::test]
 async fn ready_delay_holds_running_pods_not_ready() {
     with_namespace("pods-delay", |client, ns| async move {
-        init_tracing();
         let delay = Duration::from_secs(1);
         let options = SimulatorOptions {
             ready_delay: delay,
             ..SimulatorOptions::default()
         };
-        let sim = PodSimulator::start(client.clone(), &ns, options).await;
-        let labels = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
+        let sim = simulator(client.clone(), &ns, options).await;
         let begun = Instant::now();
-        pods::create_deployment(&client, &ns, "web", 1, labels)
-            .await
-            .unwrap();
-        let running = |pods: &[Pod]| {
-            pods.iter()
-                .any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-        };
+        create_web(&client, &ns, 1).await;
+        let running = |pods: &[Pod]| pods.iter().any(is_running);
         let pods = pods::wait_for_pods(&client, &ns, SELECTOR, running, TIMEOUT)
             .await
             .unwrap();
         assert_ready(&pods[0], false);
-        pods::wait_deployment_ready(&client, &ns, "web", TIMEOUT)
-            .await
-            .unwrap();
+        web_ready(&client, &ns).await;
         let ready_after = begun.elapsed();
         assert!(ready_after >= delay, "Ready after {ready_after:?}");
         eprintln!("timing: created -> Ready with ready_delay {delay:?}: {ready_after:?}");
@@ -272,12 +281,7 @@ async fn delete_and_await_replacement(client: &Client, ns: &str, name: &str) -> 
         .await
         .unwrap();
     let replaced_after = begun.elapsed();
-    within("the deleted pod to disappear", async {
-        await_condition(api.clone(), name, conditions::is_deleted(&uid))
-            .await
-            .unwrap()
-    })
-    .await;
+    await_deleted(&api, name, &uid, "the deleted pod to disappear").await;
     let gone_after = begun.elapsed();
     eprintln!(
         "timing: delete {name} -> NotReady {not_ready_after:?}, replacement Ready \
@@ -339,12 +343,7 @@ async fn failed_node_makes_its_pods_not_ready_and_gets_no_new_pods() {
             .await
             .unwrap();
         let old: BTreeSet<_> = pods.iter().map(ResourceExt::name_any).collect();
-        let all_running = |pods: &[Pod]| {
-            pods.len() == 6
-                && pods
-                    .iter()
-                    .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-        };
+        let all_running = |pods: &[Pod]| pods.len() == 6 && pods.iter().all(is_running);
         let scaled = pods::wait_for_pods(&client, &ns, SELECTOR, all_running, TIMEOUT)
             .await
             .unwrap();
@@ -359,9 +358,7 @@ async fn failed_node_makes_its_pods_not_ready_and_gets_no_new_pods() {
 
         sim.recover_node(&failed).await;
         assert_ready(&api.get(&pods[0].name_any()).await.unwrap(), true);
-        pods::wait_deployment_ready(&client, &ns, "web", TIMEOUT)
-            .await
-            .unwrap();
+        web_ready(&client, &ns).await;
         sim.stop().await;
     })
     .await;
@@ -555,16 +552,9 @@ async fn kubectl_and_the_simulator_share_objects() {
         let begun = Instant::now();
         kubectl(&ns, &["delete", "pod", &y, "--wait=false"]).await;
         let uid = pods[1].uid().unwrap();
-        within("the pod kubectl deleted to disappear", async {
-            await_condition(api.clone(), &y, conditions::is_deleted(&uid))
-                .await
-                .unwrap()
-        })
-        .await;
+        await_deleted(&api, &y, &uid, "the pod kubectl deleted to disappear").await;
         eprintln!("timing: kubectl delete -> pod gone {:?}", begun.elapsed());
-        pods::wait_deployment_ready(&client, &ns, "web", TIMEOUT)
-            .await
-            .unwrap();
+        web_ready(&client, &ns).await;
         sim.stop().await;
     })
     .await;
@@ -573,7 +563,6 @@ async fn kubectl_and_the_simulator_share_objects() {
 #[tokio::test]
 async fn simulator_rides_out_api_faults() {
     with_namespace("pods-faults", |client, ns| async move {
-        init_tracing();
         let cluster = TestCluster::shared().unwrap();
         let faults = KubeFaults::new(7);
         let faulty = faults.client(cluster.kube_config()).await;
@@ -598,14 +587,9 @@ async fn simulator_rides_out_api_faults() {
         let expire = KubeFault::new(FaultAction::ExpireWatch { after_events: 4 });
         faults.add(expire.resource("pods").verb(Verb::Watch).times(1));
 
-        let sim = PodSimulator::start(faulty, &ns, SimulatorOptions::default()).await;
-        let labels = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
-        pods::create_deployment(&client, &ns, "web", 3, labels)
-            .await
-            .unwrap();
-        pods::wait_deployment_ready(&client, &ns, "web", TIMEOUT)
-            .await
-            .unwrap();
+        let sim = simulator(faulty, &ns, SimulatorOptions::default()).await;
+        create_web(&client, &ns, 3).await;
+        web_ready(&client, &ns).await;
         let victim = current_pods(&client, &ns).await[0].name_any();
         delete_and_await_replacement(&client, &ns, &victim).await;
 
