@@ -8,6 +8,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -37,6 +38,18 @@ async fn create_pod(pods: &Api<Pod>, name: &str, labels: serde_json::Value) -> P
     pods.create(&PostParams::default(), &pod).await.unwrap()
 }
 
+/// The pods of `ns`, after creating pod `a` there without labels.
+async fn pods_with_a(client: Client, ns: &str) -> Api<Pod> {
+    let pods = Api::namespaced(client, ns);
+    create_pod(&pods, "a", json!({})).await;
+    pods
+}
+
+/// A rule that applies `action` to the next `verb` request on pods, once.
+fn once_on_pods(action: FaultAction, verb: Verb) -> KubeFault {
+    KubeFault::new(action).verb(verb).resource("pods").times(1)
+}
+
 /// Merge-patches label `key=value` onto pod `name`.
 async fn set_label(pods: &Api<Pod>, name: &str, key: &str, value: &str) -> kube::Result<Pod> {
     let patch = json!({"metadata": {"labels": {key: value}}});
@@ -55,8 +68,7 @@ fn api_status(result: kube::Result<Pod>) -> kube::core::Status {
 #[tokio::test]
 async fn status_faults_reach_the_caller_as_api_errors() {
     with_namespace("faults-status", |client, ns| async move {
-        let pods: Api<Pod> = Api::namespaced(client, &ns);
-        create_pod(&pods, "a", json!({})).await;
+        pods_with_a(client, &ns).await;
         let faults = KubeFaults::new(1);
         let faulty: Api<Pod> = Api::namespaced(faulty_client(&faults).await, &ns);
 
@@ -72,12 +84,7 @@ async fn status_faults_reach_the_caller_as_api_errors() {
                 message: format!("injected {code}"),
                 retry_after,
             };
-            faults.add(
-                KubeFault::new(action)
-                    .verb(Verb::Patch)
-                    .resource("pods")
-                    .times(1),
-            );
+            faults.add(once_on_pods(action, Verb::Patch));
             let status = api_status(set_label(&faulty, "a", "attempt", reason).await);
             assert_eq!((status.code, status.reason.as_str()), (code, reason));
             assert_eq!(status.message, format!("injected {code}"));
@@ -105,7 +112,7 @@ async fn status_faults_reach_the_caller_as_api_errors() {
 #[tokio::test]
 async fn too_many_requests_carries_retry_after_header() {
     with_namespace("faults-429", |client, ns| async move {
-        create_pod(&Api::namespaced(client, &ns), "a", json!({})).await;
+        pods_with_a(client, &ns).await;
         let faults = KubeFaults::new(1);
         let faulty = faulty_client(&faults).await;
         faults.add(
@@ -132,7 +139,7 @@ async fn too_many_requests_carries_retry_after_header() {
 #[tokio::test]
 async fn rules_for_other_resources_leave_pods_alone() {
     with_namespace("faults-scope", |client, ns| async move {
-        create_pod(&Api::namespaced(client, &ns), "a", json!({})).await;
+        pods_with_a(client, &ns).await;
         let faults = KubeFaults::new(1);
         let pods: Api<Pod> = Api::namespaced(faulty_client(&faults).await, &ns);
         let conflict = FaultAction::status(409, "Conflict", "injected");
@@ -153,7 +160,7 @@ async fn rules_for_other_resources_leave_pods_alone() {
 #[tokio::test]
 async fn latency_delays_but_forwards() {
     with_namespace("faults-latency", |client, ns| async move {
-        create_pod(&Api::namespaced(client, &ns), "a", json!({})).await;
+        pods_with_a(client, &ns).await;
         let faults = KubeFaults::new(1);
         let pods: Api<Pod> = Api::namespaced(faulty_client(&faults).await, &ns);
         let rule = faults.add(
@@ -175,7 +182,7 @@ async fn latency_delays_but_forwards() {
 #[tokio::test]
 async fn same_seed_same_decisions() {
     with_namespace("faults-seed", |client, ns| async move {
-        create_pod(&Api::namespaced(client, &ns), "a", json!({})).await;
+        pods_with_a(client, &ns).await;
         let mut runs = Vec::new();
         for _ in 0..2 {
             let faults = KubeFaults::new(2024);
@@ -213,10 +220,13 @@ enum Seen {
     Error(Option<u16>),
 }
 
+/// What a pod watcher yields.
+type WatchEvent = Result<watcher::Event<Pod>, watcher::Error>;
+
 /// Reads `stream` until `done` holds for an event; returns every event read.
 async fn read_until<S>(stream: &mut S, done: impl Fn(&Seen) -> bool) -> Vec<Seen>
 where
-    S: Stream<Item = Result<watcher::Event<Pod>, watcher::Error>> + Unpin,
+    S: Stream<Item = WatchEvent> + Unpin,
 {
     let mut seen = Vec::new();
     let reading = async {
@@ -246,6 +256,12 @@ where
     seen
 }
 
+/// A watcher of the pods of `ns` whose requests go through `faults`.
+async fn faulty_watcher(faults: &KubeFaults, ns: &str) -> BoxStream<'static, WatchEvent> {
+    let pods: Api<Pod> = Api::namespaced(faulty_client(faults).await, ns);
+    watcher(pods, watcher::Config::default()).boxed()
+}
+
 fn applied(step: &str) -> impl Fn(&Seen) -> bool {
     move |seen| *seen == Seen::Apply("a".into(), Some(step.into()))
 }
@@ -253,17 +269,11 @@ fn applied(step: &str) -> impl Fn(&Seen) -> bool {
 #[tokio::test]
 async fn watcher_relists_after_an_injected_410() {
     with_namespace("faults-expire", |client, ns| async move {
-        let pods: Api<Pod> = Api::namespaced(client, &ns);
-        create_pod(&pods, "a", json!({})).await;
+        let pods = pods_with_a(client, &ns).await;
         let faults = KubeFaults::new(1);
-        let rule = faults.add(
-            KubeFault::new(FaultAction::ExpireWatch { after_events: 1 })
-                .verb(Verb::Watch)
-                .resource("pods")
-                .times(1),
-        );
-        let faulty: Api<Pod> = Api::namespaced(faulty_client(&faults).await, &ns);
-        let mut events = watcher(faulty, watcher::Config::default()).boxed();
+        let expire = FaultAction::ExpireWatch { after_events: 1 };
+        let rule = faults.add(once_on_pods(expire, Verb::Watch));
+        let mut events = faulty_watcher(&faults, &ns).await;
 
         let mut seen = read_until(&mut events, |e| *e == Seen::InitDone).await;
         set_label(&pods, "a", "step", "1").await.unwrap();
@@ -300,20 +310,16 @@ async fn watcher_relists_after_an_injected_410() {
 #[tokio::test]
 async fn watcher_resumes_after_a_cut_watch() {
     with_namespace("faults-cut", |client, ns| async move {
-        let pods: Api<Pod> = Api::namespaced(client, &ns);
-        create_pod(&pods, "a", json!({})).await;
+        let pods = pods_with_a(client, &ns).await;
         let faults = KubeFaults::new(1);
-        let cut = faults.add(
-            KubeFault::new(FaultAction::CutWatch { after_events: 1 })
-                .verb(Verb::Watch)
-                .resource("pods")
-                .times(1),
-        );
+        let cut = faults.add(once_on_pods(
+            FaultAction::CutWatch { after_events: 1 },
+            Verb::Watch,
+        ));
         // Claims every later watch without changing it, so the log shows the re-watch.
         let rewatch =
             faults.add(KubeFault::new(FaultAction::Latency(Duration::ZERO)).verb(Verb::Watch));
-        let faulty: Api<Pod> = Api::namespaced(faulty_client(&faults).await, &ns);
-        let mut events = watcher(faulty, watcher::Config::default()).boxed();
+        let mut events = faulty_watcher(&faults, &ns).await;
 
         let mut seen = read_until(&mut events, |e| *e == Seen::InitDone).await;
         set_label(&pods, "a", "step", "1").await.unwrap();
@@ -357,6 +363,19 @@ async fn settle_role(recorder: &WatchRecorder, name: &str, value: &str) {
     .await;
 }
 
+/// The message of the panic of `recorder.assert_never_two("role", "leader")`; `expected`
+/// says why it must panic.
+fn never_two_leaders_panic(recorder: &WatchRecorder, expected: &str) -> String {
+    let caught = catch_unwind(AssertUnwindSafe(|| {
+        recorder.assert_never_two("role", "leader")
+    }));
+    let message = caught.expect_err(expected);
+    message
+        .downcast_ref::<String>()
+        .expect("a formatted panic")
+        .clone()
+}
+
 fn values(values: &[&str]) -> Vec<Option<String>> {
     values.iter().map(|v| Some(v.to_string())).collect()
 }
@@ -390,11 +409,7 @@ async fn recorder_sees_safe_and_unsafe_leader_moves() {
         set_label(&pods, "b", "role", "follower").await.unwrap();
         settle_role(&recorder, "b", "follower").await;
         assert_eq!(recorder.max_simultaneous("role", "leader"), 2);
-        let caught = catch_unwind(AssertUnwindSafe(|| {
-            recorder.assert_never_two("role", "leader")
-        }));
-        let message = caught.expect_err("two leaders must be caught");
-        let message = message.downcast_ref::<String>().expect("a formatted panic");
+        let message = never_two_leaders_panic(&recorder, "two leaders must be caught");
         assert!(message.contains(r#"["a", "b"]"#), "{message}");
         // Only the pods an election selects count for it.
         assert_eq!(
@@ -459,11 +474,7 @@ async fn recorder_relists_after_410_and_reports_the_gap() {
         settle_role(&recorder, "a", "leader").await;
 
         assert_eq!(recorder.max_simultaneous("role", "leader"), 1);
-        let caught = catch_unwind(AssertUnwindSafe(|| {
-            recorder.assert_never_two("role", "leader")
-        }));
-        let message = caught.expect_err("an incomplete history proves nothing");
-        let message = message.downcast_ref::<String>().expect("a formatted panic");
+        let message = never_two_leaders_panic(&recorder, "an incomplete history proves nothing");
         assert!(message.contains("gap"), "{message}");
     })
     .await;
