@@ -109,6 +109,24 @@ struct Listed<T> {
     leader: bool,
 }
 
+impl<T> Listed<T> {
+    /// The items of `all` that pass `readable` (the token's ACL check); `leader`: whether
+    /// the state has a leader.
+    fn readable(
+        all: impl ExactSizeIterator<Item = T>,
+        readable: impl Fn(&T) -> bool,
+        leader: bool,
+    ) -> Self {
+        let total = all.len();
+        let items: Vec<T> = all.filter(|item| readable(item)).collect();
+        Listed {
+            filtered: items.len() < total,
+            items,
+            leader,
+        }
+    }
+}
+
 async fn list(
     ctx: Ctx,
     prefix: &str,
@@ -119,20 +137,14 @@ async fn list(
         .inner
         .blocking_query(opts, Topic::Kv, |st| {
             let (index, entries) = st.kv_list(prefix);
-            let total = entries.len();
-            let items: Vec<KvEntry> = entries
-                .into_iter()
-                .filter(|e| authz.can_read_key(&e.key))
-                .cloned()
-                .collect();
             Ok(Evaluation {
                 index,
                 not_found: false,
-                value: Listed {
-                    filtered: items.len() < total,
-                    items,
-                    leader: st.has_leader(),
-                },
+                value: Listed::readable(
+                    entries.into_iter().cloned(),
+                    |e: &KvEntry| authz.can_read_key(&e.key),
+                    st.has_leader(),
+                ),
             })
         })
         .await?;
@@ -165,16 +177,14 @@ async fn keys(ctx: Ctx, prefix: &str, opts: &QueryOptions) -> Result<Resp, ApiEr
         .inner
         .blocking_query(opts, Topic::Kv, |st| {
             let (index, keys) = st.kv_keys(prefix, &separator);
-            let total = keys.len();
-            let items: Vec<String> = keys.into_iter().filter(|k| authz.can_read_key(k)).collect();
             Ok(Evaluation {
                 index,
                 not_found: false,
-                value: Listed {
-                    filtered: items.len() < total,
-                    items,
-                    leader: st.has_leader(),
-                },
+                value: Listed::readable(
+                    keys.into_iter(),
+                    |k: &String| authz.can_read_key(k),
+                    st.has_leader(),
+                ),
             })
         })
         .await?;

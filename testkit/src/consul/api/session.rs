@@ -1,13 +1,15 @@
 //! `/v1/session/*` endpoints.
 
+use std::time::Duration;
+
 use serde::Serialize;
 
-use super::super::blocking::{Evaluation, parse_query_options};
+use super::super::blocking::{Evaluation, QueryOptions, parse_query_options};
 use super::super::error::ApiError;
 use super::super::json::SessionJson;
 use super::super::notify::Topic;
 use super::super::session_request::decode_session_create;
-use super::super::state::Session;
+use super::super::state::{Session, State};
 use super::{BodyError, Ctx, DEFAULT_BODY_LIMIT, Resp, json_response, set_filtered, set_meta};
 
 #[derive(Serialize)]
@@ -54,40 +56,48 @@ fn require_id(id: &str) -> Result<(), ApiError> {
     }
 }
 
-/// `PUT /v1/session/destroy/<id>`: idempotent `true`.
-pub(super) async fn destroy(ctx: Ctx, id: &str) -> Result<Resp, ApiError> {
+/// Runs `change` on the state for session `id` after the checks of a session write (the ID,
+/// the datacenter, a leader, `session:write` on the session's node); `None`, without running
+/// it, when the session does not exist.
+fn write_session<T>(
+    ctx: &Ctx,
+    id: &str,
+    change: impl FnOnce(&mut State, Duration) -> T,
+) -> Result<Option<T>, ApiError> {
     require_id(id)?;
     ctx.check_dc()?;
     ctx.require_leader(false)?;
     let authz = ctx.authorizer()?;
     ctx.inner.with_state(|st, now| {
         let Some(node) = st.session(id).map(|s| s.node.clone()) else {
-            return Ok(());
+            return Ok(None);
         };
         authz.require_session_write(&node)?;
-        st.destroy_session(id, now);
-        Ok(())
-    })?;
+        Ok(Some(change(st, now)))
+    })
+}
+
+/// `PUT /v1/session/destroy/<id>`: idempotent `true`.
+pub(super) async fn destroy(ctx: Ctx, id: &str) -> Result<Resp, ApiError> {
+    write_session(&ctx, id, |st, now| st.destroy_session(id, now))?;
     Ok(json_response(&true, ctx.pretty))
 }
 
 /// `PUT /v1/session/renew/<id>`: resets the TTL timer, `[session]` or 404.
 pub(super) async fn renew(ctx: Ctx, id: &str) -> Result<Resp, ApiError> {
-    require_id(id)?;
-    ctx.check_dc()?;
-    ctx.require_leader(false)?;
-    let authz = ctx.authorizer()?;
-    let renewed = ctx.inner.with_state(|st, now| {
-        let Some(node) = st.session(id).map(|s| s.node.clone()) else {
-            return Ok(None);
-        };
-        authz.require_session_write(&node)?;
-        Ok(st.renew_session(id, now))
-    })?;
-    match renewed {
+    match write_session(&ctx, id, |st, now| st.renew_session(id, now))?.flatten() {
         Some(session) => Ok(json_response(&[SessionJson::from(&session)], ctx.pretty)),
         None => Err(ApiError::new(404, format!("Session id '{id}' not found"))),
     }
+}
+
+/// Which sessions a read returns.
+#[derive(Clone, Copy)]
+enum Selection<'q> {
+    /// `info/<id>`: that session; "not found" when it does not exist.
+    Id(&'q str),
+    /// `list` (`None`) and `node/<node>`: every session, or those of the node.
+    Node(Option<&'q str>),
 }
 
 /// Result of a session read: visible sessions, whether ACLs hid some, leader presence.
@@ -97,59 +107,27 @@ struct SessionsRead {
     leader: bool,
 }
 
-fn sessions_response(ctx: &Ctx, index: u64, read: &SessionsRead) -> Resp {
-    let body: Vec<SessionJson<'_>> = read.sessions.iter().map(SessionJson::from).collect();
-    let mut resp = json_response(&body, ctx.pretty);
-    set_meta(&mut resp, index, read.leader);
-    resp
-}
-
-/// `GET /v1/session/info/<id>`: `[session]` or `[]`, index = sessions table.
-pub(super) async fn info(ctx: Ctx, id: &str) -> Result<Resp, ApiError> {
-    let opts = parse_query_options(&ctx.query)?;
-    require_id(id)?;
+/// Answers a (blocking) read of the sessions `selection` picks, indexed by the sessions
+/// table: all of them when the token may read sessions, none otherwise.
+async fn read_sessions(
+    ctx: Ctx,
+    opts: &QueryOptions,
+    selection: Selection<'_>,
+) -> Result<Resp, ApiError> {
     ctx.check_dc()?;
     ctx.require_leader(opts.stale)?;
     let authz = ctx.authorizer()?;
     let can_read = authz.can_read_sessions();
     let (index, read) = ctx
         .inner
-        .blocking_query(&opts, Topic::Sessions, |st| {
-            let found = st.session(id);
-            let visible: Vec<Session> = found.filter(|_| can_read).into_iter().cloned().collect();
-            Ok(Evaluation {
-                index: st.indexes().sessions,
-                not_found: found.is_none(),
-                value: SessionsRead {
-                    filtered: found.is_some() && visible.is_empty(),
-                    sessions: visible,
-                    leader: st.has_leader(),
-                },
-            })
-        })
-        .await?;
-    let mut resp = sessions_response(&ctx, index, &read);
-    set_filtered(&mut resp, &authz, read.filtered);
-    Ok(resp)
-}
-
-/// `GET /v1/session/list` and `GET /v1/session/node/<node>`: sorted by ID.
-pub(super) async fn list(ctx: Ctx, node: Option<&str>) -> Result<Resp, ApiError> {
-    let opts = parse_query_options(&ctx.query)?;
-    if node == Some("") {
-        return Err(ApiError::bad_request("Missing node name"));
-    }
-    ctx.check_dc()?;
-    ctx.require_leader(opts.stale)?;
-    let authz = ctx.authorizer()?;
-    let can_read = authz.can_read_sessions();
-    let (index, read) = ctx
-        .inner
-        .blocking_query(&opts, Topic::Sessions, |st| {
-            let matching: Vec<&Session> = st
-                .sessions()
-                .filter(|s| node.is_none_or(|n| s.node == n))
-                .collect();
+        .blocking_query(opts, Topic::Sessions, |st| {
+            let matching: Vec<&Session> = match selection {
+                Selection::Id(id) => st.session(id).into_iter().collect(),
+                Selection::Node(node) => st
+                    .sessions()
+                    .filter(|s| node.is_none_or(|n| s.node == n))
+                    .collect(),
+            };
             let visible: Vec<Session> = if can_read {
                 matching.iter().map(|s| (*s).clone()).collect()
             } else {
@@ -157,7 +135,7 @@ pub(super) async fn list(ctx: Ctx, node: Option<&str>) -> Result<Resp, ApiError>
             };
             Ok(Evaluation {
                 index: st.indexes().sessions,
-                not_found: false,
+                not_found: matches!(selection, Selection::Id(_)) && matching.is_empty(),
                 value: SessionsRead {
                     filtered: visible.len() < matching.len(),
                     sessions: visible,
@@ -166,7 +144,25 @@ pub(super) async fn list(ctx: Ctx, node: Option<&str>) -> Result<Resp, ApiError>
             })
         })
         .await?;
-    let mut resp = sessions_response(&ctx, index, &read);
+    let body: Vec<SessionJson<'_>> = read.sessions.iter().map(SessionJson::from).collect();
+    let mut resp = json_response(&body, ctx.pretty);
+    set_meta(&mut resp, index, read.leader);
     set_filtered(&mut resp, &authz, read.filtered);
     Ok(resp)
+}
+
+/// `GET /v1/session/info/<id>`: `[session]` or `[]`, index = sessions table.
+pub(super) async fn info(ctx: Ctx, id: &str) -> Result<Resp, ApiError> {
+    let opts = parse_query_options(&ctx.query)?;
+    require_id(id)?;
+    read_sessions(ctx, &opts, Selection::Id(id)).await
+}
+
+/// `GET /v1/session/list` and `GET /v1/session/node/<node>`: sorted by ID.
+pub(super) async fn list(ctx: Ctx, node: Option<&str>) -> Result<Resp, ApiError> {
+    let opts = parse_query_options(&ctx.query)?;
+    if node == Some("") {
+        return Err(ApiError::bad_request("Missing node name"));
+    }
+    read_sessions(ctx, &opts, Selection::Node(node)).await
 }
