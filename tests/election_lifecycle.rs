@@ -14,6 +14,7 @@ use kube::runtime::wait::await_condition;
 use serde_json::json;
 use testkit::cluster::with_namespace;
 use testkit::consul::{Endpoint, Fault, FaultAction};
+use testkit::kube_faults::{self, KubeFault, Verb};
 
 const ELECTION_ANNOTATION: &str = "elector.dev/election";
 const TRACKED: [&str; 3] = [
@@ -215,6 +216,55 @@ async fn deleting_the_election_releases_destroys_and_unlabels_everything() {
             })
         })
         .await;
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_pod_cache_never_undoes_the_operators_own_labels() {
+    with_namespace("lc-lag", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        // The operator's pod watch starts 3 s late: its cache keeps showing the pods as they
+        // were listed (unlabelled) while it elects, and every reconcile in between (woken by
+        // its own status writes) plans on that old view unless it knows its own writes.
+        h.kube_faults.add(
+            KubeFault::new(kube_faults::FaultAction::Latency(Duration::from_secs(3)))
+                .verb(Verb::Watch)
+                .resource("pods")
+                .times(1),
+        );
+        h.start_operator().await;
+        h.election("web", spec()).await;
+        let first = h.wait_elected("web", None).await;
+        let started = Instant::now();
+        // Let the lag pass and the delayed events arrive: nothing may change meanwhile.
+        let changed = h
+            .pods_become(Duration::from_secs(5), |pods| {
+                with_role(pods, "leader") != vec![first.pod.clone()]
+            })
+            .await;
+        assert!(!changed, "the leader label moved");
+        assert!(started.elapsed() >= Duration::from_secs(3));
+        assert!(
+            !h.kube_faults.injected().is_empty(),
+            "the watch was delayed"
+        );
+        let now = h.wait_elected("web", None).await;
+        // Regression: the stale view showed the new leader unlabelled, so the next reconcile
+        // "re-elected" it - a leader->follower->leader flap and token 1 -> 2.
+        assert_eq!(now, first, "same leader, session and token");
+        assert_eq!(first.token, 1);
+        let history = h.recorder.label_history(&first.pod, ROLE);
+        assert_eq!(
+            history
+                .iter()
+                .filter(|v| v.as_deref() == Some("leader"))
+                .count(),
+            1,
+            "{history:?}"
+        );
         h.finish().await;
     })
     .await;

@@ -235,6 +235,12 @@ impl<'a> Round<'a> {
         )
         .await
         .map_err(Error::kube("patch pod"))?;
+        let patched = {
+            let mut pod = patched;
+            k8s::strip_for_cache(&mut pod);
+            Arc::new(pod)
+        };
+        self.ctx.remember_pod(&patched);
         if matches!(role, PodRole::Follower)
             && self.pods.get(name).is_some_and(|(p, _)| {
                 p.labels().get(&self.config.labels.key) == Some(&self.config.labels.leader)
@@ -243,8 +249,7 @@ impl<'a> Round<'a> {
             self.mark_move();
         }
         let selected = self.pods.get(name).is_some_and(|(_, s)| *s);
-        self.pods
-            .insert(name.to_owned(), (Arc::new(patched), selected));
+        self.pods.insert(name.to_owned(), (patched, selected));
         Ok(())
     }
 

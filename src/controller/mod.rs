@@ -98,6 +98,11 @@ pub struct Context {
     /// only writer of the status, so this is never older than the cache, which can lag behind
     /// the operator's own writes.
     statuses: Mutex<HashMap<ElectionKey, (String, LeaderElectionStatus)>>,
+    /// Pods as this process last patched them, by UID, until the cache has caught up: the
+    /// next reconcile often starts (woken by those very patches) before the pod watch has
+    /// delivered them, and planning on the older versions would undo the patches (a leader
+    /// that looks unlabelled is "re-elected", and rule 6 then raises its token).
+    pods_written: Mutex<HashMap<String, Arc<Pod>>>,
 }
 
 impl Context {
@@ -114,6 +119,58 @@ impl Context {
             (le.metadata.uid.as_ref() == Some(uid)).then(|| status.clone())
         });
         remembered.unwrap_or_else(|| le.status.clone().unwrap_or_default())
+    }
+
+    /// Records `pod` as this process just wrote it.
+    fn remember_pod(&self, pod: &Arc<Pod>) {
+        if let (Some(uid), Ok(mut map)) = (pod.metadata.uid.clone(), self.pods_written.lock()) {
+            map.insert(uid, pod.clone());
+        }
+    }
+
+    /// The newer of a cached pod and the version this process last wrote of it.
+    fn freshest(&self, cached: Arc<Pod>) -> Arc<Pod> {
+        let version = |p: &Pod| {
+            p.metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let (Some(uid), Ok(mut map)) = (cached.metadata.uid.as_deref(), self.pods_written.lock())
+        else {
+            return cached;
+        };
+        match map.get(uid) {
+            Some(written) if version(written) > version(&cached) => written.clone(),
+            Some(_) => {
+                // The cache has caught up.
+                map.remove(uid);
+                cached
+            }
+            None => cached,
+        }
+    }
+
+    /// Forgets the written pods the cache has caught up with or no longer has.
+    fn prune_written_pods(&self) {
+        let Ok(mut map) = self.pods_written.lock() else {
+            return;
+        };
+        if map.is_empty() {
+            return;
+        }
+        let cached: HashMap<String, Option<String>> = self
+            .pods
+            .state()
+            .iter()
+            .filter_map(|p| Some((p.metadata.uid.clone()?, p.metadata.resource_version.clone())))
+            .collect();
+        let version = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
+        map.retain(|uid, written| {
+            cached.get(uid).is_some_and(|rv| {
+                version(written.metadata.resource_version.as_deref()) > version(rv.as_deref())
+            })
+        });
     }
 
     fn remember_status(&self, le: &LeaderElection, status: Option<LeaderElectionStatus>) {
@@ -246,6 +303,7 @@ pub async fn run(
         lock_delays: Mutex::new(HashMap::new()),
         caches_ready,
         statuses: Mutex::new(HashMap::new()),
+        pods_written: Mutex::new(HashMap::new()),
     });
 
     let readiness = {
@@ -276,6 +334,7 @@ pub async fn run(
                 tick.tick().await;
                 ctx.health.heartbeat();
                 report_gauges(&ctx);
+                ctx.prune_written_pods();
             }
         }
     };

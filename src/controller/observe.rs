@@ -37,7 +37,8 @@ pub fn elections_of_pod(elections: &Store<LeaderElection>, pod: &Pod) -> Vec<(St
 }
 
 /// The pods an election works on, by name: every pod of its namespace that its selector
-/// matches (`true`) or that it labelled earlier and no longer matches (`false`).
+/// matches (`true`) or that it labelled earlier and no longer matches (`false`), each in
+/// the newest version known (the cache's, or this process's own later write).
 pub fn pods_of(ctx: &Context, le: &LeaderElection) -> BTreeMap<String, (Arc<Pod>, bool)> {
     let namespace = le.namespace();
     let name = le.metadata.name.as_deref();
@@ -46,9 +47,11 @@ pub fn pods_of(ctx: &Context, le: &LeaderElection) -> BTreeMap<String, (Arc<Pod>
         .into_iter()
         .filter(|p| p.namespace() == namespace)
         .filter_map(|p| {
+            // Our own latest write of the pod, when the cache has not caught up with it.
+            let p = ctx.freshest(p);
             let selected = selector_matches(&le.spec.selector, k8s::labels_of(&p));
             let ours = name.is_some() && super::sharing::labelled_by(ctx, le, &p);
-            (selected || ours).then(|| (p.name_any(), (p.clone(), selected)))
+            (selected || ours).then(|| (p.name_any(), (p, selected)))
         })
         .collect()
 }

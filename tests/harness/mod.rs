@@ -1,7 +1,8 @@
 //! Shared harness of the operator's integration tests: the real test cluster, the Consul
 //! emulator (real time), the pod simulator, a watch recorder started before anything acts,
 //! and the operator itself running in-process with a ServiceAccount client that holds exactly
-//! the chart's RBAC rules (`charts/consul-elector/files/rbac-rules.yaml`).
+//! the chart's RBAC rules (`charts/consul-elector/files/rbac-rules.yaml`), through a
+//! `testkit::kube_faults` layer (`Harness::kube_faults`, empty unless a test adds faults).
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
@@ -22,7 +23,7 @@ use consul_elector::controller::{self, Settings};
 use consul_elector::crd::{CRD_NAME, LeaderElection, crd_yaml};
 use consul_elector::http::Health;
 use consul_elector::metrics::Metrics;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
@@ -31,6 +32,7 @@ use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use testkit::cluster::TestCluster;
 use testkit::consul::{ClockMode, Emulator, EmulatorConfig};
+use testkit::kube_faults::KubeFaults;
 use testkit::pods::{PodSimulator, SimulatorOptions, create_deployment, wait_deployment_ready};
 use testkit::recorder::{PodVersion, WatchRecorder};
 use tokio::sync::watch;
@@ -131,6 +133,8 @@ pub struct Harness {
     pub sim: PodSimulator,
     /// Every pod version of the namespace since before anything acted.
     pub recorder: WatchRecorder,
+    /// Faults between the operator and the API server (none unless a test adds some).
+    pub kube_faults: KubeFaults,
     operator: Option<Operator>,
     sa_client: Client,
 }
@@ -162,7 +166,9 @@ impl Harness {
             .await
             .expect("recorder");
         let sim = PodSimulator::start(admin.clone(), &ns, options.sim).await;
-        let sa_client = operator_client(cluster, &admin, &ns, options.secret_access).await;
+        let kube_faults = KubeFaults::new(7);
+        let sa_client =
+            operator_client(cluster, &admin, &ns, options.secret_access, &kube_faults).await;
         Harness {
             cluster,
             admin,
@@ -170,6 +176,7 @@ impl Harness {
             emu,
             sim,
             recorder,
+            kube_faults,
             operator: None,
             sa_client,
         }
@@ -314,6 +321,7 @@ async fn operator_client(
     admin: &Client,
     ns: &str,
     secret_access: bool,
+    faults: &KubeFaults,
 ) -> Client {
     let mut rules: Vec<PolicyRule> = serde_saphyr::from_str(RBAC_RULES).expect("RBAC rules parse");
     if secret_access {
@@ -359,7 +367,31 @@ async fn operator_client(
         .create(&PostParams::default(), &binding)
         .await
         .expect("cluster role binding");
-    cluster.service_account_client(ns, "consul-elector").await
+    // Makes sure the ServiceAccount and its token exist; the operator's own client is built
+    // from the token with the fault layer below.
+    drop(cluster.service_account_client(ns, "consul-elector").await);
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), ns);
+    let token = secrets
+        .list(&Default::default())
+        .await
+        .expect("list Secrets")
+        .items
+        .into_iter()
+        .filter(|s| s.type_.as_deref() == Some("kubernetes.io/service-account-token"))
+        .filter(|s| {
+            s.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("kubernetes.io/service-account.name"))
+                .map(String::as_str)
+                == Some("consul-elector")
+        })
+        .find_map(|s| String::from_utf8(s.data?.get("token")?.0.clone()).ok())
+        .expect("the ServiceAccount's token");
+    let mut config = cluster.kube_config();
+    config.auth_info =
+        serde_json::from_value(serde_json::json!({ "token": token })).expect("auth info");
+    faults.client(config).await
 }
 
 /// Names of the pods carrying `role=value` right now.
