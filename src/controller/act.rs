@@ -18,7 +18,7 @@ use crate::Error;
 use crate::consul::{ConsulClient, ConsulError, QueryOptions};
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
-use crate::election::observe::{LockView, PodView, Recorded, RecordedLeader};
+use crate::election::observe::{LeaderRecord, LockView, PodView, Recorded};
 use crate::election::plan::{Action, ElectionEvent, EventReason, Plan};
 use crate::election::planner::{Observation, holder_from_value, plan};
 use crate::k8s::{self, PodRole};
@@ -487,7 +487,7 @@ impl<'a> Round<'a> {
 /// What the election's status recorded.
 fn recorded(status: &LeaderElectionStatus) -> Recorded {
     Recorded {
-        leader: status.leader.as_ref().map(|l| RecordedLeader {
+        leader: status.leader.as_ref().map(|l| LeaderRecord {
             pod: l.pod.clone(),
             uid: l.uid.clone(),
             pod_ip: l.pod_ip.clone(),

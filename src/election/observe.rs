@@ -93,9 +93,10 @@ pub struct SessionView {
     pub ttl: Duration,
 }
 
-/// The leader recorded in the election's status by an earlier reconcile.
+/// A leader as the election's status records it: read back by the next reconcile
+/// ([`Recorded`]) and produced by the planner ([`super::plan::StatusState`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordedLeader {
+pub struct LeaderRecord {
     /// Pod name.
     pub pod: String,
     /// Pod UID.
@@ -112,7 +113,7 @@ pub struct RecordedLeader {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recorded {
     /// The recorded leader, if any.
-    pub leader: Option<RecordedLeader>,
+    pub leader: Option<LeaderRecord>,
     /// The recorded fencing token.
     pub fencing_token: Option<u64>,
     /// Number of leadership changes so far.

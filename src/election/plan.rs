@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
+use super::observe::LeaderRecord;
+
 /// One step for the I/O layer, in the order of DESIGN.md rule 1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
@@ -144,21 +146,6 @@ pub struct ConditionState {
     pub message: String,
 }
 
-/// The leader as the status reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaderState {
-    /// Pod name.
-    pub pod: String,
-    /// Pod UID.
-    pub uid: String,
-    /// Pod IP.
-    pub pod_ip: Option<String>,
-    /// Leader since.
-    pub since: Timestamp,
-    /// Consul session.
-    pub session_id: Option<String>,
-}
-
 /// Whether one selected pod may lead, and why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CandidateState {
@@ -176,7 +163,7 @@ pub struct StatusState {
     /// Phase.
     pub phase: Phase,
     /// The leader (labelled and holding the lock), if any.
-    pub leader: Option<LeaderState>,
+    pub leader: Option<LeaderRecord>,
     /// The fencing token of the current leader, or the last one recorded.
     pub fencing_token: Option<u64>,
     /// Leadership changes so far.

@@ -23,10 +23,9 @@ use jiff::Timestamp;
 
 use super::config::{ElectionConfig, Mode, UnavailablePolicy};
 use super::eligibility::{Tenure, elapsed, eligibility, successor, tenure};
-use super::observe::{LockView, PodView, Recorded, SessionHealth, SessionView};
+use super::observe::{LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView};
 use super::plan::{
-    Action, CandidateState, ConditionState, ElectionEvent, EventReason, LeaderState, Phase, Plan,
-    StatusState,
+    Action, CandidateState, ConditionState, ElectionEvent, EventReason, Phase, Plan, StatusState,
 };
 
 /// Condition type: a pod is labelled leader and holds the lock.
@@ -638,7 +637,7 @@ impl<'a> Builder<'a> {
             c.sort_by(|a, b| a.pod.cmp(&b.pod));
             c
         };
-        let leader = self.leader.map(|(pod, _, since)| LeaderState {
+        let leader = self.leader.map(|(pod, _, since)| LeaderRecord {
             pod: pod.name.clone(),
             uid: pod.uid.clone(),
             pod_ip: pod.pod_ip.clone(),
@@ -659,15 +658,7 @@ impl<'a> Builder<'a> {
             .or(obs.recorded.fencing_token);
         // Keep the last leader in the status while a move or a fence is in progress, so the
         // record of who led (and its session, for adoption) survives until a successor leads.
-        let leader = leader.or_else(|| {
-            obs.recorded.leader.as_ref().map(|l| LeaderState {
-                pod: l.pod.clone(),
-                uid: l.uid.clone(),
-                pod_ip: l.pod_ip.clone(),
-                since: l.since,
-                session_id: l.session_id.clone(),
-            })
-        });
+        let leader = leader.or_else(|| obs.recorded.leader.clone());
         let elected = self.leader.is_some();
         let (reason, message) = self.elected_reason;
         let consul_ok = self.consul_ok;

@@ -23,7 +23,7 @@ use super::support::{record, t};
 use crate::election::config::{Behavior, ElectionConfig, Mode, UnavailablePolicy};
 use crate::election::eligibility::{elapsed, eligibility};
 use crate::election::observe::{
-    LockView, PodView, Recorded, RecordedLeader, SessionHealth, SessionView,
+    LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView,
 };
 use crate::election::plan::{Action, Phase, Plan};
 use crate::election::planner::{Observation, holder_from_value, plan};
@@ -332,7 +332,7 @@ pub struct Model {
     pub consul: Consul,
     pub registered: Option<Registered>,
     /// A status leader whose session must be adopted when Consul answers.
-    adopt: Option<RecordedLeader>,
+    adopt: Option<LeaderRecord>,
     pub recorded: Recorded,
     /// The controller's lock-delay estimate.
     told_lock_delay: Option<Timestamp>,

@@ -77,7 +77,7 @@ fn a_new_holder_is_labelled_only_after_the_old_one_is_demoted() {
         app_holds("c", &uid("c"), 8),
     )
     .recorded(crate::election::observe::Recorded {
-        leader: Some(crate::election::observe::RecordedLeader {
+        leader: Some(crate::election::observe::LeaderRecord {
             pod: "b".into(),
             uid: uid("b"),
             pod_ip: None,

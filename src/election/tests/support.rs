@@ -10,7 +10,7 @@ use crate::election::config::{
     Behavior, ElectionConfig, LabelConfig, Mode, SessionConfig, UnavailablePolicy,
 };
 use crate::election::observe::{
-    LockView, PodView, Recorded, RecordedLeader, SessionHealth, SessionView,
+    LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView,
 };
 use crate::election::plan::{Action, ConditionState, EventReason, Plan, StatusState};
 use crate::election::planner::{Observation, plan};
@@ -204,7 +204,7 @@ pub fn recorded(
     transitions: u64,
 ) -> Recorded {
     Recorded {
-        leader: Some(RecordedLeader {
+        leader: Some(LeaderRecord {
             pod: pod.into(),
             uid: uid(pod),
             pod_ip: Some(format!("10.0.0.{}", pod.len())),
@@ -219,13 +219,7 @@ pub fn recorded(
 /// What the next reconcile reads back after `status` was written.
 pub fn record(status: &StatusState) -> Recorded {
     Recorded {
-        leader: status.leader.as_ref().map(|l| RecordedLeader {
-            pod: l.pod.clone(),
-            uid: l.uid.clone(),
-            pod_ip: l.pod_ip.clone(),
-            since: l.since,
-            session_id: l.session_id.clone(),
-        }),
+        leader: status.leader.clone(),
         fencing_token: status.fencing_token,
         transitions: status.transitions,
     }
