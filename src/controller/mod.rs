@@ -50,6 +50,9 @@ const MAX_ROUNDS: usize = 16;
 const ERROR_REQUEUE: Duration = Duration::from_secs(2);
 /// Requeue of an election whose spec cannot be acted on (it is re-read on every change).
 const INVALID_REQUEUE: Duration = Duration::from_secs(300);
+/// Requeue of an election whose token Secret is missing or unreadable: Secrets are not
+/// watched (the operator may only `get` the one it needs), so look again soon, but calmly.
+const SECRET_REQUEUE: Duration = Duration::from_secs(30);
 /// Periodic re-check of a healthy election (Consul and pod changes trigger it anyway).
 const RESYNC: Duration = Duration::from_secs(600);
 
@@ -453,7 +456,7 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         Ok(client) => client,
         Err(consul_access::AccessProblem::Invalid(problem)) => {
             status::invalid(le, ctx, &[problem]).await?;
-            return Ok(Action::requeue(INVALID_REQUEUE));
+            return Ok(Action::requeue(SECRET_REQUEUE));
         }
         Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
     };
