@@ -156,18 +156,7 @@ impl<'a> Builder<'a> {
     }
 
     fn push_demotion(&mut self, pod: &PodView) {
-        let action = if pod.selected {
-            Action::LabelFollower {
-                pod: pod.name.clone(),
-                uid: pod.uid.clone(),
-            }
-        } else {
-            Action::Unlabel {
-                pod: pod.name.clone(),
-                uid: pod.uid.clone(),
-            }
-        };
-        self.actions.push(action);
+        self.actions.push(demotion(pod));
         self.emit(
             EventReason::LeaderLost,
             Some(&pod.name),
@@ -325,17 +314,7 @@ impl<'a> Builder<'a> {
             if pod.role.as_deref() != Some(leader) {
                 continue;
             }
-            self.actions.push(if pod.selected {
-                Action::LabelFollower {
-                    pod: pod.name.clone(),
-                    uid: pod.uid.clone(),
-                }
-            } else {
-                Action::Unlabel {
-                    pod: pod.name.clone(),
-                    uid: pod.uid.clone(),
-                }
-            });
+            self.actions.push(demotion(pod));
             self.emit(
                 EventReason::ConsulUnavailable,
                 Some(&pod.name),
@@ -696,6 +675,16 @@ impl<'a> Builder<'a> {
             },
             requeue_after: self.requeue,
         }
+    }
+}
+
+/// Takes the leader label off `pod`: follower while it is selected, no label once it is not.
+fn demotion(pod: &PodView) -> Action {
+    let (name, uid) = (pod.name.clone(), pod.uid.clone());
+    if pod.selected {
+        Action::LabelFollower { pod: name, uid }
+    } else {
+        Action::Unlabel { pod: name, uid }
     }
 }
 
