@@ -34,15 +34,12 @@ enum Kill {
 
 async fn session_lost_then_reelected_after_the_lock_delay(prefix: &str, kill: Kill) {
     with_namespace(prefix, |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        h.election(
-            "web",
+        let (h, first) = Harness::web_elected(
+            admin,
+            ns,
             web(json!({"session": {"ttl": "10s", "lockDelay": "2s"}})),
         )
         .await;
-        let first = h.wait_elected("web", None).await;
         let key = h.key("web");
 
         h.emu.reset_stats();
@@ -190,15 +187,12 @@ async fn a_deleted_key_is_reacquired_with_a_token_above_the_last_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_held_by_a_foreign_session_makes_everyone_a_follower() {
     with_namespace("cs-foreign", |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        h.election(
-            "web",
+        let (h, first) = Harness::web_elected(
+            admin,
+            ns,
             web(json!({"session": {"ttl": "10s", "lockDelay": "0s"}})),
         )
         .await;
-        let first = h.wait_elected("web", None).await;
         let key = h.key("web");
 
         // Someone else takes the lock: our session is destroyed and, before the operator can
@@ -263,15 +257,12 @@ async fn a_key_held_by_a_foreign_session_makes_everyone_a_follower() {
 async fn consul_unavailable(prefix: &str, policy: &str, drop_connections: bool) {
     let policy = policy.to_owned();
     with_namespace(prefix, |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        h.election(
-            "web",
+        let (h, first) = Harness::web_elected(
+            admin,
+            ns,
             web(json!({"session": {"ttl": "10s"}, "onConsulUnavailable": policy})),
         )
         .await;
-        let first = h.wait_elected("web", None).await;
         let fence = policy == "Fence";
 
         let started = Instant::now();

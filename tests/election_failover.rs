@@ -43,11 +43,7 @@ fn assert_explicit_release(h: &Harness, old: &Elected, new: &Elected) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unselected_leader_is_replaced_at_once_and_loses_everything() {
     with_namespace("fo-unselect", |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        h.election("web", spec("0s")).await;
-        let first = h.wait_elected("web", None).await;
+        let (h, first) = Harness::web_elected(admin, ns, spec("0s")).await;
 
         let started = Instant::now();
         h.set_pod_label(&first.pod, "app", Some("other")).await;
@@ -98,11 +94,7 @@ async fn an_unselected_leader_is_replaced_at_once_and_loses_everything() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_not_ready_leader_is_replaced_at_once_with_no_delay() {
     with_namespace("fo-notready", |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        h.election("web", spec("0s")).await;
-        let first = h.wait_elected("web", None).await;
+        let (h, first) = Harness::web_elected(admin, ns, spec("0s")).await;
 
         let started = Instant::now();
         h.sim.set_ready(&first.pod, false).await;
@@ -144,11 +136,7 @@ async fn a_not_ready_leader_is_replaced_at_once_with_no_delay() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_recovering_within_the_failover_delay_keeps_leading() {
     with_namespace("fo-recover", |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        h.election("web", spec("3s")).await;
-        let first = h.wait_elected("web", None).await;
+        let (h, first) = Harness::web_elected(admin, ns, spec("3s")).await;
         let labels_before = h.recorder.label_history(&first.pod, ROLE);
         let tokens_before = h
             .recorder
@@ -202,11 +190,7 @@ async fn a_leader_recovering_within_the_failover_delay_keeps_leading() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_not_ready_beyond_the_failover_delay_is_replaced_after_it() {
     with_namespace("fo-delay", |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        h.election("web", spec("3s")).await;
-        let first = h.wait_elected("web", None).await;
+        let (h, first) = Harness::web_elected(admin, ns, spec("3s")).await;
 
         let started = Instant::now();
         h.sim.set_ready(&first.pod, false).await;

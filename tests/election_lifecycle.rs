@@ -51,11 +51,7 @@ fn spec() -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_and_restart_changes_nothing_and_adopts_the_session() {
     with_namespace("lc-restart", |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        h.election("web", spec()).await;
-        let first = h.wait_elected("web", None).await;
+        let (mut h, first) = Harness::web_elected(admin, ns, spec()).await;
         let before = histories(&h);
         let status_before = h.status("web").await;
 
@@ -109,11 +105,7 @@ async fn a_crash_and_restart_changes_nothing_and_adopts_the_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_in_the_middle_of_a_move_never_yields_two_leaders() {
     with_namespace("lc-midmove", |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        h.election("web", spec()).await;
-        let first = h.wait_elected("web", None).await;
+        let (mut h, first) = Harness::web_elected(admin, ns, spec()).await;
 
         // Hold the successor's session creation, start a move, and crash while it hangs:
         // the old leader is demoted and released, nobody leads yet.

@@ -145,6 +145,21 @@ impl Harness {
         Self::with_options(admin, ns, HarnessOptions::default()).await
     }
 
+    /// The common start of a test: a Deployment `web` of 3 Ready pods, the operator, and the
+    /// LeaderElection `web` with `spec`, waited until it elected a leader.
+    pub async fn web_elected(
+        admin: Client,
+        ns: String,
+        spec: serde_json::Value,
+    ) -> (Harness, Elected) {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        h.election("web", spec).await;
+        let first = h.wait_elected("web", None).await;
+        (h, first)
+    }
+
     /// Sets up everything but the operator, with `options`.
     pub async fn with_options(admin: Client, ns: String, options: HarnessOptions) -> Harness {
         let cluster = TestCluster::shared().expect("cluster (with_namespace checked)");
