@@ -388,26 +388,33 @@ async fn without_secret_access_the_token_secret_is_reported_unreadable() {
     missing_token_secret("sp-nosecret", false).await;
 }
 
+/// A harness whose simulated pods stay NotReady until told otherwise, with a Deployment `web`
+/// of `replicas` such pods (not waited for: it never becomes ready).
+async fn never_ready_web(admin: kube::Client, ns: String, replicas: i32) -> Harness {
+    let h = Harness::with_options(
+        admin,
+        ns,
+        HarnessOptions {
+            sim: SimulatorOptions {
+                start_ready: false,
+                max_grace: Some(Duration::from_secs(2)),
+                ..SimulatorOptions::default()
+            },
+            ..HarnessOptions::default()
+        },
+    )
+    .await;
+    let labels = std::collections::BTreeMap::from([("app".to_owned(), "web".to_owned())]);
+    testkit::pods::create_deployment(&h.admin, &h.ns, "web", replicas, labels)
+        .await
+        .expect("deployment");
+    h
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_that_never_become_ready_elect_nobody_until_one_does() {
     with_namespace("sp-notready", |admin, ns| async move {
-        let mut h = Harness::with_options(
-            admin,
-            ns,
-            HarnessOptions {
-                sim: SimulatorOptions {
-                    start_ready: false,
-                    max_grace: Some(Duration::from_secs(2)),
-                    ..SimulatorOptions::default()
-                },
-                ..HarnessOptions::default()
-            },
-        )
-        .await;
-        let labels = std::collections::BTreeMap::from([("app".to_owned(), "web".to_owned())]);
-        testkit::pods::create_deployment(&h.admin, &h.ns, "web", 3, labels)
-            .await
-            .expect("deployment");
+        let mut h = never_ready_web(admin, ns, 3).await;
         h.start_operator().await;
         h.election("web", web()).await;
         let le = h
@@ -441,23 +448,7 @@ async fn pods_that_never_become_ready_elect_nobody_until_one_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_require_ready_a_not_ready_pod_can_lead() {
     with_namespace("sp-noready", |admin, ns| async move {
-        let mut h = Harness::with_options(
-            admin,
-            ns,
-            HarnessOptions {
-                sim: SimulatorOptions {
-                    start_ready: false,
-                    max_grace: Some(Duration::from_secs(2)),
-                    ..SimulatorOptions::default()
-                },
-                ..HarnessOptions::default()
-            },
-        )
-        .await;
-        let labels = std::collections::BTreeMap::from([("app".to_owned(), "web".to_owned())]);
-        testkit::pods::create_deployment(&h.admin, &h.ns, "web", 2, labels)
-            .await
-            .expect("deployment");
+        let mut h = never_ready_web(admin, ns, 2).await;
         h.start_operator().await;
         h.election(
             "web",
