@@ -20,14 +20,12 @@ use testkit::pods::wait_for;
 
 use consul_elector::consul::{ConsulClient, ConsulSettings};
 use consul_elector::controller::{self, Settings};
-use consul_elector::crd::{CRD_NAME, LeaderElection, crd_yaml};
+use consul_elector::crd::LeaderElection;
 use consul_elector::http::Health;
 use consul_elector::metrics::Metrics;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
-use kube::runtime::conditions;
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use testkit::cluster::TestCluster;
@@ -48,44 +46,13 @@ pub const ROLE: &str = "elector.dev/role";
 /// Generous bound for things that should take milliseconds (guards against hangs only).
 pub const SOON: Duration = Duration::from_secs(30);
 
-/// Installs (create, or replace when present) the CRD and waits until it is established.
-/// A plain create/replace: Kubernetes 1.20 drops `x-kubernetes-validations` instead of
-/// failing as server-side apply would.
+/// Installs (create, or replace when present) the CRD and waits until it is established,
+/// with the operator's own installer (plain create/replace: Kubernetes 1.20 drops
+/// `x-kubernetes-validations` instead of failing as server-side apply would).
 pub async fn install_crd(admin: &Client) {
-    let yaml = crd_yaml().expect("CRD renders");
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).expect("CRD parses");
-    let api: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    match api.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            // Tests of one binary run in parallel and all install it: retry on conflicts.
-            let mut attempts = 0;
-            loop {
-                let existing = api.get(CRD_NAME).await.expect("get CRD");
-                let mut replacement = crd.clone();
-                replacement.metadata.resource_version = existing.metadata.resource_version;
-                match api
-                    .replace(CRD_NAME, &PostParams::default(), &replacement)
-                    .await
-                {
-                    Ok(_) => break,
-                    Err(kube::Error::Api(s)) if s.code == 409 && attempts < 20 => {
-                        attempts += 1;
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    Err(e) => panic!("replace CRD: {e}"),
-                }
-            }
-        }
-        Err(e) => panic!("create CRD: {e}"),
+    if let Err(error) = consul_elector::crd::install(admin.clone(), SOON).await {
+        panic!("install the CRD: {error}");
     }
-    tokio::time::timeout(
-        SOON,
-        await_condition(api, CRD_NAME, conditions::is_crd_established()),
-    )
-    .await
-    .expect("CRD established in time")
-    .expect("watch CRD");
 }
 
 /// The operator running in-process.
