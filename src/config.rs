@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::util::{SubscriberInitExt, TryInitError};
 
-use crate::consul::{MAX_WAIT, parse_go_duration};
+use crate::consul::{ConsulAddress, MAX_WAIT, parse_go_duration};
 
 /// Help text shown after the `run` options.
 const CONSUL_ENV_HELP: &str = "\
@@ -112,6 +112,27 @@ pub struct RunArgs {
         value_parser = clap::builder::NonEmptyStringValueParser::new()
     )]
     pub instance_name: String,
+
+    /// Consul addresses, besides the operator's own (`CONSUL_HTTP_ADDR`), that an election may
+    /// name in `spec.consul.address`, comma-separated. Empty (the default) refuses every
+    /// override. The operator's own token is never sent to these addresses: an election that
+    /// names one uses the token of its `tokenSecretRef`, or none.
+    #[arg(
+        long,
+        env = "CONSUL_ELECTOR_ALLOWED_ADDRESSES",
+        value_name = "ADDR1,ADDR2",
+        default_value = "",
+        hide_default_value = true,
+        value_parser = parse_addresses
+    )]
+    pub consul_allowed_addresses: AllowedAddresses,
+
+    /// This cluster's identity, carried in the names of the operator's Consul sessions and in
+    /// the values of its keys, so that two clusters sharing one Consul never adopt or release
+    /// each other's locks. Defaults to the UID of the `kube-system` namespace, which is stable
+    /// for the life of a cluster. Lowercase letters, digits, '-' and '.', at most 63 characters.
+    #[arg(long, env = "CONSUL_ELECTOR_CLUSTER_NAME", value_parser = parse_cluster_name)]
+    pub cluster_name: Option<String>,
 }
 
 /// Log output format.
@@ -168,6 +189,49 @@ fn is_rfc1123_label(name: &str) -> bool {
         && name.starts_with(alphanumeric)
         && name.ends_with(alphanumeric)
         && name.chars().all(|c| alphanumeric(c) || c == '-')
+}
+
+/// The Consul addresses elections may name besides the operator's own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowedAddresses(Vec<ConsulAddress>);
+
+impl AllowedAddresses {
+    /// The addresses, in the order given, without duplicates.
+    pub fn addresses(&self) -> &[ConsulAddress] {
+        &self.0
+    }
+}
+
+/// Parses `addr1,addr2` the way `CONSUL_HTTP_ADDR` is parsed (`https://` means TLS; a bare
+/// `host:port` is plain HTTP). Empty entries are skipped and duplicates dropped.
+fn parse_addresses(text: &str) -> Result<AllowedAddresses, String> {
+    let mut addresses: Vec<ConsulAddress> = Vec::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let address = ConsulAddress::parse(entry, false)?;
+        if !addresses.contains(&address) {
+            addresses.push(address);
+        }
+    }
+    Ok(AllowedAddresses(addresses))
+}
+
+/// A cluster name: it becomes one segment of a Consul session name, so no '/'.
+fn parse_cluster_name(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if name.is_empty()
+        || name.len() > 63
+        || !name.starts_with(alphanumeric)
+        || !name.ends_with(alphanumeric)
+        || !name.chars().all(allowed)
+    {
+        return Err(format!(
+            "{name:?} is not a cluster name (lowercase letters, digits, '-' and '.', starting \
+             and ending with a letter or digit, at most 63 characters)"
+        ));
+    }
+    Ok(name.to_owned())
 }
 
 /// Checks the syntax of a log filter (kept as text: `EnvFilter` is not `Clone`).
@@ -242,7 +306,7 @@ mod tests {
     use super::*;
 
     /// Every `run` option and its environment variable.
-    const ENV_VARS: [(&str, &str); 8] = [
+    const ENV_VARS: [(&str, &str); 10] = [
         ("metrics_addr", "ELECTOR_METRICS_ADDR"),
         ("watch_namespaces", "ELECTOR_WATCH_NAMESPACES"),
         ("log_format", "ELECTOR_LOG_FORMAT"),
@@ -251,6 +315,8 @@ mod tests {
         ("lock_watch_wait", "ELECTOR_LOCK_WATCH_WAIT"),
         ("liveness_timeout", "ELECTOR_LIVENESS_TIMEOUT"),
         ("instance_name", "POD_NAME"),
+        ("consul_allowed_addresses", "CONSUL_ELECTOR_ALLOWED_ADDRESSES"),
+        ("cluster_name", "CONSUL_ELECTOR_CLUSTER_NAME"),
     ];
 
     /// Parses `args` ignoring the process environment, so variables such as `RUST_LOG` or
@@ -299,6 +365,8 @@ mod tests {
                 lock_watch_wait: Duration::from_secs(60),
                 liveness_timeout: Duration::from_secs(60),
                 instance_name: hostname(),
+                consul_allowed_addresses: AllowedAddresses::default(),
+                cluster_name: None,
             }
         );
         assert!(run.watch_namespaces.is_all());
@@ -324,6 +392,10 @@ mod tests {
             "2m",
             "--instance-name",
             "consul-elector-0",
+            "--consul-allowed-addresses",
+            "https://consul.other:8501, consul.third:8500,,http://consul.third:8500",
+            "--cluster-name",
+            "eu-west-1.prod",
         ]);
         assert_eq!(
             run,
@@ -336,6 +408,11 @@ mod tests {
                 lock_watch_wait: Duration::from_secs(90),
                 liveness_timeout: Duration::from_secs(120),
                 instance_name: "consul-elector-0".to_owned(),
+                consul_allowed_addresses: AllowedAddresses(vec![
+                    ConsulAddress::parse("https://consul.other:8501", false).expect("address"),
+                    ConsulAddress::parse("http://consul.third:8500", false).expect("address"),
+                ]),
+                cluster_name: Some("eu-west-1.prod".to_owned()),
             }
         );
         assert_eq!(run.watch_namespaces.names(), ["shop", "billing"]);
@@ -357,6 +434,16 @@ mod tests {
             (["--lock-watch-wait", "11m"], "at most 600s"),
             (["--liveness-timeout", "0s"], "greater than zero"),
             (["--instance-name", ""], "a value is required"),
+            (
+                ["--consul-allowed-addresses", "ftp://consul:8500"],
+                "unsupported scheme",
+            ),
+            (
+                ["--consul-allowed-addresses", "consul:8500/v1"],
+                "only scheme, host and port",
+            ),
+            (["--cluster-name", "a/b"], "is not a cluster name"),
+            (["--cluster-name", "Prod"], "is not a cluster name"),
         ] {
             let error = run_error(&args);
             assert!(error.contains(expected), "{args:?}: {error}");
@@ -437,6 +524,10 @@ mod tests {
                     lock_watch_wait: Duration::from_secs(5),
                     liveness_timeout: Duration::from_millis(1500),
                     instance_name: "elector-7".to_owned(),
+                    consul_allowed_addresses: AllowedAddresses(vec![
+                        ConsulAddress::parse("consul.b:8500", false).expect("address"),
+                    ]),
+                    cluster_name: Some("blue".to_owned()),
                 }
             );
             // A flag wins over its variable.
@@ -457,6 +548,8 @@ mod tests {
             ("ELECTOR_LOCK_WATCH_WAIT", "5s"),
             ("ELECTOR_LIVENESS_TIMEOUT", "1500ms"),
             ("POD_NAME", "elector-7"),
+            ("CONSUL_ELECTOR_ALLOWED_ADDRESSES", "consul.b:8500"),
+            ("CONSUL_ELECTOR_CLUSTER_NAME", "blue"),
         ];
         assert_eq!(values.map(|(var, _)| var), ENV_VARS.map(|(_, var)| var));
         let output = process::Command::new(std::env::current_exe().expect("the test binary"))

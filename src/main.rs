@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use consul_elector::cluster_identity;
 use consul_elector::config::{Cli, Command, RunArgs, init_tracing};
 use consul_elector::consul::{ConsulClient, ConsulSettings};
 use consul_elector::controller::{self, Settings};
@@ -42,6 +43,10 @@ async fn run(args: RunArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let consul = match ConsulSettings::from_process_env()
+        .map(|mut settings| {
+            settings.allowed_addresses = args.consul_allowed_addresses.addresses().to_vec();
+            settings
+        })
         .map_err(|e| e.to_string())
         .and_then(|s| ConsulClient::new(&s).map_err(|e| e.to_string()))
     {
@@ -58,9 +63,21 @@ async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let cluster_name = match cluster_identity::resolve(&client, args.cluster_name.clone()).await {
+        Ok(name) => name,
+        Err(error) => {
+            tracing::error!(
+                %error,
+                "cannot determine the cluster name: set --cluster-name (CONSUL_ELECTOR_CLUSTER_NAME) \
+                 or allow the operator to get the kube-system namespace"
+            );
+            return ExitCode::FAILURE;
+        }
+    };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         consul = %consul.address(),
+        cluster = %cluster_name,
         namespaces = ?args.watch_namespaces.names(),
         "starting consul-elector"
     );
@@ -101,6 +118,7 @@ async fn run(args: RunArgs) -> ExitCode {
         instance: args.instance_name,
         lock_watch_wait: args.lock_watch_wait,
         concurrency: 16,
+        cluster_name,
     };
     controller::run(client, consul, settings, metrics, health, stopped()).await;
     let _ = server.await;

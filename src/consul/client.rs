@@ -36,6 +36,10 @@ pub struct Overrides {
 /// State shared by every handle derived from one root client.
 struct Shared {
     registry: PoolRegistry,
+    /// The operator's own address: the only one its own token is ever sent to.
+    root_address: ConsulAddress,
+    /// Other addresses handles may be derived for.
+    allowed_addresses: Vec<ConsulAddress>,
     request_timeout: Duration,
     retry: RetryPolicy,
     watch_pacing: WatchPacing,
@@ -76,6 +80,8 @@ impl ConsulClient {
         });
         let shared = Arc::new(Shared {
             registry,
+            root_address: settings.address.clone(),
+            allowed_addresses: settings.allowed_addresses.clone(),
             request_timeout: settings.request_timeout,
             retry: settings.retry,
             watch_pacing: settings.watch_pacing,
@@ -90,13 +96,42 @@ impl ConsulClient {
 
     /// A handle for another address, datacenter and/or token, sharing this client's pools
     /// (and so the connection cap of every address).
+    ///
+    /// The address must be the root client's or one of the settings' `allowed_addresses`;
+    /// any other is refused before a connection exists. A handle for an address other than
+    /// this handle's never inherits this handle's token: it carries `overrides.token` or none,
+    /// so the operator's own token is only ever sent where the operator's admin pointed it.
     pub fn with_overrides(&self, overrides: Overrides) -> Result<Self> {
+        let address = overrides.address.as_ref().unwrap_or(self.pool.address());
+        if !self.allows(address) {
+            return Err(ConsulError::Configuration {
+                context: ErrorContext::new("client setup", address.to_string()),
+                detail: format!(
+                    "{address} is not the operator's Consul address nor one it is allowed to use"
+                ),
+            });
+        }
+        let inherited = (address == self.pool.address())
+            .then(|| self.token.clone())
+            .flatten();
         Self::handle(
             self.shared.clone(),
-            overrides.address.as_ref().unwrap_or(self.pool.address()),
+            address,
             overrides.datacenter.or_else(|| self.datacenter.clone()),
-            overrides.token.or_else(|| self.token.clone()),
+            overrides.token.or(inherited),
         )
+    }
+
+    /// Whether handles may be derived for `address`: the root client's address or one of the
+    /// settings' `allowed_addresses`.
+    pub fn allows(&self, address: &ConsulAddress) -> bool {
+        *address == self.shared.root_address || self.shared.allowed_addresses.contains(address)
+    }
+
+    /// How many Consul addresses currently have a connection pool (a pool is freed, and its
+    /// connections closed, when the last handle using it is dropped).
+    pub fn live_pools(&self) -> usize {
+        self.shared.registry.live_pools()
     }
 
     fn handle(

@@ -38,7 +38,7 @@
 
 use std::collections::HashMap;
 use std::pin::pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -80,12 +80,14 @@ pub(crate) struct PoolConfig {
     pub default_address: ConsulAddress,
 }
 
-/// One pool per Consul address, created on first use.
+/// One pool per Consul address, created on first use and freed (its connections closed) once no
+/// client handle uses it.
 #[derive(Debug)]
 pub(crate) struct PoolRegistry {
     config: PoolConfig,
     tls_config: OnceLock<Result<Arc<ClientConfig>, String>>,
-    pools: Mutex<HashMap<ConsulAddress, Arc<AddressPool>>>,
+    /// Weak: the handles own the pools, so an address no election uses any more costs nothing.
+    pools: Mutex<HashMap<ConsulAddress, Weak<AddressPool>>>,
 }
 
 impl PoolRegistry {
@@ -104,9 +106,10 @@ impl PoolRegistry {
             .pools
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
-        if let Some(pool) = pools.get(address) {
-            return Ok(pool.clone());
+        if let Some(pool) = pools.get(address).and_then(Weak::upgrade) {
+            return Ok(pool);
         }
+        pools.retain(|_, pool| pool.strong_count() > 0);
         let tls = if address.is_tls() {
             let config = self
                 .tls_config
@@ -121,8 +124,18 @@ impl PoolRegistry {
             None
         };
         let pool = Arc::new(AddressPool::new(address.clone(), tls, &self.config));
-        pools.insert(address.clone(), pool.clone());
+        pools.insert(address.clone(), Arc::downgrade(&pool));
         Ok(pool)
+    }
+
+    /// How many addresses have a pool that some handle still uses.
+    pub(crate) fn live_pools(&self) -> usize {
+        self.pools
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .values()
+            .filter(|pool| pool.strong_count() > 0)
+            .count()
     }
 }
 
@@ -187,6 +200,19 @@ enum ExchangeError {
     NotSent(Box<Request<Full<Bytes>>>, String),
     /// The request may have been sent.
     Failed(String),
+}
+
+impl Drop for AddressPool {
+    /// Closes the idle connections of a pool no handle uses any more.
+    fn drop(&mut self) {
+        let idle = self
+            .idle
+            .get_mut()
+            .unwrap_or_else(|poison| poison.into_inner());
+        for entry in idle.drain(..) {
+            entry.connection.close();
+        }
+    }
 }
 
 impl AddressPool {

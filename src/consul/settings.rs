@@ -191,6 +191,9 @@ pub struct ConsulSettings {
     pub retry: RetryPolicy,
     /// Pacing of blocking-query loops.
     pub watch_pacing: WatchPacing,
+    /// Addresses besides `address` that per-election overrides may name (see
+    /// [`super::ConsulClient::with_overrides`]); empty refuses every other address.
+    pub allowed_addresses: Vec<ConsulAddress>,
 }
 
 impl Default for ConsulSettings {
@@ -210,6 +213,7 @@ impl Default for ConsulSettings {
             idle_timeout: Duration::from_secs(90),
             retry: RetryPolicy::default(),
             watch_pacing: WatchPacing::default(),
+            allowed_addresses: Vec::new(),
         }
     }
 }

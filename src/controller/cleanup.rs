@@ -19,10 +19,27 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
     ctx.locks.unwatch(&key);
     let config = crate::crd::validate(le).ok();
     let managed = config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
-    if managed {
-        let consul = consul_access::client_for(le, ctx)
-            .await
-            .unwrap_or_else(|_| ctx.consul.clone());
+    let consul = if managed {
+        match consul_access::client_for(le, ctx).await {
+            Ok(consul) => Some(consul),
+            // Never fall back to the operator's own client: that would send its token (or
+            // release keys) where this election was never allowed to reach. The session, if
+            // any, is no longer renewed and expires in Consul.
+            Err(consul_access::AccessProblem::Invalid(problem)) => {
+                tracing::warn!(
+                    election = %key,
+                    %problem,
+                    "cleanup without Consul: the election has no usable Consul access"
+                );
+                ctx.sessions.forget(&key);
+                None
+            }
+            Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
+        }
+    } else {
+        None
+    };
+    if let Some(consul) = consul {
         let consul_key = config
             .as_ref()
             .map_or_else(|| default_key(&key.namespace, &key.name), |c| c.key.clone());

@@ -1,5 +1,15 @@
 //! The Consul client of one election: the operator's defaults with the election's own
 //! address, datacenter and token (read from the referenced Secret) on top.
+//!
+//! This is where a namespace user's spec meets the operator's credentials, so it enforces the
+//! security model:
+//! - an election may name only the operator's own Consul address or one the admin allowed
+//!   (`--consul-allowed-addresses`); any other is refused before a connection is opened;
+//! - the operator's own token goes only to the operator's own address (see
+//!   [`ConsulClient::with_overrides`]);
+//! - a token Secret is used only if it opted in with the annotation
+//!   [`SECRET_ALLOWED_ELECTIONS_ANNOTATION`] naming the election: its metadata is read first,
+//!   and its data only after the opt-in was seen.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -8,15 +18,22 @@ use kube::api::Api;
 use super::Context;
 use crate::Error;
 use crate::consul::{ConsulAddress, ConsulClient, ConsulToken, Overrides};
-use crate::crd::{LeaderElection, SpecProblem};
+use crate::crd::{LeaderElection, SECRET_ALLOWED_ELECTIONS_ANNOTATION, SpecProblem};
+
+const ADDRESS_FIELD: &str = "spec.consul.address";
+const SECRET_FIELD: &str = "spec.consul.tokenSecretRef";
 
 /// Why an election has no usable Consul client.
 pub enum AccessProblem {
-    /// Something the user must fix (missing Secret or key, bad address): reported as
-    /// `InvalidSpec`, not retried in a storm.
+    /// Something the user must fix (missing Secret or key, bad or refused address, a Secret
+    /// that did not opt in): reported as `InvalidSpec`, not retried in a storm.
     Invalid(SpecProblem),
     /// A transient failure (the API server did not answer).
     Failed(Error),
+}
+
+fn invalid(field: &'static str, message: String) -> AccessProblem {
+    AccessProblem::Invalid(SpecProblem { field, message })
 }
 
 /// The client for `le`, sharing the operator's connection limits.
@@ -24,15 +41,11 @@ pub async fn client_for(le: &LeaderElection, ctx: &Context) -> Result<ConsulClie
     let Some(spec) = le.spec.consul.as_ref() else {
         return Ok(ctx.consul.clone());
     };
-    let address = match spec.address.as_deref() {
-        None => None,
-        Some(raw) => Some(ConsulAddress::parse(raw, false).map_err(|e| {
-            AccessProblem::Invalid(SpecProblem {
-                field: "spec.consul.address",
-                message: e.to_string(),
-            })
-        })?),
-    };
+    let address = spec
+        .address
+        .as_deref()
+        .map(|raw| allowed_address(raw, &ctx.consul))
+        .transpose()?;
     let token = match spec.token_secret_ref.as_ref() {
         None => None,
         Some(reference) => Some(read_token(le, ctx, &reference.name, &reference.key).await?),
@@ -43,12 +56,39 @@ pub async fn client_for(le: &LeaderElection, ctx: &Context) -> Result<ConsulClie
             datacenter: spec.datacenter.clone(),
             token,
         })
-        .map_err(|e| {
-            AccessProblem::Invalid(SpecProblem {
-                field: "spec.consul",
-                message: e.to_string(),
-            })
-        })
+        .map_err(|e| invalid("spec.consul", e.to_string()))
+}
+
+/// Parses `raw` and checks that the operator may use it.
+fn allowed_address(raw: &str, consul: &ConsulClient) -> Result<ConsulAddress, AccessProblem> {
+    let address = ConsulAddress::parse(raw, false).map_err(|e| invalid(ADDRESS_FIELD, e))?;
+    if !consul.allows(&address) {
+        return Err(invalid(
+            ADDRESS_FIELD,
+            format!(
+                "{address} is not a Consul address this operator may use: only its own \
+                 ({}) and the addresses its admin allowed (--consul-allowed-addresses, Helm \
+                 value consul.allowedAddresses)",
+                consul.address()
+            ),
+        ));
+    }
+    Ok(address)
+}
+
+/// Whether the annotation value `allowed` (comma-separated names, or `*`) names `election`.
+fn secret_allows(allowed: &str, election: &str) -> bool {
+    allowed
+        .split(',')
+        .map(str::trim)
+        .any(|name| name == "*" || name == election)
+}
+
+/// Whether `secret` opted in for `election`.
+fn opted_in(annotations: &std::collections::BTreeMap<String, String>, election: &str) -> bool {
+    annotations
+        .get(SECRET_ALLOWED_ELECTIONS_ANNOTATION)
+        .is_some_and(|allowed| secret_allows(allowed, election))
 }
 
 async fn read_token(
@@ -57,27 +97,44 @@ async fn read_token(
     name: &str,
     key: &str,
 ) -> Result<ConsulToken, AccessProblem> {
-    const FIELD: &str = "spec.consul.tokenSecretRef";
     let namespace = le.namespace().unwrap_or_default();
+    let election = le.name_any();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-    let secret = match secrets.get_opt(name).await {
-        Ok(Some(secret)) => secret,
-        Ok(None) => {
-            return Err(AccessProblem::Invalid(SpecProblem {
-                field: FIELD,
-                message: format!("Secret {namespace}/{name} not found"),
-            }));
-        }
-        Err(kube::Error::Api(status)) if status.is_forbidden() => {
-            return Err(AccessProblem::Invalid(SpecProblem {
-                field: FIELD,
-                message: format!(
-                    "the operator may not read Secret {namespace}/{name} (enable rbac.secretAccess in the Helm chart)"
-                ),
-            }));
-        }
-        Err(error) => return Err(AccessProblem::Failed(Error::kube("read secret")(error))),
+    let not_found = || invalid(SECRET_FIELD, format!("Secret {namespace}/{name} not found"));
+    let forbidden = || {
+        invalid(
+            SECRET_FIELD,
+            format!(
+                "the operator may not read Secret {namespace}/{name} (enable rbac.secretAccess \
+                 in the Helm chart)"
+            ),
+        )
     };
+    let not_opted_in = || {
+        invalid(
+            SECRET_FIELD,
+            format!(
+                "Secret {namespace}/{name} does not allow election {election:?} to use it: its \
+                 owner must annotate it with {SECRET_ALLOWED_ELECTIONS_ANNOTATION}={election} \
+                 (a comma-separated list of elections, or *)"
+            ),
+        )
+    };
+    let api_error = |error: kube::Error| match error {
+        kube::Error::Api(status) if status.is_not_found() => not_found(),
+        kube::Error::Api(status) if status.is_forbidden() => forbidden(),
+        error => AccessProblem::Failed(Error::kube("read secret")(error)),
+    };
+    // Metadata only first: the data of a Secret that did not opt in never reaches us.
+    let metadata = secrets.get_metadata(name).await.map_err(api_error)?;
+    if !opted_in(metadata.annotations(), &election) {
+        return Err(not_opted_in());
+    }
+    let secret = secrets.get(name).await.map_err(api_error)?;
+    // The Secret may have changed between the two reads: decide on the one whose data we use.
+    if !opted_in(secret.annotations(), &election) {
+        return Err(not_opted_in());
+    }
     let bytes = secret
         .data
         .as_ref()
@@ -94,9 +151,24 @@ async fn read_token(
         .and_then(|b| String::from_utf8(b).ok())
         .and_then(|s| ConsulToken::new(s.trim()));
     token.ok_or_else(|| {
-        AccessProblem::Invalid(SpecProblem {
-            field: FIELD,
-            message: format!("Secret {namespace}/{name} has no usable key {key:?}"),
-        })
+        invalid(
+            SECRET_FIELD,
+            format!("Secret {namespace}/{name} has no usable key {key:?}"),
+        )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::secret_allows;
+
+    #[test]
+    fn the_annotation_names_elections_or_all() {
+        assert!(secret_allows("web", "web"));
+        assert!(secret_allows("api, web ,jobs", "web"));
+        assert!(secret_allows("*", "web"));
+        assert!(!secret_allows("", "web"));
+        assert!(!secret_allows("web2,we", "web"));
+        assert!(!secret_allows("web*", "web"));
+    }
 }

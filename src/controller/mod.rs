@@ -69,6 +69,9 @@ pub struct Settings {
     pub lock_watch_wait: Duration,
     /// Reconciles running at once.
     pub concurrency: u16,
+    /// This cluster's identity (see [`crate::cluster_identity`]), carried in session names
+    /// and key values so that clusters sharing one Consul never take each other's locks.
+    pub cluster_name: String,
 }
 
 /// Everything a reconcile needs; shared by all reconciles.

@@ -50,6 +50,11 @@ pub const FINALIZER: &str = "elector.dev/cleanup";
 pub const FENCING_TOKEN_ANNOTATION: &str = "elector.dev/fencing-token";
 /// Pod annotation with the time (RFC 3339) the leader became leader.
 pub const LEADER_SINCE_ANNOTATION: &str = "elector.dev/leader-since";
+/// Secret annotation through which a namespace owner lets elections use the Secret as their
+/// Consul token (`spec.consul.tokenSecretRef`): a comma-separated list of election names of
+/// the Secret's namespace, or `*` for every election there. The operator does not read the
+/// data of a Secret without it.
+pub const SECRET_ALLOWED_ELECTIONS_ANNOTATION: &str = "elector.dev/allowed-elections";
 /// Default label key written on the selected pods (`spec.labels.key`).
 pub const DEFAULT_ROLE_LABEL: &str = "elector.dev/role";
 

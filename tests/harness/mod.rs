@@ -183,6 +183,7 @@ impl Harness {
             instance: "test".into(),
             lock_watch_wait: Duration::from_secs(60),
             concurrency: 4,
+            cluster_name: "test-cluster".into(),
         };
         let task = tokio::spawn(controller::run(
             self.sa_client.clone(),
