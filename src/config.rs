@@ -41,7 +41,7 @@ pub struct Cli {
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Run the operator: watch LeaderElections and pods, elect leaders through Consul.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the LeaderElection CustomResourceDefinition as YAML.
     Crd,
 }
@@ -332,7 +332,7 @@ mod tests {
         match parse(&argv) {
             Ok(Cli {
                 command: Command::Run(run),
-            }) => run,
+            }) => *run,
             other => panic!("{args:?} parsed as {other:?}"),
         }
     }
@@ -514,7 +514,7 @@ mod tests {
                 panic!("run parsed as {cli:?}");
             };
             assert_eq!(
-                run,
+                *run,
                 RunArgs {
                     metrics_addr: ([127, 0, 0, 1], 9091).into(),
                     watch_namespaces: Namespaces(vec!["a".to_owned(), "b-2".to_owned()]),

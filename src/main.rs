@@ -28,7 +28,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Run(args) => match tokio::runtime::Runtime::new() {
-            Ok(runtime) => runtime.block_on(run(args)),
+            Ok(runtime) => runtime.block_on(run(*args)),
             Err(error) => {
                 eprintln!("cannot start the async runtime: {error}");
                 ExitCode::FAILURE
