@@ -946,3 +946,97 @@ mod tls {
         assert!(error.to_string().contains("missing.pem"));
     }
 }
+
+/// Where the operator's own token may go: only to its own address. Handles for an allowed
+/// other address carry their own token or none; any other address is refused before a
+/// connection is opened; a pool no handle uses any more is freed and its connections closed.
+#[tokio::test]
+async fn the_operators_token_stays_at_the_operators_address() {
+    let own = emulator().await;
+    let allowed = emulator().await;
+    let refused = emulator().await;
+    let address = |emu: &testkit::consul::Emulator| {
+        consul_elector::consul::ConsulAddress::parse(&emu.url(), false).unwrap()
+    };
+    let consul = ConsulClient::new(&ConsulSettings {
+        token: ConsulToken::new("operator-token"),
+        allowed_addresses: vec![address(&allowed)],
+        ..settings(&own)
+    })
+    .unwrap();
+    assert!(consul.allows(&address(&own)) && consul.allows(&address(&allowed)));
+    assert!(!consul.allows(&address(&refused)));
+
+    // Not allowed: refused, and nothing reaches it.
+    let error = consul
+        .with_overrides(Overrides {
+            address: Some(address(&refused)),
+            token: ConsulToken::new("tenant-token"),
+            ..Overrides::default()
+        })
+        .unwrap_err();
+    assert_eq!(error.category(), "configuration", "{error}");
+    assert_eq!(refused.stats().connections_total, 0);
+
+    // The own address, explicitly named: the operator's token.
+    let same = consul
+        .with_overrides(Overrides {
+            address: Some(address(&own)),
+            ..Overrides::default()
+        })
+        .unwrap();
+    same.kv_put("k", b"v", 0).await.unwrap();
+    assert_eq!(own.stats().requests_with_token("operator-token"), 1);
+
+    // An allowed address: no token unless the override brings one.
+    let anonymous = consul
+        .with_overrides(Overrides {
+            address: Some(address(&allowed)),
+            ..Overrides::default()
+        })
+        .unwrap();
+    assert!(anonymous.token().is_none());
+    anonymous.kv_put("k", b"v", 0).await.unwrap();
+    let tenant = consul
+        .with_overrides(Overrides {
+            address: Some(address(&allowed)),
+            token: ConsulToken::new("tenant-token"),
+            ..Overrides::default()
+        })
+        .unwrap();
+    tenant.kv_put("k", b"w", 0).await.unwrap();
+    // A handle derived from the tenant's handle for the operator's address does not carry
+    // the tenant's token there either.
+    let back = tenant
+        .with_overrides(Overrides {
+            address: Some(address(&own)),
+            ..Overrides::default()
+        })
+        .unwrap();
+    assert!(back.token().is_none());
+    let seen = allowed.stats();
+    assert_eq!(
+        (
+            seen.requests_with_token(""),
+            seen.requests_with_token("tenant-token"),
+            seen.requests_with_token("operator-token"),
+        ),
+        (1, 1, 0),
+        "{seen:?}"
+    );
+
+    // Two pools in use; dropping every handle of the allowed address frees its pool and
+    // closes its connection.
+    assert_eq!(consul.live_pools(), 2);
+    assert_eq!(allowed.stats().connections_open, 1);
+    drop((anonymous, tenant, back));
+    assert_eq!(consul.live_pools(), 1);
+    let closed = async {
+        while allowed.stats().connections_open > 0 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), closed)
+        .await
+        .expect("the freed pool's connection is closed");
+}

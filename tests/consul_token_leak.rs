@@ -79,7 +79,13 @@ async fn the_token_never_leaks() {
         ("CONSUL_ELECTOR_RETRY_ATTEMPTS", "2".to_owned()),
         ("CONSUL_ELECTOR_RETRY_BASE_DELAY", "1ms".to_owned()),
     ]);
-    let settings = ConsulSettings::from_env(|name| env.get(name).cloned()).unwrap();
+    let mut settings = ConsulSettings::from_env(|name| env.get(name).cloned()).unwrap();
+    // An address the admin allowed, where nothing listens (for the connect error below).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere_address =
+        ConsulAddress::parse(&listener.local_addr().unwrap().to_string(), false).unwrap();
+    drop(listener);
+    settings.allowed_addresses = vec![nowhere_address.clone()];
     assert_clean("settings Debug", &format!("{settings:?}"));
     let consul = ConsulClient::new(&settings).unwrap();
     assert_clean("client Debug", &format!("{consul:?}"));
@@ -155,12 +161,9 @@ async fn the_token_never_leaks() {
     emu.clear_faults();
 
     // A connect error.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    drop(listener);
     let nowhere = consul
         .with_overrides(Overrides {
-            address: Some(ConsulAddress::parse(&format!("127.0.0.1:{port}"), false).unwrap()),
+            address: Some(nowhere_address),
             ..Overrides::default()
         })
         .unwrap();

@@ -12,12 +12,28 @@ use harness::{
     with_role,
 };
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testkit::cluster::with_namespace;
 use testkit::pods::SimulatorOptions;
 
 const ELECTION_ANNOTATION: &str = "elector.dev/election";
+const SECRET_OPT_IN: &str = consul_elector::crd::SECRET_ALLOWED_ELECTIONS_ANNOTATION;
+
+/// How often the operator read Secret `consul-token`: (metadata only, with data).
+fn secret_reads(h: &Harness) -> (usize, usize) {
+    let reads: Vec<bool> = h
+        .kube_faults
+        .seen()
+        .into_iter()
+        .filter(|r| {
+            r.resource.as_deref() == Some("secrets") && r.name.as_deref() == Some("consul-token")
+        })
+        .map(|r| r.metadata_only)
+        .collect();
+    let metadata = reads.iter().filter(|m| **m).count();
+    (metadata, reads.len() - metadata)
+}
 const OTHER_ROLE: &str = "example.com/role";
 
 fn web() -> serde_json::Value {
@@ -336,12 +352,13 @@ async fn missing_token_secret(prefix: &str, secret_access: bool) {
         );
         assert!(!ever_labelled_by(&h, "web"));
 
-        // The Secret appears. The operator watches no Secrets (it may only `get` them), so
-        // it learns about it on its next look (the 5-minute requeue of invalid elections),
-        // or at once when the election is touched, as `kubectl annotate` does.
+        // The Secret appears, without the owner's opt-in. The operator watches no Secrets
+        // (it may only `get` them), so it learns about it on its next look (the requeue of
+        // invalid elections), or at once when the election is touched, as `kubectl annotate`
+        // does.
         let secrets: Api<Secret> = Api::namespaced(h.admin.clone(), &h.ns);
         let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "consul-token"},
+            "metadata": {"name": "consul-token", "annotations": {SECRET_OPT_IN: "api"}},
             "stringData": {"token": "any-token-the-emulator-accepts"},
         }))
         .expect("secret");
@@ -349,27 +366,37 @@ async fn missing_token_secret(prefix: &str, secret_access: bool) {
             .create(&PostParams::default(), &secret)
             .await
             .expect("create secret");
-        let reconciles = h.reconciles();
-        h.touch("web").await;
+        h.touch_and_wait_reconcile("web").await;
+        let le = h.elections().get("web").await.expect("election");
+        assert_eq!(phase(&le).as_deref(), Some("Invalid"));
+        let valid = condition(&le, "SpecValid").expect("SpecValid");
         if secret_access {
+            // It names another election only: refused, and its data was never asked for.
+            assert!(
+                valid.message.contains("does not allow election \"web\"")
+                    && valid.message.contains(SECRET_OPT_IN),
+                "{}",
+                valid.message
+            );
+            let (metadata, full) = secret_reads(&h);
+            assert!(
+                metadata >= 1 && full == 0,
+                "metadata only while the Secret has not opted in: {metadata} metadata, {full} full reads"
+            );
+            let patch = json!({"metadata": {"annotations": {SECRET_OPT_IN: "api, web"}}});
+            secrets
+                .patch("consul-token", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("annotate secret");
+            h.touch("web").await;
             h.wait_elected("web", None).await;
             let le = h.elections().get("web").await.expect("election");
             assert!(has_condition(&le, "SpecValid", "True"));
+            let (metadata, full) = secret_reads(&h);
+            assert!(metadata >= 2 && full >= 1, "{metadata} metadata, {full} full reads");
         } else {
             // Without the chart's rbac.secretAccess it stays Invalid, with the same advice.
-            let more_reconciles = async {
-                while h.reconciles() <= reconciles {
-                    let _ = h
-                        .recorder
-                        .wait_until(Duration::from_millis(50), |_| false)
-                        .await;
-                }
-            };
-            tokio::time::timeout(SOON, more_reconciles)
-                .await
-                .expect("the touch is reconciled");
-            let le = h.elections().get("web").await.expect("election");
-            assert_eq!(phase(&le).as_deref(), Some("Invalid"));
+            assert!(valid.message.contains("rbac.secretAccess"), "{}", valid.message);
             let (events, _) = h.events("web", "InvalidSpec").await;
             assert_eq!(events, 1, "the unchanged problem is not reported again");
         }
@@ -379,7 +406,7 @@ async fn missing_token_secret(prefix: &str, secret_access: bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_token_secret_is_invalid_until_it_exists() {
+async fn a_token_secret_is_used_only_once_it_exists_and_opts_in() {
     missing_token_secret("sp-secret", true).await;
 }
 

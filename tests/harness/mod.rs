@@ -18,7 +18,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
 use testkit::pods::wait_for;
 
-use consul_elector::consul::{ConsulClient, ConsulSettings};
+use consul_elector::consul::{ConsulAddress, ConsulClient, ConsulSettings};
 use consul_elector::controller::{self, Settings};
 use consul_elector::crd::LeaderElection;
 use consul_elector::http::Health;
@@ -72,6 +72,17 @@ pub struct HarnessOptions {
     pub sim: SimulatorOptions,
     /// Grant the operator the chart's optional Secret rule (`rbac.secretAccess`).
     pub secret_access: bool,
+    /// The operator's own Consul token and allowed addresses.
+    pub operator_consul: OperatorConsul,
+}
+
+/// The operator's Consul configuration beyond the emulator's address.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorConsul {
+    /// `CONSUL_HTTP_TOKEN`.
+    pub token: Option<String>,
+    /// `--consul-allowed-addresses`.
+    pub allowed_addresses: Vec<String>,
 }
 
 impl Default for HarnessOptions {
@@ -82,6 +93,7 @@ impl Default for HarnessOptions {
                 ..SimulatorOptions::default()
             },
             secret_access: false,
+            operator_consul: OperatorConsul::default(),
         }
     }
 }
@@ -104,6 +116,7 @@ pub struct Harness {
     pub kube_faults: KubeFaults,
     operator: Option<Operator>,
     sa_client: Client,
+    operator_consul: OperatorConsul,
 }
 
 impl Harness {
@@ -161,6 +174,7 @@ impl Harness {
             kube_faults,
             operator: None,
             sa_client,
+            operator_consul: options.operator_consul,
         }
     }
 
@@ -168,11 +182,19 @@ impl Harness {
     pub async fn start_operator(&mut self) {
         assert!(self.operator.is_none(), "operator already running");
         let url = self.emu.url();
-        let settings = ConsulSettings::from_env(|name| match name {
+        let token = self.operator_consul.token.clone();
+        let mut settings = ConsulSettings::from_env(|name| match name {
             "CONSUL_HTTP_ADDR" => Some(url.clone()),
+            "CONSUL_HTTP_TOKEN" => token.clone(),
             _ => None,
         })
         .expect("consul settings");
+        settings.allowed_addresses = self
+            .operator_consul
+            .allowed_addresses
+            .iter()
+            .map(|a| ConsulAddress::parse(a, false).expect("allowed address"))
+            .collect();
         let consul = ConsulClient::new(&settings).expect("consul client");
         let (stop, stop_rx) = watch::channel(false);
         let health = Health::new(Duration::from_secs(60));
@@ -564,6 +586,26 @@ impl Harness {
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .expect("touch election");
+    }
+
+    /// Touches the election and waits until the operator has finished a reconcile started
+    /// after the touch, so a test can assert what that reconcile did (and did not do).
+    pub async fn touch_and_wait_reconcile(&self, name: &str) {
+        let before = self.reconciles();
+        self.touch(name).await;
+        let more_reconciles = async {
+            while self.reconciles() <= before {
+                // Polls the operator's reconcile counter; the recorder's wait doubles as a
+                // short pause that still notices the test's other failures.
+                let _ = self
+                    .recorder
+                    .wait_until(Duration::from_millis(50), |_| false)
+                    .await;
+            }
+        };
+        tokio::time::timeout(SOON, more_reconciles)
+            .await
+            .expect("the touch is reconciled");
     }
 
     /// Merge-patches the election's spec with `spec`.

@@ -25,6 +25,9 @@ pub struct Stats {
     pub connections_max: usize,
     /// TCP connections accepted.
     pub connections_total: u64,
+    /// Requests received per ACL token presented (header, bearer or `?token=`); the empty
+    /// string counts requests without a token. Lets a test prove where a token was sent.
+    pub requests_by_token: BTreeMap<String, u64>,
 }
 
 impl Stats {
@@ -36,6 +39,11 @@ impl Stats {
     /// Requests received by all endpoints.
     pub fn total_requests(&self) -> u64 {
         self.requests.values().sum()
+    }
+
+    /// Requests that presented `token` (`""`: requests without a token).
+    pub fn requests_with_token(&self, token: &str) -> u64 {
+        self.requests_by_token.get(token).copied().unwrap_or(0)
     }
 }
 
@@ -88,9 +96,13 @@ impl StatsCollector {
         };
     }
 
-    pub(crate) fn begin_request(&self, name: &'static str) -> RequestGuard {
+    pub(crate) fn begin_request(&self, name: &'static str, token: Option<&str>) -> RequestGuard {
         let mut c = lock(&self.counters);
         *c.stats.requests.entry(name).or_default() += 1;
+        *c.stats
+            .requests_by_token
+            .entry(token.unwrap_or_default().to_owned())
+            .or_default() += 1;
         let current = {
             let n = c.in_flight.entry(name).or_default();
             *n += 1;
@@ -143,13 +155,17 @@ mod tests {
         let s = StatsCollector::default();
         let c1 = s.open_connection();
         let c2 = s.open_connection();
-        let a = s.begin_request("kv.get");
-        let b = s.begin_request("kv.get");
-        let c = s.begin_request("kv.put");
+        let a = s.begin_request("kv.get", None);
+        let b = s.begin_request("kv.get", None);
+        let c = s.begin_request("kv.put", Some("t"));
         drop((a, b, c, c1));
         let snap = s.snapshot();
         assert_eq!(snap.requests_to("kv.get"), 2);
         assert_eq!(snap.total_requests(), 3);
+        assert_eq!(
+            (snap.requests_with_token(""), snap.requests_with_token("t")),
+            (2, 1)
+        );
         assert_eq!(snap.in_flight_max.get("kv.get"), Some(&2));
         assert_eq!(snap.in_flight_total_max, 3);
         assert_eq!(

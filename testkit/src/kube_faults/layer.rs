@@ -79,9 +79,14 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let uri = request.uri();
-        let (info, action) = self
-            .faults
-            .decide(request.method(), uri.path(), uri.query());
+        let metadata_only = request
+            .headers()
+            .get(http::header::ACCEPT)
+            .and_then(|accept| accept.to_str().ok())
+            .is_some_and(|accept| accept.contains("as=PartialObjectMetadata"));
+        let (info, action) =
+            self.faults
+                .decide(request.method(), uri.path(), uri.query(), metadata_only);
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
             let forward = |request| forward(inner, request);

@@ -61,6 +61,7 @@ struct Table {
     next_id: u64,
     rng: StdRng,
     injected: Vec<Injection>,
+    seen: Vec<SeenRequest>,
 }
 
 /// Identifies a rule added with [`KubeFaults::add`].
@@ -224,6 +225,23 @@ pub struct Injection {
     pub path: String,
 }
 
+/// One request that went through the layer, faulted or not, for assertions on what a client
+/// asked the API server for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeenRequest {
+    /// The request's verb.
+    pub verb: Option<Verb>,
+    /// The request's resource (with subresource).
+    pub resource: Option<String>,
+    /// The namespace the request is scoped to.
+    pub namespace: Option<String>,
+    /// The object name, when the path names one.
+    pub name: Option<String>,
+    /// Whether the client asked for metadata only (`Accept: ...;as=PartialObjectMetadata`),
+    /// so the answer cannot carry an object's data.
+    pub metadata_only: bool,
+}
+
 impl KubeFaults {
     /// An empty rule table whose probability draws come from `StdRng::seed_from_u64(seed)`.
     pub fn new(seed: u64) -> Self {
@@ -233,6 +251,7 @@ impl KubeFaults {
                 next_id: 0,
                 rng: StdRng::seed_from_u64(seed),
                 injected: Vec::new(),
+                seen: Vec::new(),
             })),
         }
     }
@@ -281,12 +300,18 @@ impl KubeFaults {
         self.lock().injected.clone()
     }
 
-    /// Classifies a request and picks the fault to inject, if any (logging it).
+    /// Every request that went through the layer so far, in order.
+    pub fn seen(&self) -> Vec<SeenRequest> {
+        self.lock().seen.clone()
+    }
+
+    /// Classifies a request, logs it and picks the fault to inject, if any (logging it).
     fn decide(
         &self,
         method: &Method,
         path: &str,
         query: Option<&str>,
+        metadata_only: bool,
     ) -> (RequestInfo, Option<FaultAction>) {
         let request = RequestInfo::parse(method, path, query);
         let mut table = self.lock();
@@ -294,8 +319,16 @@ impl KubeFaults {
             rules,
             rng,
             injected,
+            seen,
             ..
         } = &mut *table;
+        seen.push(SeenRequest {
+            verb: request.verb,
+            resource: request.resource.clone(),
+            namespace: request.namespace.clone(),
+            name: request.name.clone(),
+            metadata_only,
+        });
         let fired = rules
             .iter_mut()
             .find(|(_, rule)| rule.matches(&request) && rule.draw(rng));
@@ -331,7 +364,7 @@ mod tests {
         let (path, query) = uri
             .split_once('?')
             .map_or((uri, None), |(p, q)| (p, Some(q)));
-        faults.decide(&method, path, query).1
+        faults.decide(&method, path, query, false).1
     }
 
     const PATCH_POD: &str = "/api/v1/namespaces/ns/pods/a?&fieldManager=m";

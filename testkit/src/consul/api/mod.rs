@@ -206,7 +206,11 @@ async fn serve_api(
     method: &Method,
     raw_query: Option<&str>,
 ) -> Result<Resp, DropConnection> {
-    let _in_flight = ctx.inner.stats.begin_request(route.stats_name(method));
+    let token = request_token(&ctx.query, &ctx.headers);
+    let _in_flight = ctx
+        .inner
+        .stats
+        .begin_request(route.stats_name(method), token.as_deref());
     let actions = lock(&ctx.inner.faults).take_matching(&route, method);
     for action in actions {
         match action {

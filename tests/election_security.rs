@@ -1,0 +1,196 @@
+//! The security model against a namespace user: an election can make the operator reach only
+//! the Consul addresses its admin allowed, the operator's own token goes only to its own
+//! address, and connections to an address no election uses any more are closed.
+//!
+//! A second Consul emulator stands in for "a host of the user's": it records every connection
+//! and request, and the token each request carried.
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::{
+    Harness, HarnessOptions, OperatorConsul, ROLE, SOON, condition, has_condition, phase, status_leader,
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use testkit::cluster::with_namespace;
+use testkit::consul::{ClockMode, Emulator, EmulatorConfig};
+
+/// The operator's own token (`CONSUL_HTTP_TOKEN`).
+const OPERATOR_TOKEN: &str = "operator-token-3c1f";
+/// A tenant's token, in a Secret of its namespace.
+const TENANT_TOKEN: &str = "tenant-token-9a7e";
+
+/// Another Consul, for the user's host or an allowed second Consul.
+async fn other_consul() -> Emulator {
+    Emulator::start(EmulatorConfig {
+        clock: ClockMode::Tokio,
+        ..EmulatorConfig::default()
+    })
+    .await
+    .expect("emulator")
+}
+
+fn elsewhere(address: &str) -> serde_json::Value {
+    json!({
+        "selector": {"matchLabels": {"app": "web"}},
+        "consul": {"address": address},
+    })
+}
+
+/// [`elsewhere`] under its own label key, so it does not conflict with an election `web`.
+fn elsewhere_as_api(address: &str) -> serde_json::Value {
+    let mut spec = elsewhere(address);
+    spec["labels"] = json!({"key": API_ROLE});
+    spec
+}
+
+/// The label key of the elections named `api`.
+const API_ROLE: &str = "example.com/api-role";
+
+async fn harness(
+    admin: kube::Client,
+    ns: String,
+    allowed: Vec<String>,
+    secret_access: bool,
+) -> Harness {
+    let mut h = Harness::with_options(
+        admin,
+        ns,
+        HarnessOptions {
+            secret_access,
+            operator_consul: OperatorConsul {
+                token: Some(OPERATOR_TOKEN.to_owned()),
+                allowed_addresses: allowed,
+            },
+            ..HarnessOptions::default()
+        },
+    )
+    .await;
+    h.deployment("web", 2).await;
+    h.start_operator().await;
+    h
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_the_admin_did_not_allow_is_never_contacted() {
+    with_namespace("sec-ssrf", |admin, ns| async move {
+        let users_host = other_consul().await;
+        let h = harness(admin, ns, Vec::new(), false).await;
+        // Both spellings of the same host: with and without a scheme.
+        let bare = users_host.url().trim_start_matches("http://").to_owned();
+        h.election("web", elsewhere(&users_host.url())).await;
+        h.election("api", elsewhere_as_api(&bare)).await;
+        for name in ["web", "api"] {
+            let le = h
+                .wait_status(name, |le| phase(le).as_deref() == Some("Invalid"))
+                .await;
+            let valid = condition(&le, "SpecValid").expect("SpecValid");
+            assert_eq!(valid.status, "False");
+            assert_eq!(valid.reason, "InvalidSpec");
+            assert!(
+                valid.message.contains("spec.consul.address")
+                    && valid.message.contains("--consul-allowed-addresses")
+                    && valid.message.contains(&users_host.addr().to_string()),
+                "{}",
+                valid.message
+            );
+            let notes = h.wait_event(name, "InvalidSpec").await;
+            assert!(notes.iter().any(|n| n.contains("spec.consul.address")));
+            // Another look (as after any change) still sends nothing.
+            h.touch_and_wait_reconcile(name).await;
+        }
+        let seen = users_host.stats();
+        assert_eq!(
+            (seen.connections_total, seen.total_requests()),
+            (0, 0),
+            "the user's host was contacted: {seen:?}"
+        );
+        assert!(
+            h.recorder
+                .versions()
+                .iter()
+                .all(|v| !v.labels.contains_key(ROLE) && !v.labels.contains_key(API_ROLE)),
+            "no pod was ever labelled"
+        );
+        assert!(h.emu.kv_entry(&h.key("web")).is_none());
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowed_address_gets_the_elections_token_or_none_never_the_operators() {
+    with_namespace("sec-allowed", |admin, ns| async move {
+        let second = other_consul().await;
+        let h = harness(admin, ns, vec![second.url()], true).await;
+
+        // No tokenSecretRef: anonymous at the other address.
+        h.election("web", elsewhere(&second.url())).await;
+        let elected = h.wait_elected("web", None).await;
+        let entry = second
+            .kv_entry(&h.key("web"))
+            .expect("the key is in the second Consul");
+        assert_eq!(entry.session.as_deref(), Some(elected.session.as_str()));
+        assert_eq!(entry.lock_index, elected.token);
+        assert!(h.emu.kv_entry(&h.key("web")).is_none(), "not in the operator's Consul");
+
+        // A tokenSecretRef whose Secret opted in: that token, at the other address.
+        let secrets: Api<Secret> = Api::namespaced(h.admin.clone(), &h.ns);
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {
+                "name": "tenant-token",
+                "annotations": {consul_elector::crd::SECRET_ALLOWED_ELECTIONS_ANNOTATION: "api"},
+            },
+            "stringData": {"token": TENANT_TOKEN},
+        }))
+        .expect("secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create secret");
+        let mut api = elsewhere_as_api(&second.url());
+        api["consul"]["tokenSecretRef"] = json!({"name": "tenant-token", "key": "token"});
+        h.election("api", api).await;
+        h.wait_status("api", |le| status_leader(le).is_some()).await;
+        let le = h.elections().get("api").await.expect("election");
+        assert!(has_condition(&le, "SpecValid", "True"));
+
+        let seen = second.stats();
+        assert_eq!(
+            seen.requests_with_token(OPERATOR_TOKEN),
+            0,
+            "the operator's token reached another Consul: {seen:?}"
+        );
+        assert!(seen.requests_with_token("") > 0, "{seen:?}");
+        assert!(seen.requests_with_token(TENANT_TOKEN) > 0, "{seen:?}");
+        assert_eq!(
+            seen.requests_by_token.len(),
+            2,
+            "only no token and the tenant's: {seen:?}"
+        );
+
+        // Once no election uses the second Consul, the operator closes its connections.
+        for name in ["web", "api"] {
+            h.elections()
+                .delete(name, &DeleteParams::default())
+                .await
+                .expect("delete election");
+        }
+        let closed = async {
+            while second.stats().connections_open > 0 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(SOON, closed).await.unwrap_or_else(|_| {
+            panic!(
+                "connections to an address no election uses stay open: {:?}",
+                second.stats()
+            )
+        });
+        h.finish().await;
+    })
+    .await;
+}
