@@ -194,3 +194,46 @@ async fn an_allowed_address_gets_the_elections_token_or_none_never_the_operators
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_namespaces_key_is_out_of_reach_of_the_operators_token() {
+    with_namespace("sec-keys", |admin, ns| async move {
+        let h = harness(admin, ns, Vec::new(), false).await;
+        // Another tenant's lock, held by its own session, and a key outside elector/.
+        let victim_key = "elector/victim/web/leader";
+        let victim = h.app_session("victim", "15s").await;
+        assert!(h.app_acquire(victim_key, &victim, "{}").await);
+        let before = h.emu.kv_entry(victim_key).expect("victim key");
+        h.emu.reset_stats();
+        for (name, key) in [("web", victim_key), ("api", "service/web/leader")] {
+            let mut spec = elsewhere_as_api(&h.emu.url());
+            spec["key"] = json!(key);
+            if name == "web" {
+                spec["labels"] = json!({"key": ROLE});
+            }
+            h.election(name, spec).await;
+            let le = h
+                .wait_status(name, |le| phase(le).as_deref() == Some("Invalid"))
+                .await;
+            let valid = condition(&le, "SpecValid").expect("SpecValid");
+            assert!(
+                valid.message.contains("spec.key")
+                    && valid.message.contains(&format!("elector/{}/", h.ns))
+                    && valid.message.contains("tokenSecretRef"),
+                "{}",
+                valid.message
+            );
+            h.touch_and_wait_reconcile(name).await;
+        }
+        assert_eq!(h.emu.kv_entry(victim_key), Some(before), "the victim's lock is untouched");
+        assert!(h.emu.kv_entry("service/web/leader").is_none());
+        let stats = h.emu.stats();
+        assert_eq!(
+            stats.requests_to("session.create") + stats.requests_to("kv.put"),
+            0,
+            "the operator wrote to Consul: {stats:?}"
+        );
+        h.finish().await;
+    })
+    .await;
+}

@@ -19,8 +19,11 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
     ctx.locks.unwatch(&key);
     let config = crate::crd::validate(le).ok();
     let managed = config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
+    let consul_key = config
+        .as_ref()
+        .map_or_else(|| default_key(&key.namespace, &key.name), |c| c.key.clone());
     let consul = if managed {
-        match consul_access::client_for(le, ctx).await {
+        match consul_access::client_for(le, &consul_key, ctx).await {
             Ok(consul) => Some(consul),
             // Never fall back to the operator's own client: that would send its token (or
             // release keys) where this election was never allowed to reach. The session, if
@@ -40,9 +43,6 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
         None
     };
     if let Some(consul) = consul {
-        let consul_key = config
-            .as_ref()
-            .map_or_else(|| default_key(&key.namespace, &key.name), |c| c.key.clone());
         let known = ctx.sessions.view(&key).map(|s| s.id);
         let session = known
             .clone()

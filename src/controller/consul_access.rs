@@ -9,7 +9,10 @@
 //!   [`ConsulClient::with_overrides`]);
 //! - a token Secret is used only if it opted in with the annotation
 //!   [`SECRET_ALLOWED_ELECTIONS_ANNOTATION`] naming the election: its metadata is read first,
-//!   and its data only after the opt-in was seen.
+//!   and its data only after the opt-in was seen;
+//! - with the operator's own token an election may only use keys under
+//!   `elector/<its namespace>/`, so one namespace cannot take, release or read another's lock
+//!   through the operator's privileges; other keys need a token of the election's own.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -22,6 +25,7 @@ use crate::crd::{LeaderElection, SECRET_ALLOWED_ELECTIONS_ANNOTATION, SpecProble
 
 const ADDRESS_FIELD: &str = "spec.consul.address";
 const SECRET_FIELD: &str = "spec.consul.tokenSecretRef";
+const KEY_FIELD: &str = "spec.key";
 
 /// Why an election has no usable Consul client.
 pub enum AccessProblem {
@@ -36,9 +40,14 @@ fn invalid(field: &'static str, message: String) -> AccessProblem {
     AccessProblem::Invalid(SpecProblem { field, message })
 }
 
-/// The client for `le`, sharing the operator's connection limits.
-pub async fn client_for(le: &LeaderElection, ctx: &Context) -> Result<ConsulClient, AccessProblem> {
+/// The client for `le`, whose Consul key is `key`, sharing the operator's connection limits.
+pub async fn client_for(
+    le: &LeaderElection,
+    key: &str,
+    ctx: &Context,
+) -> Result<ConsulClient, AccessProblem> {
     let Some(spec) = le.spec.consul.as_ref() else {
+        namespace_key(le, key)?;
         return Ok(ctx.consul.clone());
     };
     let address = spec
@@ -50,6 +59,10 @@ pub async fn client_for(le: &LeaderElection, ctx: &Context) -> Result<ConsulClie
         None => None,
         Some(reference) => Some(read_token(le, ctx, &reference.name, &reference.key).await?),
     };
+    let own_address = address.as_ref().is_none_or(|a| a == ctx.consul.address());
+    if token.is_none() && own_address {
+        namespace_key(le, key)?;
+    }
     ctx.consul
         .with_overrides(Overrides {
             address,
@@ -74,6 +87,26 @@ fn allowed_address(raw: &str, consul: &ConsulClient) -> Result<ConsulAddress, Ac
         ));
     }
     Ok(address)
+}
+
+/// The keys an election may use with the operator's own token: `elector/<namespace>/...`.
+fn namespace_key(le: &LeaderElection, key: &str) -> Result<(), AccessProblem> {
+    let prefix = namespace_prefix(&le.namespace().unwrap_or_default());
+    if key.starts_with(&prefix) {
+        return Ok(());
+    }
+    Err(invalid(
+        KEY_FIELD,
+        format!(
+            "with the operator's own Consul token an election may only use keys under \
+             {prefix}; name a token of your own in spec.consul.tokenSecretRef to use {key:?}"
+        ),
+    ))
+}
+
+/// The key prefix a namespace owns in the operator's Consul.
+fn namespace_prefix(namespace: &str) -> String {
+    format!("elector/{namespace}/")
 }
 
 /// Whether the annotation value `allowed` (comma-separated names, or `*`) names `election`.
@@ -160,7 +193,16 @@ async fn read_token(
 
 #[cfg(test)]
 mod tests {
-    use super::secret_allows;
+    use super::{namespace_prefix, secret_allows};
+    use crate::crd::default_key;
+
+    #[test]
+    fn a_namespace_owns_its_default_keys_and_no_other_namespaces() {
+        let prefix = namespace_prefix("shop");
+        assert!(default_key("shop", "web").starts_with(&prefix));
+        assert!(!default_key("shop-2", "web").starts_with(&prefix));
+        assert!(!default_key("sho", "web").starts_with(&prefix));
+    }
 
     #[test]
     fn the_annotation_names_elections_or_all() {

@@ -455,7 +455,7 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         status::conflict(le, ctx, &older).await?;
         return Ok(Action::requeue(INVALID_REQUEUE));
     }
-    let consul = match consul_access::client_for(le, ctx).await {
+    let consul = match consul_access::client_for(le, &config.key, ctx).await {
         Ok(client) => client,
         Err(consul_access::AccessProblem::Invalid(problem)) => {
             status::invalid(le, ctx, &[problem]).await?;
