@@ -1,7 +1,9 @@
 //! The ACL token never shows up in logs, `Debug` output or error messages, on success and on
-//! every error path (403s, transport errors, retries).
+//! every error path (403s, transport errors, retries); and the running operator never shows
+//! its own token, a tenant's token or a wrong token in its logs, events, status or metrics.
 
 mod common;
+mod harness;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -178,4 +180,134 @@ async fn the_token_never_leaks() {
     );
     assert!(logs.contains("consul request"), "{logs}");
     assert_clean("logs", &logs);
+}
+
+/// The operator's own token, a tenant's (from an opted-in Secret) and a wrong one (from another
+/// opted-in Secret, unknown to Consul), through elections that succeed and fail, with a Consul
+/// that echoes tokens in its error bodies: none of them appears in the operator's logs, in
+/// the namespace's events, in any election's status or in the metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_operator_never_shows_a_token() {
+    const OPERATOR: &str = "5b2e-OPERATOR-SECRET-token";
+    const TENANT: &str = "8c4d-TENANT-SECRET-token";
+    const WRONG: &str = "1a9f-WRONG-SECRET-token";
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(capture.clone())
+        .with_env_filter("consul_elector=trace")
+        .with_ansi(false)
+        .finish();
+    // Global: the operator's tasks run on the runtime's worker threads. The harness's own
+    // subscriber then stays uninstalled.
+    tracing::subscriber::set_global_default(subscriber).expect("no other global subscriber");
+    let leaks = |what: &str, text: &str| {
+        for token in [OPERATOR, TENANT, WRONG] {
+            assert!(!text.contains(token), "{what} shows a token: {text}");
+        }
+    };
+
+    testkit::cluster::with_namespace("leak", |admin, ns| async move {
+        let tenant_consul = common::emulator_with_tokens([(
+            TENANT,
+            AclPolicy {
+                key_write: vec!["elector/".to_owned()],
+                session_write: true,
+                ..AclPolicy::default()
+            },
+        )])
+        .await;
+        let mut h = harness::Harness::with_options(
+            admin,
+            ns,
+            harness::HarnessOptions {
+                secret_access: true,
+                operator_consul: harness::OperatorConsul {
+                    token: Some(OPERATOR.to_owned()),
+                    allowed_addresses: vec![tenant_consul.url()],
+                },
+                ..harness::HarnessOptions::default()
+            },
+        )
+        .await;
+        // Both Consuls echo the token of a few requests in their error bodies.
+        for emu in [&h.emu, &tenant_consul] {
+            for endpoint in [Endpoint::Kv, Endpoint::SessionCreate] {
+                emu.add_fault(Fault::times(
+                    endpoint,
+                    FaultAction::EchoToken { status: 500 },
+                    4,
+                ));
+            }
+        }
+        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(h.admin.clone(), &h.ns);
+        for (name, token) in [("tenant", TENANT), ("wrong", WRONG)] {
+            let secret = serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": name,
+                    "annotations": {consul_elector::crd::SECRET_ALLOWED_ELECTIONS_ANNOTATION: "*"},
+                },
+                "stringData": {"token": token},
+            }))
+            .expect("secret");
+            secrets
+                .create(&kube::api::PostParams::default(), &secret)
+                .await
+                .expect("create secret");
+        }
+        h.deployment("web", 2).await;
+        h.start_operator().await;
+        let spec = |label: &str, secret: Option<&str>| {
+            let mut spec = serde_json::json!({
+                "selector": {"matchLabels": {"app": "web"}},
+                "labels": {"key": label},
+            });
+            if let Some(secret) = secret {
+                spec["consul"] = serde_json::json!({
+                    "address": tenant_consul.url(),
+                    "tokenSecretRef": {"name": secret, "key": "token"},
+                });
+            }
+            spec
+        };
+        h.election("own", spec("example.com/own", None)).await;
+        h.election("tenant", spec("example.com/tenant", Some("tenant"))).await;
+        h.election("wrong", spec("example.com/wrong", Some("wrong"))).await;
+        for name in ["own", "tenant"] {
+            h.wait_status(name, |le| harness::status_leader(le).is_some())
+                .await;
+        }
+        // The wrong token is refused by Consul: the election reports it without the token.
+        h.wait_status("wrong", |le| {
+            harness::condition(le, "ConsulAvailable").is_some_and(|c| c.status == "False")
+        })
+        .await;
+        assert!(
+            tenant_consul.stats().requests_with_token(WRONG) > 0,
+            "the wrong token was tried"
+        );
+
+        let elections = h.elections().list(&Default::default()).await.expect("list");
+        leaks(
+            "status",
+            &serde_json::to_string(&elections.items).expect("serialize"),
+        );
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(h.admin.clone(), &h.ns);
+        let events = events.list(&Default::default()).await.expect("events");
+        assert!(!events.items.is_empty());
+        leaks(
+            "events",
+            &serde_json::to_string(&events.items).expect("serialize"),
+        );
+        leaks("metrics", &h.operator().metrics.encode());
+        h.finish().await;
+    })
+    .await;
+    let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains("denied token"),
+        "the capture sees the operator's errors with the echoing bodies: {logs}"
+    );
+    leaks("logs", &logs);
 }

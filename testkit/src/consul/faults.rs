@@ -48,6 +48,12 @@ pub enum FaultAction {
     DropConnection,
     /// 500 `No cluster leader`.
     NoLeaderError,
+    /// An error whose body repeats the ACL token the request carried, as a misconfigured
+    /// proxy might: for proving that a client never shows the token it sent.
+    EchoToken {
+        /// HTTP status code.
+        status: u16,
+    },
 }
 
 /// A fault rule.

@@ -228,6 +228,12 @@ async fn serve_api(
             }
             FaultAction::DropConnection => return Err(DropConnection),
             FaultAction::NoLeaderError => return Ok(ApiError::no_leader().into()),
+            FaultAction::EchoToken { status } => {
+                return Ok(text(
+                    status,
+                    format!("denied token {}", token.as_deref().unwrap_or("(none)")),
+                ));
+            }
         }
     }
     match &route {
