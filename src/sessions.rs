@@ -1,6 +1,13 @@
 //! The operator's Consul sessions: one per election, created for the pod the election chose,
 //! renewed every TTL/2, adopted again after an operator restart, and watched for loss.
 //!
+//! # Names
+//! A session is named `consul-elector/<cluster>/<namespace>/<election>/<pod>`
+//! ([`session_name`]). Several Kubernetes clusters may share one Consul with elections of the
+//! same namespace and name, so the cluster (see [`crate::cluster_identity`]) is part of the
+//! name, and an operator adopts only sessions whose name it would have written
+//! ([`adoptable_pod`]): it never renews, releases or destroys another cluster's lock.
+//!
 //! # Renewal rules (Consul's `RenewPeriodic`, reference §9.3)
 //! - A renewal is sent TTL/2 after the *start* of the last successful request (create,
 //!   adopt or renew). Measuring from the start is conservative: Consul resets its timer
@@ -53,13 +60,56 @@ const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// The wall clock that stamps `renewed_at` (for example `jiff::Timestamp::now`).
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
-/// The Consul session name of the session created for `pod` in `election`:
-/// `consul-elector/<namespace>/<election>/<pod>`.
-pub fn session_name(election: &ElectionKey, pod: &str) -> String {
+/// First segment of every session name the operator writes.
+pub const SESSION_NAME_PREFIX: &str = "consul-elector";
+
+/// The Consul session name of the session created in cluster `cluster` for `pod` in
+/// `election`: `consul-elector/<cluster>/<namespace>/<election>/<pod>`.
+pub fn session_name(cluster: &str, election: &ElectionKey, pod: &str) -> String {
     format!(
-        "consul-elector/{}/{}/{pod}",
+        "{SESSION_NAME_PREFIX}/{cluster}/{}/{}/{pod}",
         election.namespace, election.name
     )
+}
+
+/// Where the operator found a session it considers adopting after a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// Holding the election's key: any Consul client may have put it there.
+    HoldingKey,
+    /// Recorded in the election's `status.leader.sessionID`, which only the operator writes.
+    InStatus,
+}
+
+/// The pod a session named `name` was created for, when this operator (in cluster `cluster`)
+/// may adopt it for `election`; `None` when it must leave the session alone.
+///
+/// Accepted: this cluster's name for this election ([`session_name`]). The name earlier
+/// versions wrote, without the cluster (`consul-elector/<namespace>/<election>/<pod>`), is
+/// accepted only for a session found in the status: another cluster's operator (or anybody)
+/// can hold the key with a session so named, but only this cluster's operator records
+/// session IDs in this election's status, so an upgrade keeps its leader.
+///
+/// Namespaces, election and pod names contain no `/`, so the last three segments of a name
+/// are always namespace, election and pod, and no other cluster's name can pass for ours.
+pub fn adoptable_pod<'n>(
+    name: &'n str,
+    cluster: &str,
+    election: &ElectionKey,
+    found: Found,
+) -> Option<&'n str> {
+    let scope = format!("{}/{}/", election.namespace, election.name);
+    let rest = name.strip_prefix(SESSION_NAME_PREFIX)?.strip_prefix('/')?;
+    let pod = match rest
+        .strip_prefix(cluster)
+        .and_then(|r| r.strip_prefix('/'))
+        .and_then(|r| r.strip_prefix(scope.as_str()))
+    {
+        Some(pod) => pod,
+        None if found == Found::InStatus => rest.strip_prefix(scope.as_str())?,
+        None => return None,
+    };
+    (!pod.is_empty() && !pod.contains('/')).then_some(pod)
 }
 
 /// Keeps the operator's sessions alive and reports their health changes. Cheap to clone;
@@ -142,21 +192,22 @@ impl SessionManager {
         }
     }
 
-    /// Creates the session `consul-elector/<namespace>/<election>/<pod>` with the config's
-    /// TTL, lock-delay and behavior and no node checks (the operator is the liveness
-    /// signal), registers it for `election` and starts renewing it. A session already
-    /// registered for `election` is destroyed first; if that fails, nothing changes and the
-    /// error is returned.
+    /// Creates the session `consul-elector/<cluster>/<namespace>/<election>/<pod>`
+    /// ([`session_name`]) with the config's TTL, lock-delay and behavior and no node checks
+    /// (the operator is the liveness signal), registers it for `election` and starts renewing
+    /// it. A session already registered for `election` is destroyed first; if that fails,
+    /// nothing changes and the error is returned.
     pub async fn create(
         &self,
         election: &ElectionKey,
         client: &ConsulClient,
+        cluster: &str,
         pod: &str,
         pod_uid: &str,
         config: &SessionConfig,
     ) -> Result<String, ConsulError> {
         self.destroy(election, client).await?;
-        let request = SessionRequest::new(session_name(election, pod))
+        let request = SessionRequest::new(session_name(cluster, election, pod))
             .ttl(config.ttl)
             .lock_delay(config.lock_delay)
             .behavior(match config.behavior {
@@ -185,9 +236,10 @@ impl SessionManager {
     /// renewing it. `Ok(false)` when the session is gone.
     ///
     /// The renewal doubles as the existence check (its answer carries the session and its
-    /// TTL, a 404 means gone), so adoption costs one request and leaves no window between a
-    /// lookup and the first renewal. A registration the election already had is replaced
-    /// without destroying its session.
+    /// TTL, a 404 means gone) and leaves no window between a lookup and the first renewal. A
+    /// renewal keeps any session alive, so the caller must have checked first, from the
+    /// session's name ([`adoptable_pod`]), that the session is this cluster's. A registration
+    /// the election already had is replaced without destroying its session.
     pub async fn adopt(
         &self,
         election: &ElectionKey,
@@ -465,5 +517,110 @@ async fn renew_loop(link: Link, client: ConsulClient, id: String, mut renewal: R
         if !link.update(health, renewal.ttl) {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn web() -> ElectionKey {
+        ElectionKey {
+            namespace: "shop".into(),
+            name: "web".into(),
+        }
+    }
+
+    const BOTH: [Found; 2] = [Found::HoldingKey, Found::InStatus];
+
+    #[test]
+    fn the_name_carries_cluster_namespace_election_and_pod() {
+        assert_eq!(
+            session_name("east", &web(), "web-0"),
+            "consul-elector/east/shop/web/web-0"
+        );
+    }
+
+    #[test]
+    fn this_clusters_name_for_this_election_is_adopted_wherever_found() {
+        let name = session_name("east", &web(), "web-0");
+        for found in BOTH {
+            assert_eq!(
+                adoptable_pod(&name, "east", &web(), found),
+                Some("web-0"),
+                "{found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn another_clusters_session_is_never_adopted() {
+        let name = session_name("west", &web(), "web-0");
+        for found in BOTH {
+            assert_eq!(
+                adoptable_pod(&name, "east", &web(), found),
+                None,
+                "{found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_legacy_name_is_adopted_only_from_the_status() {
+        let legacy = "consul-elector/shop/web/web-0";
+        assert_eq!(
+            adoptable_pod(legacy, "east", &web(), Found::InStatus),
+            Some("web-0")
+        );
+        assert_eq!(
+            adoptable_pod(legacy, "east", &web(), Found::HoldingKey),
+            None
+        );
+    }
+
+    #[test]
+    fn other_elections_and_foreign_names_are_never_adopted() {
+        let other = ElectionKey {
+            namespace: "shop".into(),
+            name: "api".into(),
+        };
+        let names = [
+            session_name("east", &other, "web-0"),
+            "consul-elector/shop/api/web-0".to_owned(),
+            // Another cluster whose name ends like ours, or starts with it.
+            session_name("north-east", &web(), "web-0"),
+            session_name("east/shop", &web(), "web-0"),
+            // Our prefix followed by more segments, or by nothing.
+            "consul-elector/east/shop/web/web-0/extra".to_owned(),
+            "consul-elector/east/shop/web/".to_owned(),
+            "consul-elector/shop/web/".to_owned(),
+            "intruder".to_owned(),
+            String::new(),
+        ];
+        for name in &names {
+            for found in BOTH {
+                assert_eq!(
+                    adoptable_pod(name, "east", &web(), found),
+                    None,
+                    "{name} ({found:?})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_cluster_name_that_looks_like_a_namespace_is_no_loophole() {
+        // Cluster "shop" and the legacy name of election shop/web: the legacy form has one
+        // segment fewer than any current name, so neither passes for the other.
+        let legacy_of_web_in_shop = "consul-elector/shop/web/web-0";
+        assert_eq!(
+            adoptable_pod(legacy_of_web_in_shop, "shop", &web(), Found::HoldingKey),
+            None
+        );
+        let current = session_name("shop", &web(), "web-0");
+        assert_eq!(
+            adoptable_pod(&current, "shop", &web(), Found::HoldingKey),
+            Some("web-0")
+        );
     }
 }

@@ -4,42 +4,16 @@
 
 mod harness;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use consul_elector::crd::{FENCING_TOKEN_ANNOTATION, LEADER_SINCE_ANNOTATION, LeaderElection};
-use harness::{Harness, ROLE, SOON, with_role};
+use consul_elector::crd::LeaderElection;
+use harness::{Harness, ROLE, SOON, TRACKED, with_role};
 use kube::runtime::conditions;
 use kube::runtime::wait::await_condition;
 use serde_json::json;
 use testkit::cluster::with_namespace;
 use testkit::consul::{Endpoint, Fault, FaultAction};
 use testkit::kube_faults::{self, KubeFault, Verb};
-
-const ELECTION_ANNOTATION: &str = "elector.dev/election";
-const TRACKED: [&str; 3] = [
-    FENCING_TOKEN_ANNOTATION,
-    LEADER_SINCE_ANNOTATION,
-    ELECTION_ANNOTATION,
-];
-
-/// Every pod's history of the role label and of the operator's annotations.
-type Histories = BTreeMap<String, Vec<Vec<Option<String>>>>;
-
-fn histories(h: &Harness) -> Histories {
-    h.current()
-        .keys()
-        .map(|pod| {
-            let mut all = vec![h.recorder.label_history(pod, ROLE)];
-            all.extend(
-                TRACKED
-                    .iter()
-                    .map(|a| h.recorder.annotation_history(pod, a)),
-            );
-            (pod.clone(), all)
-        })
-        .collect()
-}
 
 fn spec() -> serde_json::Value {
     json!({
@@ -52,7 +26,7 @@ fn spec() -> serde_json::Value {
 async fn a_crash_and_restart_changes_nothing_and_adopts_the_session() {
     with_namespace("lc-restart", |admin, ns| async move {
         let (mut h, first) = Harness::web_elected(admin, ns, spec()).await;
-        let before = histories(&h);
+        let before = h.histories();
         let status_before = h.status("web").await;
 
         h.kill_operator().await;
@@ -90,7 +64,7 @@ async fn a_crash_and_restart_changes_nothing_and_adopts_the_session() {
 
         let now = h.wait_elected("web", None).await;
         assert_eq!(now, first, "same leader, token, session and transitions");
-        assert_eq!(histories(&h), before, "no label or annotation changed");
+        assert_eq!(h.histories(), before, "no label or annotation changed");
         let status_after = h.status("web").await;
         assert_eq!(status_after.leader, status_before.leader);
         assert_eq!(status_after.fencing_token, status_before.fencing_token);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use consul_elector::consul::{ConsulClient, ConsulSettings, RetryPolicy, SessionRequest};
 use consul_elector::election::config::{Behavior, ElectionKey, SessionConfig};
 use consul_elector::election::observe::{SessionHealth, SessionView};
-use consul_elector::sessions::SessionManager;
+use consul_elector::sessions::{SessionManager, session_name};
 use jiff::Timestamp;
 use testkit::consul::{Emulator, Endpoint, Fault, FaultAction, SessionBehavior};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
@@ -19,6 +19,8 @@ use tokio::sync::mpsc::{self, UnboundedReceiver};
 use support::{election, next_report, pending_reports, tokio_clock_emulator};
 
 const TTL: Duration = Duration::from_secs(10);
+/// The cluster the sessions are created in.
+const CLUSTER: &str = "east";
 
 fn config() -> SessionConfig {
     SessionConfig {
@@ -80,6 +82,7 @@ impl Fixture {
             .create(
                 election,
                 &self.consul,
+                CLUSTER,
                 pod,
                 &format!("uid-{pod}"),
                 &config(),
@@ -116,7 +119,8 @@ async fn create_registers_a_ttl_session_and_renews_it_every_half_ttl() {
     let (web, id, created) = f.create_web().await;
 
     let stored = f.emu.session(&id).unwrap();
-    assert_eq!(stored.name, "consul-elector/shop/web/web-0");
+    assert_eq!(stored.name, "consul-elector/east/shop/web/web-0");
+    assert_eq!(stored.name, session_name(CLUSTER, &web, "web-0"));
     assert_eq!(stored.ttl, "10s");
     assert_eq!(stored.lock_delay, Duration::from_secs(3));
     assert_eq!(stored.behavior, SessionBehavior::Delete);
@@ -278,7 +282,7 @@ async fn adopting_a_session_that_is_gone_registers_nothing() {
     let web = election("web");
     let id = f
         .consul
-        .create_session(&SessionRequest::new("consul-elector/shop/web/web-0").ttl(TTL))
+        .create_session(&SessionRequest::new(session_name(CLUSTER, &web, "web-0")).ttl(TTL))
         .await
         .unwrap();
     f.consul.destroy_session(&id).await.unwrap();
@@ -299,7 +303,7 @@ async fn adoption_follows_the_ttl_consul_reports() {
     let ttl = Duration::from_secs(30);
     let id = f
         .consul
-        .create_session(&SessionRequest::new("consul-elector/shop/web/web-0").ttl(ttl))
+        .create_session(&SessionRequest::new(session_name(CLUSTER, &web, "web-0")).ttl(ttl))
         .await
         .unwrap();
     assert!(

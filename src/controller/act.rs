@@ -23,14 +23,13 @@ use crate::election::plan::{Action, ElectionEvent, EventReason, Plan};
 use crate::election::planner::{Observation, holder_from_value, plan};
 use crate::k8s::{self, PodRole};
 use crate::metrics::FencingCause;
+use crate::sessions::{Found, adoptable_pod};
 
 /// Flags written with every acquisition and release: marks the key as an elector lock.
 pub const LOCK_FLAGS: u64 = 0x0065_6c65_6374_6f72;
 /// Retry delay after an acquisition refused although nobody holds the key (a lock-delay
 /// of a session the operator did not own).
 const REFUSED_ACQUIRE_RETRY: Duration = Duration::from_secs(1);
-/// Prefix of the names of the operator's sessions.
-const SESSION_NAME_PREFIX: &str = "consul-elector";
 
 /// The state of one reconcile's loop.
 pub struct Round<'a> {
@@ -201,7 +200,14 @@ impl<'a> Round<'a> {
             Action::CreateSession { pod, uid } => {
                 self.ctx
                     .sessions
-                    .create(self.key, self.consul, &pod, &uid, &self.config.session)
+                    .create(
+                        self.key,
+                        self.consul,
+                        &self.ctx.settings.cluster_name,
+                        &pod,
+                        &uid,
+                        &self.config.session,
+                    )
                     .await?;
                 Ok(())
             }
@@ -386,6 +392,7 @@ impl<'a> Round<'a> {
             "podIP": found.as_ref().and_then(|p| p.status.as_ref()?.pod_ip.clone()),
             "node": found.as_ref().and_then(|p| p.spec.as_ref()?.node_name.clone()),
             "election": self.key.name,
+            "cluster": self.ctx.settings.cluster_name,
             "since": Timestamp::now().to_string(),
         });
         serde_json::to_vec(&value).unwrap_or_default()
@@ -419,20 +426,21 @@ impl<'a> Round<'a> {
         }
     }
 
-    /// After an operator restart: take over the session an earlier process created, named in
-    /// the status or holding the key, so that no label, token or transition changes (rule 3).
+    /// After an operator restart: take over the session an earlier process of this cluster
+    /// created, holding the key or named in the status, so that no label, token or transition
+    /// changes (rule 3). Each candidate's name is read before anything renews it (a renewal
+    /// alone keeps a session alive): another cluster's session, or anybody's, is left alone,
+    /// and the planner then sees a key held elsewhere.
     async fn adopt(&mut self) {
-        let from_status = self
-            .recorded
-            .leader
-            .as_ref()
-            .and_then(|l| Some((l.session_id.clone()?, l.pod.clone(), l.uid.clone())));
         let from_key = match &self.lock {
             LockView::Held { session, value, .. } => {
-                self.session_of_this_election(session, value.as_deref())
-                    .await
+                self.key_holder_to_adopt(session, value.as_deref()).await
             }
             _ => None,
+        };
+        let from_status = match from_key {
+            Some(_) => None,
+            None => self.recorded_session_to_adopt().await,
         };
         for (session, pod, uid) in from_key.into_iter().chain(from_status) {
             match self
@@ -454,33 +462,62 @@ impl<'a> Round<'a> {
         }
     }
 
-    /// If `session` holds the key and was created by this operator for this election (its
-    /// name says so), the pod and UID it was created for.
-    async fn session_of_this_election(
+    /// If `session`, holding the key, is this cluster's session of this election (its name
+    /// says so), the session, the pod it was created for and that pod's UID.
+    async fn key_holder_to_adopt(
         &self,
         session: &str,
         value: Option<&[u8]>,
     ) -> Option<(String, String, String)> {
-        let info = self
-            .consul
-            .session_info(session, QueryOptions::default())
-            .await
-            .ok()?
-            .value?;
-        let prefix = format!(
-            "{SESSION_NAME_PREFIX}/{}/{}/",
-            self.key.namespace, self.key.name
-        );
-        let pod = info.name.strip_prefix(&prefix)?.to_owned();
+        let pod = self.adoptable(session, Found::HoldingKey).await?;
+        let cluster = self.ctx.settings.cluster_name.as_str();
         let uid = value
             .and_then(holder_from_value)
-            .and_then(|(name, uid)| (name == pod).then_some(uid).flatten())
+            .filter(|h| h.pod == pod && h.cluster.as_deref().is_none_or(|c| c == cluster))
+            .and_then(|h| h.uid)
             .or_else(|| {
                 self.pods
                     .get(&pod)
                     .and_then(|(p, _)| p.metadata.uid.clone())
             })?;
         Some((session.to_owned(), pod, uid))
+    }
+
+    /// The session `status.leader.sessionID` names, with the recorded pod and UID, if Consul
+    /// still has it under this cluster's name (or an earlier version's) for the recorded pod.
+    async fn recorded_session_to_adopt(&self) -> Option<(String, String, String)> {
+        let leader = self.recorded.leader.as_ref()?;
+        let session = leader.session_id.as_deref()?;
+        let pod = self.adoptable(session, Found::InStatus).await?;
+        (pod == leader.pod).then(|| (session.to_owned(), pod, leader.uid.clone()))
+    }
+
+    /// The pod `session` was created for, if its name is one this operator may adopt when
+    /// found as `found` ([`adoptable_pod`]). Reads the session without renewing it; `None`
+    /// when Consul does not have it or cannot be asked.
+    async fn adoptable(&self, session: &str, found: Found) -> Option<String> {
+        let info = match self
+            .consul
+            .session_info(session, QueryOptions::default())
+            .await
+        {
+            Ok(reply) => reply.value?,
+            Err(error) => {
+                tracing::warn!(election = %self.key, session, %error, "reading a session to adopt failed");
+                return None;
+            }
+        };
+        let cluster = &self.ctx.settings.cluster_name;
+        let pod = adoptable_pod(&info.name, cluster, self.key, found);
+        if pod.is_none() {
+            tracing::info!(
+                election = %self.key,
+                session,
+                name = info.name,
+                "not adopting a session that is not this cluster's"
+            );
+        }
+        pod.map(str::to_owned)
     }
 }
 

@@ -67,8 +67,14 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
 enum Holder<'a> {
     /// The operator's session, created for `pod`.
     Us(&'a SessionView, u64),
-    /// A session the operator does not own.
-    Foreign,
+    /// A session the operator does not own (another cluster's, an application's): never
+    /// released or destroyed, every pod a follower.
+    Foreign {
+        /// The holding session.
+        session: &'a str,
+        /// The key's value, if any.
+        value: Option<&'a [u8]>,
+    },
     /// Nobody: the key is absent or unlocked.
     Nobody,
     /// Consul has not answered.
@@ -126,7 +132,10 @@ impl<'a> Builder<'a> {
                 },
                 Some(s),
             ) if *session == s.id => Holder::Us(s, *lock_index),
-            (LockView::Held { .. }, _) => Holder::Foreign,
+            (LockView::Held { session, value, .. }, _) => Holder::Foreign {
+                session,
+                value: value.as_deref(),
+            },
             (LockView::Free { .. } | LockView::Absent, _) => Holder::Nobody,
             (LockView::Unknown, Some(s)) => {
                 // Consul's KV cannot be read; if the status says this session was leading,
@@ -245,17 +254,14 @@ impl<'a> Builder<'a> {
     fn managed(&mut self) {
         match self.holder() {
             Holder::Us(session, token) => self.held(session, token),
-            Holder::Foreign => {
+            Holder::Foreign { session, value } => {
                 self.demote_others(None);
                 if let Some(s) = self.obs.session {
                     self.drop_session(s);
                 }
                 self.settle_followers(None);
                 self.phase = Phase::Pending;
-                self.elected_reason = (
-                    "LockHeldElsewhere",
-                    "the key is held by a session the operator does not own".into(),
-                );
+                self.elected_reason = ("LockHeldElsewhere", held_elsewhere(session, value));
             }
             Holder::Nobody => {
                 self.demote_others(None);
@@ -571,9 +577,9 @@ impl<'a> Builder<'a> {
             } => value
                 .as_deref()
                 .and_then(holder_from_value)
-                .and_then(|(name, uid)| {
+                .and_then(|h| {
                     self.obs.pods.iter().find(|p| {
-                        p.selected && p.name == name && uid.as_deref().is_none_or(|u| u == p.uid)
+                        p.selected && p.name == h.pod && h.uid.as_deref().is_none_or(|u| u == p.uid)
                     })
                 })
                 .map(|p| (p, *lock_index)),
@@ -688,11 +694,42 @@ fn demotion(pod: &PodView) -> Action {
     }
 }
 
-/// Reads `pod` (and `uid`, when present) from a key value written in the operator's JSON
-/// format, `{"pod": ..., "uid": ..., ...}`.
-pub fn holder_from_value(value: &[u8]) -> Option<(String, Option<String>)> {
+/// Who a key value written in the operator's JSON format names as holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyHolder {
+    /// The holding pod.
+    pub pod: String,
+    /// Its UID, when the value has one.
+    pub uid: Option<String>,
+    /// The Kubernetes cluster of the operator that wrote the value, when the value has one
+    /// (earlier versions and applications may not write it).
+    pub cluster: Option<String>,
+}
+
+/// Reads `pod` (and `uid` and `cluster`, when present) from a key value written in the
+/// operator's JSON format, `{"pod": ..., "uid": ..., "cluster": ..., ...}`.
+pub fn holder_from_value(value: &[u8]) -> Option<KeyHolder> {
     let v: serde_json::Value = serde_json::from_slice(value).ok()?;
-    let pod = v.get("pod")?.as_str()?.to_owned();
-    let uid = v.get("uid").and_then(|u| u.as_str()).map(str::to_owned);
-    Some((pod, uid))
+    let text = |field: &str| v.get(field).and_then(|u| u.as_str()).map(str::to_owned);
+    Some(KeyHolder {
+        pod: v.get("pod")?.as_str()?.to_owned(),
+        uid: text("uid"),
+        cluster: text("cluster"),
+    })
+}
+
+/// The `LeaderElected` message while `session` (not the operator's) holds the key: the
+/// session and, when the key's value names them, the cluster and pod it holds it for.
+fn held_elsewhere(session: &str, value: Option<&[u8]>) -> String {
+    let holder = value.and_then(holder_from_value);
+    let on_behalf = match holder {
+        Some(KeyHolder {
+            pod,
+            cluster: Some(cluster),
+            ..
+        }) => format!(" for pod {pod} of cluster {cluster}"),
+        Some(KeyHolder { pod, .. }) => format!(" for pod {pod}"),
+        None => String::new(),
+    };
+    format!("the key is held by session {session}{on_behalf}, which the operator does not own")
 }

@@ -43,6 +43,12 @@ pub const RBAC_SECRET_RULES: &str =
     include_str!("../../charts/consul-elector/files/rbac-secret-rules.yaml");
 /// The label key elections use by default.
 pub const ROLE: &str = "elector.dev/role";
+/// The operator's annotations whose histories [`Harness::histories`] tracks.
+pub const TRACKED: [&str; 3] = [
+    consul_elector::crd::FENCING_TOKEN_ANNOTATION,
+    consul_elector::crd::LEADER_SINCE_ANNOTATION,
+    consul_elector::k8s::ELECTION_ANNOTATION,
+];
 /// Generous bound for things that should take milliseconds (guards against hangs only).
 pub const SOON: Duration = Duration::from_secs(30);
 
@@ -74,6 +80,8 @@ pub struct HarnessOptions {
     pub secret_access: bool,
     /// The operator's own Consul token and allowed addresses.
     pub operator_consul: OperatorConsul,
+    /// The cluster name the operator runs with (`--cluster-name`).
+    pub cluster_name: String,
 }
 
 /// The operator's Consul configuration beyond the emulator's address.
@@ -94,14 +102,13 @@ impl Default for HarnessOptions {
             },
             secret_access: false,
             operator_consul: OperatorConsul::default(),
+            cluster_name: "test-cluster".into(),
         }
     }
 }
 
 /// One test's world.
 pub struct Harness {
-    /// The shared cluster.
-    pub cluster: &'static TestCluster,
     /// Admin client (for the test's own actions).
     pub admin: Client,
     /// The test's namespace.
@@ -117,6 +124,7 @@ pub struct Harness {
     operator: Option<Operator>,
     sa_client: Client,
     operator_consul: OperatorConsul,
+    cluster_name: String,
 }
 
 impl Harness {
@@ -143,6 +151,25 @@ impl Harness {
     /// Sets up everything but the operator, with `options`.
     pub async fn with_options(admin: Client, ns: String, options: HarnessOptions) -> Harness {
         let cluster = TestCluster::shared().expect("cluster (with_namespace checked)");
+        let emu = Emulator::start(EmulatorConfig {
+            clock: ClockMode::Tokio,
+            ..EmulatorConfig::default()
+        })
+        .await
+        .expect("emulator");
+        Self::on_cluster(cluster, admin, ns, emu, options).await
+    }
+
+    /// Sets up everything but the operator on `cluster` (whose admin client is `admin` and
+    /// where namespace `ns` exists), with Consul `emu`: a second Kubernetes cluster next to
+    /// the shared one passes its own cluster and the first harness' emulator.
+    pub async fn on_cluster(
+        cluster: &TestCluster,
+        admin: Client,
+        ns: String,
+        emu: Emulator,
+        options: HarnessOptions,
+    ) -> Harness {
         consul_elector::install_crypto_provider();
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
@@ -151,12 +178,6 @@ impl Harness {
             .with_test_writer()
             .try_init();
         install_crd(&admin).await;
-        let emu = Emulator::start(EmulatorConfig {
-            clock: ClockMode::Tokio,
-            ..EmulatorConfig::default()
-        })
-        .await
-        .expect("emulator");
         let recorder = WatchRecorder::start(admin.clone(), &ns)
             .await
             .expect("recorder");
@@ -165,7 +186,6 @@ impl Harness {
         let sa_client =
             operator_client(cluster, &admin, &ns, options.secret_access, &kube_faults).await;
         Harness {
-            cluster,
             admin,
             ns,
             emu,
@@ -175,6 +195,7 @@ impl Harness {
             operator: None,
             sa_client,
             operator_consul: options.operator_consul,
+            cluster_name: options.cluster_name,
         }
     }
 
@@ -205,7 +226,7 @@ impl Harness {
             instance: "test".into(),
             lock_watch_wait: Duration::from_secs(60),
             concurrency: 4,
-            cluster_name: "test-cluster".into(),
+            cluster_name: self.cluster_name.clone(),
         };
         let task = tokio::spawn(controller::run(
             self.sa_client.clone(),
@@ -658,6 +679,39 @@ impl Harness {
         .unwrap_or_else(|e| panic!("no event: {e}"))
     }
 
+    /// Polls `check` (on every pod change, and every 25 ms since Consul and metrics change
+    /// without one) until it holds or `timeout` passes; whether it held.
+    pub async fn poll_until(&self, timeout: Duration, check: impl Fn() -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !check() {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            let _ = self
+                .recorder
+                .wait_until(Duration::from_millis(25), |_| false)
+                .await;
+        }
+        true
+    }
+
+    /// Waits until the running operator has finished a reconcile: after a (re)start, the
+    /// status and labels may otherwise still be the previous process' work.
+    pub async fn wait_reconciled(&self) {
+        let done = self.poll_until(SOON, || self.reconciles() > 0).await;
+        assert!(done, "the operator finished no reconcile within {SOON:?}");
+    }
+
+    /// Whether Consul session `id` exists and satisfies `pred` within [`SOON`].
+    pub async fn wait_session(
+        &self,
+        id: &str,
+        pred: impl Fn(&testkit::consul::SessionInfo) -> bool,
+    ) -> bool {
+        self.poll_until(SOON, || self.emu.session(id).is_some_and(|s| pred(&s)))
+            .await
+    }
+
     /// Reconciles the running operator has finished (successful or not).
     pub fn reconciles(&self) -> u64 {
         self.operator()
@@ -834,7 +888,27 @@ impl Harness {
     }
 }
 
+/// Every pod's history of the role label and of the [`TRACKED`] annotations.
+pub type Histories = BTreeMap<String, Vec<Vec<Option<String>>>>;
+
 impl Harness {
+    /// Every pod's recorded history of the role label and of the operator's annotations:
+    /// equal before and after something means no label or annotation changed meanwhile.
+    pub fn histories(&self) -> Histories {
+        self.current()
+            .keys()
+            .map(|pod| {
+                let mut all = vec![self.recorder.label_history(pod, ROLE)];
+                all.extend(
+                    TRACKED
+                        .iter()
+                        .map(|a| self.recorder.annotation_history(pod, a)),
+                );
+                (pod.clone(), all)
+            })
+            .collect()
+    }
+
     /// When the recorder first saw pod `pod` with `ROLE=value` at or after `after`.
     pub fn role_seen_at(
         &self,

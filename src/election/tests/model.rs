@@ -932,9 +932,7 @@ impl Model {
                         .as_ref()
                         .and_then(|k| k.value.as_deref())
                         .and_then(holder_from_value)
-                        .is_some_and(|(name, uid)| {
-                            name == pod.name && uid.is_none_or(|u| u == pod.uid)
-                        })
+                        .is_some_and(|h| h.pod == pod.name && h.uid.is_none_or(|u| u == pod.uid))
             }
         }
     }
@@ -1187,7 +1185,7 @@ impl Model {
                             .as_ref()
                             .and_then(|k| k.value.as_deref())
                             .and_then(holder_from_value)
-                            .is_some_and(|(n, u)| n == p.name && u.is_none_or(|u| u == p.uid))
+                            .is_some_and(|h| h.pod == p.name && h.uid.is_none_or(|u| u == p.uid))
                 });
                 let got: Vec<&str> = leaders.iter().map(|p| p.uid.as_str()).collect();
                 let want: Vec<&str> = named.iter().map(|p| p.uid.as_str()).collect();

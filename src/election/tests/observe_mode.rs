@@ -5,7 +5,7 @@ use super::support::*;
 use crate::election::config::{ElectionConfig, Mode};
 use crate::election::observe::LockView;
 use crate::election::plan::{EventReason, Phase, Plan};
-use crate::election::planner::{CONSUL_AVAILABLE, LEADER_ELECTED, holder_from_value};
+use crate::election::planner::{CONSUL_AVAILABLE, KeyHolder, LEADER_ELECTED, holder_from_value};
 
 fn observe() -> ElectionConfig {
     ElectionConfig {
@@ -173,16 +173,44 @@ fn the_holder_is_mirrored_even_when_not_ready() {
 }
 
 #[test]
-fn the_value_parser_reads_pod_and_uid() {
+fn the_value_parser_reads_pod_uid_and_cluster() {
+    let holder = |pod: &str, uid: Option<&str>, cluster: Option<&str>| KeyHolder {
+        pod: pod.into(),
+        uid: uid.map(str::to_owned),
+        cluster: cluster.map(str::to_owned),
+    };
     assert_eq!(
         holder_from_value(&value_for("p", "u")),
-        Some(("p".into(), Some("u".into())))
+        Some(holder("p", Some("u"), None))
+    );
+    assert_eq!(
+        holder_from_value(br#"{"pod":"p","uid":"u","cluster":"east"}"#),
+        Some(holder("p", Some("u"), Some("east")))
     );
     assert_eq!(
         holder_from_value(br#"{"pod":"p"}"#),
-        Some(("p".into(), None))
+        Some(holder("p", None, None))
+    );
+    assert_eq!(
+        holder_from_value(br#"{"pod":"p","cluster":7}"#),
+        Some(holder("p", None, None))
     );
     assert_eq!(holder_from_value(br#"{"pod":3}"#), None);
     assert_eq!(holder_from_value(b"[]"), None);
     assert_eq!(holder_from_value(b""), None);
+}
+
+#[test]
+fn a_value_with_a_cluster_is_mirrored_like_one_without() {
+    let with_cluster = LockView::Held {
+        session: "app-session".into(),
+        lock_index: 2,
+        value: Some(
+            serde_json::json!({"pod": "a", "uid": uid("a"), "cluster": "east"})
+                .to_string()
+                .into_bytes(),
+        ),
+    };
+    let s = scene(vec![pod("a"), pod("b")], with_cluster);
+    assert_eq!(steps(&s.plan())[0], label_leader("a", 2, t(100)));
 }

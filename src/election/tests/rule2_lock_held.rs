@@ -29,6 +29,10 @@ fn a_key_held_by_a_foreign_session_makes_everyone_a_follower() {
     let elected = condition(&plan.status, LEADER_ELECTED);
     assert!(!elected.status);
     assert_eq!(elected.reason, "LockHeldElsewhere");
+    assert_eq!(
+        elected.message,
+        "the key is held by session foreign for pod b, which the operator does not own"
+    );
     assert!(condition(&plan.status, CONSUL_AVAILABLE).status);
     // The last leader stays on record (for transitions and stickiness).
     assert_eq!(
@@ -37,6 +41,54 @@ fn a_key_held_by_a_foreign_session_makes_everyone_a_follower() {
     );
     assert_eq!(plan.status.fencing_token, Some(5));
     assert_eq!(plan.status.transitions, 0);
+}
+
+#[test]
+fn another_clusters_holder_is_named_and_left_alone() {
+    // Another cluster's operator holds the same key for a pod of the same name: nothing is
+    // released or destroyed but our own session, and the status names the holder.
+    let other = LockView::Held {
+        session: "west-session".into(),
+        lock_index: 9,
+        value: Some(
+            serde_json::json!({"pod": "a", "uid": "uid-in-west", "cluster": "west"})
+                .to_string()
+                .into_bytes(),
+        ),
+    };
+    let scene = Scene::elected("a", &["b"], 5).lock(other);
+    let plan = scene.plan();
+    assert_eq!(steps(&plan), vec![follower("a"), destroy("s1")]);
+    assert!(
+        consul_steps(&plan)
+            .iter()
+            .all(|a| !matches!(a, Action::Release { .. })),
+        "{plan:#?}"
+    );
+    assert_eq!(plan.status.phase, Phase::Pending);
+    let elected = condition(&plan.status, LEADER_ELECTED);
+    assert_eq!(elected.reason, "LockHeldElsewhere");
+    assert_eq!(
+        elected.message,
+        "the key is held by session west-session for pod a of cluster west, \
+         which the operator does not own"
+    );
+}
+
+#[test]
+fn a_foreign_holder_without_a_readable_value_is_named_by_its_session() {
+    let bare = LockView::Held {
+        session: "app".into(),
+        lock_index: 3,
+        value: Some(b"not json".to_vec()),
+    };
+    let scene = Scene::new(vec![pod("a").follower()]).lock(bare);
+    let plan = scene.plan();
+    assert!(plan.actions.is_empty(), "{plan:#?}");
+    assert_eq!(
+        condition(&plan.status, LEADER_ELECTED).message,
+        "the key is held by session app, which the operator does not own"
+    );
 }
 
 #[test]
