@@ -77,7 +77,9 @@ def all_features(watch: list[str]) -> dict:
         "logFormat": "json",
         "logFilter": "info,consul_elector=debug",
         "extraEnv": [{"name": "CONSUL_ELECTOR_MAX_CONNECTIONS", "value": "32"}],
+        "clusterName": "chart-features",
         "consul": {
+            "allowedAddresses": ["https://consul.team-a.example:8501", "consul.team-b.example:8500"],
             "datacenter": "dc1",
             "tlsServerName": "server.dc1.consul",
             "caCert": {"secretName": "consul-ca"},
@@ -127,6 +129,8 @@ WRONG_VALUES = [
     ({"consul": {"tlsVerify": "no"}}, "at '/consul/tlsVerify': got string, want boolean"),
     ({"metrics": {"port": "http"}}, "at '/metrics/port': got string, want integer"),
     ({"lockWatchWait": "60"}, "at '/lockWatchWait': '60' does not match pattern"),
+    ({"clusterName": "Prod"}, "at '/clusterName': 'Prod' does not match pattern"),
+    ({"consul": {"allowedAddresses": "consul:8500"}}, "at '/consul/allowedAddresses': got string, want array"),
     ({"logFormat": "xml"}, "at '/logFormat': value must be one of 'plain', 'json'"),
     ({"watchNamespace": ["shop"]}, "additional properties 'watchNamespace' not allowed"),
 ]
@@ -437,6 +441,11 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
         address = f"http://{dev_service}.{e.namespace}.svc:8500"
     checks.expect(env.get("CONSUL_HTTP_ADDR", {}).get("value", "") == address,
                   f"{where}: CONSUL_HTTP_ADDR is {address!r}")
+    allowed = ",".join(v["consul"]["allowedAddresses"])
+    checks.expect(env.get("CONSUL_ELECTOR_ALLOWED_ADDRESSES", {}).get("value", "") == allowed,
+                  f"{where}: CONSUL_ELECTOR_ALLOWED_ADDRESSES is {allowed!r}")
+    checks.expect(env.get("CONSUL_ELECTOR_CLUSTER_NAME", {}).get("value", "") == v["clusterName"],
+                  f"{where}: CONSUL_ELECTOR_CLUSTER_NAME is {v['clusterName']!r}")
 
     # RBAC from files/, ClusterRole or one Role per watched namespace.
     expected_rules = {**EXPECTED_RULES, **(SECRET_RULE if v["rbac"]["secretAccess"] else {})}
