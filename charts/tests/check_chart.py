@@ -62,6 +62,8 @@ EXPECTED_RULES = {
     ("events.k8s.io", "events"): ["create", "patch"],
 }
 SECRET_RULE = {("", "secrets"): ["get"]}
+# Without clusterName the operator reads the kube-system namespace's UID, and nothing else.
+IDENTITY_RULE = {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}
 
 SERVICEMONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 FIXTURE_LABEL = "consul-elector.dev/test-fixture"
@@ -447,34 +449,57 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
     checks.expect(env.get("CONSUL_ELECTOR_CLUSTER_NAME", {}).get("value", "") == v["clusterName"],
                   f"{where}: CONSUL_ELECTOR_CLUSTER_NAME is {v['clusterName']!r}")
 
-    # RBAC from files/, ClusterRole or one Role per watched namespace.
+    # RBAC from files/: the operator's rules in a ClusterRole or one Role per watched namespace;
+    # the cluster-identity rule cluster-wide unless clusterName is set.
+    fullname = deployment["metadata"]["name"]
+    operator_subjects = [{"kind": "ServiceAccount", "name": service_account["metadata"]["name"],
+                          "namespace": e.namespace}]
+
+    def named(kind: str, suffix: str) -> list[dict]:
+        return [o for o in by_kind.get(kind, []) if o["metadata"]["name"] == fullname + suffix]
+
     expected_rules = {**EXPECTED_RULES, **(SECRET_RULE if v["rbac"]["secretAccess"] else {})}
     sources = file_rules(v["rbac"]["secretAccess"])
     checks.expect(rules_table(sources) == {k: sorted(x) for k, x in expected_rules.items()},
                   f"{where}: files/rbac-*.yaml grant exactly the minimum verbs")
     if e.watch:
         roles, bindings = by_kind.get("Role", []), by_kind.get("RoleBinding", [])
-        checks.expect("ClusterRole" not in by_kind and "ClusterRoleBinding" not in by_kind,
-                      f"{where}: no cluster-wide RBAC when watchNamespaces is set")
+        checks.expect(not named("ClusterRole", "") and not named("ClusterRoleBinding", ""),
+                      f"{where}: no cluster-wide operator rules when watchNamespaces is set")
         checks.expect(sorted(r["metadata"]["namespace"] for r in roles) == sorted(e.watch)
                       and sorted(b["metadata"]["namespace"] for b in bindings) == sorted(e.watch),
                       f"{where}: a Role and a RoleBinding in each watched namespace")
         role_kind = "Role"
     else:
-        roles, bindings = by_kind.get("ClusterRole", []), by_kind.get("ClusterRoleBinding", [])
+        roles, bindings = named("ClusterRole", ""), named("ClusterRoleBinding", "")
         checks.expect(len(roles) == 1 and len(bindings) == 1 and "Role" not in by_kind,
                       f"{where}: one ClusterRole and ClusterRoleBinding when every namespace is watched")
         role_kind = "ClusterRole"
     for role in roles:
         checks.expect(role.get("rules") == sources, f"{where}: {key(role)} has exactly the rules of files/")
     for binding in bindings:
-        subjects = binding.get("subjects", [])
         checks.expect(
             binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,
                                    "name": roles[0]["metadata"]["name"] if roles else None}
-            and subjects == [{"kind": "ServiceAccount", "name": service_account["metadata"]["name"],
-                              "namespace": e.namespace}],
+            and binding.get("subjects") == operator_subjects,
             f"{where}: {key(binding)} binds the role to the operator's ServiceAccount",
+        )
+    identity_rules = yaml.safe_load((CHART / "files" / "rbac-cluster-identity-rules.yaml").read_text())
+    checks.expect(identity_rules == [IDENTITY_RULE],
+                  f"{where}: the cluster-identity rule is get on namespace kube-system only: {identity_rules}")
+    identity_roles = named("ClusterRole", "-cluster-identity")
+    identity_bindings = named("ClusterRoleBinding", "-cluster-identity")
+    want = 0 if v["clusterName"] else 1
+    checks.expect(len(identity_roles) == want and len(identity_bindings) == want,
+                  f"{where}: {want} cluster-identity ClusterRole and binding (clusterName {v['clusterName']!r})")
+    for role in identity_roles:
+        checks.expect(role.get("rules") == identity_rules, f"{where}: {key(role)} has exactly the rules of files/")
+    for binding in identity_bindings:
+        checks.expect(
+            binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                   "name": f"{fullname}-cluster-identity"}
+            and binding.get("subjects") == operator_subjects,
+            f"{where}: {key(binding)} binds the cluster-identity role to the operator's ServiceAccount",
         )
 
     # Metrics Service, ServiceMonitor, NetworkPolicy, PodDisruptionBudget.
