@@ -13,7 +13,8 @@ library), since no helm CLI exists here.
         values of the wrong type must fail with the schema's message; the default values, and
         every optional feature on (once before the ServiceMonitor CRD exists, once after),
         install; the hardening and RBAC rules are checked on the objects Helm rendered and again
-        on the objects the API server stored. The namespaces must exist.
+        on the objects the API server stored, and the default view/edit/admin ClusterRoles must
+        have aggregated the chart's LeaderElection rules. The namespaces must exist.
 
 Every failure is printed; the exit status is 1 if any check failed.
 """
@@ -64,6 +65,14 @@ EXPECTED_RULES = {
 SECRET_RULE = {("", "secrets"): ["get"]}
 # Without clusterName the operator reads the kube-system namespace's UID, and nothing else.
 IDENTITY_RULE = {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}
+
+# The aggregated ClusterRoles (name suffix): the default roles they feed, and their rules.
+READ = ["get", "list", "watch"]
+AGGREGATED_ROLES = {
+    "-view": (["view"], {("elector.dev", "leaderelections"): READ}),
+    "-edit": (["edit", "admin"], {("elector.dev", "leaderelections"): sorted(
+        READ + ["create", "update", "patch", "delete", "deletecollection"])}),
+}
 
 SERVICEMONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 FIXTURE_LABEL = "consul-elector.dev/test-fixture"
@@ -502,6 +511,21 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
             f"{where}: {key(binding)} binds the cluster-identity role to the operator's ServiceAccount",
         )
 
+    # Aggregated ClusterRoles for the default view/edit/admin roles; they bind nothing.
+    want = 1 if v["rbac"]["aggregateToDefaultRoles"] else 0
+    for suffix, (aggregate_to, table) in AGGREGATED_ROLES.items():
+        found = named("ClusterRole", suffix)
+        checks.expect(len(found) == want, f"{where}: {want} ClusterRole {fullname}{suffix}")
+        for role in found:
+            labels = {k for k, x in role["metadata"]["labels"].items()
+                      if k.startswith("rbac.authorization.k8s.io/aggregate-to-") and x == "true"}
+            checks.expect(labels == {f"rbac.authorization.k8s.io/aggregate-to-{r}" for r in aggregate_to},
+                          f"{where}: {key(role)} aggregates to {aggregate_to} only: {labels}")
+            checks.expect(rules_table(role["rules"]) == table, f"{where}: {key(role)} grants {table}")
+    cluster_wide = {fullname + suffix for suffix in ("", "-cluster-identity", *AGGREGATED_ROLES)}
+    for obj in by_kind.get("ClusterRole", []) + by_kind.get("ClusterRoleBinding", []):
+        checks.expect(obj["metadata"]["name"] in cluster_wide, f"{where}: {key(obj)} is expected")
+
     # Metrics Service, ServiceMonitor, NetworkPolicy, PodDisruptionBudget.
     selector = spec["selector"]["matchLabels"]
     service = one("Service", "operator")
@@ -583,6 +607,33 @@ def check_rendered_rbac_comments(checks: Checks, docs: list[tuple[dict, str]], w
                           f"{where}: {key(obj)} rule `{lines[i + 1].strip()}` has its comment")
 
 
+def granted(cluster: Cluster, role: str) -> dict:
+    """(group, resource) -> the verbs ClusterRole `role` grants, over all its rules."""
+    verbs: dict = {}
+    for rule in (cluster.get("ClusterRole", "rbac.authorization.k8s.io/v1", role, None) or {}).get("rules") or []:
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                verbs.setdefault((group, resource), set()).update(rule.get("verbs", []))
+    return verbs
+
+
+def check_aggregation(checks: Checks, cluster: Cluster, release: str) -> None:
+    """The cluster's aggregation controller added the rules to the default roles, never the status."""
+    elections, status = ("elector.dev", "leaderelections"), ("elector.dev", "leaderelections/status")
+    writes = set(AGGREGATED_ROLES["-edit"][1][elections])
+    want = {"view": set(READ), "edit": writes, "admin": writes}
+    try:
+        cluster.wait("the default roles to aggregate LeaderElections",
+                     lambda: all(granted(cluster, r).get(elections) == w for r, w in want.items()))
+    except RuntimeError as error:
+        print(f"{error}: {[(r, granted(cluster, r).get(elections)) for r in want]}", flush=True)
+    for role, verbs in want.items():
+        table = granted(cluster, role)
+        checks.expect(table.get(elections) == verbs, f"{release}: ClusterRole {role} grants {sorted(verbs)} "
+                      f"on leaderelections: {table.get(elections)}")
+        checks.expect(status not in table, f"{release}: ClusterRole {role} cannot write leaderelections/status")
+
+
 def check_install(checks: Checks, cluster: Cluster, e: Expect, overrides: dict, notes_must: list[str]) -> dict:
     print(f"--- install {e.release} into {e.namespace}", flush=True)
     try:
@@ -606,6 +657,8 @@ def check_install(checks: Checks, cluster: Cluster, e: Expect, overrides: dict, 
     check_objects(checks, stored, e, f"{e.release} stored")
     crd = cluster.get("CustomResourceDefinition", "apiextensions.k8s.io/v1", "leaderelections.elector.dev", None)
     checks.expect(crd is not None, f"{e.release}: the LeaderElection CRD is installed")
+    if e.values["rbac"]["aggregateToDefaultRoles"]:
+        check_aggregation(checks, cluster, e.release)
     return {"release": e.release, "namespace": e.namespace, "deployment": next(
         (o["metadata"]["name"] for o in rendered if o["kind"] == "Deployment"
          and o["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"), None)}
@@ -641,10 +694,12 @@ def run_cluster(args: argparse.Namespace) -> int:
             cluster.kubectl("delete", "crd", SERVICEMONITOR_CRD, "--wait=true")
             cluster.wait("the ServiceMonitor API to go",
                          lambda: "monitoring.coreos.com/v1" not in cluster.api_versions())
-        e = Expect("ce-nosm", args.no_servicemonitor_namespace, features, servicemonitor=False,
+        # Also the release without the aggregated ClusterRoles.
+        nosm = deep_merge(features, {"rbac": {"aggregateToDefaultRoles": False}})
+        e = Expect("ce-nosm", args.no_servicemonitor_namespace, nosm, servicemonitor=False,
                    pdb_version=pdb_version)
         summary["no_servicemonitor"] = check_install(
-            checks, cluster, e, features, ["no ServiceMonitor was created", "FOR TRIALS ONLY"])
+            checks, cluster, e, nosm, ["no ServiceMonitor was created", "FOR TRIALS ONLY"])
 
     cluster.kubectl("create", "-f", "-", stdin=servicemonitor_crd())
     cluster.wait("the ServiceMonitor API", lambda: "monitoring.coreos.com/v1" in cluster.api_versions())
