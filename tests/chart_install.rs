@@ -14,7 +14,8 @@
 //!    value types fail with the schema's message; defaults; every feature on, before and after
 //!    the ServiceMonitor CRD exists) and checks hardening and RBAC on the rendered and on the
 //!    stored objects, the LeaderElection rules aggregated into the default view/edit/admin
-//!    ClusterRoles. Then the operator binary runs as the installed Deployment would run it:
+//!    ClusterRoles, and that `admissionPolicy.enabled` renders the ValidatingAdmissionPolicy
+//!    (which 1.20 refuses). Then the operator binary runs as the installed Deployment would run it:
 //!    its args and env, its ServiceAccount's token and Secret volumes, only the Consul address
 //!    pointing at the emulator. It must elect a leader for `examples/web.yaml`, and the leader
 //!    Service's EndpointSlices (made by the real controller-manager) must hold exactly the

@@ -4,7 +4,8 @@ library), since no helm CLI exists here.
 
     check_chart.py lint
         No cluster. `helm lint` of the chart with its defaults and with every optional feature
-        on, and a values file of the wrong type must fail the lint.
+        on (the admission policy included), and a values file of the wrong type must fail the
+        lint.
 
     check_chart.py cluster --kubeconfig PATH --default-namespace NS --features-namespace NS
                            --no-servicemonitor-namespace NS --watch-namespaces NS1,NS2
@@ -14,7 +15,9 @@ library), since no helm CLI exists here.
         every optional feature on (once before the ServiceMonitor CRD exists, once after),
         install; the hardening and RBAC rules are checked on the objects Helm rendered and again
         on the objects the API server stored, and the default view/edit/admin ClusterRoles must
-        have aggregated the chart's LeaderElection rules. The namespaces must exist.
+        have aggregated the chart's LeaderElection rules. admissionPolicy.enabled must render
+        the ValidatingAdmissionPolicy (a cluster before 1.30 refuses the install naming it; its
+        CEL is tested by tests/admission_policy.rs). The namespaces must exist.
 
 Every failure is printed; the exit status is 1 if any check failed.
 """
@@ -74,10 +77,14 @@ AGGREGATED_ROLES = {
         READ + ["create", "update", "patch", "delete", "deletecollection"])}),
 }
 
+# The optional ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kubernetes 1.30+).
+ADMISSION_POLICY = {"admissionPolicy": {"enabled": True, "extraLabelKeys": ["app.example.com/role"]}}
+POLICY_KINDS = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+
 SERVICEMONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 FIXTURE_LABEL = "consul-elector.dev/test-fixture"
 
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", *POLICY_KINDS}
 
 
 def all_features(watch: list[str]) -> dict:
@@ -220,7 +227,7 @@ def run_lint() -> int:
     checks.expect(lint_is_clean(messages), f"helm lint with default values is clean: {messages}")
     with tempfile.TemporaryDirectory() as work:
         chart = chart_copy_with_values(
-            deep_merge(chart_values(), all_features(["shop", "billing"])), Path(work)
+            deep_merge(chart_values(), {**all_features(["shop", "billing"]), **ADMISSION_POLICY}), Path(work)
         )
         messages = lint(chart)
         checks.expect(lint_is_clean(messages), f"helm lint with every feature on is clean: {messages}")
@@ -511,6 +518,11 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
             f"{where}: {key(binding)} binds the cluster-identity role to the operator's ServiceAccount",
         )
 
+    # The admission policy, only when enabled.
+    for kind in POLICY_KINDS:
+        count = len(by_kind.get(kind, []))
+        checks.expect(count == (1 if v["admissionPolicy"]["enabled"] else 0), f"{where}: {count} {kind}")
+
     # Aggregated ClusterRoles for the default view/edit/admin roles; they bind nothing.
     want = 1 if v["rbac"]["aggregateToDefaultRoles"] else 0
     for suffix, (aggregate_to, table) in AGGREGATED_ROLES.items():
@@ -664,6 +676,25 @@ def check_install(checks: Checks, cluster: Cluster, e: Expect, overrides: dict, 
          and o["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"), None)}
 
 
+def check_admission_policy(checks: Checks, cluster: Cluster, namespace: str) -> None:
+    """admissionPolicy.enabled renders the policy and its binding: a cluster that serves them
+    gets both; an older one (before 1.30) refuses the install naming them, and keeps nothing."""
+    served = "validatingadmissionpolicies.admissionregistration.k8s.io" in cluster.kubectl(
+        "api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name").stdout.split()
+    print(f"--- admissionPolicy.enabled (the cluster {'serves' if served else 'does not serve'} "
+          "ValidatingAdmissionPolicy)", flush=True)
+    try:
+        release = cluster.install(namespace, "ce-policy", ADMISSION_POLICY)
+        kinds = [obj["kind"] for obj, _ in manifest_docs(release["manifest"])]
+        checks.expect(served and all(kind in kinds for kind in POLICY_KINDS),
+                      f"admissionPolicy.enabled installs {POLICY_KINDS} only where served: {kinds}")
+    except helm.HelmError as error:
+        checks.expect(not served and "ValidatingAdmissionPolicy" in str(error),
+                      f"admissionPolicy.enabled fails only where the policy is not served, naming it: {error}")
+        checks.expect(cluster.get("Deployment", "apps/v1", "ce-policy-consul-elector", namespace) is None,
+                      "the refused install leaves nothing behind")
+
+
 def run_cluster(args: argparse.Namespace) -> int:
     checks = Checks()
     cluster = Cluster(args.kubeconfig)
@@ -682,6 +713,8 @@ def run_cluster(args: argparse.Namespace) -> int:
                           f"install with {values} fails naming {expected!r}: {message}")
     checks.expect(cluster.get("Deployment", "apps/v1", "ce-wrong-consul-elector", args.default_namespace) is None,
                   "a failed install leaves nothing behind")
+
+    check_admission_policy(checks, cluster, args.default_namespace)
 
     features = all_features(watch)
     summary = {}
