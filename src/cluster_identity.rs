@@ -24,7 +24,9 @@ pub async fn resolve(client: &Client, configured: Option<String>) -> Result<Stri
     let namespace = namespaces
         .get_metadata(IDENTITY_NAMESPACE)
         .await
-        .map_err(Error::kube("read the kube-system namespace for the cluster name"))?;
+        .map_err(Error::kube(
+            "read the kube-system namespace for the cluster name",
+        ))?;
     namespace
         .metadata
         .uid

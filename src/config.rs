@@ -315,7 +315,10 @@ mod tests {
         ("lock_watch_wait", "ELECTOR_LOCK_WATCH_WAIT"),
         ("liveness_timeout", "ELECTOR_LIVENESS_TIMEOUT"),
         ("instance_name", "POD_NAME"),
-        ("consul_allowed_addresses", "CONSUL_ELECTOR_ALLOWED_ADDRESSES"),
+        (
+            "consul_allowed_addresses",
+            "CONSUL_ELECTOR_ALLOWED_ADDRESSES",
+        ),
         ("cluster_name", "CONSUL_ELECTOR_CLUSTER_NAME"),
     ];
 

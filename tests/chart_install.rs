@@ -13,7 +13,9 @@
 //! 3. `chart_installs_and_its_operator_elects_a_leader`: the checker installs the chart (wrong
 //!    value types fail with the schema's message; defaults; every feature on, before and after
 //!    the ServiceMonitor CRD exists) and checks hardening and RBAC on the rendered and on the
-//!    stored objects. Then the operator binary runs as the installed Deployment would run it:
+//!    stored objects, the LeaderElection rules aggregated into the default view/edit/admin
+//!    ClusterRoles, and that `admissionPolicy.enabled` renders the ValidatingAdmissionPolicy
+//!    (which 1.20 refuses). Then the operator binary runs as the installed Deployment would run it:
 //!    its args and env, its ServiceAccount's token and Secret volumes, only the Consul address
 //!    pointing at the emulator. It must elect a leader for `examples/web.yaml`, and the leader
 //!    Service's EndpointSlices (made by the real controller-manager) must hold exactly the
@@ -199,7 +201,8 @@ async fn chart_installs_and_its_operator_elects_a_leader() {
     )
     .await;
 
-    // The default release: a ClusterRole, every namespace watched, no Consul settings.
+    // The default release: a ClusterRole, every namespace watched, no Consul settings, no
+    // clusterName (so the operator reads kube-system's UID through the chart's rule).
     let web_ns = cluster.namespace("chart-web").await;
     let release = Release {
         namespace: default_ns.clone(),
@@ -207,8 +210,9 @@ async fn chart_installs_and_its_operator_elects_a_leader() {
     };
     elect_with_installed_operator(cluster, &admin, &release, None, &web_ns).await;
 
-    // Every feature on: Roles in the watched namespaces only; the Consul CA, client
-    // certificate and ACL token come from mounted Secrets (the emulator requires the token).
+    // Every feature on: Roles in the watched namespaces only, clusterName and Consul's allowed
+    // addresses set; the Consul CA, client certificate and ACL token come from mounted Secrets
+    // (the emulator requires the token).
     create_consul_secrets(&admin, &features_ns).await;
     let mut tokens = std::collections::HashMap::new();
     tokens.insert(

@@ -4,7 +4,8 @@ library), since no helm CLI exists here.
 
     check_chart.py lint
         No cluster. `helm lint` of the chart with its defaults and with every optional feature
-        on, and a values file of the wrong type must fail the lint.
+        on (the admission policy included), and a values file of the wrong type must fail the
+        lint.
 
     check_chart.py cluster --kubeconfig PATH --default-namespace NS --features-namespace NS
                            --no-servicemonitor-namespace NS --watch-namespaces NS1,NS2
@@ -13,7 +14,10 @@ library), since no helm CLI exists here.
         values of the wrong type must fail with the schema's message; the default values, and
         every optional feature on (once before the ServiceMonitor CRD exists, once after),
         install; the hardening and RBAC rules are checked on the objects Helm rendered and again
-        on the objects the API server stored. The namespaces must exist.
+        on the objects the API server stored, and the default view/edit/admin ClusterRoles must
+        have aggregated the chart's LeaderElection rules. admissionPolicy.enabled must render
+        the ValidatingAdmissionPolicy (a cluster before 1.30 refuses the install naming it; its
+        CEL is tested by tests/admission_policy.rs). The namespaces must exist.
 
 Every failure is printed; the exit status is 1 if any check failed.
 """
@@ -62,11 +66,25 @@ EXPECTED_RULES = {
     ("events.k8s.io", "events"): ["create", "patch"],
 }
 SECRET_RULE = {("", "secrets"): ["get"]}
+# Without clusterName the operator reads the kube-system namespace's UID, and nothing else.
+IDENTITY_RULE = {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}
+
+# The aggregated ClusterRoles (name suffix): the default roles they feed, and their rules.
+READ = ["get", "list", "watch"]
+AGGREGATED_ROLES = {
+    "-view": (["view"], {("elector.dev", "leaderelections"): READ}),
+    "-edit": (["edit", "admin"], {("elector.dev", "leaderelections"): sorted(
+        READ + ["create", "update", "patch", "delete", "deletecollection"])}),
+}
+
+# The optional ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kubernetes 1.30+).
+ADMISSION_POLICY = {"admissionPolicy": {"enabled": True, "extraLabelKeys": ["app.example.com/role"]}}
+POLICY_KINDS = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
 
 SERVICEMONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 FIXTURE_LABEL = "consul-elector.dev/test-fixture"
 
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", *POLICY_KINDS}
 
 
 def all_features(watch: list[str]) -> dict:
@@ -77,7 +95,9 @@ def all_features(watch: list[str]) -> dict:
         "logFormat": "json",
         "logFilter": "info,consul_elector=debug",
         "extraEnv": [{"name": "CONSUL_ELECTOR_MAX_CONNECTIONS", "value": "32"}],
+        "clusterName": "chart-features",
         "consul": {
+            "allowedAddresses": ["https://consul.team-a.example:8501", "consul.team-b.example:8500"],
             "datacenter": "dc1",
             "tlsServerName": "server.dc1.consul",
             "caCert": {"secretName": "consul-ca"},
@@ -127,6 +147,8 @@ WRONG_VALUES = [
     ({"consul": {"tlsVerify": "no"}}, "at '/consul/tlsVerify': got string, want boolean"),
     ({"metrics": {"port": "http"}}, "at '/metrics/port': got string, want integer"),
     ({"lockWatchWait": "60"}, "at '/lockWatchWait': '60' does not match pattern"),
+    ({"clusterName": "Prod"}, "at '/clusterName': 'Prod' does not match pattern"),
+    ({"consul": {"allowedAddresses": "consul:8500"}}, "at '/consul/allowedAddresses': got string, want array"),
     ({"logFormat": "xml"}, "at '/logFormat': value must be one of 'plain', 'json'"),
     ({"watchNamespace": ["shop"]}, "additional properties 'watchNamespace' not allowed"),
 ]
@@ -205,7 +227,7 @@ def run_lint() -> int:
     checks.expect(lint_is_clean(messages), f"helm lint with default values is clean: {messages}")
     with tempfile.TemporaryDirectory() as work:
         chart = chart_copy_with_values(
-            deep_merge(chart_values(), all_features(["shop", "billing"])), Path(work)
+            deep_merge(chart_values(), {**all_features(["shop", "billing"]), **ADMISSION_POLICY}), Path(work)
         )
         messages = lint(chart)
         checks.expect(lint_is_clean(messages), f"helm lint with every feature on is clean: {messages}")
@@ -437,36 +459,84 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
         address = f"http://{dev_service}.{e.namespace}.svc:8500"
     checks.expect(env.get("CONSUL_HTTP_ADDR", {}).get("value", "") == address,
                   f"{where}: CONSUL_HTTP_ADDR is {address!r}")
+    allowed = ",".join(v["consul"]["allowedAddresses"])
+    checks.expect(env.get("CONSUL_ELECTOR_ALLOWED_ADDRESSES", {}).get("value", "") == allowed,
+                  f"{where}: CONSUL_ELECTOR_ALLOWED_ADDRESSES is {allowed!r}")
+    checks.expect(env.get("CONSUL_ELECTOR_CLUSTER_NAME", {}).get("value", "") == v["clusterName"],
+                  f"{where}: CONSUL_ELECTOR_CLUSTER_NAME is {v['clusterName']!r}")
 
-    # RBAC from files/, ClusterRole or one Role per watched namespace.
+    # RBAC from files/: the operator's rules in a ClusterRole or one Role per watched namespace;
+    # the cluster-identity rule cluster-wide unless clusterName is set.
+    fullname = deployment["metadata"]["name"]
+    operator_subjects = [{"kind": "ServiceAccount", "name": service_account["metadata"]["name"],
+                          "namespace": e.namespace}]
+
+    def named(kind: str, suffix: str) -> list[dict]:
+        return [o for o in by_kind.get(kind, []) if o["metadata"]["name"] == fullname + suffix]
+
     expected_rules = {**EXPECTED_RULES, **(SECRET_RULE if v["rbac"]["secretAccess"] else {})}
     sources = file_rules(v["rbac"]["secretAccess"])
     checks.expect(rules_table(sources) == {k: sorted(x) for k, x in expected_rules.items()},
                   f"{where}: files/rbac-*.yaml grant exactly the minimum verbs")
     if e.watch:
         roles, bindings = by_kind.get("Role", []), by_kind.get("RoleBinding", [])
-        checks.expect("ClusterRole" not in by_kind and "ClusterRoleBinding" not in by_kind,
-                      f"{where}: no cluster-wide RBAC when watchNamespaces is set")
+        checks.expect(not named("ClusterRole", "") and not named("ClusterRoleBinding", ""),
+                      f"{where}: no cluster-wide operator rules when watchNamespaces is set")
         checks.expect(sorted(r["metadata"]["namespace"] for r in roles) == sorted(e.watch)
                       and sorted(b["metadata"]["namespace"] for b in bindings) == sorted(e.watch),
                       f"{where}: a Role and a RoleBinding in each watched namespace")
         role_kind = "Role"
     else:
-        roles, bindings = by_kind.get("ClusterRole", []), by_kind.get("ClusterRoleBinding", [])
+        roles, bindings = named("ClusterRole", ""), named("ClusterRoleBinding", "")
         checks.expect(len(roles) == 1 and len(bindings) == 1 and "Role" not in by_kind,
                       f"{where}: one ClusterRole and ClusterRoleBinding when every namespace is watched")
         role_kind = "ClusterRole"
     for role in roles:
         checks.expect(role.get("rules") == sources, f"{where}: {key(role)} has exactly the rules of files/")
     for binding in bindings:
-        subjects = binding.get("subjects", [])
         checks.expect(
             binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,
                                    "name": roles[0]["metadata"]["name"] if roles else None}
-            and subjects == [{"kind": "ServiceAccount", "name": service_account["metadata"]["name"],
-                              "namespace": e.namespace}],
+            and binding.get("subjects") == operator_subjects,
             f"{where}: {key(binding)} binds the role to the operator's ServiceAccount",
         )
+    identity_rules = yaml.safe_load((CHART / "files" / "rbac-cluster-identity-rules.yaml").read_text())
+    checks.expect(identity_rules == [IDENTITY_RULE],
+                  f"{where}: the cluster-identity rule is get on namespace kube-system only: {identity_rules}")
+    identity_roles = named("ClusterRole", "-cluster-identity")
+    identity_bindings = named("ClusterRoleBinding", "-cluster-identity")
+    want = 0 if v["clusterName"] else 1
+    checks.expect(len(identity_roles) == want and len(identity_bindings) == want,
+                  f"{where}: {want} cluster-identity ClusterRole and binding (clusterName {v['clusterName']!r})")
+    for role in identity_roles:
+        checks.expect(role.get("rules") == identity_rules, f"{where}: {key(role)} has exactly the rules of files/")
+    for binding in identity_bindings:
+        checks.expect(
+            binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                   "name": f"{fullname}-cluster-identity"}
+            and binding.get("subjects") == operator_subjects,
+            f"{where}: {key(binding)} binds the cluster-identity role to the operator's ServiceAccount",
+        )
+
+    # The admission policy, only when enabled.
+    for kind in POLICY_KINDS:
+        count = len(by_kind.get(kind, []))
+        checks.expect(count == (1 if v["admissionPolicy"]["enabled"] else 0), f"{where}: {count} {kind}")
+
+    # Aggregated ClusterRoles for the default view/edit/admin roles; they bind nothing.
+    want = 1 if v["rbac"]["aggregateToDefaultRoles"] else 0
+    for suffix, (aggregate_to, table) in AGGREGATED_ROLES.items():
+        found = named("ClusterRole", suffix)
+        checks.expect(len(found) == want, f"{where}: {want} ClusterRole {fullname}{suffix}")
+        for role in found:
+            labels = {k for k, x in role["metadata"]["labels"].items()
+                      if k.startswith("rbac.authorization.k8s.io/aggregate-to-") and x == "true"}
+            checks.expect(labels == {f"rbac.authorization.k8s.io/aggregate-to-{r}" for r in aggregate_to},
+                          f"{where}: {key(role)} aggregates to {aggregate_to} only: {labels}")
+            checks.expect(rules_table(role["rules"]) == table, f"{where}: {key(role)} grants {table}")
+    cluster_wide = {fullname + suffix for suffix in ("", "-cluster-identity", *AGGREGATED_ROLES)}
+    for obj in by_kind.get("ClusterRole", []) + by_kind.get("ClusterRoleBinding", []):
+        checks.expect(obj["metadata"]["name"] in cluster_wide, f"{where}: {key(obj)} is expected")
 
     # Metrics Service, ServiceMonitor, NetworkPolicy, PodDisruptionBudget.
     selector = spec["selector"]["matchLabels"]
@@ -549,6 +619,33 @@ def check_rendered_rbac_comments(checks: Checks, docs: list[tuple[dict, str]], w
                           f"{where}: {key(obj)} rule `{lines[i + 1].strip()}` has its comment")
 
 
+def granted(cluster: Cluster, role: str) -> dict:
+    """(group, resource) -> the verbs ClusterRole `role` grants, over all its rules."""
+    verbs: dict = {}
+    for rule in (cluster.get("ClusterRole", "rbac.authorization.k8s.io/v1", role, None) or {}).get("rules") or []:
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                verbs.setdefault((group, resource), set()).update(rule.get("verbs", []))
+    return verbs
+
+
+def check_aggregation(checks: Checks, cluster: Cluster, release: str) -> None:
+    """The cluster's aggregation controller added the rules to the default roles, never the status."""
+    elections, status = ("elector.dev", "leaderelections"), ("elector.dev", "leaderelections/status")
+    writes = set(AGGREGATED_ROLES["-edit"][1][elections])
+    want = {"view": set(READ), "edit": writes, "admin": writes}
+    try:
+        cluster.wait("the default roles to aggregate LeaderElections",
+                     lambda: all(granted(cluster, r).get(elections) == w for r, w in want.items()))
+    except RuntimeError as error:
+        print(f"{error}: {[(r, granted(cluster, r).get(elections)) for r in want]}", flush=True)
+    for role, verbs in want.items():
+        table = granted(cluster, role)
+        checks.expect(table.get(elections) == verbs, f"{release}: ClusterRole {role} grants {sorted(verbs)} "
+                      f"on leaderelections: {table.get(elections)}")
+        checks.expect(status not in table, f"{release}: ClusterRole {role} cannot write leaderelections/status")
+
+
 def check_install(checks: Checks, cluster: Cluster, e: Expect, overrides: dict, notes_must: list[str]) -> dict:
     print(f"--- install {e.release} into {e.namespace}", flush=True)
     try:
@@ -572,9 +669,30 @@ def check_install(checks: Checks, cluster: Cluster, e: Expect, overrides: dict, 
     check_objects(checks, stored, e, f"{e.release} stored")
     crd = cluster.get("CustomResourceDefinition", "apiextensions.k8s.io/v1", "leaderelections.elector.dev", None)
     checks.expect(crd is not None, f"{e.release}: the LeaderElection CRD is installed")
+    if e.values["rbac"]["aggregateToDefaultRoles"]:
+        check_aggregation(checks, cluster, e.release)
     return {"release": e.release, "namespace": e.namespace, "deployment": next(
         (o["metadata"]["name"] for o in rendered if o["kind"] == "Deployment"
          and o["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"), None)}
+
+
+def check_admission_policy(checks: Checks, cluster: Cluster, namespace: str) -> None:
+    """admissionPolicy.enabled renders the policy and its binding: a cluster that serves them
+    gets both; an older one (before 1.30) refuses the install naming them, and keeps nothing."""
+    served = "validatingadmissionpolicies.admissionregistration.k8s.io" in cluster.kubectl(
+        "api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name").stdout.split()
+    print(f"--- admissionPolicy.enabled (the cluster {'serves' if served else 'does not serve'} "
+          "ValidatingAdmissionPolicy)", flush=True)
+    try:
+        release = cluster.install(namespace, "ce-policy", ADMISSION_POLICY)
+        kinds = [obj["kind"] for obj, _ in manifest_docs(release["manifest"])]
+        checks.expect(served and all(kind in kinds for kind in POLICY_KINDS),
+                      f"admissionPolicy.enabled installs {POLICY_KINDS} only where served: {kinds}")
+    except helm.HelmError as error:
+        checks.expect(not served and "ValidatingAdmissionPolicy" in str(error),
+                      f"admissionPolicy.enabled fails only where the policy is not served, naming it: {error}")
+        checks.expect(cluster.get("Deployment", "apps/v1", "ce-policy-consul-elector", namespace) is None,
+                      "the refused install leaves nothing behind")
 
 
 def run_cluster(args: argparse.Namespace) -> int:
@@ -596,6 +714,8 @@ def run_cluster(args: argparse.Namespace) -> int:
     checks.expect(cluster.get("Deployment", "apps/v1", "ce-wrong-consul-elector", args.default_namespace) is None,
                   "a failed install leaves nothing behind")
 
+    check_admission_policy(checks, cluster, args.default_namespace)
+
     features = all_features(watch)
     summary = {}
     labels = cluster.crd_labels(SERVICEMONITOR_CRD)
@@ -607,10 +727,12 @@ def run_cluster(args: argparse.Namespace) -> int:
             cluster.kubectl("delete", "crd", SERVICEMONITOR_CRD, "--wait=true")
             cluster.wait("the ServiceMonitor API to go",
                          lambda: "monitoring.coreos.com/v1" not in cluster.api_versions())
-        e = Expect("ce-nosm", args.no_servicemonitor_namespace, features, servicemonitor=False,
+        # Also the release without the aggregated ClusterRoles.
+        nosm = deep_merge(features, {"rbac": {"aggregateToDefaultRoles": False}})
+        e = Expect("ce-nosm", args.no_servicemonitor_namespace, nosm, servicemonitor=False,
                    pdb_version=pdb_version)
         summary["no_servicemonitor"] = check_install(
-            checks, cluster, e, features, ["no ServiceMonitor was created", "FOR TRIALS ONLY"])
+            checks, cluster, e, nosm, ["no ServiceMonitor was created", "FOR TRIALS ONLY"])
 
     cluster.kubectl("create", "-f", "-", stdin=servicemonitor_crd())
     cluster.wait("the ServiceMonitor API", lambda: "monitoring.coreos.com/v1" in cluster.api_versions())

@@ -103,6 +103,14 @@ they can follow `rules:` as they are, comments included.
 {{- end }}
 
 {{/*
+The rule that lets the operator read its default cluster name (the kube-system namespace's
+UID), from files/ like the operator's other rules.
+*/}}
+{{- define "consul-elector.clusterIdentityRules" -}}
+{{ .Files.Get "files/rbac-cluster-identity-rules.yaml" | required "files/rbac-cluster-identity-rules.yaml is missing from the chart" }}
+{{- end }}
+
+{{/*
 Where the Consul Secrets are mounted in the operator container.
 */}}
 {{- define "consul-elector.consulSecretsDir" -}}

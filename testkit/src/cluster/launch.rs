@@ -15,9 +15,10 @@ use super::{ClusterError, ClusterOptions, TestCluster, kubeconfig, ports, readin
 
 /// Start attempts when a picked port was taken by someone else in the meantime.
 const START_ATTEMPTS: usize = 3;
-/// Controllers run by kube-controller-manager: what the operator's tests rely on.
-const CONTROLLERS: &str =
-    "deployment,replicaset,endpointslice,garbagecollector,namespace,serviceaccount-token";
+/// Controllers run by kube-controller-manager: what the operator's tests rely on
+/// (clusterrole-aggregation: the chart's ClusterRoles aggregated into view, edit and admin).
+const CONTROLLERS: &str = "deployment,replicaset,endpointslice,garbagecollector,namespace,\
+     serviceaccount-token,clusterrole-aggregation";
 
 impl ClusterError {
     /// Whether a process failed because a port picked for it was taken meanwhile.

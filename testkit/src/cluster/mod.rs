@@ -4,7 +4,8 @@
 //! Every test binary shares one cluster ([`TestCluster::shared`]); each test works in its own
 //! namespace ([`with_namespace`]). There is no kubelet and no scheduler: pods never run unless
 //! the pod simulator plays the kubelet. Deployments, ReplicaSets, EndpointSlices, garbage
-//! collection, namespace deletion and service-account tokens are the real controllers.
+//! collection, namespace deletion, service-account tokens and ClusterRole aggregation are the
+//! real controllers.
 
 mod binaries;
 mod credentials;
