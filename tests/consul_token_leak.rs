@@ -271,8 +271,10 @@ async fn the_running_operator_never_shows_a_token() {
             spec
         };
         h.election("own", spec("example.com/own", None)).await;
-        h.election("tenant", spec("example.com/tenant", Some("tenant"))).await;
-        h.election("wrong", spec("example.com/wrong", Some("wrong"))).await;
+        h.election("tenant", spec("example.com/tenant", Some("tenant")))
+            .await;
+        h.election("wrong", spec("example.com/wrong", Some("wrong")))
+            .await;
         for name in ["own", "tenant"] {
             h.wait_status(name, |le| harness::status_leader(le).is_some())
                 .await;

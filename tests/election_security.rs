@@ -10,7 +10,8 @@ mod harness;
 use std::time::Duration;
 
 use harness::{
-    Harness, HarnessOptions, OperatorConsul, ROLE, SOON, condition, has_condition, phase, status_leader,
+    Harness, HarnessOptions, OperatorConsul, ROLE, SOON, condition, has_condition, phase,
+    status_leader,
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -135,7 +136,10 @@ async fn an_allowed_address_gets_the_elections_token_or_none_never_the_operators
             .expect("the key is in the second Consul");
         assert_eq!(entry.session.as_deref(), Some(elected.session.as_str()));
         assert_eq!(entry.lock_index, elected.token);
-        assert!(h.emu.kv_entry(&h.key("web")).is_none(), "not in the operator's Consul");
+        assert!(
+            h.emu.kv_entry(&h.key("web")).is_none(),
+            "not in the operator's Consul"
+        );
 
         // A tokenSecretRef whose Secret opted in: that token, at the other address.
         let secrets: Api<Secret> = Api::namespaced(h.admin.clone(), &h.ns);
@@ -184,12 +188,14 @@ async fn an_allowed_address_gets_the_elections_token_or_none_never_the_operators
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         };
-        tokio::time::timeout(SOON, closed).await.unwrap_or_else(|_| {
-            panic!(
-                "connections to an address no election uses stay open: {:?}",
-                second.stats()
-            )
-        });
+        tokio::time::timeout(SOON, closed)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "connections to an address no election uses stay open: {:?}",
+                    second.stats()
+                )
+            });
         h.finish().await;
     })
     .await;
@@ -225,7 +231,11 @@ async fn another_namespaces_key_is_out_of_reach_of_the_operators_token() {
             );
             h.touch_and_wait_reconcile(name).await;
         }
-        assert_eq!(h.emu.kv_entry(victim_key), Some(before), "the victim's lock is untouched");
+        assert_eq!(
+            h.emu.kv_entry(victim_key),
+            Some(before),
+            "the victim's lock is untouched"
+        );
         assert!(h.emu.kv_entry("service/web/leader").is_none());
         let stats = h.emu.stats();
         assert_eq!(
