@@ -112,6 +112,35 @@ pub fn adoptable_pod<'n>(
     (!pod.is_empty() && !pod.contains('/')).then_some(pod)
 }
 
+/// Reads session `id` (without renewing it: a renewal would keep another cluster's session
+/// alive) and returns the pod it was created for when [`adoptable_pod`] accepts its name;
+/// `Ok(None)` when Consul no longer has it or its name is not one this operator may take.
+pub async fn adoptable_session(
+    client: &ConsulClient,
+    id: &str,
+    cluster: &str,
+    election: &ElectionKey,
+    found: Found,
+) -> Result<Option<String>, ConsulError> {
+    let Some(info) = client
+        .session_info(id, crate::consul::QueryOptions::default())
+        .await?
+        .value
+    else {
+        return Ok(None);
+    };
+    let pod = adoptable_pod(&info.name, cluster, election, found);
+    if pod.is_none() {
+        tracing::info!(
+            election = %election,
+            session = id,
+            name = info.name,
+            "leaving alone a session that is not this cluster's for this election"
+        );
+    }
+    Ok(pod.map(str::to_owned))
+}
+
 /// Keeps the operator's sessions alive and reports their health changes. Cheap to clone;
 /// clones share the sessions. Dropping the last clone stops every renewal (without
 /// destroying the sessions, which then expire in Consul after 2×TTL).

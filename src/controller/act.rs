@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::sharing::{self, Annotations};
 use super::{Context, observe};
 use crate::Error;
-use crate::consul::{ConsulClient, ConsulError, QueryOptions};
+use crate::consul::{ConsulClient, ConsulError};
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
 use crate::election::observe::{LeaderRecord, LockView, PodView, Recorded};
@@ -23,7 +23,7 @@ use crate::election::plan::{Action, ElectionEvent, EventReason, Plan};
 use crate::election::planner::{Observation, holder_from_value, plan};
 use crate::k8s::{self, PodRole};
 use crate::metrics::FencingCause;
-use crate::sessions::{Found, adoptable_pod};
+use crate::sessions::{Found, adoptable_session};
 
 /// Flags written with every acquisition and release: marks the key as an elector lock.
 pub const LOCK_FLAGS: u64 = 0x0065_6c65_6374_6f72;
@@ -493,31 +493,16 @@ impl<'a> Round<'a> {
     }
 
     /// The pod `session` was created for, if its name is one this operator may adopt when
-    /// found as `found` ([`adoptable_pod`]). Reads the session without renewing it; `None`
+    /// found as `found` ([`adoptable_session`]). Reads the session without renewing it; `None`
     /// when Consul does not have it or cannot be asked.
     async fn adoptable(&self, session: &str, found: Found) -> Option<String> {
-        let info = match self
-            .consul
-            .session_info(session, QueryOptions::default())
-            .await
-        {
-            Ok(reply) => reply.value?,
-            Err(error) => {
-                tracing::warn!(election = %self.key, session, %error, "reading a session to adopt failed");
-                return None;
-            }
-        };
         let cluster = &self.ctx.settings.cluster_name;
-        let pod = adoptable_pod(&info.name, cluster, self.key, found);
-        if pod.is_none() {
-            tracing::info!(
-                election = %self.key,
-                session,
-                name = info.name,
-                "not adopting a session that is not this cluster's"
-            );
-        }
-        pod.map(str::to_owned)
+        adoptable_session(self.consul, session, cluster, self.key, found)
+            .await
+            .unwrap_or_else(|error| {
+                tracing::warn!(election = %self.key, session, %error, "reading a session to adopt failed");
+                None
+            })
     }
 }
 

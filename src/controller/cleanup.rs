@@ -9,9 +9,25 @@ use kube::runtime::controller::Action;
 use super::act::LOCK_FLAGS;
 use super::{Context, consul_access, election_key, observe, sharing};
 use crate::Error;
+use crate::consul::ConsulClient;
 use crate::crd::{LeaderElection, default_key};
-use crate::election::config::{LabelConfig, Mode};
+use crate::election::config::{ElectionKey, LabelConfig, Mode};
 use crate::k8s::PodRole;
+use crate::sessions::{Found, adoptable_session};
+
+/// `id`, a session the status names but this process has not adopted, when Consul still has
+/// it and its name says this cluster's operator created it for this election: only such a
+/// session may be released and destroyed (another cluster's, or anyone's, is left alone).
+async fn recorded_session_if_ours(
+    consul: &ConsulClient,
+    id: String,
+    key: &ElectionKey,
+    ctx: &Context,
+) -> Result<Option<String>, Error> {
+    let cluster = &ctx.settings.cluster_name;
+    let ours = adoptable_session(consul, &id, cluster, key, Found::InStatus).await?;
+    Ok(ours.map(|_| id))
+}
 
 /// Cleans up after `le`; idempotent (a failure is retried by the finalizer helper).
 pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
@@ -44,9 +60,13 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
     };
     if let Some(consul) = consul {
         let known = ctx.sessions.view(&key).map(|s| s.id);
-        let session = known
-            .clone()
-            .or_else(|| ctx.current_status(le).leader.and_then(|l| l.session_id));
+        let session = match known.clone() {
+            Some(id) => Some(id),
+            None => match ctx.current_status(le).leader.and_then(|l| l.session_id) {
+                Some(id) => recorded_session_if_ours(&consul, id, &key, ctx).await?,
+                None => None,
+            },
+        };
         if let Some(session) = session {
             consul
                 .kv_release(&consul_key, &session, &[], LOCK_FLAGS)
