@@ -169,15 +169,8 @@ async fn two_clusters_on_one_consul_never_take_each_others_lock() {
             );
         }
         // Only cluster A's session exists: B never created one, nor destroyed A's.
-        let sessions = a.consul("GET", "/v1/session/list", "").await.json();
-        let names: Vec<&str> = sessions
-            .as_array()
-            .expect("session list")
-            .iter()
-            .filter_map(|s| s["Name"].as_str())
-            .collect();
         let expected = format!("consul-elector/{CLUSTER_A}/{ns}/web/{}", first.pod);
-        assert_eq!(names, vec![expected.as_str()]);
+        assert_eq!(a.session_names().await, vec![expected]);
         assert_eq!(key_value(&a, &key)["cluster"], CLUSTER_A);
 
         b.finish().await;

@@ -70,13 +70,7 @@ async fn the_younger_of_two_conflicting_elections_writes_nothing() {
         // Nothing of its own: no key, no session, no pod it labelled; the older one is
         // undisturbed.
         assert!(h.emu.kv_entry(&h.key("younger")).is_none());
-        let sessions = h.consul("GET", "/v1/session/list", "").await.json();
-        let names: Vec<&str> = sessions
-            .as_array()
-            .expect("session list")
-            .iter()
-            .filter_map(|s| s["Name"].as_str())
-            .collect();
+        let names = h.session_names().await;
         assert!(names.iter().all(|n| !n.contains("/younger/")), "{names:?}");
         assert!(!ever_labelled_by(&h, "younger"));
         assert!(le.status.as_ref().and_then(|s| s.leader.as_ref()).is_none());

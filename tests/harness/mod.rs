@@ -629,6 +629,17 @@ impl Harness {
             .expect("the touch is reconciled");
     }
 
+    /// The names of every session Consul has, as `GET /v1/session/list` answers.
+    pub async fn session_names(&self) -> Vec<String> {
+        let sessions = self.consul("GET", "/v1/session/list", "").await.json();
+        sessions
+            .as_array()
+            .expect("session list")
+            .iter()
+            .filter_map(|s| s["Name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Merge-patches the election's spec with `spec`.
     pub async fn patch_spec(&self, name: &str, spec: serde_json::Value) {
         let patch = serde_json::json!({"spec": spec});
