@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
+use jiff::Timestamp;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::AbortHandle;
 
@@ -216,6 +217,8 @@ struct Group {
     /// Direct reads made while `cache` is `None`, merged into the next answer when newer:
     /// an answer read before the operator's own acquire must not undo it.
     early: HashMap<String, Slot>,
+    /// When the last successful answer arrived: every key of the group was as cached then.
+    read_at: Option<Timestamp>,
     task: AbortHandle,
 }
 
@@ -224,6 +227,8 @@ struct State {
     /// The group of each watched election (its key is in the group's members).
     elections: HashMap<ElectionKey, Target>,
     groups: HashMap<Target, Group>,
+    /// When each election's key was last read directly ([`LockWatcher::refresh`]).
+    direct_reads: HashMap<ElectionKey, Timestamp>,
 }
 
 impl State {
@@ -237,6 +242,7 @@ impl State {
     /// Removes `election` from its group, stopping the group's query when it was the last
     /// member.
     fn leave(&mut self, election: &ElectionKey) {
+        self.direct_reads.remove(election);
         let Some(target) = self.elections.remove(election) else {
             return;
         };
@@ -339,6 +345,7 @@ impl LockWatcher {
                 members: HashMap::new(),
                 cache: None,
                 early: HashMap::new(),
+                read_at: None,
                 task: task.abort_handle(),
             }
         });
@@ -367,6 +374,17 @@ impl LockWatcher {
         }
     }
 
+    /// When the election's key was last read successfully, by its group's query or
+    /// directly: the moment the cached view was last known true. `None` when never.
+    pub fn read_at(&self, election: &ElectionKey) -> Option<Timestamp> {
+        let mut state = self.inner.state();
+        let direct = state.direct_reads.get(election).copied();
+        let group = state
+            .group_of(election)
+            .and_then(|(group, _)| group.read_at);
+        direct.max(group)
+    }
+
     /// Reads `key` directly (not blocking) and returns it. When `election` is watched on
     /// `key` through an equivalent client, the answer is merged into its group's cache
     /// (unless the cache already holds something newer), or, before the group's first
@@ -378,6 +396,7 @@ impl LockWatcher {
         client: &ConsulClient,
         key: &str,
     ) -> Result<LockView, ConsulError> {
+        let started = Timestamp::now();
         let answer = client.kv_get(key, QueryOptions::default()).await?;
         let view = view_of(answer.value.as_ref());
         let slot = match answer.value {
@@ -389,6 +408,9 @@ impl LockWatcher {
         };
         let target = Target::new(client, key);
         let mut state = self.inner.state();
+        if state.elections.get(election) == Some(&target) {
+            state.direct_reads.insert(election.clone(), started);
+        }
         if state.elections.get(election) == Some(&target)
             && let Some((group, watched)) = state.group_of(election)
             && watched == key
@@ -434,7 +456,9 @@ impl GroupLink {
     /// Stores a successful answer and reports the members whose key changed (all of them
     /// when the group was Unknown).
     fn answered(&self, answer: QueryResult<Vec<KvPair>>, change: IndexChange) -> bool {
+        let arrived = Timestamp::now();
         self.with_group(|group| {
+            group.read_at = Some(arrived);
             let previous = group.cache.take();
             let early = std::mem::take(&mut group.early);
             let cache = next_cache(previous.as_ref().or(Some(&early)), answer, change);

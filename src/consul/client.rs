@@ -51,6 +51,8 @@ struct Shared {
 #[derive(Clone)]
 pub struct ConsulClient {
     shared: Arc<Shared>,
+    /// This handle's retries (the settings' policy unless [`Self::without_retries`]).
+    retry: RetryPolicy,
     pool: Arc<AddressPool>,
     datacenter: Option<String>,
     token: Option<ConsulToken>,
@@ -122,6 +124,18 @@ impl ConsulClient {
         )
     }
 
+    /// This handle, sending each request once: for a caller that has a deadline of its own and
+    /// a retry loop elsewhere (a look at a key whose watch already retries).
+    pub fn without_retries(&self) -> Self {
+        Self {
+            retry: RetryPolicy {
+                max_attempts: 1,
+                ..self.retry
+            },
+            ..self.clone()
+        }
+    }
+
     /// Whether handles may be derived for `address`: the root client's address or one of the
     /// settings' `allowed_addresses`.
     pub fn allows(&self, address: &ConsulAddress) -> bool {
@@ -157,6 +171,7 @@ impl ConsulClient {
                 detail: error.to_string(),
             })?;
         Ok(Self {
+            retry: shared.retry,
             shared,
             pool,
             datacenter: datacenter.filter(|dc| !dc.is_empty()),
@@ -198,7 +213,7 @@ impl ConsulClient {
     /// Sends `call`, retrying retryable errors within the retry policy. Non-idempotent calls
     /// are retried only when the error proves the request was not applied.
     pub(crate) async fn call(&self, call: Call) -> Result<Reply> {
-        let policy = self.shared.retry;
+        let policy = self.retry;
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;

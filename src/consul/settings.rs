@@ -162,8 +162,8 @@ pub struct WatchPacing {
 impl Default for WatchPacing {
     fn default() -> Self {
         Self {
-            burst: 2,
-            refill_interval: Duration::from_secs(1),
+            burst: 4,
+            refill_interval: Duration::from_millis(50),
         }
     }
 }

@@ -80,10 +80,11 @@ impl<'a> Round<'a> {
             labelled_leader: None,
         };
         if round.lock == LockView::Unknown {
-            // Not read yet (new election) or Consul unreachable: one direct read.
+            // Not read yet (new election) or Consul unreachable: one direct read, without
+            // retries (the watch retries; a Fence deadline must not wait for a backoff).
             round.lock = ctx
                 .locks
-                .refresh(key, consul, &config.key)
+                .refresh(key, &consul.without_retries(), &config.key)
                 .await
                 .unwrap_or(LockView::Unknown);
         }
@@ -116,6 +117,7 @@ impl<'a> Round<'a> {
                 session: session.as_ref(),
                 recorded: &self.recorded,
                 lock_delay_until: self.ctx.lock_delay_until(self.key),
+                lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
                 now: Timestamp::now(),
             });
             let actions = decided.actions.clone();

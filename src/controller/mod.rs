@@ -100,6 +100,9 @@ pub struct Context {
     lock_delays: Mutex<HashMap<ElectionKey, Timestamp>>,
     /// Becomes true once the pod and election caches hold their first complete list.
     caches_ready: watch::Receiver<bool>,
+    /// When this process started deciding: the Fence clock of a key it has never read runs
+    /// from here (it cannot know a later confirmation).
+    started_at: Timestamp,
     /// The status this process last wrote per election (by object UID). The operator is the
     /// only writer of the status, so this is never older than the cache, which can lag behind
     /// the operator's own writes.
@@ -112,6 +115,12 @@ pub struct Context {
 }
 
 impl Context {
+    /// The last moment `key`'s lock was known as cached (see
+    /// [`crate::election::planner::Observation::lock_confirmed_at`]).
+    fn lock_confirmed_at(&self, key: &ElectionKey) -> Timestamp {
+        self.locks.read_at(key).unwrap_or(self.started_at)
+    }
+
     fn lock_delay_until(&self, key: &ElectionKey) -> Option<Timestamp> {
         self.lock_delays.lock().ok()?.get(key).copied()
     }
@@ -308,6 +317,7 @@ pub async fn run(
         settings,
         lock_delays: Mutex::new(HashMap::new()),
         caches_ready,
+        started_at: Timestamp::now(),
         statuses: Mutex::new(HashMap::new()),
         pods_written: Mutex::new(HashMap::new()),
     });

@@ -49,6 +49,12 @@ pub struct Observation<'a> {
     /// Until when an acquisition is probably refused by a lock-delay (estimated by the caller
     /// from the moment it saw the lock invalidated).
     pub lock_delay_until: Option<Timestamp>,
+    /// The last moment the lock was known to be held as the status says: the last successful
+    /// read of the key by this process, or, before any, the moment this process started
+    /// deciding (a restart cannot know more). While the key cannot be read, the Fence clock
+    /// runs from here: a leader label whose lock has not been read for a whole TTL goes,
+    /// however healthy the session's renewals are (rule 2 across outages and restarts).
+    pub lock_confirmed_at: Timestamp,
     /// The current time.
     pub now: Timestamp,
 }
@@ -270,23 +276,46 @@ impl<'a> Builder<'a> {
             }
             Holder::Unknown => {
                 // Nothing can be confirmed or changed in Consul; labels stay as they are,
-                // unless the operator's own session has gone a whole TTL unconfirmed and the
-                // spec says Fence: then no leader label can be backed by a lock any more
-                // (rule 2), whichever pod carries it.
+                // unless no leader label can be backed by a lock any more (rule 2), whichever
+                // pod carries it: the operator's session is known lost (whatever the spec
+                // says: Consul has answered that the lock is gone), or, with Fence, its
+                // session has gone a whole TTL unconfirmed, or the key has not been read for
+                // a whole TTL (after a restart in an outage there is no session to ask).
+                let lost = self
+                    .obs
+                    .session
+                    .is_some_and(|s| s.health == SessionHealth::Lost);
                 let unconfirmed = self
                     .obs
                     .session
                     .is_some_and(|s| matches!(s.health, SessionHealth::Unconfirmed { .. }));
-                if unconfirmed && self.obs.config.on_consul_unavailable == UnavailablePolicy::Fence
-                {
+                let ttl = self
+                    .obs
+                    .session
+                    .map_or(self.obs.config.session.ttl, |s| s.ttl);
+                let fence = self.obs.config.on_consul_unavailable == UnavailablePolicy::Fence;
+                if lost || (fence && (unconfirmed || self.key_unread_too_long(ttl))) {
                     self.fence_all();
+                    if let Some(s) = self.obs.session.filter(|_| lost) {
+                        self.drop_session(s);
+                    }
                     self.settle_followers(None);
                     self.phase = Phase::Fenced;
-                    self.elected_reason = (
-                        "Fenced",
-                        "no lock can be confirmed while Consul does not answer".into(),
-                    );
+                    self.elected_reason = if lost {
+                        (
+                            "Fenced",
+                            "the operator's session is gone: no lock backs a leader".into(),
+                        )
+                    } else {
+                        (
+                            "Fenced",
+                            "no lock can be confirmed while Consul does not answer".into(),
+                        )
+                    };
                     return;
+                }
+                if fence {
+                    self.requeue_at_unread_deadline(ttl);
                 }
                 self.keep_one_label();
                 self.settle_followers(None);
@@ -294,6 +323,60 @@ impl<'a> Builder<'a> {
                 self.elected_reason = ("ConsulUnavailable", "Consul does not answer".into());
             }
         }
+    }
+
+    /// Whether the key has gone unread for at least `ttl` (see
+    /// [`Observation::lock_confirmed_at`]).
+    fn key_unread_too_long(&self, ttl: Duration) -> bool {
+        elapsed(self.obs.lock_confirmed_at, self.obs.now) >= ttl
+    }
+
+    /// Plans the next look for the moment the key will have gone unread for `ttl`: nothing
+    /// else wakes the election then (renewals may keep succeeding).
+    fn requeue_at_unread_deadline(&mut self, ttl: Duration) {
+        let unread = elapsed(self.obs.lock_confirmed_at, self.obs.now);
+        self.requeue_after(ttl.saturating_sub(unread).max(Duration::from_millis(100)));
+    }
+
+    /// `Fence` for a leader whose key has gone unread for a whole TTL although its session
+    /// renews: the label goes; `KeepLeader` keeps it.
+    fn fence_unread(&mut self, pod: &'a PodView) {
+        self.consul_ok = false;
+        let leader = pod.role.as_deref() == Some(self.leader_value());
+        if self.obs.config.on_consul_unavailable == UnavailablePolicy::KeepLeader && leader {
+            self.settle_followers(Some(&pod.uid));
+            let token = self.obs.recorded.fencing_token.unwrap_or(0);
+            self.leader = Some((pod, token, self.since_of(pod, token)));
+            self.phase = Phase::Elected;
+            self.elected_reason = (
+                "KeptWhileConsulUnavailable",
+                format!(
+                    "pod {} keeps the leader label; its key cannot be read",
+                    pod.name
+                ),
+            );
+            return;
+        }
+        if leader {
+            self.actions.push(Action::LabelFollower {
+                pod: pod.name.clone(),
+                uid: pod.uid.clone(),
+            });
+            self.emit(
+                EventReason::ConsulUnavailable,
+                Some(&pod.name),
+                format!(
+                    "the key of pod {}'s lock has not been readable for a whole TTL; leader label removed",
+                    pod.name
+                ),
+            );
+        }
+        self.settle_followers(Some(&pod.uid));
+        self.phase = Phase::Fenced;
+        self.elected_reason = (
+            "Fenced",
+            format!("the lock of pod {} cannot be confirmed", pod.name),
+        );
     }
 
     /// Rule 1 without Consul: when several pods carry the leader label (somebody else put
@@ -403,8 +486,14 @@ impl<'a> Builder<'a> {
         if matches!(self.obs.lock, LockView::Unknown) {
             // The key cannot be read, so the lock cannot be confirmed (it may have been
             // deleted or taken meanwhile, and `token` only comes from the status): a label
-            // the pod already carries stays while its session is confirmed, but no pod is
-            // labelled leader, nor re-labelled with another token, until Consul answers.
+            // the pod already carries stays while the key was read less than a TTL ago, but
+            // no pod is labelled leader, nor re-labelled with another token, until Consul
+            // answers. Renewals prove the session, not that it still holds the key.
+            if self.key_unread_too_long(session.ttl) {
+                self.fence_unread(pod);
+                return;
+            }
+            self.requeue_at_unread_deadline(session.ttl);
             self.settle_followers(Some(&pod.uid));
             if pod.role.as_deref() == Some(self.leader_value()) {
                 self.leader = Some((pod, token, self.since_of(pod, token)));

@@ -737,6 +737,7 @@ impl Model {
             session: session.as_ref(),
             recorded,
             lock_delay_until: self.told_lock_delay,
+            lock_confirmed_at: self.now,
             now: self.now,
         };
         let plan = plan(&obs);

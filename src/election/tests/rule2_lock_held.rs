@@ -379,3 +379,72 @@ fn an_unconfirmed_session_fences_even_a_leader_the_status_does_not_name() {
         .recorded(recorded("a", "s1", 5, t(0), 0));
     assert!(scene.plan().actions.is_empty());
 }
+
+/// A key answering errors while the session renews: the renewals prove the session, not the
+/// lock (the key may have been taken or deleted meanwhile). The label stays for at most a TTL
+/// after the key was last read, and the next look is planned for that moment.
+#[test]
+fn a_key_unread_for_a_whole_ttl_fences_however_well_the_session_renews() {
+    let unreadable = Scene::elected("a", &["b"], 5).lock(LockView::Unknown);
+
+    let fresh = unreadable.clone().lock_confirmed_at(t(95)).plan();
+    assert!(steps(&fresh).is_empty(), "{:?}", fresh.actions);
+    assert_eq!(fresh.status.phase, Phase::Elected);
+    assert_eq!(fresh.requeue_after, Some(secs(10)));
+
+    let stale = unreadable.clone().lock_confirmed_at(t(85)).plan();
+    assert_eq!(steps(&stale), vec![follower("a")]);
+    assert_eq!(stale.status.phase, Phase::Fenced);
+    assert_eq!(
+        events(&stale),
+        vec![(EventReason::ConsulUnavailable, Some("a".into()))]
+    );
+    assert!(!condition(&stale.status, CONSUL_AVAILABLE).status);
+
+    // KeepLeader keeps it, as for an unconfirmed session.
+    let kept = unreadable
+        .config(keep_leader())
+        .lock_confirmed_at(t(85))
+        .plan();
+    assert!(steps(&kept).is_empty(), "{:?}", kept.actions);
+    assert_eq!(kept.status.phase, Phase::Elected);
+}
+
+/// Restarted during an outage: no session could be adopted, the key cannot be read. The
+/// Fence clock runs from the last confirmation this process knows (its start), so the label
+/// goes one TTL later instead of staying for the whole outage.
+#[test]
+fn after_a_restart_in_an_outage_the_label_goes_a_ttl_after_start() {
+    let restarted = Scene::elected("a", &["b"], 5)
+        .session(None)
+        .lock(LockView::Unknown);
+
+    let early = restarted.clone().lock_confirmed_at(t(99)).plan();
+    assert!(steps(&early).is_empty(), "{:?}", early.actions);
+    assert_eq!(early.requeue_after, Some(secs(14)));
+
+    let late = restarted.clone().lock_confirmed_at(t(85)).plan();
+    assert_eq!(steps(&late), vec![follower("a")]);
+    assert_eq!(late.status.phase, Phase::Fenced);
+
+    let kept = restarted
+        .config(keep_leader())
+        .lock_confirmed_at(t(85))
+        .plan();
+    assert!(steps(&kept).is_empty(), "{:?}", kept.actions);
+}
+
+/// Consul said the session is gone (404) and the key cannot be read: the lock is known lost,
+/// so the label goes at once, whatever `onConsulUnavailable` says.
+#[test]
+fn a_known_lost_session_fences_at_once_even_while_the_key_is_unreadable() {
+    for config in [config(), keep_leader()] {
+        let plan = Scene::elected("a", &["b"], 5)
+            .config(config)
+            .session(Some(session("s1", "a").lost()))
+            .lock(LockView::Unknown)
+            .plan();
+        assert_eq!(steps(&plan), vec![follower("a"), Action::ForgetSession]);
+        assert_eq!(plan.status.phase, Phase::Fenced);
+    }
+}

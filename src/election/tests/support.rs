@@ -234,6 +234,8 @@ pub struct Scene {
     pub session: Option<SessionView>,
     pub recorded: Recorded,
     pub lock_delay_until: Option<Timestamp>,
+    /// `None`: the key was read at `now`.
+    pub lock_confirmed_at: Option<Timestamp>,
     pub now: Timestamp,
 }
 
@@ -247,6 +249,7 @@ impl Scene {
             session: None,
             recorded: Recorded::default(),
             lock_delay_until: None,
+            lock_confirmed_at: None,
             now: t(100),
         }
     }
@@ -288,6 +291,11 @@ impl Scene {
         self.now = now;
         self
     }
+    /// The key was last read (or this process started) at `at`.
+    pub fn lock_confirmed_at(mut self, at: Timestamp) -> Self {
+        self.lock_confirmed_at = Some(at);
+        self
+    }
     /// Replaces the pod named like `p`.
     pub fn with_pod(mut self, p: PodView) -> Self {
         match self.pods.iter_mut().find(|q| q.name == p.name) {
@@ -310,6 +318,7 @@ impl Scene {
             session: self.session.as_ref(),
             recorded: &self.recorded,
             lock_delay_until: self.lock_delay_until,
+            lock_confirmed_at: self.lock_confirmed_at.unwrap_or(self.now),
             now: self.now,
         }
     }

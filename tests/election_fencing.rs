@@ -1,0 +1,177 @@
+//! Rule 2 on every path where the lock is not confirmed: a key that cannot be read while the
+//! session renews, a restart during an outage, a session known lost while the key cannot be
+//! read, and changes to the key made from outside. Each test measures how long a leader label
+//! stayed without a confirmed lock and prints it.
+
+mod harness;
+
+use std::time::{Duration, Instant};
+
+use harness::{Harness, phase, with_role};
+use serde_json::json;
+use testkit::cluster::with_namespace;
+use testkit::consul::{Endpoint, Fault, FaultAction};
+
+/// The sessions' TTL in these tests (Consul's minimum).
+const TTL: Duration = Duration::from_secs(10);
+/// Slack for a reconcile and a pod patch on a loaded machine.
+const SLACK: Duration = Duration::from_secs(3);
+/// Generous bound for waits that include a TTL.
+const TTL_BOUND: Duration = Duration::from_secs(45);
+
+fn web() -> serde_json::Value {
+    json!({
+        "selector": {"matchLabels": {"app": "web"}},
+        "session": {"ttl": "10s", "lockDelay": "1s"},
+    })
+}
+
+/// Every read of a key answers 500; writes and sessions work.
+fn kv_reads_fail() -> Fault {
+    Fault {
+        method: Some(http::Method::GET),
+        ..Fault::always(
+            Endpoint::Kv,
+            FaultAction::Respond {
+                status: 500,
+                body: "rpc error: kv unavailable".into(),
+                retry_after: None,
+            },
+        )
+    }
+}
+
+/// Wakes the operator's blocking query on `elector/` with a write to a key no election uses,
+/// so that its next read (failing) starts now.
+async fn wake_the_watch(h: &Harness) {
+    let reply = h.consul("PUT", "/v1/kv/elector/unrelated", "x").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+/// Waits until no pod carries the leader label and returns when the recorder saw `pod` lose
+/// it, measured from `since`.
+async fn label_gone(h: &Harness, pod: &str, since: Instant) -> Duration {
+    h.wait_pods(TTL_BOUND, "no leader label", |pods| {
+        with_role(pods, "leader").is_empty()
+    })
+    .await;
+    h.leader_label_gone_at(pod, since)
+        .expect("leader unlabelled")
+        - since
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_unreadable_for_a_ttl_fences_although_the_session_renews() {
+    with_namespace("fe-kv500", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, web()).await;
+        h.emu.add_fault(kv_reads_fail());
+        h.emu.reset_stats();
+        let last_read = Instant::now();
+        wake_the_watch(&h).await;
+        let stayed = label_gone(&h, &first.pod, last_read).await;
+        eprintln!("key unreadable, session renewing: leader label removed after {stayed:?}");
+        assert!(
+            stayed <= TTL + SLACK,
+            "the label stayed {stayed:?} after the key was last read (TTL {TTL:?})"
+        );
+        assert!(
+            stayed >= TTL - SLACK,
+            "fenced after {stayed:?}, before the key went a TTL unread"
+        );
+        assert!(
+            h.emu.stats().requests_to("session.renew") >= 1,
+            "the session kept renewing meanwhile"
+        );
+        h.wait_status("web", |le| phase(le).as_deref() == Some("Fenced"))
+            .await;
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_an_outage_fences_a_ttl_after_the_start() {
+    with_namespace("fe-restart", |admin, ns| async move {
+        let (mut h, first) = Harness::web_elected(admin, ns, web()).await;
+        h.kill_operator().await;
+        let outage = h
+            .emu
+            .add_fault(Fault::always(Endpoint::Any, FaultAction::DropConnection));
+        let started = Instant::now();
+        h.start_operator().await;
+        let stayed = label_gone(&h, &first.pod, started).await;
+        eprintln!("restarted during an outage: leader label removed {stayed:?} after the start");
+        assert!(
+            stayed <= TTL + SLACK,
+            "the label stayed {stayed:?} after a restart that could confirm nothing"
+        );
+        // Consul answers again: the same pod leads, with its session adopted or replaced.
+        h.emu.remove_fault(outage);
+        let again = h.wait_elected("web", None).await;
+        assert_eq!(again.pod, first.pod);
+        assert!(
+            again.token > first.token,
+            "a fenced leader gets a new token"
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_known_lost_fences_at_once_while_the_key_is_unreadable() {
+    with_namespace("fe-lost", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(
+            admin,
+            ns,
+            json!({
+                "selector": {"matchLabels": {"app": "web"}},
+                "session": {"ttl": "10s", "lockDelay": "1s"},
+                "onConsulUnavailable": "KeepLeader",
+            }),
+        )
+        .await;
+        h.emu.add_fault(kv_reads_fail());
+        wake_the_watch(&h).await;
+        let lost = Instant::now();
+        assert!(h.emu.invalidate_session(&first.session));
+        let stayed = label_gone(&h, &first.pod, lost).await;
+        eprintln!(
+            "session invalidated while the key is unreadable: label removed after {stayed:?}"
+        );
+        // The next renewal (at most TTL/2 away) learns of the loss; KeepLeader does not keep a
+        // label whose lock Consul said is gone.
+        assert!(stayed <= TTL / 2 + SLACK, "the label stayed {stayed:?}");
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outside_changes_to_the_key_are_seen_at_once() {
+    with_namespace("fe-outside", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, web()).await;
+        let key = h.key("web");
+        // Some churn under the watched prefix first, so that a paced watch would lag.
+        for i in 0..4 {
+            let reply = h
+                .consul("PUT", &format!("/v1/kv/elector/churn-{i}"), "x")
+                .await;
+            assert_eq!(reply.status, 200);
+        }
+        let deleted = Instant::now();
+        h.app_delete_key(&key).await;
+        let stayed = label_gone(&h, &first.pod, deleted).await;
+        eprintln!("key deleted from outside: leader label removed after {stayed:?}");
+        // A blocking query paced to one answer per second after churn left the label on for
+        // up to a second; the watch must answer the change itself at once.
+        assert!(
+            stayed < Duration::from_millis(500),
+            "the label stayed {stayed:?} after the key was deleted"
+        );
+        let again = h.wait_elected("web", None).await;
+        assert!(again.token > first.token);
+        h.finish().await;
+    })
+    .await;
+}
