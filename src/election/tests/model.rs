@@ -64,6 +64,10 @@ pub struct ConsulSession {
 #[derive(Debug, Clone)]
 pub struct Consul {
     pub up: bool,
+    /// The KV endpoints answer (a partial outage: false while sessions still answer).
+    pub kv_up: bool,
+    /// The session endpoints answer (a partial outage: false while the KV still answers).
+    pub sessions_up: bool,
     pub key: Option<Key>,
     pub sessions: BTreeMap<String, ConsulSession>,
     /// When the key's lock-delay ends.
@@ -80,6 +84,8 @@ impl Consul {
     fn new() -> Self {
         Self {
             up: true,
+            kv_up: true,
+            sessions_up: true,
             key: None,
             sessions: BTreeMap::new(),
             lock_delay_until: None,
@@ -88,8 +94,25 @@ impl Consul {
         }
     }
 
-    fn reachable(&self) -> Result<(), Failed> {
-        if self.up { Ok(()) } else { Err(Failed) }
+    /// Every endpoint answers (what an outside actor needs in this model).
+    fn all_up(&self) -> bool {
+        self.up && self.kv_up && self.sessions_up
+    }
+
+    fn kv_reachable(&self) -> Result<(), Failed> {
+        if self.up && self.kv_up {
+            Ok(())
+        } else {
+            Err(Failed)
+        }
+    }
+
+    fn sessions_reachable(&self) -> Result<(), Failed> {
+        if self.up && self.sessions_up {
+            Ok(())
+        } else {
+            Err(Failed)
+        }
     }
 
     pub fn lock_delay_active(&self, now: Timestamp) -> bool {
@@ -104,7 +127,7 @@ impl Consul {
         behavior: Behavior,
         foreign: bool,
     ) -> Result<String, Failed> {
-        self.reachable()?;
+        self.sessions_reachable()?;
         self.next_session += 1;
         let id = format!("{}{}", if foreign { "f" } else { "s" }, self.next_session);
         self.sessions.insert(
@@ -122,7 +145,7 @@ impl Consul {
 
     /// `Ok(false)`: 404.
     fn renew(&mut self, id: &str, now: Timestamp) -> Result<bool, Failed> {
-        self.reachable()?;
+        self.sessions_reachable()?;
         Ok(match self.sessions.get_mut(id) {
             Some(s) => {
                 s.renewed_at = now;
@@ -133,7 +156,7 @@ impl Consul {
     }
 
     fn destroy(&mut self, id: &str, now: Timestamp) -> Result<(), Failed> {
-        self.reachable()?;
+        self.sessions_reachable()?;
         self.invalidate(id, now);
         Ok(())
     }
@@ -168,7 +191,7 @@ impl Consul {
 
     /// `?acquire=`: `Ok(false)` when refused (lock-delay, held by another session).
     fn acquire(&mut self, id: &str, now: Timestamp, value: Vec<u8>) -> Result<bool, Failed> {
-        self.reachable()?;
+        self.kv_reachable()?;
         if self.lock_delay_active(now) {
             return Ok(false);
         }
@@ -204,7 +227,7 @@ impl Consul {
 
     /// `?release=`: `Ok(false)` when the session does not hold the key.
     fn release(&mut self, id: &str) -> Result<bool, Failed> {
-        self.reachable()?;
+        self.kv_reachable()?;
         match &mut self.key {
             Some(k) if k.session.as_deref() == Some(id) => {
                 k.session = None;
@@ -228,7 +251,7 @@ impl Consul {
     }
 
     fn lock_view(&self) -> LockView {
-        if !self.up {
+        if self.kv_reachable().is_err() {
             return LockView::Unknown;
         }
         match &self.key {
@@ -292,6 +315,14 @@ pub enum Event {
     ConsulDown,
     /// Consul answers again.
     ConsulUp,
+    /// Consul's KV endpoints fail (500) while its session endpoints answer.
+    KvDown,
+    /// The KV endpoints answer again.
+    KvUp,
+    /// Consul's session endpoints fail while its KV answers.
+    SessionsDown,
+    /// The session endpoints answer again.
+    SessionsUp,
     /// Somebody destroys the operator's registered session.
     DestroyOurSession,
     /// Somebody deletes the key (Managed mode only).
@@ -336,6 +367,10 @@ pub struct Model {
     pub recorded: Recorded,
     /// The controller's lock-delay estimate.
     told_lock_delay: Option<Timestamp>,
+    /// When this controller process last read the key (the lock watch's last answer).
+    kv_read_at: Option<Timestamp>,
+    /// When this controller process started.
+    started_at: Timestamp,
     /// Highest fencing token put on a pod, and the acquisition it belongs to.
     max_label: Option<(u64, u64)>,
     pub trace: String,
@@ -366,6 +401,8 @@ impl Model {
             adopt: None,
             recorded: Recorded::default(),
             told_lock_delay: None,
+            kv_read_at: None,
+            started_at: t(1000),
             max_label: None,
             trace: String::new(),
             seen: BTreeMap::new(),
@@ -496,8 +533,15 @@ impl Model {
                 self.consul.up = true;
                 self.tick_sessions();
             }
+            Event::KvDown => self.consul.kv_up = false,
+            Event::KvUp => self.consul.kv_up = true,
+            Event::SessionsDown => self.consul.sessions_up = false,
+            Event::SessionsUp => {
+                self.consul.sessions_up = true;
+                self.tick_sessions();
+            }
             Event::DestroyOurSession => {
-                if self.consul.up
+                if self.consul.all_up()
                     && let Some(r) = &self.registered
                 {
                     let id = r.id.clone();
@@ -507,12 +551,12 @@ impl Model {
                 }
             }
             Event::DeleteKey => {
-                if self.consul.up && managed {
+                if self.consul.all_up() && managed {
                     self.consul.key = None;
                 }
             }
             Event::ForeignAcquire(i) => {
-                if self.consul.up && self.consul.holder().is_none() {
+                if self.consul.all_up() && self.consul.holder().is_none() {
                     let (name, uid) = match self.pod_at(*i) {
                         Some(p) => (p.name.clone(), p.uid.clone()),
                         None => ("ghost".into(), "ghost-uid".into()),
@@ -534,7 +578,7 @@ impl Model {
                 }
             }
             Event::ForeignRelease => {
-                if self.consul.up
+                if self.consul.all_up()
                     && let Some(h) = self.consul.holder().map(str::to_owned)
                     && self.consul.sessions.get(&h).is_some_and(|s| s.foreign)
                 {
@@ -558,6 +602,8 @@ impl Model {
             }
             Event::Restart => {
                 self.registered = None;
+                self.kv_read_at = None;
+                self.started_at = now;
                 self.told_lock_delay = None;
                 self.adopt = self
                     .recorded
@@ -572,6 +618,11 @@ impl Model {
                 self.reconcile(*fail_at, *after_effect);
             }
         }
+    }
+
+    /// What the controller passes as `lock_confirmed_at`: its last read, or its start.
+    fn lock_confirmed_at(&self) -> Timestamp {
+        self.kv_read_at.unwrap_or(self.started_at)
     }
 
     fn secs(&self) -> i64 {
@@ -600,7 +651,7 @@ impl Model {
     /// TTL without success -> Unconfirmed; pending adoptions are resolved when Consul answers.
     fn tick_sessions(&mut self) {
         let now = self.now;
-        if self.consul.up
+        if self.consul.sessions_reachable().is_ok()
             && self.registered.is_none()
             && let Some(leader) = self.adopt.take()
         {
@@ -624,7 +675,7 @@ impl Model {
         if r.health == SessionHealth::Lost {
             return;
         }
-        if self.consul.up {
+        if self.consul.sessions_reachable().is_ok() {
             let due = matches!(r.health, SessionHealth::Unconfirmed { .. })
                 || elapsed(r.last_success, now) >= r.ttl / 2;
             if due {
@@ -729,6 +780,9 @@ impl Model {
     fn plan_once(&mut self, recorded: &Recorded) -> Plan {
         let pods = self.observed_pods();
         let lock = self.consul.lock_view();
+        if lock != LockView::Unknown {
+            self.kv_read_at = Some(self.now);
+        }
         let session = self.session_view();
         let obs = Observation {
             config: &self.config,
@@ -737,7 +791,7 @@ impl Model {
             session: session.as_ref(),
             recorded,
             lock_delay_until: self.told_lock_delay,
-            lock_confirmed_at: self.now,
+            lock_confirmed_at: self.lock_confirmed_at(),
             now: self.now,
         };
         let plan = plan(&obs);
@@ -950,7 +1004,7 @@ impl Model {
     fn keep_leader_excuse(&self) -> bool {
         self.config.on_consul_unavailable == UnavailablePolicy::KeepLeader
             && self.config.mode == Mode::Managed
-            && (!self.consul.up
+            && (self.consul.kv_reachable().is_err()
                 || self
                     .registered
                     .as_ref()
@@ -1037,11 +1091,34 @@ impl Model {
             self.fail("two leader labels after a complete plan");
         }
         // A completed plan leaves no unbacked label behind while Consul answers.
-        if self.consul.up {
+        if self.consul.kv_reachable().is_ok() {
             let v = self.rule2_violators();
             if !v.is_empty() && !self.keep_leader_excuse() {
                 self.fail(&format!(
                     "unbacked leader label after a complete plan: {v:?}"
+                ));
+            }
+        }
+        // While the key cannot be read, a label whose lock is gone stays at most a TTL after
+        // the last read (Fence), and never once the session is known lost (any policy).
+        if self.config.mode == Mode::Managed && self.consul.kv_reachable().is_err() {
+            let lost = self
+                .registered
+                .as_ref()
+                .is_some_and(|r| r.health == SessionHealth::Lost);
+            let stale = elapsed(self.lock_confirmed_at(), self.now) >= self.config.session.ttl;
+            let fence = self.config.on_consul_unavailable == UnavailablePolicy::Fence;
+            let unbacked: Vec<String> = self
+                .leaders()
+                .into_iter()
+                .filter(|p| !self.lock_backed(p))
+                .map(|p| p.uid.clone())
+                .collect();
+            if !unbacked.is_empty() && (lost || (fence && stale)) {
+                self.fail(&format!(
+                    "a leader label without its lock outlived the Fence window (lost: {lost}, \
+                     unread since {}): {unbacked:?}",
+                    self.lock_confirmed_at()
                 ));
             }
         }
@@ -1069,6 +1146,8 @@ impl Model {
         if !self.consul.up {
             self.apply(&Event::ConsulUp);
         }
+        self.apply(&Event::KvUp);
+        self.apply(&Event::SessionsUp);
         if self.config.mode == Mode::Managed {
             self.apply(&Event::ForeignRelease);
         }

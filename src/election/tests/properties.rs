@@ -76,6 +76,10 @@ fn world_event() -> impl Strategy<Value = Event> {
         5 => (1u64..40).prop_map(Event::Advance),
         2 => Just(Event::ConsulDown),
         2 => Just(Event::ConsulUp),
+        1 => Just(Event::KvDown),
+        2 => Just(Event::KvUp),
+        1 => Just(Event::SessionsDown),
+        2 => Just(Event::SessionsUp),
         1 => Just(Event::DestroyOurSession),
         // A no-op in Observe mode: the applications' LockIndex would restart at 1 and the
         // operator, which never writes to Consul there, could not keep rule 6.
