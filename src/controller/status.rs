@@ -164,28 +164,18 @@ async fn stand_back(
 /// Rule 6 across failures: before a pod is labelled with `token`, the status must already
 /// hold it, so that a token handed out once is never handed out again even if the reconcile's
 /// final status write is lost and the key is later re-created (its LockIndex restarts at 1;
-/// the planner raises it above the recorded token). A merge patch of this one field, so the
-/// rest of the status keeps its server-side-apply owner.
+/// the planner raises it above the recorded token). The status as this process last wrote it,
+/// with the new token, applied like every other status write.
 pub async fn record_token(le: &LeaderElection, ctx: &Context, token: u64) -> Result<(), Error> {
-    let mut current = ctx.current_status(le);
+    let current = ctx.current_status(le);
     if current.fencing_token.is_some_and(|t| t >= token) {
         return Ok(());
     }
-    let api: Api<LeaderElection> = Api::namespaced(
-        ctx.client.clone(),
-        &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
-    );
-    let patch = json!({ "status": { "fencingToken": token } });
-    api.patch_status(
-        &le.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(Error::kube("patch status"))?;
-    current.fencing_token = Some(token);
-    ctx.remember_status(le, Some(current));
-    Ok(())
+    let new = LeaderElectionStatus {
+        fencing_token: Some(token),
+        ..current.clone()
+    };
+    patch_if_changed(le, ctx, &current, new).await
 }
 
 async fn patch_if_changed(
@@ -201,41 +191,18 @@ async fn patch_if_changed(
         ctx.client.clone(),
         &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
     );
-    if new.candidates.is_empty() {
-        // Server-side apply cannot say "no candidates": a 1.20 API server turns an applied
-        // empty (or omitted, once owned) list into `candidates: null`, which the schema
-        // rejects, so the status could never be written again once an election selects no
-        // pod. Write such a status as a merge patch instead, every absent field explicit.
-        let mut status = serde_json::to_value(&new)
-            .map_err(|e| Error::kube("patch status")(kube::Error::SerdeError(e)))?;
-        if let Some(fields) = status.as_object_mut() {
-            for field in ["phase", "leader", "fencingToken", "observedGeneration"] {
-                fields.entry(field).or_insert(serde_json::Value::Null);
-            }
-            fields.insert("candidates".to_owned(), json!([]));
-            fields.entry("conditions").or_insert_with(|| json!([]));
-        }
-        api.patch_status(
-            &le.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "status": status })),
-        )
-        .await
-        .map_err(Error::kube("patch status"))?;
-    } else {
-        let patch = json!({
-            "apiVersion": API_VERSION,
-            "kind": "LeaderElection",
-            "status": &new,
-        });
-        api.patch_status(
-            &le.name_any(),
-            &PatchParams::apply(&ctx.settings.field_manager).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(Error::kube("patch status"))?;
-    }
+    let patch = json!({
+        "apiVersion": API_VERSION,
+        "kind": "LeaderElection",
+        "status": &new,
+    });
+    api.patch_status(
+        &le.name_any(),
+        &PatchParams::apply(&ctx.settings.field_manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube("patch status"))?;
     ctx.remember_status(le, Some(new));
     Ok(())
 }

@@ -30,7 +30,12 @@ pub struct LeaderElectionStatus {
     pub transitions: u64,
 
     /// Every selected pod: whether it may lead and, if not, why.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_empty"
+    )]
+    #[schemars(extend("nullable" = true))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["pod".into()]))]
     pub candidates: Vec<CandidateStatus>,
 
@@ -40,9 +45,25 @@ pub struct LeaderElectionStatus {
 
     /// `LeaderElected`, `ConsulAvailable`, `SpecValid`, `Conflict`; `lastTransitionTime` is
     /// when the condition's status last changed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_empty"
+    )]
+    #[schemars(extend("nullable" = true))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// A list the status omits when empty. Server-side apply on Kubernetes before 1.21 turns an
+/// omitted list the applier owned into `null` rather than removing it, so `null` is an empty
+/// list here (and the schema allows it).
+fn null_as_empty<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// Where an election stands.

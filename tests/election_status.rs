@@ -1,0 +1,165 @@
+//! The status is written one way (server-side apply by the operator's field manager) and
+//! keeps up with the election whatever happened before: candidates that come and go, an
+//! election with no candidates at all, and status writes failing during a failover.
+
+mod harness;
+
+use std::collections::BTreeSet;
+
+use harness::{Harness, ROLE, SOON, phase};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+use testkit::cluster::with_namespace;
+use testkit::kube_faults::{FaultAction, KubeFault, Verb};
+
+fn web() -> serde_json::Value {
+    json!({"selector": {"matchLabels": {"app": "web"}}})
+}
+
+async fn scale(h: &Harness, replicas: i32) {
+    let deployments: Api<Deployment> = Api::namespaced(h.admin.clone(), &h.ns);
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .expect("scale");
+}
+
+/// The names of the pods of the namespace that are not terminating.
+async fn live_pods(h: &Harness) -> BTreeSet<String> {
+    let pods: Api<Pod> = Api::namespaced(h.admin.clone(), &h.ns);
+    pods.list(&Default::default())
+        .await
+        .expect("list pods")
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+/// Waits until the status lists exactly the live pods as candidates.
+async fn candidates_follow_the_pods(h: &Harness) {
+    let deadline = tokio::time::Instant::now() + SOON;
+    loop {
+        let listed: BTreeSet<String> = h
+            .status("web")
+            .await
+            .candidates
+            .into_iter()
+            .map(|c| c.pod)
+            .collect();
+        let live = live_pods(h).await;
+        if listed == live {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the status lists {listed:?}, the pods are {live:?}"
+        );
+        let _ = h
+            .recorder
+            .wait_until(std::time::Duration::from_millis(50), |_| false)
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_keeps_up_after_candidates_come_and_go() {
+    with_namespace("st-cands", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, web()).await;
+        // No candidates at all, then some again, then one goes away.
+        scale(&h, 0).await;
+        h.wait_status("web", |le| {
+            le.status.as_ref().is_some_and(|s| s.candidates.is_empty())
+                && phase(le).as_deref() == Some("Pending")
+        })
+        .await;
+        scale(&h, 3).await;
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        candidates_follow_the_pods(&h).await;
+        let pods: Api<Pod> = Api::namespaced(h.admin.clone(), &h.ns);
+        let follower = live_pods(&h)
+            .await
+            .into_iter()
+            .find(|p| *p != second.pod)
+            .expect("a follower");
+        pods.delete(&follower, &DeleteParams::default())
+            .await
+            .expect("delete follower");
+        candidates_follow_the_pods(&h).await;
+        // Every status write is the operator's server-side apply: no other manager owns any
+        // part of the status. (1.20 does not record the subresource; the fields tell.)
+        let le = h.elections().get("web").await.expect("election");
+        let managers: Vec<(String, String)> = le
+            .metadata
+            .managed_fields
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| {
+                m.fields_v1
+                    .as_ref()
+                    .is_some_and(|f| f.0.get("f:status").is_some())
+            })
+            .map(|m| {
+                (
+                    m.manager.unwrap_or_default(),
+                    m.operation.unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            managers,
+            vec![("consul-elector".to_owned(), "Apply".to_owned())],
+            "status managers"
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_status_writes_stall_a_failover_safely_and_the_status_recovers() {
+    with_namespace("st-500", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, web()).await;
+        let fault = h.kube_faults.add(
+            KubeFault::new(FaultAction::status(500, "InternalError", "etcd is sad"))
+                .verb(Verb::Patch)
+                .resource("leaderelections/status"),
+        );
+        let pods: Api<Pod> = Api::namespaced(h.admin.clone(), &h.ns);
+        pods.delete(&first.pod, &DeleteParams::default())
+            .await
+            .expect("delete leader");
+        // Let the failover attempts run into the failing status writes for a while.
+        let injected = async {
+            while h.kube_faults.injected().len() < 5 {
+                let _ = h
+                    .recorder
+                    .wait_until(std::time::Duration::from_millis(50), |_| false)
+                    .await;
+            }
+        };
+        tokio::time::timeout(SOON, injected)
+            .await
+            .expect("status writes were attempted");
+        h.kube_faults.remove(fault);
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        assert_ne!(second.pod, first.pod);
+        // No flapping: the successor became leader once and stayed.
+        let history = h.recorder.label_history(&second.pod, ROLE);
+        let elected = history
+            .iter()
+            .filter(|v| v.as_deref() == Some("leader"))
+            .count();
+        assert_eq!(elected, 1, "{history:?}");
+        assert!(second.token > first.token);
+        h.finish().await;
+    })
+    .await;
+}
