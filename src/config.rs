@@ -93,7 +93,8 @@ pub struct RunArgs {
     )]
     pub lock_watch_wait: Duration,
 
-    /// /livez fails when the controller made no progress for this long (Go duration).
+    /// /livez fails when a reconcile has run, or the session renewer or lock watcher has been
+    /// behind its schedule, for this long (Go duration).
     #[arg(
         long,
         env = "ELECTOR_LIVENESS_TIMEOUT",

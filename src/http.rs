@@ -1,7 +1,9 @@
 //! The admin HTTP server: `/metrics` (OpenMetrics text), `/livez` and `/readyz`.
 //!
-//! Health is real, not a constant: [`Health`] is fed by the controller. Liveness fails when the
-//! controller has not reported a heartbeat for the liveness timeout or has stopped; readiness
+//! Health is real, not a constant and not fed by a timer: liveness fails when the controller
+//! has stopped, when a reconcile has been running for longer than the liveness timeout, or
+//! when a background loop with work to do (the session renewer, the lock watcher) is behind
+//! its own schedule by more than the liveness timeout. An idle operator is live. Readiness
 //! fails until every registered component (caches, Consul) reports ready.
 
 use std::collections::BTreeMap;
@@ -40,44 +42,84 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Liveness and readiness of the process, updated by the controller. Cheap to clone: every
 /// clone shares the same state.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Health {
     inner: Arc<HealthInner>,
 }
 
-#[derive(Debug)]
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health")
+            .field("liveness_timeout", &self.inner.liveness_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How far behind its schedule a background loop is (`None`: on time or idle).
+pub type ProgressCheck = Arc<dyn Fn(Instant) -> Option<Duration> + Send + Sync>;
+
 struct HealthInner {
     liveness_timeout: Duration,
     state: Mutex<HealthState>,
 }
 
-#[derive(Debug)]
 struct HealthState {
-    last_heartbeat: Instant,
     stopped: Option<&'static str>,
     components: BTreeMap<&'static str, bool>,
+    /// Background loops and how to ask each how late it is.
+    loops: Vec<(&'static str, ProgressCheck)>,
+    /// Start of every reconcile in flight.
+    reconciles: BTreeMap<u64, Instant>,
+    next_reconcile: u64,
+}
+
+/// Marks one reconcile in flight until dropped (see [`Health::reconcile_started`]).
+#[must_use = "the reconcile counts as running until the guard is dropped"]
+pub struct ReconcileInFlight {
+    health: Health,
+    id: u64,
+}
+
+impl Drop for ReconcileInFlight {
+    fn drop(&mut self) {
+        self.health.state().reconciles.remove(&self.id);
+    }
 }
 
 impl Health {
-    /// Health that is live (the timeout starts now) and not ready: no component has
-    /// registered yet.
+    /// Health that is live and not ready: no component has registered yet.
     pub fn new(liveness_timeout: Duration) -> Health {
         Health {
             inner: Arc::new(HealthInner {
                 liveness_timeout,
                 state: Mutex::new(HealthState {
-                    last_heartbeat: Instant::now(),
                     stopped: None,
                     components: BTreeMap::new(),
+                    loops: Vec::new(),
+                    reconciles: BTreeMap::new(),
+                    next_reconcile: 0,
                 }),
             }),
         }
     }
 
-    /// Reports that the controller is making progress. Call it on every loop turn and every
-    /// reconcile; `/livez` fails once no heartbeat came for the liveness timeout.
-    pub fn heartbeat(&self) {
-        self.state().last_heartbeat = Instant::now();
+    /// Counts a reconcile as running until the returned guard is dropped: `/livez` fails
+    /// while one has been running for the liveness timeout (a hung request, a deadlock).
+    pub fn reconcile_started(&self) -> ReconcileInFlight {
+        let mut state = self.state();
+        let id = state.next_reconcile;
+        state.next_reconcile += 1;
+        state.reconciles.insert(id, Instant::now());
+        ReconcileInFlight {
+            health: self.clone(),
+            id,
+        }
+    }
+
+    /// Watches background loop `name`: `/livez` fails while `behind` says it is late by
+    /// the liveness timeout or more.
+    pub fn watch_loop(&self, name: &'static str, behind: ProgressCheck) {
+        self.state().loops.push((name, behind));
     }
 
     /// Reports that the controller has stopped (its stream ended): `/livez` fails from now on,
@@ -95,17 +137,38 @@ impl Health {
 
     /// `Ok` when live, else why not.
     fn liveness(&self) -> Result<(), String> {
-        let state = self.state();
-        if let Some(reason) = state.stopped {
+        let timeout = self.inner.liveness_timeout;
+        let now = Instant::now();
+        let (stopped, oldest, loops) = {
+            let state = self.state();
+            (
+                state.stopped,
+                state.reconciles.values().min().copied(),
+                state.loops.clone(),
+            )
+        };
+        if let Some(reason) = stopped {
             return Err(format!("stopped: {reason}"));
         }
-        let silent = state.last_heartbeat.elapsed();
-        if silent >= self.inner.liveness_timeout {
-            return Err(format!(
-                "no heartbeat for {:.1}s (timeout {:.1}s)",
-                silent.as_secs_f64(),
-                self.inner.liveness_timeout.as_secs_f64()
-            ));
+        if let Some(started) = oldest {
+            let running = now.saturating_duration_since(started);
+            if running >= timeout {
+                return Err(format!(
+                    "a reconcile has been running for {:.1}s (timeout {:.1}s)",
+                    running.as_secs_f64(),
+                    timeout.as_secs_f64()
+                ));
+            }
+        }
+        // Checked outside the lock: the checks take their own components' locks.
+        for (name, behind) in loops {
+            if let Some(late) = behind(now).filter(|late| *late >= timeout) {
+                return Err(format!(
+                    "{name} is {:.1}s behind its schedule (timeout {:.1}s)",
+                    late.as_secs_f64(),
+                    timeout.as_secs_f64()
+                ));
+            }
         }
         Ok(())
     }
@@ -393,32 +456,55 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn liveness_fails_without_heartbeat() {
+    async fn liveness_fails_while_a_reconcile_hangs() {
         let health = Health::new(TIMEOUT);
         let server = start(Metrics::new(), health.clone()).await;
 
         let reply = request(server.addr, "GET", "/livez").await;
         assert_eq!((reply.status, reply.body.as_str()), (200, "ok\n"));
 
-        jump_clock(TIMEOUT - Duration::from_secs(1)).await;
-        health.heartbeat();
+        // Idle for longer than the timeout: still live.
+        jump_clock(TIMEOUT + Duration::from_secs(1)).await;
+        let reply = request(server.addr, "GET", "/livez").await;
+        assert_eq!(reply.status, 200, "an idle operator is live");
+
+        let quick = health.reconcile_started();
+        drop(quick);
+        let hung = health.reconcile_started();
         jump_clock(TIMEOUT - Duration::from_secs(1)).await;
         let reply = request(server.addr, "GET", "/livez").await;
-        assert_eq!(reply.status, 200, "a heartbeat restarts the timeout");
-
+        assert_eq!(reply.status, 200);
         jump_clock(Duration::from_secs(2)).await;
         let reply = request(server.addr, "GET", "/livez").await;
         assert_eq!(reply.status, 503, "{reply:?}");
         assert!(
-            reply.body.starts_with("no heartbeat for 6"),
+            reply.body.starts_with("a reconcile has been running for 6"),
             "{}",
             reply.body
         );
         assert!(reply.body.ends_with("(timeout 60.0s)\n"), "{}", reply.body);
-
-        health.heartbeat();
+        drop(hung);
         let reply = request(server.addr, "GET", "/livez").await;
-        assert_eq!(reply.status, 200, "live again after a heartbeat");
+        assert_eq!(reply.status, 200, "live again once it finished");
+    }
+
+    #[tokio::test]
+    async fn liveness_fails_while_a_loop_is_behind() {
+        let health = Health::new(TIMEOUT);
+        let late = Arc::new(Mutex::new(None::<Duration>));
+        let reported = late.clone();
+        health.watch_loop(
+            "session renewer",
+            Arc::new(move |_| *reported.lock().unwrap_or_else(PoisonError::into_inner)),
+        );
+        assert_eq!(health.liveness(), Ok(()));
+        *late.lock().unwrap_or_else(PoisonError::into_inner) = Some(TIMEOUT / 2);
+        assert_eq!(health.liveness(), Ok(()), "late, but within the timeout");
+        *late.lock().unwrap_or_else(PoisonError::into_inner) = Some(TIMEOUT);
+        assert_eq!(
+            health.liveness(),
+            Err("session renewer is 60.0s behind its schedule (timeout 60.0s)".to_owned())
+        );
     }
 
     #[tokio::test]
@@ -427,7 +513,6 @@ mod tests {
         let server = start(Metrics::new(), health.clone()).await;
 
         health.mark_stopped("controller stream ended");
-        health.heartbeat();
         let reply = request(server.addr, "GET", "/livez").await;
         assert_eq!(
             (reply.status, reply.body.as_str()),
@@ -536,9 +621,6 @@ mod tests {
         assert_eq!(health.liveness(), Ok(()));
         assert!(health.readiness().is_err());
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!(
-            health.liveness(),
-            Err("no heartbeat for 5.0s (timeout 5.0s)".to_owned())
-        );
+        assert_eq!(health.liveness(), Ok(()), "nothing to do is not a failure");
     }
 }

@@ -54,6 +54,12 @@ const BACKOFF: RetryPolicy = RetryPolicy {
     max_delay: Duration::from_secs(30),
 };
 
+/// The longest one (blocking) read of a group may take with the client's timeouts and
+/// retries, with room to spare: a task silent for longer is stuck.
+fn query_budget(wait: Duration) -> Duration {
+    (wait + wait / 16 + Duration::from_secs(15)) * 4 + Duration::from_secs(30)
+}
+
 /// What one blocking query reads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Scope {
@@ -219,6 +225,9 @@ struct Group {
     early: HashMap<String, Slot>,
     /// When the last successful answer arrived: every key of the group was as cached then.
     read_at: Option<Timestamp>,
+    /// When the group's task should next have made progress (its query's longest answer
+    /// time, or the end of its backoff): liveness watches that queries keep cycling.
+    due: tokio::time::Instant,
     task: AbortHandle,
 }
 
@@ -346,6 +355,7 @@ impl LockWatcher {
                 cache: None,
                 early: HashMap::new(),
                 read_at: None,
+                due: tokio::time::Instant::now() + query_budget(self.inner.wait),
                 task: task.abort_handle(),
             }
         });
@@ -372,6 +382,16 @@ impl LockWatcher {
             )) => view_of(cache.get(&key).and_then(|slot| slot.entry.as_ref())),
             _ => LockView::Unknown,
         }
+    }
+
+    /// The group whose query is most behind its schedule, and by how much, if any is behind.
+    pub fn most_overdue(&self, now: tokio::time::Instant) -> Option<Duration> {
+        self.inner
+            .state()
+            .groups
+            .values()
+            .filter_map(|group| now.checked_duration_since(group.due))
+            .max()
     }
 
     /// When the election's key was last read successfully, by its group's query or
@@ -468,6 +488,14 @@ impl GroupLink {
         })
     }
 
+    /// Records when the task should next have made progress.
+    fn expect_progress_by(&self, due: tokio::time::Instant) -> bool {
+        self.with_group(|group| {
+            group.due = due;
+            Vec::new()
+        })
+    }
+
     /// Forgets the cache after a failed read, reporting every member if it was known.
     fn failed(&self) -> bool {
         self.with_group(|group| match group.cache.take() {
@@ -483,6 +511,9 @@ async fn run_group(link: GroupLink, client: ConsulClient, wait: Duration) {
     let mut watch = client.watch(wait);
     let mut failures: u32 = 0;
     loop {
+        if !link.expect_progress_by(tokio::time::Instant::now() + query_budget(wait)) {
+            return;
+        }
         let result = watch
             .next(|options| link.target.scope.read(&client, options))
             .await;
@@ -514,6 +545,9 @@ async fn run_group(link: GroupLink, client: ConsulClient, wait: Duration) {
         watch.reset();
         let delay = BACKOFF.delay(failures, retry_after, &mut rand::rng());
         failures = failures.saturating_add(1);
+        if !link.expect_progress_by(tokio::time::Instant::now() + delay + query_budget(wait)) {
+            return;
+        }
         tokio::time::sleep(delay).await;
     }
 }

@@ -82,17 +82,6 @@ struct PhaseLabel {
     phase: &'static str,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct RequestLabels {
-    operation: &'static str,
-    outcome: &'static str,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct CategoryLabel {
-    category: &'static str,
-}
-
 /// The `ok`/`error` label value of an outcome.
 fn outcome_label(outcome: Result<(), &'static str>) -> &'static str {
     match outcome {
@@ -117,9 +106,6 @@ struct Inner {
     fencing_actions: Family<CauseLabel, Counter>,
     elections: Family<PhaseLabel, Gauge>,
     sessions: Gauge,
-    consul_requests: Family<RequestLabels, Counter>,
-    consul_errors: Family<CategoryLabel, Counter>,
-    consul_blocking_queries: Gauge,
 }
 
 impl Default for Metrics {
@@ -201,25 +187,6 @@ impl Metrics {
             sessions.clone(),
         );
 
-        let consul_requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
-            "consul_requests",
-            "Consul HTTP API requests, by operation and outcome",
-            consul_requests.clone(),
-        );
-        let consul_errors = Family::<CategoryLabel, Counter>::default();
-        registry.register(
-            "consul_errors",
-            "Failed Consul HTTP API requests, by error category",
-            consul_errors.clone(),
-        );
-        let consul_blocking_queries = Gauge::default();
-        registry.register(
-            "consul_blocking_queries",
-            "Consul blocking queries in flight",
-            consul_blocking_queries.clone(),
-        );
-
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -231,9 +198,6 @@ impl Metrics {
                 fencing_actions,
                 elections,
                 sessions,
-                consul_requests,
-                consul_errors,
-                consul_blocking_queries,
             }),
         }
     }
@@ -309,33 +273,6 @@ impl Metrics {
     pub fn set_sessions(&self, count: i64) {
         self.inner.sessions.set(count);
     }
-
-    /// Records one Consul request: its operation (for example `kv acquire`) and `Ok(())` or
-    /// `Err(category)` with the error's static category (for example `transport`).
-    pub fn consul_request(&self, operation: &'static str, outcome: Result<(), &'static str>) {
-        let inner = &self.inner;
-        inner
-            .consul_requests
-            .get_or_create(&RequestLabels {
-                operation,
-                outcome: outcome_label(outcome),
-            })
-            .inc();
-        if let Err(category) = outcome {
-            inner
-                .consul_errors
-                .get_or_create(&CategoryLabel { category })
-                .inc();
-        }
-    }
-
-    /// Counts a Consul blocking query as in flight until the returned guard is dropped.
-    pub fn blocking_query(&self) -> BlockingQueryGuard {
-        self.inner.consul_blocking_queries.inc();
-        BlockingQueryGuard {
-            gauge: self.inner.consul_blocking_queries.clone(),
-        }
-    }
 }
 
 /// Times one reconcile (see [`Metrics::count_and_measure`]). Finish it with its outcome; if it
@@ -360,19 +297,6 @@ impl Drop for ReconcileTimer {
     fn drop(&mut self) {
         self.metrics
             .reconcile_finished(self.outcome, self.start.elapsed());
-    }
-}
-
-/// Keeps one blocking query counted in `consul_blocking_queries` until dropped.
-#[must_use = "the blocking query stops being counted when the guard is dropped"]
-#[derive(Debug)]
-pub struct BlockingQueryGuard {
-    gauge: Gauge,
-}
-
-impl Drop for BlockingQueryGuard {
-    fn drop(&mut self) {
-        self.gauge.dec();
     }
 }
 
@@ -401,7 +325,6 @@ mod tests {
             "consul_elector_leader_transitions_total",
             "consul_elector_leader_elected_seconds_count",
             "consul_elector_sessions",
-            "consul_elector_consul_blocking_queries",
         ] {
             assert_eq!(sample(&text, series), Some(0.0), "{series} in\n{text}");
         }
@@ -414,7 +337,6 @@ mod tests {
         // prometheus-client leaves out families without series: give each one a series.
         metrics.reconcile_finished(Err("kube"), Duration::ZERO);
         metrics.set_phase_count("Elected", 0);
-        metrics.consul_request("kv get", Err("transport"));
         let text = metrics.encode();
         for family in [
             "# TYPE consul_elector_reconcile counter",
@@ -427,9 +349,6 @@ mod tests {
             "# TYPE consul_elector_fencing_actions counter",
             "# TYPE consul_elector_elections gauge",
             "# TYPE consul_elector_sessions gauge",
-            "# TYPE consul_elector_consul_requests counter",
-            "# TYPE consul_elector_consul_errors counter",
-            "# TYPE consul_elector_consul_blocking_queries gauge",
         ] {
             assert!(text.contains(family), "{family} missing in\n{text}");
         }
@@ -547,9 +466,6 @@ mod tests {
         metrics.set_phase_count("Pending", 2);
         metrics.set_phase_count("Elected", 6);
         metrics.set_sessions(6);
-        let first = metrics.blocking_query();
-        let second = metrics.blocking_query();
-        drop(first);
         let text = metrics.encode();
 
         let value = |series| sample(&text, series);
@@ -562,62 +478,5 @@ mod tests {
             Some(2.0)
         );
         assert_eq!(value("consul_elector_sessions"), Some(6.0));
-        assert_eq!(value("consul_elector_consul_blocking_queries"), Some(1.0));
-        drop(second);
-        assert_eq!(
-            sample(&metrics.encode(), "consul_elector_consul_blocking_queries"),
-            Some(0.0)
-        );
-    }
-
-    #[test]
-    fn consul_requests_are_counted_by_operation_outcome_and_category() {
-        let metrics = Metrics::new();
-        metrics.consul_request("kv acquire", Ok(()));
-        metrics.consul_request("session renew", Err("transport"));
-        metrics.consul_request("session renew", Err("session_not_found"));
-        metrics.consul_request("kv get", Err("transport"));
-        let text = metrics.encode();
-
-        let value = |series| sample(&text, series);
-        assert_eq!(
-            value(r#"consul_elector_consul_requests_total{operation="kv acquire",outcome="ok"}"#),
-            Some(1.0)
-        );
-        assert_eq!(
-            value(
-                r#"consul_elector_consul_requests_total{operation="session renew",outcome="error"}"#
-            ),
-            Some(2.0)
-        );
-        assert_eq!(
-            value(r#"consul_elector_consul_errors_total{category="transport"}"#),
-            Some(2.0)
-        );
-        assert_eq!(
-            value(r#"consul_elector_consul_errors_total{category="session_not_found"}"#),
-            Some(1.0)
-        );
-        // Only the static strings passed in appear as label values.
-        let label_values: Vec<&str> = text
-            .lines()
-            .filter(|line| line.starts_with("consul_elector_consul_"))
-            .flat_map(|line| line.split('"').skip(1).step_by(2))
-            .collect();
-        for value in label_values {
-            assert!(
-                [
-                    "kv acquire",
-                    "session renew",
-                    "kv get",
-                    "ok",
-                    "error",
-                    "transport",
-                    "session_not_found"
-                ]
-                .contains(&value),
-                "unexpected label value {value:?}"
-            );
-        }
     }
 }

@@ -56,6 +56,9 @@ use crate::election::observe::{SessionHealth, SessionView};
 
 /// Pause after a renewal that failed with anything but a 404 (as Go's `RenewPeriodic`).
 const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// How long one renewal (with the client's timeouts and retries) may take before its task
+/// counts as stuck.
+const REQUEST_BUDGET: Duration = Duration::from_secs(60);
 
 /// The wall clock that stamps `renewed_at` (for example `jiff::Timestamp::now`).
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -170,6 +173,9 @@ struct Entry {
     view: SessionView,
     generation: u64,
     renewer: AbortHandle,
+    /// When its renewal task should next have made progress (its next attempt plus the time
+    /// one request may take with its retries): liveness watches that tasks keep up.
+    due: Instant,
 }
 
 impl Inner {
@@ -367,6 +373,20 @@ impl SessionManager {
         true
     }
 
+    /// The renewal task most behind its schedule, and by how much, if any is behind: a task
+    /// that neither attempted nor finished a renewal by its due time is stuck (or starved).
+    pub fn most_overdue(&self, now: Instant) -> Option<(ElectionKey, Duration)> {
+        self.inner
+            .sessions()
+            .iter()
+            .filter(|(_, entry)| entry.view.health != SessionHealth::Lost)
+            .filter_map(|(election, entry)| {
+                now.checked_duration_since(entry.due)
+                    .map(|late| (election.clone(), late))
+            })
+            .max_by_key(|(_, late)| *late)
+    }
+
     /// Number of registered sessions (including lost ones not yet forgotten).
     pub fn len(&self) -> usize {
         self.inner.sessions().len()
@@ -414,6 +434,7 @@ impl SessionManager {
             view,
             generation,
             renewer,
+            due: session.started + session.ttl / 2 + REQUEST_BUDGET,
         };
         if let Some(previous) = sessions.insert(election.clone(), entry) {
             previous.renewer.abort();
@@ -429,6 +450,18 @@ struct Link {
 }
 
 impl Link {
+    /// Records that the task expects to make its next attempt at `next`.
+    fn expect_attempt_at(&self, next: Instant) {
+        if let Some(inner) = self.manager.upgrade()
+            && let Some(entry) = inner
+                .sessions()
+                .get_mut(&self.election)
+                .filter(|entry| entry.generation == self.generation)
+        {
+            entry.due = next + REQUEST_BUDGET;
+        }
+    }
+
     /// The wall clock, or `None` when the manager is gone.
     fn stamp(&self) -> Option<Timestamp> {
         self.manager.upgrade().map(|inner| (inner.clock)())
@@ -504,6 +537,7 @@ impl Renewal {
 async fn renew_loop(link: Link, client: ConsulClient, id: String, mut renewal: Renewal) {
     let mut next = renewal.last_success + renewal.ttl / 2;
     loop {
+        link.expect_attempt_at(next);
         if renewal.confirming(&link, sleep_until(next)).await.is_none() {
             return;
         }

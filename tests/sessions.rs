@@ -423,3 +423,39 @@ async fn a_thousand_sessions_cost_one_renewal_each_per_half_ttl_within_the_conne
     }
     assert_eq!(pending_reports(&mut f.reports), vec![]);
 }
+
+/// Liveness input: a renewal task that neither attempts nor finishes a renewal by its due
+/// time (its next attempt plus one request's budget) is reported as behind schedule; tasks
+/// on time, or merely failing and retrying, are not.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_hanging_past_its_budget_is_reported_behind_schedule() {
+    let f = Fixture::new().await;
+    // A client that would wait an hour for an answer, and a Consul that never answers renewals.
+    let patient = ConsulClient::new(&ConsulSettings {
+        retry: RetryPolicy::no_retries(),
+        request_timeout: Duration::from_secs(3600),
+        ..common::settings(&f.emu)
+    })
+    .unwrap();
+    let web = election("web");
+    f.manager
+        .create(&web, &patient, CLUSTER, "web-0", "uid-web-0", &config())
+        .await
+        .unwrap();
+    let created = f.emu.now();
+    f.emu.add_fault(Fault::always(
+        Endpoint::SessionRenew,
+        FaultAction::Latency(Duration::from_secs(7200)),
+    ));
+    // The first renewal starts at TTL/2 and hangs; its budget is 60 s.
+    f.sleep_until(created + TTL / 2 + Duration::from_secs(59))
+        .await;
+    assert_eq!(f.manager.most_overdue(tokio::time::Instant::now()), None);
+    f.sleep_until(created + TTL / 2 + Duration::from_secs(65))
+        .await;
+    let behind = f.manager.most_overdue(tokio::time::Instant::now());
+    assert!(
+        matches!(&behind, Some((e, late)) if *e == web && *late >= Duration::from_secs(4)),
+        "{behind:?}"
+    );
+}

@@ -342,13 +342,24 @@ pub async fn run(
             future::pending::<()>().await;
         }
     };
-    let heartbeat = {
+    {
+        let sessions = ctx.sessions.clone();
+        health.watch_loop(
+            "the session renewer",
+            Arc::new(move |now| sessions.most_overdue(now).map(|(_, late)| late)),
+        );
+        let locks = ctx.locks.clone();
+        health.watch_loop(
+            "the lock watcher",
+            Arc::new(move |now| locks.most_overdue(now)),
+        );
+    }
+    let housekeeping = {
         let ctx = ctx.clone();
         async move {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
             loop {
                 tick.tick().await;
-                ctx.health.heartbeat();
                 report_gauges(&ctx);
                 ctx.prune_written_pods();
             }
@@ -365,7 +376,7 @@ pub async fn run(
     tokio::select! {
         () = run => {}
         () = async { readiness.await; future::pending::<()>().await } => {}
-        () = heartbeat => {}
+        () = housekeeping => {}
     }
     health.mark_stopped("controller stopped");
 }
@@ -411,7 +422,6 @@ fn report_gauges(ctx: &Context) {
 
 /// Reconciles one election (finalizer first: cleanup on deletion).
 async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.health.heartbeat();
     // Decide nothing on partial caches: right after a (re)start the controller already
     // reconciles the first elections while the pod list is still loading, and a leader
     // missing from the cache would be "moved" (rule 3), a conflicting older election
@@ -423,6 +433,7 @@ async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Result<Action,
         // The readiness task is gone: the controller is shutting down.
         return Ok(Action::await_change());
     }
+    let _in_flight = ctx.health.reconcile_started();
     let timer = ctx.metrics.count_and_measure();
     let api: Api<LeaderElection> = Api::namespaced(
         ctx.client.clone(),
