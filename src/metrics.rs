@@ -17,6 +17,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::time::Instant;
 
+use crate::election::invariants::Disagreement;
+
 /// Prefix of every metric name.
 const PREFIX: &str = "consul_elector";
 
@@ -78,6 +80,11 @@ struct CauseLabel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct PhaseLabel {
     phase: &'static str,
 }
@@ -106,6 +113,7 @@ struct Inner {
     fencing_actions: Family<CauseLabel, Counter>,
     elections: Family<PhaseLabel, Gauge>,
     sessions: Gauge,
+    disagreements: Family<KindLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -187,6 +195,19 @@ impl Metrics {
             sessions.clone(),
         );
 
+        let disagreements = Family::<KindLabel, Counter>::default();
+        for kind in Disagreement::ALL {
+            let _ = disagreements.get_or_create(&KindLabel {
+                kind: kind.as_str(),
+            });
+        }
+        registry.register(
+            "disagreements",
+            "Disagreements between leader labels, the Consul lock and the status that outlived \
+             a reconcile, by kind",
+            disagreements.clone(),
+        );
+
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -198,6 +219,7 @@ impl Metrics {
                 fencing_actions,
                 elections,
                 sessions,
+                disagreements,
             }),
         }
     }
@@ -269,6 +291,16 @@ impl Metrics {
             .set(count);
     }
 
+    /// Counts one disagreement between labels, lock and status that outlived a reconcile.
+    pub fn disagreement(&self, kind: Disagreement) {
+        self.inner
+            .disagreements
+            .get_or_create(&KindLabel {
+                kind: kind.as_str(),
+            })
+            .inc();
+    }
+
     /// Sets how many Consul sessions the operator holds.
     pub fn set_sessions(&self, count: i64) {
         self.inner.sessions.set(count);
@@ -325,6 +357,8 @@ mod tests {
             "consul_elector_leader_transitions_total",
             "consul_elector_leader_elected_seconds_count",
             "consul_elector_sessions",
+            r#"consul_elector_disagreements_total{kind="two_leader_labels"}"#,
+            r#"consul_elector_disagreements_total{kind="stale_status"}"#,
         ] {
             assert_eq!(sample(&text, series), Some(0.0), "{series} in\n{text}");
         }
@@ -349,6 +383,7 @@ mod tests {
             "# TYPE consul_elector_fencing_actions counter",
             "# TYPE consul_elector_elections gauge",
             "# TYPE consul_elector_sessions gauge",
+            "# TYPE consul_elector_disagreements counter",
         ] {
             assert!(text.contains(family), "{family} missing in\n{text}");
         }

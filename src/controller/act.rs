@@ -509,7 +509,7 @@ impl<'a> Round<'a> {
 }
 
 /// What the election's status recorded.
-fn recorded(status: &LeaderElectionStatus) -> Recorded {
+pub(super) fn recorded(status: &LeaderElectionStatus) -> Recorded {
     Recorded {
         leader: status.leader.as_ref().map(|l| LeaderRecord {
             pod: l.pod.clone(),

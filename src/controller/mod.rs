@@ -14,6 +14,7 @@
 mod act;
 mod cleanup;
 mod consul_access;
+mod invariants;
 mod observe;
 mod sharing;
 mod status;
@@ -100,6 +101,8 @@ pub struct Context {
     lock_delays: Mutex<HashMap<ElectionKey, Timestamp>>,
     /// Becomes true once the pod and election caches hold their first complete list.
     caches_ready: watch::Receiver<bool>,
+    /// Elections to reconcile soon (the same channel Consul-side changes arrive on).
+    changes: mpsc::UnboundedSender<ElectionKey>,
     /// When this process started deciding: the Fence clock of a key it has never read runs
     /// from here (it cannot know a later confirmation).
     started_at: Timestamp,
@@ -119,6 +122,12 @@ impl Context {
     /// [`crate::election::planner::Observation::lock_confirmed_at`]).
     fn lock_confirmed_at(&self, key: &ElectionKey) -> Timestamp {
         self.locks.read_at(key).unwrap_or(self.started_at)
+    }
+
+    /// Asks for a reconcile of `key`.
+    fn reconcile_soon(&self, key: &ElectionKey) {
+        // A closed channel means the controller is shutting down.
+        let _ = self.changes.send(key.clone());
     }
 
     fn lock_delay_until(&self, key: &ElectionKey) -> Option<Timestamp> {
@@ -248,7 +257,7 @@ pub async fn run(
 ) {
     let (changes_tx, changes_rx) = mpsc::unbounded_channel::<ElectionKey>();
     let sessions = SessionManager::new(changes_tx.clone());
-    let locks = LockWatcher::new(changes_tx, settings.lock_watch_wait);
+    let locks = LockWatcher::new(changes_tx.clone(), settings.lock_watch_wait);
 
     health.set_ready("leaderelections-cache", false);
     health.set_ready("pods-cache", false);
@@ -317,6 +326,7 @@ pub async fn run(
         settings,
         lock_delays: Mutex::new(HashMap::new()),
         caches_ready,
+        changes: changes_tx,
         started_at: Timestamp::now(),
         statuses: Mutex::new(HashMap::new()),
         pods_written: Mutex::new(HashMap::new()),
@@ -365,6 +375,7 @@ pub async fn run(
             }
         }
     };
+    let checker = invariants::run(ctx.clone());
     let run = controller
         .run(reconcile, error_policy, ctx)
         .for_each(|result| {
@@ -377,6 +388,7 @@ pub async fn run(
         () = run => {}
         () = async { readiness.await; future::pending::<()>().await } => {}
         () = housekeeping => {}
+        () = checker => {}
     }
     health.mark_stopped("controller stopped");
 }

@@ -4,6 +4,7 @@
 pub mod config;
 pub mod conflict;
 pub mod eligibility;
+pub mod invariants;
 pub mod observe;
 pub mod plan;
 pub mod planner;

@@ -4,6 +4,7 @@
 mod model;
 mod support;
 
+mod invariants;
 mod observe_mode;
 mod properties;
 mod rule1_one_leader;
