@@ -338,40 +338,31 @@ impl<'a> Builder<'a> {
         self.requeue_after(ttl.saturating_sub(unread).max(Duration::from_millis(100)));
     }
 
-    /// `Fence` for a leader whose key has gone unread for a whole TTL although its session
-    /// renews: the label goes; `KeepLeader` keeps it.
-    fn fence_unread(&mut self, pod: &'a PodView) {
+    /// `Fence` (the label goes, with `note` as the event) or `KeepLeader` (the label stays)
+    /// for a leader whose lock cannot be confirmed.
+    fn unconfirmed_leader(&mut self, pod: &'a PodView, token: u64, note: String) {
         self.consul_ok = false;
-        let leader = pod.role.as_deref() == Some(self.leader_value());
-        if self.obs.config.on_consul_unavailable == UnavailablePolicy::KeepLeader && leader {
-            self.settle_followers(Some(&pod.uid));
-            let token = self.obs.recorded.fencing_token.unwrap_or(0);
+        let labelled = pod.role.as_deref() == Some(self.leader_value());
+        self.settle_followers(Some(&pod.uid));
+        if self.obs.config.on_consul_unavailable == UnavailablePolicy::KeepLeader && labelled {
             self.leader = Some((pod, token, self.since_of(pod, token)));
             self.phase = Phase::Elected;
             self.elected_reason = (
                 "KeptWhileConsulUnavailable",
                 format!(
-                    "pod {} keeps the leader label; its key cannot be read",
+                    "pod {} keeps the leader label; its lock cannot be confirmed",
                     pod.name
                 ),
             );
             return;
         }
-        if leader {
+        if labelled && self.obs.config.on_consul_unavailable == UnavailablePolicy::Fence {
             self.actions.push(Action::LabelFollower {
                 pod: pod.name.clone(),
                 uid: pod.uid.clone(),
             });
-            self.emit(
-                EventReason::ConsulUnavailable,
-                Some(&pod.name),
-                format!(
-                    "the key of pod {}'s lock has not been readable for a whole TTL; leader label removed",
-                    pod.name
-                ),
-            );
+            self.emit(EventReason::ConsulUnavailable, Some(&pod.name), note);
         }
-        self.settle_followers(Some(&pod.uid));
         self.phase = Phase::Fenced;
         self.elected_reason = (
             "Fenced",
@@ -434,53 +425,13 @@ impl<'a> Builder<'a> {
     fn keep(&mut self, pod: &'a PodView, session: &'a SessionView, token: u64) {
         self.demote_others(Some(&pod.uid));
         if let SessionHealth::Unconfirmed { renewed_at } = session.health {
-            self.consul_ok = false;
             let silent_for = elapsed(renewed_at, self.obs.now);
-            match self.obs.config.on_consul_unavailable {
-                UnavailablePolicy::Fence => {
-                    if pod.role.as_deref() == Some(self.leader_value()) {
-                        self.actions.push(Action::LabelFollower {
-                            pod: pod.name.clone(),
-                            uid: pod.uid.clone(),
-                        });
-                        self.emit(
-                            EventReason::ConsulUnavailable,
-                            Some(&pod.name),
-                            format!(
-                                "the lock of pod {} has not been confirmed for {}s; leader label removed",
-                                pod.name,
-                                silent_for.as_secs()
-                            ),
-                        );
-                    }
-                    self.settle_followers(Some(&pod.uid));
-                    self.phase = Phase::Fenced;
-                    self.elected_reason = (
-                        "Fenced",
-                        format!("the lock of pod {} cannot be confirmed", pod.name),
-                    );
-                }
-                UnavailablePolicy::KeepLeader => {
-                    self.settle_followers(Some(&pod.uid));
-                    if pod.role.as_deref() == Some(self.leader_value()) {
-                        self.leader = Some((pod, token, self.since_of(pod, token)));
-                        self.phase = Phase::Elected;
-                        self.elected_reason = (
-                            "KeptWhileConsulUnavailable",
-                            format!(
-                                "pod {} keeps the leader label; its lock cannot be confirmed",
-                                pod.name
-                            ),
-                        );
-                    } else {
-                        self.phase = Phase::Fenced;
-                        self.elected_reason = (
-                            "Fenced",
-                            format!("the lock of pod {} cannot be confirmed", pod.name),
-                        );
-                    }
-                }
-            }
+            let note = format!(
+                "the lock of pod {} has not been confirmed for {}s; leader label removed",
+                pod.name,
+                silent_for.as_secs()
+            );
+            self.unconfirmed_leader(pod, token, note);
             return;
         }
         if matches!(self.obs.lock, LockView::Unknown) {
@@ -490,7 +441,12 @@ impl<'a> Builder<'a> {
             // no pod is labelled leader, nor re-labelled with another token, until Consul
             // answers. Renewals prove the session, not that it still holds the key.
             if self.key_unread_too_long(session.ttl) {
-                self.fence_unread(pod);
+                let note = format!(
+                    "the key of pod {}'s lock has not been readable for a whole TTL; leader \
+                     label removed",
+                    pod.name
+                );
+                self.unconfirmed_leader(pod, token, note);
                 return;
             }
             self.requeue_at_unread_deadline(session.ttl);
