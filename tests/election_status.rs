@@ -163,3 +163,56 @@ async fn failing_status_writes_stall_a_failover_safely_and_the_status_recovers()
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_elected_is_never_reported_for_a_pod_without_the_label() {
+    with_namespace("st-truth", |admin, ns| async move {
+        // Two bare pods (no replacement appears): when the leader goes, the other is the only
+        // successor, and its label cannot be written.
+        let mut h = Harness::new(admin, ns).await;
+        h.bare_pod("a", &[("app", "web")]).await;
+        h.bare_pod("b", &[("app", "web")]).await;
+        h.start_operator().await;
+        h.election("web", web()).await;
+        let first = h.wait_elected("web", None).await;
+        let successor = if first.pod == "a" { "b" } else { "a" };
+        let fault = h.kube_faults.add(
+            KubeFault::new(FaultAction::status(500, "InternalError", "injected"))
+                .verb(Verb::Patch)
+                .resource("pods")
+                .name(successor),
+        );
+        let pods: Api<Pod> = Api::namespaced(h.admin.clone(), &h.ns);
+        pods.delete(&first.pod, &DeleteParams::default())
+            .await
+            .expect("delete leader");
+        let tried = async {
+            while h.kube_faults.injected().len() < 3 {
+                let _ = h
+                    .recorder
+                    .wait_until(std::time::Duration::from_millis(50), |_| false)
+                    .await;
+            }
+        };
+        tokio::time::timeout(SOON, tried)
+            .await
+            .expect("the failover was attempted");
+        let le = h.elections().get("web").await.expect("election");
+        let elected = harness::condition(&le, "LeaderElected").expect("LeaderElected");
+        assert!(
+            harness::with_role(&h.current(), "leader").is_empty(),
+            "no pod can carry the label"
+        );
+        assert_eq!(
+            (elected.status.as_str(), phase(&le).as_deref()),
+            ("False", Some("Electing")),
+            "{}",
+            elected.message
+        );
+        h.kube_faults.remove(fault);
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        assert_eq!(second.pod, successor);
+        h.finish().await;
+    })
+    .await;
+}

@@ -99,6 +99,21 @@ impl<'a> Round<'a> {
         self.last.as_ref()
     }
 
+    /// The UID of the one pod that carries the leader label now, as far as this round knows
+    /// (its own patches included); `None` when no pod, or more than one, does.
+    pub fn labelled_leader_uid(&self) -> Option<String> {
+        let label = &self.config.labels;
+        let mut labelled = self
+            .pods
+            .values()
+            .filter(|(pod, _)| pod.labels().get(&label.key) == Some(&label.leader))
+            .filter_map(|(pod, _)| pod.metadata.uid.clone());
+        match (labelled.next(), labelled.next()) {
+            (Some(uid), None) => Some(uid),
+            _ => None,
+        }
+    }
+
     /// Whether the loop stopped with work left (the caller requeues at once).
     pub fn unfinished(&self) -> bool {
         self.unfinished

@@ -499,7 +499,8 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     ctx.locks.watch(&key, &consul, &config.key);
     let mut round = act::Round::new(le, &key, &config, &consul, ctx).await;
     let outcome = round.run(MAX_ROUNDS).await;
-    status::write(le, ctx, &config, round.last_plan()).await?;
+    let labelled = round.labelled_leader_uid();
+    status::write(le, ctx, labelled.as_deref(), round.last_plan()).await?;
     outcome?;
     if round.unfinished() {
         return Ok(Action::requeue(Duration::ZERO));

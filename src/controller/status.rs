@@ -15,14 +15,17 @@ use crate::crd::{
     API_VERSION, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus, Phase,
     SpecProblem,
 };
-use crate::election::config::ElectionConfig;
 use crate::election::plan::{self, ConditionState, Plan};
+use crate::election::planner::LEADER_ELECTED;
 
-/// Writes the status implied by the last plan (SpecValid True, Conflict False).
+/// Writes the status of the last plan (SpecValid True, Conflict False), as far as it was
+/// carried out: `labelled` is the pod that carries the leader label now. A plan whose leader
+/// is not labelled (an action failed) reports phase Electing and `LeaderElected` False, never
+/// a leader that no pod shows.
 pub async fn write(
     le: &LeaderElection,
     ctx: &Context,
-    _config: &ElectionConfig,
+    labelled: Option<&str>,
     plan: Option<&Plan>,
 ) -> Result<(), Error> {
     let old = ctx.current_status(le);
@@ -53,7 +56,27 @@ pub async fn write(
         observed_generation: le.metadata.generation,
         conditions: Vec::new(),
     };
-    let mut fresh: Vec<Condition> = state.conditions.iter().map(|c| condition(le, c)).collect();
+    let carried_out = state.phase != plan::Phase::Elected
+        || state.leader.as_ref().map(|l| l.uid.as_str()) == labelled;
+    let mut fresh: Vec<Condition> = state
+        .conditions
+        .iter()
+        .map(|c| match c.type_ {
+            LEADER_ELECTED if !carried_out => condition(
+                le,
+                &ConditionState {
+                    type_: LEADER_ELECTED,
+                    status: false,
+                    reason: "Electing",
+                    message: "the leader is not labelled yet; retrying".into(),
+                },
+            ),
+            _ => condition(le, c),
+        })
+        .collect();
+    if !carried_out {
+        new.phase = Some(Phase::Electing);
+    }
     fresh.push(condition(
         le,
         &ConditionState {
