@@ -117,6 +117,7 @@ struct Inner {
     fencing_actions: Family<CauseLabel, Counter>,
     elections: Family<PhaseLabel, Gauge>,
     sessions: Gauge,
+    active: Gauge,
     consul_requests: Family<RequestLabels, Counter>,
     consul_errors: Family<CategoryLabel, Counter>,
     consul_blocking_queries: Gauge,
@@ -201,6 +202,13 @@ impl Metrics {
             sessions.clone(),
         );
 
+        let active = Gauge::default();
+        registry.register(
+            "active",
+            "1 while this replica holds the Lease and writes, 0 on a standby",
+            active.clone(),
+        );
+
         let consul_requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "consul_requests",
@@ -231,6 +239,7 @@ impl Metrics {
                 fencing_actions,
                 elections,
                 sessions,
+                active,
                 consul_requests,
                 consul_errors,
                 consul_blocking_queries,
@@ -308,6 +317,11 @@ impl Metrics {
     /// Sets how many Consul sessions the operator holds.
     pub fn set_sessions(&self, count: i64) {
         self.inner.sessions.set(count);
+    }
+
+    /// Sets whether this replica is the active one (holds the Lease and writes).
+    pub fn set_active(&self, active: bool) {
+        self.inner.active.set(i64::from(active));
     }
 
     /// Records one Consul request: its operation (for example `kv acquire`) and `Ok(())` or
