@@ -41,6 +41,8 @@ use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder, LeaseManagerError};
 use tokio::sync::watch;
 
+/// Time a standby may need, after the Lease expired, to take it and adopt the sessions.
+pub const TAKEOVER_MARGIN: Duration = Duration::from_secs(2);
 /// Pause before asking the crate again after it failed.
 const RETRY: Duration = Duration::from_secs(1);
 /// Longest pause between two reads of the Lease while holding or trying to hold it.
@@ -92,6 +94,26 @@ impl LeaseSettings {
     /// How often the Lease is read to check the renew deadline.
     pub fn check_interval(&self) -> Duration {
         (self.renew_interval() / 2).min(MAX_CHECK_INTERVAL)
+    }
+
+    /// Whether a Consul session of `ttl` outlives a failover. Consul keeps a session 2×TTL
+    /// after its last renewal, and the operator renews every TTL/2, so when the active replica
+    /// crashes its sessions have at least 1.5×TTL left. Its Lease was renewed at the latest at
+    /// the crash, so a standby holds it within `duration` and adopts the sessions within
+    /// [`TAKEOVER_MARGIN`] more.
+    pub fn session_survives_failover(&self, ttl: Duration) -> bool {
+        ttl.saturating_mul(3) / 2 >= self.failover_bound()
+    }
+
+    /// The longest a failover may take: lease duration plus [`TAKEOVER_MARGIN`].
+    pub fn failover_bound(&self) -> Duration {
+        self.duration + TAKEOVER_MARGIN
+    }
+
+    /// The shortest session TTL that [survives a failover](Self::session_survives_failover),
+    /// in whole seconds.
+    pub fn min_session_ttl(&self) -> Duration {
+        Duration::from_secs((self.failover_bound().as_secs() * 2).div_ceil(3))
     }
 
     /// The crate's grace: how long before expiry it renews.
@@ -322,6 +344,18 @@ mod tests {
         assert_eq!(s.renew_interval(), Duration::from_secs(1));
         assert_eq!(s.grace_secs(), 2);
         assert_eq!(s.check_interval(), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_session_must_outlive_the_lease_duration_and_the_takeover() {
+        let s = settings(15, 10);
+        // 1.5 × TTL against 15 s + 2 s.
+        assert_eq!(s.min_session_ttl(), Duration::from_secs(12));
+        assert!(s.session_survives_failover(Duration::from_secs(12)));
+        assert!(s.session_survives_failover(Duration::from_secs(15)));
+        assert!(!s.session_survives_failover(Duration::from_secs(11)));
+        assert!(!s.session_survives_failover(Duration::from_secs(10)));
+        assert!(settings(3, 2).session_survives_failover(Duration::from_secs(10)));
     }
 
     #[test]

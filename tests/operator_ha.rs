@@ -160,6 +160,12 @@ async fn sigterm_hands_over_at_once_and_the_standby_adopts_the_sessions() {
         h.touch_and_wait_reconcile("web").await;
         let after = h.wait_elected("web", None).await;
         assert_eq!(after, first, "same pod, session, token and transitions");
+        let le = h.elections().get("web").await.expect("election");
+        assert!(
+            harness::has_condition(&le, "LeaseTimingSafe", "True"),
+            "the default TTL outlives a failover of the test Lease: {:?}",
+            harness::condition(&le, "LeaseTimingSafe")
+        );
         assert_eq!(h.histories(), histories, "no label or annotation changed");
         // The new active replica renews the session it adopted.
         let renewed = h

@@ -383,6 +383,7 @@ pub async fn run(
             if lease_held.wait_for(|held| *held).await.is_ok()
                 && caches.wait_for(|ready| *ready).await.is_ok()
             {
+                takeover::warn_short_ttls(&ctx);
                 takeover::adopt_all(&ctx).await;
                 may_write_tx.send_replace(true);
                 ctx.metrics.set_active(true);

@@ -10,19 +10,20 @@ use serde_json::json;
 
 use super::Context;
 use crate::Error;
-use crate::crd::conditions::{self, CONFLICT, SPEC_VALID};
+use crate::crd::conditions::{self, CONFLICT, LEASE_TIMING_SAFE, SPEC_VALID};
 use crate::crd::{
     API_VERSION, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus, Phase,
     SpecProblem,
 };
-use crate::election::config::ElectionConfig;
+use crate::election::config::{ElectionConfig, Mode};
 use crate::election::plan::{self, ConditionState, Plan};
+use crate::leadership::LeaseSettings;
 
 /// Writes the status implied by the last plan (SpecValid True, Conflict False).
 pub async fn write(
     le: &LeaderElection,
     ctx: &Context,
-    _config: &ElectionConfig,
+    config: &ElectionConfig,
     plan: Option<&Plan>,
 ) -> Result<(), Error> {
     let old = ctx.current_status(le);
@@ -72,8 +73,41 @@ pub async fn write(
             message: "no older election selects these pods with the same label key".into(),
         },
     ));
+    if config.mode == Mode::Managed {
+        fresh.push(condition(le, &lease_timing(&ctx.settings.lease, config)));
+    }
     new.conditions = conditions::merge(&old.conditions, fresh, Timestamp::now());
     patch_if_changed(le, ctx, &old, new).await
+}
+
+/// The [`LEASE_TIMING_SAFE`] condition of a managed election.
+pub fn lease_timing(lease: &LeaseSettings, config: &ElectionConfig) -> ConditionState {
+    let ttl = config.session.ttl.as_secs();
+    if lease.session_survives_failover(config.session.ttl) {
+        ConditionState {
+            type_: LEASE_TIMING_SAFE,
+            status: true,
+            reason: "SessionOutlivesFailover",
+            message: format!(
+                "the session (TTL {ttl}s) outlives a failover of the operator's replicas \
+                 (at most {}s)",
+                lease.failover_bound().as_secs()
+            ),
+        }
+    } else {
+        ConditionState {
+            type_: LEASE_TIMING_SAFE,
+            status: false,
+            reason: "SessionTTLTooShort",
+            message: format!(
+                "after a crash of the active operator replica the session (TTL {ttl}s) may \
+                 expire before a standby adopts it (up to {}s: lease duration plus takeover), \
+                 which would re-elect the leader; set spec.session.ttl to at least {}s",
+                lease.failover_bound().as_secs(),
+                lease.min_session_ttl().as_secs()
+            ),
+        }
+    }
 }
 
 /// Reports a spec that cannot be acted on: phase Invalid, SpecValid False, and a Warning

@@ -38,6 +38,29 @@ struct Candidate {
     pod: String,
 }
 
+/// Logs a warning for every managed election whose session TTL is too short to outlive a
+/// failover of the operator's replicas (its status carries the same as the
+/// `LeaseTimingSafe` condition).
+pub fn warn_short_ttls(ctx: &Context) {
+    for le in ctx.elections.state() {
+        let Ok(config) = crate::crd::validate(&le) else {
+            continue;
+        };
+        if config.mode != Mode::Managed {
+            continue;
+        }
+        let timing = super::status::lease_timing(&ctx.settings.lease, &config);
+        if !timing.status {
+            tracing::warn!(
+                election = %format!("{}/{}", le.metadata.namespace.as_deref().unwrap_or_default(), le.metadata.name.as_deref().unwrap_or_default()),
+                reason = timing.reason,
+                "{}",
+                timing.message
+            );
+        }
+    }
+}
+
 /// Adopts this cluster's sessions ([module docs](self)); returns how many were adopted.
 /// Failures are logged: the reconciles adopt what is left.
 pub async fn adopt_all(ctx: &Context) -> usize {
