@@ -12,7 +12,7 @@ use harness::{Elected, Harness, HarnessOptions, LEASE_DURATION, Operator, Operat
 use serde_json::json;
 use testkit::cluster::with_namespace;
 use testkit::consul::{Endpoint, Fault, FaultAction};
-use testkit::kube_faults::{KubeFaults, Verb};
+use testkit::kube_faults::{FaultAction as KubeFaultAction, KubeFault, KubeFaults, Verb};
 
 /// The Consul tokens of the two replicas (the emulator counts requests per token).
 const TOKEN_A: &str = "token-replica-a";
@@ -256,6 +256,66 @@ async fn a_restart_adopts_every_session_before_the_first_reconcile() {
             assert_eq!(status.fencing_token, old.fencing_token, "{name}: token");
             assert_eq!(status.transitions, old.transitions, "{name}: transitions");
             assert_eq!(status.leader, old.leader, "{name}: leader");
+        }
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_token_was_recorded_keeps_the_leader_on_restart() {
+    with_namespace("ha-token", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        // The first status patch (the fencing token, recorded before the leader is labelled)
+        // goes through; every later one (the final status write) fails.
+        let status_patch = |action| {
+            KubeFault::new(action)
+                .verb(Verb::Patch)
+                .resource("leaderelections/status")
+        };
+        h.kube_faults
+            .add(status_patch(KubeFaultAction::Latency(Duration::ZERO)).times(1));
+        let final_write = h.kube_faults.add(status_patch(KubeFaultAction::status(
+            500,
+            "InternalError",
+            "injected: the final status write fails",
+        )));
+        h.start_operator().await;
+        h.election("web", json!({"selector": {"matchLabels": {"app": "web"}}}))
+            .await;
+        let failed = h
+            .poll_until(SOON, || {
+                h.kube_faults
+                    .injected()
+                    .iter()
+                    .any(|i| i.rule == final_write)
+            })
+            .await;
+        assert!(failed, "the final status write was attempted");
+        h.kill_operator().await;
+        let recorded = h.status("web").await;
+        let token = recorded.fencing_token.expect("the token was recorded");
+        assert_eq!(
+            recorded.leader, None,
+            "the crash left the status without a leader"
+        );
+        h.kube_faults.clear();
+
+        h.start_operator().await;
+        let elected = h.wait_elected("web", None).await;
+        assert_eq!(elected.token, token, "the recorded token stays");
+        let history = h.recorder.label_history(&elected.pod, harness::ROLE);
+        let leader = Some("leader".to_owned());
+        assert_eq!(
+            history.iter().filter(|v| **v == leader).count(),
+            1,
+            "{} was labelled leader once, never demoted and re-elected: {history:?}",
+            elected.pod
+        );
+        for pod in h.current().keys().filter(|p| **p != elected.pod) {
+            let other = h.recorder.label_history(pod, harness::ROLE);
+            assert!(!other.contains(&leader), "{pod} never led: {other:?}");
         }
         h.finish().await;
     })
