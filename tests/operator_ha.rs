@@ -8,6 +8,7 @@ mod harness;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use consul_elector::leadership::LeadershipError;
 use harness::{Elected, Harness, HarnessOptions, LEASE_DURATION, Operator, OperatorConsul, SOON};
 use serde_json::json;
 use testkit::cluster::with_namespace;
@@ -133,6 +134,52 @@ async fn a_crash_of_the_active_mid_move_fails_over_within_the_lease_duration() {
         // The move itself is the one transition; the failover added none.
         assert_eq!(second.transitions, first.transitions + 1);
         assert!(second.token > first.token);
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_active_replica_that_cannot_renew_stops_before_the_standby_takes_over() {
+    with_namespace("ha-deadline", |admin, ns| async move {
+        let mut h = harness(admin, ns).await;
+        let (standby, _faults, first) = active_and_standby(&mut h).await;
+        let histories = h.histories();
+        // The active replica can no longer reach its Lease (renew or read it).
+        h.kube_faults.add(
+            KubeFault::new(KubeFaultAction::status(
+                503,
+                "ServiceUnavailable",
+                "injected: the Lease cannot be renewed",
+            ))
+            .resource("leases"),
+        );
+        let cut = Instant::now();
+        let active = h.take_operator();
+        let exit = active.wait_exit(LEASE_DURATION + SOON).await;
+        let stopped = cut.elapsed();
+        assert!(
+            matches!(exit, Err(LeadershipError::Lost { .. })),
+            "the active replica gave up its Lease: {exit:?}"
+        );
+        assert!(
+            !standby.is_active(),
+            "the standby was not active yet when the old active replica stopped writing"
+        );
+        assert!(
+            stopped < LEASE_DURATION,
+            "stopped {stopped:?} after the cut, before the Lease could expire"
+        );
+        wait_active(&h, &standby, LEASE_DURATION + Duration::from_secs(1)).await;
+        eprintln!(
+            "renew deadline: the active replica stopped {stopped:?} after its Lease became \
+             unreachable, the standby was active {:?} after it",
+            cut.elapsed()
+        );
+        h.set_operator(standby);
+        h.touch_and_wait_reconcile("web").await;
+        assert_eq!(h.wait_elected("web", None).await, first, "no leader change");
+        assert_eq!(h.histories(), histories, "no label or annotation changed");
         h.finish().await;
     })
     .await;

@@ -105,6 +105,16 @@ impl Operator {
         }
     }
 
+    /// Waits (at most `timeout`) until it stops by itself; what it returned. Panics on
+    /// timeout.
+    pub async fn wait_exit(self, timeout: Duration) -> Result<(), LeadershipError> {
+        match tokio::time::timeout(timeout, self.task).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(error)) => panic!("operator {} task: {error}", self.instance),
+            Err(_) => panic!("operator {} still runs after {timeout:?}", self.instance),
+        }
+    }
+
     /// Whether it holds the Lease and writes (its `consul_elector_active` gauge).
     pub fn is_active(&self) -> bool {
         self.metrics
