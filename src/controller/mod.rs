@@ -410,6 +410,10 @@ pub async fn run(
         () = takeover => None,
     };
     ctx.metrics.set_active(false);
+    // The last handle on the context: dropping it stops every session renewal (and lock
+    // watch) before the Lease is released, so nothing of this replica's runs on next to the
+    // replica that takes over. The sessions themselves stay in Consul for it to adopt.
+    drop(ctx);
     if let Some(error) = lost {
         health.mark_stopped("lost the Lease");
         return Err(error);
