@@ -134,6 +134,42 @@ pub struct RunArgs {
     /// for the life of a cluster. Lowercase letters, digits, '-' and '.', at most 63 characters.
     #[arg(long, env = "CONSUL_ELECTOR_CLUSTER_NAME", value_parser = parse_cluster_name)]
     pub cluster_name: Option<String>,
+
+    /// Name of the `coordination.k8s.io` Lease that chooses the one replica that writes.
+    #[arg(
+        long,
+        env = "ELECTOR_LEASE_NAME",
+        default_value = "consul-elector",
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
+    )]
+    pub lease_name: String,
+
+    /// Namespace of the Lease: the operator's own (the chart sets it from the downward API).
+    /// Defaults to the namespace of the Kubernetes client's configuration.
+    #[arg(long, env = "POD_NAMESPACE", value_parser = parse_namespace)]
+    pub lease_namespace: Option<String>,
+
+    /// How long after the active replica's last renewal a standby may take the Lease over
+    /// (whole seconds, Go duration).
+    #[arg(
+        long,
+        env = "ELECTOR_LEASE_DURATION",
+        value_name = "DURATION",
+        default_value = "15s",
+        value_parser = parse_whole_seconds
+    )]
+    pub lease_duration: Duration,
+
+    /// How long after its last successful renewal the active replica stops writing (whole
+    /// seconds, shorter than the lease duration); it renews every half of it.
+    #[arg(
+        long,
+        env = "ELECTOR_LEASE_RENEW_DEADLINE",
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = parse_whole_seconds
+    )]
+    pub lease_renew_deadline: Duration,
 }
 
 /// Log output format.
@@ -251,6 +287,25 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// A Go duration of whole seconds, above zero (Lease timings count in seconds).
+fn parse_whole_seconds(text: &str) -> Result<Duration, String> {
+    let duration = parse_positive_duration(text)?;
+    if duration.subsec_nanos() != 0 {
+        return Err("must be whole seconds".to_owned());
+    }
+    Ok(duration)
+}
+
+/// One namespace name.
+fn parse_namespace(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    if is_rfc1123_label(name) {
+        Ok(name.to_owned())
+    } else {
+        Err(format!("{text:?} is not a namespace name"))
+    }
+}
+
 /// A Go duration above zero and at most Consul's longest blocking wait.
 fn parse_lock_watch_wait(text: &str) -> Result<Duration, String> {
     let duration = parse_positive_duration(text)?;
@@ -307,7 +362,7 @@ mod tests {
     use super::*;
 
     /// Every `run` option and its environment variable.
-    const ENV_VARS: [(&str, &str); 10] = [
+    const ENV_VARS: [(&str, &str); 14] = [
         ("metrics_addr", "ELECTOR_METRICS_ADDR"),
         ("watch_namespaces", "ELECTOR_WATCH_NAMESPACES"),
         ("log_format", "ELECTOR_LOG_FORMAT"),
@@ -321,6 +376,10 @@ mod tests {
             "CONSUL_ELECTOR_ALLOWED_ADDRESSES",
         ),
         ("cluster_name", "CONSUL_ELECTOR_CLUSTER_NAME"),
+        ("lease_name", "ELECTOR_LEASE_NAME"),
+        ("lease_namespace", "POD_NAMESPACE"),
+        ("lease_duration", "ELECTOR_LEASE_DURATION"),
+        ("lease_renew_deadline", "ELECTOR_LEASE_RENEW_DEADLINE"),
     ];
 
     /// Parses `args` ignoring the process environment, so variables such as `RUST_LOG` or
@@ -371,6 +430,10 @@ mod tests {
                 instance_name: hostname(),
                 consul_allowed_addresses: AllowedAddresses::default(),
                 cluster_name: None,
+                lease_name: "consul-elector".to_owned(),
+                lease_namespace: None,
+                lease_duration: Duration::from_secs(15),
+                lease_renew_deadline: Duration::from_secs(10),
             }
         );
         assert!(run.watch_namespaces.is_all());
@@ -400,6 +463,14 @@ mod tests {
             "https://consul.other:8501, consul.third:8500,,http://consul.third:8500",
             "--cluster-name",
             "eu-west-1.prod",
+            "--lease-name",
+            "elector-ha",
+            "--lease-namespace",
+            "ops",
+            "--lease-duration",
+            "1m",
+            "--lease-renew-deadline",
+            "40s",
         ]);
         assert_eq!(
             run,
@@ -417,6 +488,10 @@ mod tests {
                     ConsulAddress::parse("http://consul.third:8500", false).expect("address"),
                 ]),
                 cluster_name: Some("eu-west-1.prod".to_owned()),
+                lease_name: "elector-ha".to_owned(),
+                lease_namespace: Some("ops".to_owned()),
+                lease_duration: Duration::from_secs(60),
+                lease_renew_deadline: Duration::from_secs(40),
             }
         );
         assert_eq!(run.watch_namespaces.names(), ["shop", "billing"]);
@@ -448,6 +523,10 @@ mod tests {
             ),
             (["--cluster-name", "a/b"], "is not a cluster name"),
             (["--cluster-name", "Prod"], "is not a cluster name"),
+            (["--lease-name", ""], "a value is required"),
+            (["--lease-namespace", "Ops"], "is not a namespace name"),
+            (["--lease-duration", "1500ms"], "whole seconds"),
+            (["--lease-renew-deadline", "0s"], "greater than zero"),
         ] {
             let error = run_error(&args);
             assert!(error.contains(expected), "{args:?}: {error}");
@@ -532,6 +611,10 @@ mod tests {
                         ConsulAddress::parse("consul.b:8500", false).expect("address"),
                     ]),
                     cluster_name: Some("blue".to_owned()),
+                    lease_name: "blue-lease".to_owned(),
+                    lease_namespace: Some("elector".to_owned()),
+                    lease_duration: Duration::from_secs(20),
+                    lease_renew_deadline: Duration::from_secs(12),
                 }
             );
             // A flag wins over its variable.
@@ -554,6 +637,10 @@ mod tests {
             ("POD_NAME", "elector-7"),
             ("CONSUL_ELECTOR_ALLOWED_ADDRESSES", "consul.b:8500"),
             ("CONSUL_ELECTOR_CLUSTER_NAME", "blue"),
+            ("ELECTOR_LEASE_NAME", "blue-lease"),
+            ("POD_NAMESPACE", "elector"),
+            ("ELECTOR_LEASE_DURATION", "20s"),
+            ("ELECTOR_LEASE_RENEW_DEADLINE", "12s"),
         ];
         assert_eq!(values.map(|(var, _)| var), ENV_VARS.map(|(_, var)| var));
         let output = process::Command::new(std::env::current_exe().expect("the test binary"))

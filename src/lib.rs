@@ -10,6 +10,7 @@ pub mod election;
 pub mod error;
 pub mod http;
 pub mod k8s;
+pub mod leadership;
 pub mod locks;
 pub mod metrics;
 pub mod sessions;

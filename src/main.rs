@@ -9,6 +9,7 @@ use consul_elector::config::{Cli, Command, RunArgs, init_tracing};
 use consul_elector::consul::{ConsulClient, ConsulSettings};
 use consul_elector::controller::{self, Settings};
 use consul_elector::http::{self, Health};
+use consul_elector::leadership::LeaseSettings;
 use consul_elector::metrics::Metrics;
 
 fn main() -> ExitCode {
@@ -112,6 +113,19 @@ async fn run(args: RunArgs) -> ExitCode {
         tracing::info!("shutting down");
         let _ = stop_tx.send(true);
     });
+    let lease = LeaseSettings {
+        name: args.lease_name,
+        namespace: args
+            .lease_namespace
+            .unwrap_or_else(|| client.default_namespace().to_owned()),
+        identity: args.instance_name.clone(),
+        duration: args.lease_duration,
+        renew_deadline: args.lease_renew_deadline,
+    };
+    if let Err(error) = lease.validate() {
+        tracing::error!(%error, "invalid lease settings");
+        return ExitCode::FAILURE;
+    }
     let settings = Settings {
         watch_namespaces: args.watch_namespaces.names().to_vec(),
         field_manager: args.field_manager,
@@ -119,10 +133,20 @@ async fn run(args: RunArgs) -> ExitCode {
         lock_watch_wait: args.lock_watch_wait,
         concurrency: 16,
         cluster_name,
+        lease,
     };
-    controller::run(client, consul, settings, metrics, health, stopped()).await;
-    let _ = server.await;
-    ExitCode::SUCCESS
+    match controller::run(client, consul, settings, metrics, health, stopped()).await {
+        Ok(()) => {
+            let _ = server.await;
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            // Exiting is what makes "stopped writing" final: the restarted container is a
+            // standby until it holds the Lease again.
+            tracing::error!(%error, "stopping");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Resolves on SIGTERM (Kubernetes stopping the pod) or Ctrl-C.

@@ -114,6 +114,7 @@ struct Inner {
     elections: Family<PhaseLabel, Gauge>,
     sessions: Gauge,
     disagreements: Family<KindLabel, Counter>,
+    active: Gauge,
 }
 
 impl Default for Metrics {
@@ -201,6 +202,13 @@ impl Metrics {
                 kind: kind.as_str(),
             });
         }
+        let active = Gauge::default();
+        registry.register(
+            "active",
+            "1 while this replica holds the Lease and writes, 0 on a standby",
+            active.clone(),
+        );
+
         registry.register(
             "disagreements",
             "Disagreements between leader labels, the Consul lock and the status that outlived \
@@ -220,6 +228,7 @@ impl Metrics {
                 elections,
                 sessions,
                 disagreements,
+                active,
             }),
         }
     }
@@ -304,6 +313,11 @@ impl Metrics {
     /// Sets how many Consul sessions the operator holds.
     pub fn set_sessions(&self, count: i64) {
         self.inner.sessions.set(count);
+    }
+
+    /// Sets whether this replica is the active one (holds the Lease and writes).
+    pub fn set_active(&self, active: bool) {
+        self.inner.active.set(i64::from(active));
     }
 }
 

@@ -66,6 +66,8 @@ EXPECTED_RULES = {
     ("events.k8s.io", "events"): ["create", "patch"],
 }
 SECRET_RULE = {("", "secrets"): ["get"]}
+# The operator's own Lease (which replica writes): a Role in the release namespace only.
+LEASE_RULE = {("coordination.k8s.io", "leases"): ["create", "get", "patch"]}
 # Without clusterName the operator reads the kube-system namespace's UID, and nothing else.
 IDENTITY_RULE = {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}
 
@@ -142,7 +144,7 @@ def all_features(watch: list[str]) -> dict:
 # Values of the wrong type (or unknown names) and the part of Helm's schema message naming them.
 WRONG_VALUES = [
     ({"replicaCount": "1"}, "at '/replicaCount': got string, want integer"),
-    ({"replicaCount": 2}, "at '/replicaCount': maximum: got 2, want 1"),
+    ({"replicaCount": -1}, "at '/replicaCount': minimum: got -1, want 0"),
     ({"watchNamespaces": "shop"}, "at '/watchNamespaces': got string, want array"),
     ({"consul": {"tlsVerify": "no"}}, "at '/consul/tlsVerify': got string, want boolean"),
     ({"metrics": {"port": "http"}}, "at '/metrics/port': got string, want integer"),
@@ -398,20 +400,31 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
         checks.expect(labels.get("app.kubernetes.io/instance") == e.release, f"{where}: {key(obj)} instance label")
         if obj["kind"] in CLUSTER_SCOPED:
             checks.expect("namespace" not in meta, f"{where}: {key(obj)} is cluster-scoped")
+        elif obj["kind"] in ("Role", "RoleBinding") and meta["name"].endswith("-lease"):
+            checks.expect(meta.get("namespace") == e.namespace, f"{where}: {key(obj)} is in the release namespace")
         elif obj["kind"] in ("Role", "RoleBinding"):
             checks.expect(meta.get("namespace") in e.watch, f"{where}: {key(obj)} is in a watched namespace")
         else:
             checks.expect(meta.get("namespace") == e.namespace, f"{where}: {key(obj)} is in the release namespace")
 
-    # The operator's Deployment: one replica, Recreate, a hardened pod, real probes.
+    # The operator's Deployment: replicas, RollingUpdate, spread, a hardened pod, real probes.
     deployment = one("Deployment", "operator")
     service_account = one("ServiceAccount")
     if deployment is None or service_account is None:
         return
     spec = deployment["spec"]
     pod = spec["template"]["spec"]
-    checks.expect(spec.get("replicas") == 1, f"{where}: operator replicas is 1")
-    checks.expect(spec.get("strategy", {}).get("type") == "Recreate", f"{where}: operator strategy is Recreate")
+    checks.expect(spec.get("replicas") == v["replicaCount"], f"{where}: operator replicas is {v['replicaCount']}")
+    checks.expect(spec.get("strategy") == {"type": "RollingUpdate",
+                                           "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                  f"{where}: operator strategy is RollingUpdate, one new pod before an old one stops")
+    spread = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100,
+        "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": spec["selector"]["matchLabels"]}},
+    }]}}
+    checks.expect(pod.get("affinity") == (v["affinity"] or spread),
+                  f"{where}: operator affinity is the values' or the soft spread by hostname")
     checks.expect(pod.get("serviceAccountName") == service_account["metadata"]["name"],
                   f"{where}: the operator runs as the chart's ServiceAccount")
     checks.expect(pod.get("automountServiceAccountToken") is True, f"{where}: operator pod mounts its API token")
@@ -434,6 +447,11 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
     env = {item["name"]: item for item in container.get("env", [])}
     checks.expect(env.get("POD_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name",
                   f"{where}: POD_NAME comes from the downward API")
+    checks.expect(env.get("POD_NAMESPACE", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+                  == "metadata.namespace", f"{where}: POD_NAMESPACE (the Lease's) comes from the downward API")
+    lease_arg = [a for a in args if a.startswith("--lease-name=")]
+    checks.expect(lease_arg == [f"--lease-name={deployment['metadata']['name']}"],
+                  f"{where}: each release has its own Lease: {lease_arg}")
     checks.expect("CONSUL_HTTP_TOKEN" not in env, f"{where}: no Consul token in the environment")
     mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
     volumes = {vol["name"]: vol for vol in pod.get("volumes", [])}
@@ -478,8 +496,11 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
     sources = file_rules(v["rbac"]["secretAccess"])
     checks.expect(rules_table(sources) == {k: sorted(x) for k, x in expected_rules.items()},
                   f"{where}: files/rbac-*.yaml grant exactly the minimum verbs")
+    def not_lease(objs: list[dict]) -> list[dict]:
+        return [o for o in objs if not o["metadata"]["name"].endswith("-lease")]
+
     if e.watch:
-        roles, bindings = by_kind.get("Role", []), by_kind.get("RoleBinding", [])
+        roles, bindings = not_lease(by_kind.get("Role", [])), not_lease(by_kind.get("RoleBinding", []))
         checks.expect(not named("ClusterRole", "") and not named("ClusterRoleBinding", ""),
                       f"{where}: no cluster-wide operator rules when watchNamespaces is set")
         checks.expect(sorted(r["metadata"]["namespace"] for r in roles) == sorted(e.watch)
@@ -488,7 +509,7 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
         role_kind = "Role"
     else:
         roles, bindings = named("ClusterRole", ""), named("ClusterRoleBinding", "")
-        checks.expect(len(roles) == 1 and len(bindings) == 1 and "Role" not in by_kind,
+        checks.expect(len(roles) == 1 and len(bindings) == 1 and not not_lease(by_kind.get("Role", [])),
                       f"{where}: one ClusterRole and ClusterRoleBinding when every namespace is watched")
         role_kind = "ClusterRole"
     for role in roles:
@@ -499,6 +520,22 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
                                    "name": roles[0]["metadata"]["name"] if roles else None}
             and binding.get("subjects") == operator_subjects,
             f"{where}: {key(binding)} binds the role to the operator's ServiceAccount",
+        )
+    lease_rules = yaml.safe_load((CHART / "files" / "rbac-lease-rules.yaml").read_text())
+    checks.expect(rules_table(lease_rules) == LEASE_RULE,
+                  f"{where}: the Lease rule is get, create and patch on leases: {lease_rules}")
+    lease_roles = named("Role", "-lease")
+    lease_bindings = named("RoleBinding", "-lease")
+    checks.expect(len(lease_roles) == 1 and len(lease_bindings) == 1,
+                  f"{where}: one Lease Role and RoleBinding in the release namespace")
+    for role in lease_roles:
+        checks.expect(role.get("rules") == lease_rules, f"{where}: {key(role)} has exactly the rules of files/")
+    for binding in lease_bindings:
+        checks.expect(
+            binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                   "name": f"{fullname}-lease"}
+            and binding.get("subjects") == operator_subjects,
+            f"{where}: {key(binding)} binds the Lease role to the operator's ServiceAccount",
         )
     identity_rules = yaml.safe_load((CHART / "files" / "rbac-cluster-identity-rules.yaml").read_text())
     checks.expect(identity_rules == [IDENTITY_RULE],

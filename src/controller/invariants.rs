@@ -1,4 +1,4 @@
-//! The standing invariant checker: every few seconds it compares, for each election, the pods
+//! The standing invariant checker of the active replica: every few seconds it compares, for each election, the pods
 //! carrying the leader label, the Consul lock (as the lock watcher last read it) and the
 //! status ([`crate::election::invariants`]). Reads caches only, never the API server or
 //! Consul. A disagreement seen at two checks in a row has outlived a reconcile: it becomes a
@@ -31,7 +31,8 @@ pub async fn run(ctx: Arc<Context>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if !*ctx.caches_ready.borrow() {
+        // Only the active replica checks (a standby's reconciles write nothing).
+        if !*ctx.caches_ready.borrow() || !*ctx.may_write.borrow() {
             continue;
         }
         let found = check_all(&ctx);

@@ -7,6 +7,22 @@
 //! arrive from [`SessionManager`] and [`LockWatcher`] as election keys and trigger those
 //! elections too.
 //!
+//! # One writer
+//! Every replica runs this controller, but only the one holding the Lease
+//! ([`crate::leadership`]) writes. The reflectors (pods, elections) and the controller's queue
+//! run in every replica, so a standby's caches are warm when it takes over; the gate is at the
+//! top of [`reconcile`], which returns at once, writing nothing, until this replica *may
+//! write*. That happens once the Lease is held, the caches are complete, and every session of
+//! this cluster was adopted ([`takeover`]); then a `reconcile_all_on` trigger reconciles every
+//! election. Nothing else writes: the session manager renews only sessions that a reconcile
+//! created or adopted, the lock watcher only reads, and events are published by reconciles.
+//! Losing the Lease stops the whole controller at once ([`run`] returns an error; the binary
+//! exits), so there is no way back from "may write" to a standby that still writes.
+//!
+//! On shutdown (SIGTERM) the controller finishes the reconciles in flight, then releases the
+//! Lease so that a standby takes over at once. Consul sessions and locks are kept: the next
+//! active replica adopts them, and no leader changes.
+//!
 //! A reconcile runs the planner in a loop: execute the plan's actions in order, stop at the
 //! first failure, re-observe (patched pods, the session manager, a fresh read of the key) and
 //! plan again, until a plan has no actions. The status is then written from the last plan.
@@ -18,6 +34,7 @@ mod invariants;
 mod observe;
 mod sharing;
 mod status;
+mod takeover;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -40,6 +57,7 @@ use crate::crd::{FINALIZER, LeaderElection, LeaderElectionStatus, Phase};
 use crate::election::config::ElectionKey;
 use crate::http::Health;
 use crate::k8s;
+use crate::leadership::{Leadership, LeadershipError, LeaseSettings};
 use crate::locks::LockWatcher;
 use crate::metrics::Metrics;
 use crate::sessions::SessionManager;
@@ -73,6 +91,8 @@ pub struct Settings {
     /// This cluster's identity (see [`crate::cluster_identity`]), carried in session names
     /// and key values so that clusters sharing one Consul never take each other's locks.
     pub cluster_name: String,
+    /// The Lease that chooses the one replica that writes.
+    pub lease: LeaseSettings,
 }
 
 /// Everything a reconcile needs; shared by all reconciles.
@@ -103,9 +123,12 @@ pub struct Context {
     caches_ready: watch::Receiver<bool>,
     /// Elections to reconcile soon (the same channel Consul-side changes arrive on).
     changes: mpsc::UnboundedSender<ElectionKey>,
-    /// When this process started deciding: the Fence clock of a key it has never read runs
-    /// from here (it cannot know a later confirmation).
-    started_at: Timestamp,
+    /// When this replica started deciding (became active): the Fence clock of a key it has
+    /// never read runs from here (it cannot know a later confirmation).
+    started_at: Mutex<Timestamp>,
+    /// Becomes true once this replica holds the Lease and adopted this cluster's sessions:
+    /// until then reconciles write nothing.
+    may_write: watch::Receiver<bool>,
     /// The status this process last wrote per election (by object UID). The operator is the
     /// only writer of the status, so this is never older than the cache, which can lag behind
     /// the operator's own writes.
@@ -121,7 +144,11 @@ impl Context {
     /// The last moment `key`'s lock was known as cached (see
     /// [`crate::election::planner::Observation::lock_confirmed_at`]).
     fn lock_confirmed_at(&self, key: &ElectionKey) -> Timestamp {
-        self.locks.read_at(key).unwrap_or(self.started_at)
+        let started = self
+            .started_at
+            .lock()
+            .map_or_else(|poison| *poison.into_inner(), |at| *at);
+        self.locks.read_at(key).unwrap_or(started)
     }
 
     /// Asks for a reconcile of `key`.
@@ -246,7 +273,9 @@ where
 }
 
 /// Runs the controller until `shutdown` resolves. Readiness and liveness are reported
-/// through `health`; the function returns when the controller has stopped.
+/// through `health`; the function returns when the controller has stopped (after releasing
+/// the Lease if this replica held it), or with an error as soon as the Lease cannot be set up
+/// or was lost (then nothing more is written).
 pub async fn run(
     client: Client,
     consul: ConsulClient,
@@ -254,7 +283,11 @@ pub async fn run(
     metrics: Metrics,
     health: Health,
     shutdown: impl future::Future<Output = ()> + Send + Sync + 'static,
-) {
+) -> Result<(), LeadershipError> {
+    let mut leadership = Leadership::new(client.clone(), settings.lease.clone()).await?;
+    let (lease_tx, lease_held) = watch::channel(false);
+    let (may_write_tx, may_write) = watch::channel(false);
+    let (all_tx, all_rx) = mpsc::unbounded_channel::<()>();
     let (changes_tx, changes_rx) = mpsc::unbounded_channel::<ElectionKey>();
     let sessions = SessionManager::new(changes_tx.clone());
     let locks = LockWatcher::new(changes_tx.clone(), settings.lock_watch_wait);
@@ -302,6 +335,7 @@ pub async fn run(
             UnboundedReceiverStream::new(changes_rx)
                 .map(|k| ObjectRef::new(&k.name).within(&k.namespace)),
         )
+        .reconcile_all_on(UnboundedReceiverStream::new(all_rx))
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(shutdown);
 
@@ -327,7 +361,8 @@ pub async fn run(
         lock_delays: Mutex::new(HashMap::new()),
         caches_ready,
         changes: changes_tx,
-        started_at: Timestamp::now(),
+        started_at: Mutex::new(Timestamp::now()),
+        may_write,
         statuses: Mutex::new(HashMap::new()),
         pods_written: Mutex::new(HashMap::new()),
     });
@@ -353,15 +388,19 @@ pub async fn run(
         }
     };
     {
-        let sessions = ctx.sessions.clone();
+        // Weak: dropping the context must stop every renewal (see the end of this function).
+        let weak = Arc::downgrade(&ctx);
         health.watch_loop(
             "the session renewer",
-            Arc::new(move |now| sessions.most_overdue(now).map(|(_, late)| late)),
+            Arc::new(move |now| {
+                let ctx = weak.upgrade()?;
+                ctx.sessions.most_overdue(now).map(|(_, late)| late)
+            }),
         );
-        let locks = ctx.locks.clone();
+        let weak = Arc::downgrade(&ctx);
         health.watch_loop(
             "the lock watcher",
-            Arc::new(move |now| locks.most_overdue(now)),
+            Arc::new(move |now| weak.upgrade()?.locks.most_overdue(now)),
         );
     }
     let housekeeping = {
@@ -376,21 +415,58 @@ pub async fn run(
         }
     };
     let checker = invariants::run(ctx.clone());
+    let takeover = {
+        let ctx = ctx.clone();
+        let mut lease_held = lease_held.clone();
+        async move {
+            let mut caches = ctx.caches_ready.clone();
+            if lease_held.wait_for(|held| *held).await.is_ok()
+                && caches.wait_for(|ready| *ready).await.is_ok()
+            {
+                takeover::warn_short_ttls(&ctx);
+                takeover::adopt_all(&ctx).await;
+                if let Ok(mut started) = ctx.started_at.lock() {
+                    *started = Timestamp::now();
+                }
+                may_write_tx.send_replace(true);
+                ctx.metrics.set_active(true);
+                // The receiver lives as long as the controller.
+                let _ = all_tx.send(());
+            }
+            // Keep the sender: reconciles read it until the controller stops.
+            future::pending::<()>().await;
+        }
+    };
     let run = controller
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
             if let Err(error) = result {
                 tracing::debug!(%error, "controller queue");
             }
             future::ready(())
         });
-    tokio::select! {
-        () = run => {}
-        () = async { readiness.await; future::pending::<()>().await } => {}
-        () = housekeeping => {}
-        () = checker => {}
+    let lost = tokio::select! {
+        () = run => None,
+        error = leadership.hold(&lease_tx) => Some(error),
+        () = async { readiness.await; future::pending::<()>().await } => None,
+        () = housekeeping => None,
+        () = checker => None,
+        () = takeover => None,
+    };
+    ctx.metrics.set_active(false);
+    // The last handle on the context: dropping it stops every session renewal (and lock
+    // watch) before the Lease is released, so nothing of this replica's runs on next to the
+    // replica that takes over. The sessions themselves stay in Consul for it to adopt.
+    drop(ctx);
+    if let Some(error) = lost {
+        health.mark_stopped("lost the Lease");
+        return Err(error);
+    }
+    if *lease_held.borrow() {
+        leadership.release().await;
     }
     health.mark_stopped("controller stopped");
+    Ok(())
 }
 
 /// Every phase, so that phases with no election report 0 rather than a stale count.
@@ -434,6 +510,10 @@ fn report_gauges(ctx: &Context) {
 
 /// Reconciles one election (finalizer first: cleanup on deletion).
 async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !*ctx.may_write.borrow() {
+        // A standby (or a replica still adopting): the takeover reconciles every election.
+        return Ok(Action::await_change());
+    }
     // Decide nothing on partial caches: right after a (re)start the controller already
     // reconciles the first elections while the pod list is still loading, and a leader
     // missing from the cache would be "moved" (rule 3), a conflicting older election
@@ -500,7 +580,7 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let mut round = act::Round::new(le, &key, &config, &consul, ctx).await;
     let outcome = round.run(MAX_ROUNDS).await;
     let labelled = round.labelled_leader_uid();
-    status::write(le, ctx, labelled.as_deref(), round.last_plan()).await?;
+    status::write(le, ctx, &config, labelled.as_deref(), round.last_plan()).await?;
     outcome?;
     if round.unfinished() {
         return Ok(Action::requeue(Duration::ZERO));

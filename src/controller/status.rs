@@ -10,13 +10,15 @@ use serde_json::json;
 
 use super::Context;
 use crate::Error;
-use crate::crd::conditions::{self, CONFLICT, SPEC_VALID};
+use crate::crd::conditions::{self, CONFLICT, LEASE_TIMING_SAFE, SPEC_VALID};
 use crate::crd::{
     API_VERSION, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus, Phase,
     SpecProblem,
 };
+use crate::election::config::{ElectionConfig, Mode};
 use crate::election::plan::{self, ConditionState, Plan};
 use crate::election::planner::LEADER_ELECTED;
+use crate::leadership::LeaseSettings;
 
 /// Writes the status of the last plan (SpecValid True, Conflict False), as far as it was
 /// carried out: `labelled` is the pod that carries the leader label now. A plan whose leader
@@ -25,6 +27,7 @@ use crate::election::planner::LEADER_ELECTED;
 pub async fn write(
     le: &LeaderElection,
     ctx: &Context,
+    config: &ElectionConfig,
     labelled: Option<&str>,
     plan: Option<&Plan>,
 ) -> Result<(), Error> {
@@ -95,8 +98,41 @@ pub async fn write(
             message: "no older election selects these pods with the same label key".into(),
         },
     ));
+    if config.mode == Mode::Managed {
+        fresh.push(condition(le, &lease_timing(&ctx.settings.lease, config)));
+    }
     new.conditions = conditions::merge(&old.conditions, fresh, Timestamp::now());
     patch_if_changed(le, ctx, &old, new).await
+}
+
+/// The [`LEASE_TIMING_SAFE`] condition of a managed election.
+pub fn lease_timing(lease: &LeaseSettings, config: &ElectionConfig) -> ConditionState {
+    let ttl = config.session.ttl.as_secs();
+    if lease.session_survives_failover(config.session.ttl) {
+        ConditionState {
+            type_: LEASE_TIMING_SAFE,
+            status: true,
+            reason: "SessionOutlivesFailover",
+            message: format!(
+                "the session (TTL {ttl}s) outlives a failover of the operator's replicas \
+                 (at most {}s)",
+                lease.failover_bound().as_secs()
+            ),
+        }
+    } else {
+        ConditionState {
+            type_: LEASE_TIMING_SAFE,
+            status: false,
+            reason: "SessionTTLTooShort",
+            message: format!(
+                "after a crash of the active operator replica the session (TTL {ttl}s) may \
+                 expire before a standby adopts it (up to {}s: lease duration plus takeover), \
+                 which would re-elect the leader; set spec.session.ttl to at least {}s",
+                lease.failover_bound().as_secs(),
+                lease.min_session_ttl().as_secs()
+            ),
+        }
+    }
 }
 
 /// Reports a spec that cannot be acted on: phase Invalid, SpecValid False, and a Warning

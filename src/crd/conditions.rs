@@ -12,6 +12,11 @@ pub const CONSUL_AVAILABLE: &str = "ConsulAvailable";
 pub const SPEC_VALID: &str = "SpecValid";
 /// An older election selects the same pods with the same label key, so this one stands back.
 pub const CONFLICT: &str = "Conflict";
+/// The election's Consul session outlives a failover of the operator's own replicas
+/// (`True`, reason `SessionOutlivesFailover`); `False` (reason `SessionTTLTooShort`) when a
+/// crash of the active replica can let the session expire before a standby adopts it, which
+/// demotes and re-elects the leader. Only for managed elections.
+pub const LEASE_TIMING_SAFE: &str = "LeaseTimingSafe";
 
 /// The conditions to write: every condition of `new`, plus the conditions of `old` whose type
 /// `new` does not mention (unchanged). Order: `old`'s order, then the types new in `new`.

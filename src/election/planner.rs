@@ -476,15 +476,28 @@ impl<'a> Builder<'a> {
     /// key demotes first, so a label that survived means the key never changed hands. Once
     /// the label is gone, an equal LockIndex may belong to a re-created key that merely
     /// counted up to the old token again, and one token must never name two acquisitions.
+    ///
+    /// The status may also name no leader, or the previous one, while the pod already carries
+    /// the recorded token: the token is recorded just before the label is written, and the
+    /// final status write was lost (a crash, a failed write). The label with that very token
+    /// was then written for this acquisition by the operator's session for that pod, so it is
+    /// recognised too, instead of demoting the pod and electing it again with a higher token.
     fn needs_higher_token(&self, pod: &PodView, token: u64) -> bool {
         let recorded = self.obs.recorded.fencing_token.unwrap_or(0);
         let token_text = token.to_string();
-        let same_acquisition =
-            self.obs.recorded.leader.as_ref().is_some_and(|l| {
-                l.session_id.as_deref() == self.obs.session.map(|s| s.id.as_str())
-            }) && self.obs.recorded.fencing_token == Some(token)
-                && pod.role.as_deref() == Some(self.leader_value())
-                && pod.fencing_token.as_deref() == Some(token_text.as_str());
+        let our_session = self.obs.session.map(|s| s.id.as_str());
+        let recorded_session = self
+            .obs
+            .recorded
+            .leader
+            .as_ref()
+            .is_some_and(|l| l.session_id.as_deref() == our_session);
+        let status_write_lost =
+            !recorded_session && self.obs.session.is_some_and(|s| s.pod_uid == pod.uid);
+        let same_acquisition = (recorded_session || status_write_lost)
+            && self.obs.recorded.fencing_token == Some(token)
+            && pod.role.as_deref() == Some(self.leader_value())
+            && pod.fencing_token.as_deref() == Some(token_text.as_str());
         !same_acquisition && token <= recorded
     }
 

@@ -1,8 +1,11 @@
 //! Shared harness of the operator's integration tests: the real test cluster, the Consul
 //! emulator (real time), the pod simulator, a watch recorder started before anything acts,
 //! and the operator itself running in-process with a ServiceAccount client that holds exactly
-//! the chart's RBAC rules (`charts/consul-elector/files/rbac-rules.yaml`), through a
-//! `testkit::kube_faults` layer (`Harness::kube_faults`, empty unless a test adds faults).
+//! the chart's RBAC rules (`charts/consul-elector/files/rbac-rules.yaml`, and the Lease rule
+//! `rbac-lease-rules.yaml` as a Role in the test namespace), through a `testkit::kube_faults`
+//! layer (`Harness::kube_faults`, empty unless a test adds faults). More replicas of the
+//! operator can run next to it ([`Harness::spawn_replica`]), each with its own client, fault
+//! layer, Consul token and stop handle, competing for the same Lease.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
@@ -22,9 +25,12 @@ use consul_elector::consul::{ConsulAddress, ConsulClient, ConsulSettings};
 use consul_elector::controller::{self, Settings};
 use consul_elector::crd::LeaderElection;
 use consul_elector::http::Health;
+use consul_elector::leadership::{LeadershipError, LeaseSettings};
 use consul_elector::metrics::Metrics;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
@@ -38,6 +44,13 @@ use tokio::task::JoinHandle;
 
 /// The chart's RBAC rules: the one source of the operator's permissions.
 pub const RBAC_RULES: &str = include_str!("../../charts/consul-elector/files/rbac-rules.yaml");
+/// The chart's Lease rule (a Role in the operator's namespace).
+pub const RBAC_LEASE_RULES: &str =
+    include_str!("../../charts/consul-elector/files/rbac-lease-rules.yaml");
+/// Lease timing of the operators under test (seconds): short, so that failovers are quick.
+pub const LEASE_DURATION: Duration = Duration::from_secs(3);
+/// Renew deadline of the operators under test.
+pub const LEASE_RENEW_DEADLINE: Duration = Duration::from_secs(2);
 /// The chart's extra rule with `rbac.secretAccess` (reading token Secrets).
 pub const RBAC_SECRET_RULES: &str =
     include_str!("../../charts/consul-elector/files/rbac-secret-rules.yaml");
@@ -63,12 +76,52 @@ pub async fn install_crd(admin: &Client) {
 
 /// The operator running in-process.
 pub struct Operator {
-    task: JoinHandle<()>,
+    task: JoinHandle<Result<(), LeadershipError>>,
     stop: watch::Sender<bool>,
     /// Its health (liveness/readiness).
     pub health: Health,
     /// Its metrics.
     pub metrics: Metrics,
+    /// Its identity in the Lease (`--instance-name`).
+    pub instance: String,
+}
+
+impl Operator {
+    /// Kills it as a crash would: no graceful shutdown, nothing released.
+    pub async fn kill(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+
+    /// Stops it as SIGTERM does (graceful shutdown), waiting at most `timeout`; panics if it
+    /// does not stop in time or stops with an error.
+    pub async fn stop(self, timeout: Duration) {
+        let _ = self.stop.send(true);
+        match tokio::time::timeout(timeout, self.task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => panic!("operator {} failed: {error}", self.instance),
+            Ok(Err(error)) => panic!("operator {} task: {error}", self.instance),
+            Err(_) => panic!("operator {} did not stop within {timeout:?}", self.instance),
+        }
+    }
+
+    /// Waits (at most `timeout`) until it stops by itself; what it returned. Panics on
+    /// timeout.
+    pub async fn wait_exit(self, timeout: Duration) -> Result<(), LeadershipError> {
+        match tokio::time::timeout(timeout, self.task).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(error)) => panic!("operator {} task: {error}", self.instance),
+            Err(_) => panic!("operator {} still runs after {timeout:?}", self.instance),
+        }
+    }
+
+    /// Whether it holds the Lease and writes (its `consul_elector_active` gauge).
+    pub fn is_active(&self) -> bool {
+        self.metrics
+            .encode()
+            .lines()
+            .any(|l| l.starts_with("consul_elector_active ") && l.ends_with(" 1"))
+    }
 }
 
 /// How a [`Harness`] is set up.
@@ -123,6 +176,7 @@ pub struct Harness {
     pub kube_faults: KubeFaults,
     operator: Option<Operator>,
     sa_client: Client,
+    sa_config: kube::Config,
     operator_consul: OperatorConsul,
     cluster_name: String,
 }
@@ -183,8 +237,8 @@ impl Harness {
             .expect("recorder");
         let sim = PodSimulator::start(admin.clone(), &ns, options.sim).await;
         let kube_faults = KubeFaults::new(7);
-        let sa_client =
-            operator_client(cluster, &admin, &ns, options.secret_access, &kube_faults).await;
+        let sa_config = operator_config(cluster, &admin, &ns, options.secret_access).await;
+        let sa_client = kube_faults.client(sa_config.clone()).await;
         Harness {
             admin,
             ns,
@@ -194,6 +248,7 @@ impl Harness {
             kube_faults,
             operator: None,
             sa_client,
+            sa_config,
             operator_consul: options.operator_consul,
             cluster_name: options.cluster_name,
         }
@@ -202,8 +257,28 @@ impl Harness {
     /// Starts (or restarts) the operator.
     pub async fn start_operator(&mut self) {
         assert!(self.operator.is_none(), "operator already running");
-        let url = self.emu.url();
         let token = self.operator_consul.token.clone();
+        let operator = self.spawn(self.sa_client.clone(), "test", token);
+        self.operator = Some(operator);
+    }
+
+    /// Starts one more replica of the operator, named `instance` in the Lease, with its own
+    /// Kubernetes client (through `faults`, whose request log is then its own) and Consul
+    /// `token` (so the emulator's per-token counters tell the replicas apart). The harness does
+    /// not track it: the test stops or kills it.
+    pub async fn spawn_replica(
+        &self,
+        instance: &str,
+        faults: &KubeFaults,
+        token: Option<String>,
+    ) -> Operator {
+        let client = faults.client(self.sa_config.clone()).await;
+        self.spawn(client, instance, token)
+    }
+
+    /// Runs `controller::run` in a task with the harness' settings.
+    fn spawn(&self, client: Client, instance: &str, token: Option<String>) -> Operator {
+        let url = self.emu.url();
         let mut settings = ConsulSettings::from_env(|name| match name {
             "CONSUL_HTTP_ADDR" => Some(url.clone()),
             "CONSUL_HTTP_TOKEN" => token.clone(),
@@ -223,13 +298,20 @@ impl Harness {
         let settings = Settings {
             watch_namespaces: vec![self.ns.clone()],
             field_manager: "consul-elector".into(),
-            instance: "test".into(),
+            instance: instance.into(),
             lock_watch_wait: Duration::from_secs(60),
             concurrency: 4,
             cluster_name: self.cluster_name.clone(),
+            lease: LeaseSettings {
+                name: "consul-elector".into(),
+                namespace: self.ns.clone(),
+                identity: instance.into(),
+                duration: LEASE_DURATION,
+                renew_deadline: LEASE_RENEW_DEADLINE,
+            },
         };
         let task = tokio::spawn(controller::run(
-            self.sa_client.clone(),
+            client,
             consul,
             settings,
             metrics.clone(),
@@ -239,20 +321,40 @@ impl Harness {
                 let _ = rx.wait_for(|s| *s).await;
             },
         ));
-        self.operator = Some(Operator {
+        Operator {
             task,
             stop,
             health,
             metrics,
-        });
+            instance: instance.into(),
+        }
     }
 
     /// Kills the operator as a crash would: no graceful shutdown, nothing released.
     pub async fn kill_operator(&mut self) {
-        let op = self.operator.take().expect("operator running");
-        op.task.abort();
-        let _ = op.task.await;
-        drop(op.stop);
+        self.operator.take().expect("operator running").kill().await;
+    }
+
+    /// Stops the operator gracefully (as SIGTERM does).
+    pub async fn stop_operator(&mut self) {
+        self.operator
+            .take()
+            .expect("operator running")
+            .stop(SOON)
+            .await;
+    }
+
+    /// Takes the running operator out of the harness (a test that replaces it by another
+    /// replica stops or kills it itself).
+    pub fn take_operator(&mut self) -> Operator {
+        self.operator.take().expect("operator running")
+    }
+
+    /// Makes `operator` the harness' operator ([`reconciles`](Self::reconciles) and
+    /// [`finish`](Self::finish) use it).
+    pub fn set_operator(&mut self, operator: Operator) {
+        assert!(self.operator.is_none(), "operator already running");
+        self.operator = Some(operator);
     }
 
     /// The running operator.
@@ -338,23 +440,22 @@ impl Harness {
     pub async fn finish_among(mut self, filter: impl Fn(&PodVersion) -> bool) {
         self.recorder.assert_never_two_among(ROLE, "leader", filter);
         if let Some(op) = self.operator.take() {
-            let _ = op.stop.send(true);
-            let _ = tokio::time::timeout(SOON, op.task).await;
+            op.stop(SOON).await;
         }
         self.sim.stop().await;
         self.recorder.stop().await;
     }
 }
 
-/// A client for ServiceAccount `consul-elector` bound to a ClusterRole with exactly the
-/// chart's rules (plus the optional Secret rule when `secret_access`).
-async fn operator_client(
+/// The client configuration of ServiceAccount `consul-elector` bound to a ClusterRole with
+/// exactly the chart's rules (plus the optional Secret rule when `secret_access`), and to a
+/// Role in `ns` with the chart's Lease rule.
+async fn operator_config(
     cluster: &TestCluster,
     admin: &Client,
     ns: &str,
     secret_access: bool,
-    faults: &KubeFaults,
-) -> Client {
+) -> kube::Config {
     let mut rules: Vec<PolicyRule> = serde_saphyr::from_str(RBAC_RULES).expect("RBAC rules parse");
     if secret_access {
         let extra: Vec<PolicyRule> =
@@ -399,6 +500,7 @@ async fn operator_client(
         .create(&PostParams::default(), &binding)
         .await
         .expect("cluster role binding");
+    grant_lease_role(admin, ns).await;
     // Makes sure the ServiceAccount and its token exist; the operator's own client is built
     // from the token with the fault layer below.
     drop(cluster.service_account_client(ns, "consul-elector").await);
@@ -423,7 +525,52 @@ async fn operator_client(
     let mut config = cluster.kube_config();
     config.auth_info =
         serde_json::from_value(serde_json::json!({ "token": token })).expect("auth info");
-    faults.client(config).await
+    config
+}
+
+/// The chart's Lease rule as a Role (and RoleBinding) in `ns`, where the Lease lives.
+async fn grant_lease_role(admin: &Client, ns: &str) {
+    let rules: Vec<PolicyRule> =
+        serde_saphyr::from_str(RBAC_LEASE_RULES).expect("Lease RBAC rules parse");
+    let name = "consul-elector-lease".to_owned();
+    let role = Role {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(rules),
+    };
+    let roles: Api<Role> = Api::namespaced(admin.clone(), ns);
+    let _ = roles.delete(&name, &DeleteParams::default()).await;
+    roles
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("lease role");
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name,
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "consul-elector".into(),
+            namespace: Some(ns.to_owned()),
+            ..Subject::default()
+        }]),
+    };
+    let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), ns);
+    let _ = bindings
+        .delete("consul-elector-lease", &DeleteParams::default())
+        .await;
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("lease role binding");
 }
 
 /// Names of the pods carrying `role=value` right now.

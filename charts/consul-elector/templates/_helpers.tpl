@@ -103,6 +103,14 @@ they can follow `rules:` as they are, comments included.
 {{- end }}
 
 {{/*
+The rule on the operator's own Lease (which replica writes), from files/ like the operator's
+other rules; granted by a Role in the release namespace only.
+*/}}
+{{- define "consul-elector.leaseRules" -}}
+{{ .Files.Get "files/rbac-lease-rules.yaml" | required "files/rbac-lease-rules.yaml is missing from the chart" }}
+{{- end }}
+
+{{/*
 The rule that lets the operator read its default cluster name (the kube-system namespace's
 UID), from files/ like the operator's other rules.
 */}}

@@ -154,3 +154,56 @@ fn a_labelled_holder_is_demoted_before_its_key_is_bumped() {
     assert_eq!(world.leaders(), vec!["a".to_owned()]);
     assert_eq!(world.scene.recorded.fencing_token, Some(6));
 }
+
+#[test]
+fn an_acquisition_whose_final_status_write_was_lost_is_not_bumped() {
+    // The token was recorded and `a` labelled with it, then the status write naming the
+    // leader was lost (the operator crashed, or the write failed): the status names nobody.
+    let mut scene = Scene::elected("a", &["b"], 5);
+    scene.recorded.leader = None;
+    let plan = scene.plan();
+    assert!(
+        !plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Release { .. } | Action::Acquire { .. })),
+        "no re-acquisition: {:?}",
+        plan.actions
+    );
+    assert_eq!(
+        labels(std::slice::from_ref(&plan)),
+        Vec::<(String, u64)>::new(),
+        "no relabel"
+    );
+    assert_eq!(plan.status.fencing_token, Some(5));
+    assert_eq!(
+        plan.status.leader.as_ref().map(|l| l.pod.as_str()),
+        Some("a")
+    );
+}
+
+#[test]
+fn a_move_whose_final_status_write_was_lost_is_not_bumped() {
+    // `b` led with session s0 and token 4; the move to `a` recorded token 5 and labelled `a`,
+    // then the status write naming `a` was lost: the status still names `b` and s0.
+    let mut scene = Scene::elected("a", &["b"], 5);
+    if let Some(leader) = scene.recorded.leader.as_mut() {
+        leader.pod = "b".into();
+        leader.uid = uid("b");
+        leader.session_id = Some("s0".into());
+    }
+    let plan = scene.plan();
+    assert!(
+        !plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Release { .. } | Action::Acquire { .. })),
+        "no re-acquisition: {:?}",
+        plan.actions
+    );
+    assert_eq!(plan.status.fencing_token, Some(5));
+    assert_eq!(
+        plan.status.leader.as_ref().map(|l| l.pod.as_str()),
+        Some("a")
+    );
+}

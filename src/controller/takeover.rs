@@ -1,0 +1,202 @@
+//! Eager adoption: when this replica becomes the active one (at start, or a standby taking
+//! over), it takes over every session of this cluster at once, before the first reconcile.
+//!
+//! Without it, sessions are adopted one reconcile at a time; with many elections the last
+//! ones are reached after their sessions expired (2×TTL after the previous process' last
+//! renewal), and their leaders are demoted and re-elected although nothing failed.
+//!
+//! One `GET /v1/session/list` on the operator's own Consul returns every session; those named
+//! `consul-elector/<this cluster>/<namespace>/<election>/<pod>` ([`session_name`]) are
+//! candidates. An election with exactly one candidate gets it adopted (renewed at once, then
+//! every TTL/2) for its pod, whose UID comes from the status when it names that pod, else
+//! from the pod cache. An election with several candidates (a move was interrupted), or whose
+//! pod is unknown, is left to the reconcile's own adoption, which reads the key to see which
+//! session holds it.
+//!
+//! [`session_name`]: crate::sessions::session_name
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use futures::StreamExt;
+use kube::runtime::reflector::ObjectRef;
+
+use super::{Context, consul_access};
+use crate::consul::{QueryOptions, SessionEntry};
+use crate::crd::LeaderElection;
+use crate::election::config::{ElectionKey, Mode};
+use crate::sessions::{Found, SESSION_NAME_PREFIX, adoptable_pod};
+
+/// Adoptions (each one renewal, plus a Secret read for elections with their own token) in
+/// flight at once.
+const CONCURRENCY: usize = 32;
+
+/// One session to adopt.
+struct Candidate {
+    key: ElectionKey,
+    session: String,
+    pod: String,
+}
+
+/// Logs a warning for every managed election whose session TTL is too short to outlive a
+/// failover of the operator's replicas (its status carries the same as the
+/// `LeaseTimingSafe` condition).
+pub fn warn_short_ttls(ctx: &Context) {
+    for le in ctx.elections.state() {
+        let Ok(config) = crate::crd::validate(&le) else {
+            continue;
+        };
+        if config.mode != Mode::Managed {
+            continue;
+        }
+        let timing = super::status::lease_timing(&ctx.settings.lease, &config);
+        if !timing.status {
+            tracing::warn!(
+                election = %format!("{}/{}", le.metadata.namespace.as_deref().unwrap_or_default(), le.metadata.name.as_deref().unwrap_or_default()),
+                reason = timing.reason,
+                "{}",
+                timing.message
+            );
+        }
+    }
+}
+
+/// Adopts this cluster's sessions ([module docs](self)); returns how many were adopted.
+/// Failures are logged: the reconciles adopt what is left.
+pub async fn adopt_all(ctx: &Context) -> usize {
+    let started = Instant::now();
+    let sessions = match ctx.consul.list_sessions(QueryOptions::default()).await {
+        Ok(reply) => reply.value,
+        Err(error) => {
+            tracing::warn!(%error, "listing Consul sessions to adopt failed; adopting them one reconcile at a time");
+            return 0;
+        }
+    };
+    let candidates = candidates(&ctx.settings.cluster_name, &sessions);
+    let found = candidates.len();
+    let adopted = futures::stream::iter(candidates)
+        .map(|candidate| adopt_one(ctx, candidate))
+        .buffer_unordered(CONCURRENCY)
+        .filter(|adopted| futures::future::ready(*adopted))
+        .count()
+        .await;
+    tracing::info!(
+        found,
+        adopted,
+        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "adopted this cluster's Consul sessions"
+    );
+    adopted
+}
+
+/// The sessions named for this cluster, one per election that has exactly one.
+fn candidates(cluster: &str, sessions: &[SessionEntry]) -> Vec<Candidate> {
+    let prefix = format!("{SESSION_NAME_PREFIX}/{cluster}/");
+    let mut by_election: HashMap<ElectionKey, Vec<&SessionEntry>> = HashMap::new();
+    for session in sessions {
+        let Some(rest) = session.name.strip_prefix(&prefix) else {
+            continue;
+        };
+        let mut parts = rest.splitn(3, '/');
+        let (Some(namespace), Some(name)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let key = ElectionKey {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        by_election.entry(key).or_default().push(session);
+    }
+    by_election
+        .into_iter()
+        .filter_map(|(key, found)| {
+            let [session] = found.as_slice() else {
+                return None;
+            };
+            let pod = adoptable_pod(&session.name, cluster, &key, Found::HoldingKey)?.to_owned();
+            Some(Candidate {
+                session: session.id.clone(),
+                key,
+                pod,
+            })
+        })
+        .collect()
+}
+
+/// Adopts one candidate if its election is managed, valid and still knows the pod.
+async fn adopt_one(ctx: &Context, candidate: Candidate) -> bool {
+    let Candidate { key, session, pod } = candidate;
+    let reference = ObjectRef::<LeaderElection>::new(&key.name).within(&key.namespace);
+    let Some(le) = ctx.elections.get(&reference) else {
+        return false;
+    };
+    let Ok(config) = crate::crd::validate(&le) else {
+        return false;
+    };
+    if config.mode != Mode::Managed || ctx.sessions.view(&key).is_some() {
+        return false;
+    }
+    let status = ctx.current_status(&le);
+    let uid = status
+        .leader
+        .as_ref()
+        .filter(|leader| leader.pod == pod)
+        .map(|leader| leader.uid.clone())
+        .or_else(|| {
+            let pod_ref = ObjectRef::new(&pod).within(&key.namespace);
+            ctx.pods.get(&pod_ref)?.metadata.uid.clone()
+        });
+    let Some(uid) = uid else {
+        return false;
+    };
+    let Ok(consul) = consul_access::client_for(&le, &config.key, ctx).await else {
+        return false;
+    };
+    match ctx
+        .sessions
+        .adopt(&key, &consul, &session, &pod, &uid)
+        .await
+    {
+        Ok(adopted) => {
+            if adopted {
+                tracing::info!(election = %key, session, pod, "adopted session");
+            }
+            adopted
+        }
+        Err(error) => {
+            tracing::warn!(election = %key, session, %error, "adopting a session failed");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, name: &str) -> SessionEntry {
+        serde_json::from_value(serde_json::json!({"ID": id, "Name": name})).unwrap()
+    }
+
+    #[test]
+    fn only_this_clusters_unambiguous_sessions_are_candidates() {
+        let sessions = [
+            entry("1", "consul-elector/blue/shop/web/web-0"),
+            entry("2", "consul-elector/green/shop/web/web-1"),
+            entry("3", "consul-elector/blue/shop/api/api-0"),
+            entry("4", "consul-elector/blue/shop/api/api-1"),
+            entry("5", "consul-elector/shop/web/web-2"),
+            entry("6", "consul-elector/blue/shop/db/a/b"),
+            entry("7", "someone-else"),
+        ];
+        let found = candidates("blue", &sessions);
+        assert_eq!(
+            found.len(),
+            1,
+            "only shop/web has exactly one valid session"
+        );
+        let only = &found[0];
+        assert_eq!((only.session.as_str(), only.pod.as_str()), ("1", "web-0"));
+        assert_eq!(only.key.to_string(), "shop/web");
+    }
+}

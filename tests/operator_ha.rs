@@ -1,0 +1,370 @@
+//! The operator's own high availability: several replicas, one Lease, one writer. Only the
+//! Lease holder writes; a crash of the active replica or its graceful stop (SIGTERM) hands
+//! over to the standby without changing any leader; a restart adopts every session before
+//! reconciling.
+
+mod harness;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use consul_elector::leadership::LeadershipError;
+use harness::{Elected, Harness, HarnessOptions, LEASE_DURATION, Operator, OperatorConsul, SOON};
+use serde_json::json;
+use testkit::cluster::with_namespace;
+use testkit::consul::{Endpoint, Fault, FaultAction};
+use testkit::kube_faults::{FaultAction as KubeFaultAction, KubeFault, KubeFaults, Verb};
+
+/// The Consul tokens of the two replicas (the emulator counts requests per token).
+const TOKEN_A: &str = "token-replica-a";
+const TOKEN_B: &str = "token-replica-b";
+
+/// A harness whose own operator (replica "test") presents [`TOKEN_A`] to Consul.
+async fn harness(admin: kube::Client, ns: String) -> Harness {
+    let options = HarnessOptions {
+        operator_consul: OperatorConsul {
+            token: Some(TOKEN_A.into()),
+            ..OperatorConsul::default()
+        },
+        ..HarnessOptions::default()
+    };
+    Harness::with_options(admin, ns, options).await
+}
+
+/// Waits until `op` holds the Lease and writes; how long that took.
+async fn wait_active(h: &Harness, op: &Operator, timeout: Duration) -> Duration {
+    let started = Instant::now();
+    assert!(
+        h.poll_until(timeout, || op.is_active()).await,
+        "replica {} did not become active within {timeout:?}",
+        op.instance
+    );
+    started.elapsed()
+}
+
+/// The writes (anything but get, list and watch) a replica sent to the API server, other than
+/// to the Lease.
+fn writes(faults: &KubeFaults) -> Vec<String> {
+    faults
+        .seen()
+        .into_iter()
+        .filter(|r| !matches!(r.verb, Some(Verb::Get | Verb::List | Verb::Watch)))
+        .filter(|r| r.resource.as_deref() != Some("leases"))
+        .map(|r| format!("{:?} {:?} {:?}", r.verb, r.resource, r.name))
+        .collect()
+}
+
+/// The standard start: a Deployment `web` of 3 pods, the harness' operator active, a standby
+/// replica "standby" (with its own fault layer and [`TOKEN_B`]), and election `web` elected.
+async fn active_and_standby(h: &mut Harness) -> (Operator, KubeFaults, Elected) {
+    h.deployment("web", 3).await;
+    h.start_operator().await;
+    wait_active(h, h.operator(), SOON).await;
+    let faults = KubeFaults::new(11);
+    let standby = h
+        .spawn_replica("standby", &faults, Some(TOKEN_B.into()))
+        .await;
+    h.election("web", json!({"selector": {"matchLabels": {"app": "web"}}}))
+        .await;
+    let elected = h.wait_elected("web", None).await;
+    (standby, faults, elected)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holder_writes() {
+    with_namespace("ha-writer", |admin, ns| async move {
+        let mut h = harness(admin, ns).await;
+        let (standby, faults, first) = active_and_standby(&mut h).await;
+        // A move: the active replica writes pods, status, Consul; the standby sees it all.
+        h.pods()
+            .delete(&first.pod, &Default::default())
+            .await
+            .expect("delete the leader");
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        assert_eq!(second.transitions, first.transitions + 1);
+        // The standby's caches followed (it watched), and it wrote nothing anywhere.
+        assert!(
+            faults
+                .seen()
+                .iter()
+                .any(|r| r.verb == Some(Verb::Watch) && r.resource.as_deref() == Some("pods")),
+            "the standby keeps its pod cache warm"
+        );
+        assert_eq!(writes(&faults), Vec::<String>::new(), "standby writes");
+        let stats = h.emu.stats();
+        assert_eq!(
+            stats.requests_with_token(TOKEN_B),
+            0,
+            "standby's Consul requests"
+        );
+        assert!(stats.requests_with_token(TOKEN_A) > 0);
+        assert!(!standby.is_active());
+        standby.stop(SOON).await;
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_the_active_mid_move_fails_over_within_the_lease_duration() {
+    with_namespace("ha-crash", |admin, ns| async move {
+        let mut h = harness(admin, ns).await;
+        let (standby, _faults, first) = active_and_standby(&mut h).await;
+        // Start a move and crash the active replica in the middle of it.
+        h.pods()
+            .delete(&first.pod, &Default::default())
+            .await
+            .expect("delete the leader");
+        let gone = h
+            .pods_become(SOON, |pods| {
+                harness::role_in(pods, &first.pod) != Some("leader")
+                    || !pods.contains_key(&first.pod)
+            })
+            .await;
+        assert!(gone, "the move started");
+        let killed = Instant::now();
+        h.kill_operator().await;
+        wait_active(&h, &standby, LEASE_DURATION + Duration::from_secs(1)).await;
+        eprintln!(
+            "failover after a crash of the active replica: {:?} (lease duration {LEASE_DURATION:?})",
+            killed.elapsed()
+        );
+        h.set_operator(standby);
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        // The move itself is the one transition; the failover added none.
+        assert_eq!(second.transitions, first.transitions + 1);
+        assert!(second.token > first.token);
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_active_replica_that_cannot_renew_stops_before_the_standby_takes_over() {
+    with_namespace("ha-deadline", |admin, ns| async move {
+        let mut h = harness(admin, ns).await;
+        let (standby, _faults, first) = active_and_standby(&mut h).await;
+        let histories = h.histories();
+        // The active replica can no longer reach its Lease (renew or read it).
+        h.kube_faults.add(
+            KubeFault::new(KubeFaultAction::status(
+                503,
+                "ServiceUnavailable",
+                "injected: the Lease cannot be renewed",
+            ))
+            .resource("leases"),
+        );
+        let cut = Instant::now();
+        let active = h.take_operator();
+        let exit = active.wait_exit(LEASE_DURATION + SOON).await;
+        let stopped = cut.elapsed();
+        assert!(
+            matches!(exit, Err(LeadershipError::Lost { .. })),
+            "the active replica gave up its Lease: {exit:?}"
+        );
+        assert!(
+            !standby.is_active(),
+            "the standby was not active yet when the old active replica stopped writing"
+        );
+        assert!(
+            stopped < LEASE_DURATION,
+            "stopped {stopped:?} after the cut, before the Lease could expire"
+        );
+        wait_active(&h, &standby, LEASE_DURATION + Duration::from_secs(1)).await;
+        eprintln!(
+            "renew deadline: the active replica stopped {stopped:?} after its Lease became \
+             unreachable, the standby was active {:?} after it",
+            cut.elapsed()
+        );
+        h.set_operator(standby);
+        h.touch_and_wait_reconcile("web").await;
+        assert_eq!(h.wait_elected("web", None).await, first, "no leader change");
+        assert_eq!(h.histories(), histories, "no label or annotation changed");
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_over_at_once_and_the_standby_adopts_the_sessions() {
+    with_namespace("ha-sigterm", |admin, ns| async move {
+        let mut h = harness(admin, ns).await;
+        let (standby, _faults, first) = active_and_standby(&mut h).await;
+        let histories = h.histories();
+        let stopped = Instant::now();
+        h.stop_operator().await;
+        let graceful = stopped.elapsed();
+        let handover = wait_active(&h, &standby, LEASE_DURATION).await;
+        eprintln!(
+            "SIGTERM handover: graceful stop {graceful:?}, standby active {:?} after the stop",
+            handover
+        );
+        assert!(
+            handover < LEASE_DURATION / 2,
+            "the released Lease is taken at once, not after it expired: {handover:?}"
+        );
+        h.set_operator(standby);
+        h.touch_and_wait_reconcile("web").await;
+        let after = h.wait_elected("web", None).await;
+        assert_eq!(after, first, "same pod, session, token and transitions");
+        let le = h.elections().get("web").await.expect("election");
+        assert!(
+            harness::has_condition(&le, "LeaseTimingSafe", "True"),
+            "the default TTL outlives a failover of the test Lease: {:?}",
+            harness::condition(&le, "LeaseTimingSafe")
+        );
+        assert_eq!(h.histories(), histories, "no label or annotation changed");
+        // The new active replica renews the session it adopted.
+        let renewed = h
+            .poll_until(SOON, || h.emu.stats().requests_with_token(TOKEN_B) > 0)
+            .await;
+        assert!(renewed, "the standby took over the session");
+        assert!(h.emu.session(&first.session).is_some());
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_adopts_every_session_before_the_first_reconcile() {
+    const ELECTIONS: usize = 30;
+    with_namespace("ha-restart", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        let names: Vec<String> = (0..ELECTIONS).map(|i| format!("web-{i}")).collect();
+        for name in &names {
+            // Each election its own label key, so that they share the pods without conflict.
+            h.election(
+                name,
+                json!({
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "labels": {"key": format!("elector.dev/{name}")},
+                }),
+            )
+            .await;
+        }
+        let mut before = BTreeMap::new();
+        for name in &names {
+            let le = h
+                .wait_status(name, |le| harness::phase(le).as_deref() == Some("Elected"))
+                .await;
+            before.insert(name.clone(), le.status.expect("status"));
+        }
+        let deadlines: BTreeMap<String, Duration> = before
+            .values()
+            .filter_map(|s| s.leader.as_ref()?.session_id.clone())
+            .map(|id| {
+                let deadline = h.emu.session(&id).and_then(|s| s.deadline);
+                (id, deadline.expect("a session with a TTL"))
+            })
+            .collect();
+        assert_eq!(deadlines.len(), ELECTIONS);
+
+        // Slow key reads: every reconcile reads its key, so without eager adoption the first
+        // reconcile finishes long after the restart while only a few sessions were adopted.
+        let slow_keys = h.emu.add_fault(Fault::always(
+            Endpoint::Kv,
+            FaultAction::Latency(Duration::from_millis(500)),
+        ));
+        h.kill_operator().await;
+        h.start_operator().await;
+        let renewed = |id: &String, old: &Duration| {
+            h.emu
+                .session(id)
+                .and_then(|s| s.deadline)
+                .is_some_and(|d| d > *old)
+        };
+        let not_renewed_at_first_reconcile = std::cell::Cell::new(None);
+        let reconciled = h
+            .poll_until(SOON, || {
+                if h.reconciles() == 0 {
+                    return false;
+                }
+                let missing = deadlines
+                    .iter()
+                    .filter(|(id, old)| !renewed(id, old))
+                    .count();
+                not_renewed_at_first_reconcile.set(Some(missing));
+                true
+            })
+            .await;
+        assert!(reconciled, "the restarted operator reconciled");
+        assert_eq!(
+            not_renewed_at_first_reconcile.get(),
+            Some(0),
+            "sessions not yet renewed when the first reconcile finished"
+        );
+        h.emu.remove_fault(slow_keys);
+        for name in &names {
+            h.touch_and_wait_reconcile(name).await;
+            let status = h.status(name).await;
+            let old = &before[name];
+            assert_eq!(status.fencing_token, old.fencing_token, "{name}: token");
+            assert_eq!(status.transitions, old.transitions, "{name}: transitions");
+            assert_eq!(status.leader, old.leader, "{name}: leader");
+        }
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_token_was_recorded_keeps_the_leader_on_restart() {
+    with_namespace("ha-token", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        // The first status patch (the fencing token, recorded before the leader is labelled)
+        // goes through; every later one (the final status write) fails.
+        let status_patch = |action| {
+            KubeFault::new(action)
+                .verb(Verb::Patch)
+                .resource("leaderelections/status")
+        };
+        h.kube_faults
+            .add(status_patch(KubeFaultAction::Latency(Duration::ZERO)).times(1));
+        let final_write = h.kube_faults.add(status_patch(KubeFaultAction::status(
+            500,
+            "InternalError",
+            "injected: the final status write fails",
+        )));
+        h.start_operator().await;
+        h.election("web", json!({"selector": {"matchLabels": {"app": "web"}}}))
+            .await;
+        let failed = h
+            .poll_until(SOON, || {
+                h.kube_faults
+                    .injected()
+                    .iter()
+                    .any(|i| i.rule == final_write)
+            })
+            .await;
+        assert!(failed, "the final status write was attempted");
+        h.kill_operator().await;
+        let recorded = h.status("web").await;
+        let token = recorded.fencing_token.expect("the token was recorded");
+        assert_eq!(
+            recorded.leader, None,
+            "the crash left the status without a leader"
+        );
+        h.kube_faults.clear();
+
+        h.start_operator().await;
+        let elected = h.wait_elected("web", None).await;
+        assert_eq!(elected.token, token, "the recorded token stays");
+        let history = h.recorder.label_history(&elected.pod, harness::ROLE);
+        let leader = Some("leader".to_owned());
+        assert_eq!(
+            history.iter().filter(|v| **v == leader).count(),
+            1,
+            "{} was labelled leader once, never demoted and re-elected: {history:?}",
+            elected.pod
+        );
+        for pod in h.current().keys().filter(|p| **p != elected.pod) {
+            let other = h.recorder.label_history(pod, harness::ROLE);
+            assert!(!other.contains(&leader), "{pod} never led: {other:?}");
+        }
+        h.finish().await;
+    })
+    .await;
+}
