@@ -119,6 +119,7 @@ async fn run(args: RunArgs) -> ExitCode {
         lock_watch_wait: args.lock_watch_wait,
         concurrency: 16,
         cluster_name,
+        consul_cleanup_bound: controller::CONSUL_CLEANUP_BOUND,
     };
     controller::run(client, consul, settings, metrics, health, stopped()).await;
     let _ = server.await;

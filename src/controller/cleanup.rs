@@ -1,19 +1,36 @@
-//! Rule 7: deleting a LeaderElection releases the key, destroys the session and removes the
-//! operator's labels and annotations from every pod it labelled. In Observe mode nothing is
-//! written to Consul.
+//! Rule 7: deleting a LeaderElection takes the leader label off first, then releases the key
+//! and destroys the session, then removes the operator's remaining labels and annotations
+//! from every pod it labelled. In Observe mode nothing is written to Consul.
+//!
+//! A pod patch that fails stops the cleanup before Consul is touched (retried), so a pod
+//! never carries the leader label without the lock. Consul that cannot be reached does not
+//! hold the deletion up for ever: the labels come off at once, the release and destroy are
+//! retried with a growing delay, and [`Settings::consul_cleanup_bound`] after the deletion
+//! (or at once when the election carries [`SKIP_CONSUL_CLEANUP_ANNOTATION`] = `"true"`) the
+//! operator gives up on Consul, says in a Warning event what it left there, and lets the
+//! object go.
+//!
+//! [`Settings::consul_cleanup_bound`]: super::Settings::consul_cleanup_bound
 
-use kube::ResourceExt;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
 use kube::api::Api;
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
 
 use super::act::LOCK_FLAGS;
 use super::{Context, consul_access, election_key, observe, sharing};
 use crate::Error;
 use crate::consul::ConsulClient;
-use crate::crd::{LeaderElection, default_key};
+use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
 use crate::election::config::{ElectionKey, LabelConfig, Mode};
-use crate::k8s::PodRole;
+use crate::k8s::{self, PodRole};
 use crate::sessions::{Found, adoptable_session};
+
+/// Shortest and longest wait between two attempts to clean up in Consul.
+const RETRY_BOUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
 
 /// `id`, a session the status names but this process has not adopted, when Consul still has
 /// it and its name says this cluster's operator created it for this election: only such a
@@ -29,90 +46,272 @@ async fn recorded_session_if_ours(
     Ok(ours.map(|_| id))
 }
 
+/// What the operator wrote on the election's pods, as far as it can still tell.
+struct Labelled {
+    /// The label key.
+    key: String,
+    /// The leader value; `None` when the spec cannot be read (then every labelled pod is
+    /// treated as a possible leader).
+    leader: Option<String>,
+}
+
 /// Cleans up after `le`; idempotent (a failure is retried by the finalizer helper).
 pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let key = election_key(le)?;
     ctx.locks.unwatch(&key);
     let config = crate::crd::validate(le).ok();
+    let labelled = Labelled {
+        key: config.as_ref().map_or_else(
+            || crate::crd::DEFAULT_ROLE_LABEL.to_owned(),
+            |c| c.labels.key.clone(),
+        ),
+        leader: config.as_ref().map(|c| c.labels.leader.clone()),
+    };
+    // 1. No pod may carry the leader label once the lock may be gone (rules 1 and 2).
+    unlabel(le, ctx, &labelled, true).await?;
+    // 2. Consul: release the key, destroy the session.
     let managed = config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
     let consul_key = config
         .as_ref()
         .map_or_else(|| default_key(&key.namespace, &key.name), |c| c.key.clone());
-    let consul = if managed {
-        match consul_access::client_for(le, &consul_key, ctx).await {
-            Ok(consul) => Some(consul),
-            // Never fall back to the operator's own client: that would send its token (or
-            // release keys) where this election was never allowed to reach. The session, if
-            // any, is no longer renewed and expires in Consul.
-            Err(consul_access::AccessProblem::Invalid(problem)) => {
-                tracing::warn!(
-                    election = %key,
-                    %problem,
-                    "cleanup without Consul: the election has no usable Consul access"
-                );
-                ctx.sessions.forget(&key);
-                None
-            }
-            Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
-        }
+    let in_consul = if managed {
+        release_and_destroy(le, &key, &consul_key, ctx).await
     } else {
-        None
+        Ok(())
     };
-    if let Some(consul) = consul {
-        let known = ctx.sessions.view(&key).map(|s| s.id);
-        let session = match known.clone() {
-            Some(id) => Some(id),
-            None => match ctx.current_status(le).leader.and_then(|l| l.session_id) {
-                Some(id) => recorded_session_if_ours(&consul, id, &key, ctx).await?,
-                None => None,
-            },
-        };
-        if let Some(session) = session {
-            consul
-                .kv_release(&consul_key, &session, &[], LOCK_FLAGS)
-                .await?;
-            if known.is_some() {
-                ctx.sessions.destroy(&key, &consul).await?;
-            } else {
-                // Named only by the status (not adopted by this process).
-                consul.destroy_session(&session).await?;
+    // 3. The rest of the labels and annotations: at once even when Consul failed, since no
+    // other pod than the leader needs to wait for it.
+    unlabel(le, ctx, &labelled, false).await?;
+    if let Err(error) = in_consul {
+        match consul_deadline(le, ctx) {
+            Deadline::RetryIn(delay) => {
+                return Err(Error::CleanupPending {
+                    retry_after: delay,
+                    source: Box::new(error),
+                });
             }
+            Deadline::GiveUp(why) => give_up(le, &key, &consul_key, ctx, why, &error).await,
         }
     }
-    let label_key = config.as_ref().map_or_else(
-        || crate::crd::DEFAULT_ROLE_LABEL.to_owned(),
-        |c| c.labels.key.clone(),
-    );
+    ctx.remember_status(le, None);
+    Ok(Action::await_change())
+}
+
+/// Gives every pod `le` labelled no role; with `only_leaders`, only the pods carrying the
+/// leader value (every labelled pod when that value is unknown).
+async fn unlabel(
+    le: &LeaderElection,
+    ctx: &Context,
+    labelled: &Labelled,
+    only_leaders: bool,
+) -> Result<(), Error> {
+    let name = le.name_any();
     let labels = LabelConfig {
-        key: label_key,
+        key: labelled.key.clone(),
         leader: String::new(),
         follower: String::new(),
     };
-    let pods_api = Api::namespaced(ctx.client.clone(), &key.namespace);
+    let pods_api = Api::namespaced(ctx.client.clone(), &le.namespace().unwrap_or_default());
     for (pod, _) in observe::pods_of(ctx, le).values() {
         if !sharing::labelled_by(ctx, le, pod) {
+            continue;
+        }
+        let value = k8s::labels_of(pod).get(&labelled.key);
+        let leads = labelled
+            .leader
+            .as_ref()
+            .is_none_or(|leader| value == Some(leader));
+        if only_leaders && !leads {
             continue;
         }
         let Some(uid) = pod.metadata.uid.as_deref() else {
             continue;
         };
-        let annotations = sharing::annotations_for(ctx, &key.name, pod, PodRole::None);
+        let annotations = sharing::annotations_for(ctx, &name, pod, PodRole::None);
         match sharing::set_role(
             &pods_api,
             &pod.name_any(),
             uid,
             &labels,
-            &key.name,
+            &name,
             PodRole::None,
             annotations,
         )
         .await
         {
-            Ok(_) => {}
+            Ok(patched) => {
+                let mut patched = patched;
+                k8s::strip_for_cache(&mut patched);
+                ctx.remember_pod(&std::sync::Arc::new(patched));
+            }
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
             Err(error) => return Err(Error::kube("patch pod")(error)),
         }
     }
-    ctx.remember_status(le, None);
-    Ok(Action::await_change())
+    Ok(())
+}
+
+/// Releases the election's key and destroys its session, through the election's own Consul
+/// access only.
+async fn release_and_destroy(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    consul_key: &str,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let consul = match consul_access::client_for(le, consul_key, ctx).await {
+        Ok(consul) => consul,
+        // Never fall back to the operator's own client: that would send its token (or
+        // release keys) where this election was never allowed to reach. The session, if
+        // any, is no longer renewed and expires in Consul.
+        Err(consul_access::AccessProblem::Invalid(problem)) => {
+            tracing::warn!(
+                election = %key,
+                %problem,
+                "cleanup without Consul: the election has no usable Consul access"
+            );
+            ctx.sessions.forget(key);
+            return Ok(());
+        }
+        Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
+    };
+    let known = ctx.sessions.view(key).map(|s| s.id);
+    let session = match known.clone() {
+        Some(id) => Some(id),
+        None => match ctx.current_status(le).leader.and_then(|l| l.session_id) {
+            Some(id) => recorded_session_if_ours(&consul, id, key, ctx).await?,
+            None => None,
+        },
+    };
+    if let Some(session) = session {
+        consul
+            .kv_release(consul_key, &session, &[], LOCK_FLAGS)
+            .await?;
+        if known.is_some() {
+            ctx.sessions.destroy(key, &consul).await?;
+        } else {
+            // Named only by the status (not adopted by this process).
+            consul.destroy_session(&session).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a deletion still waits for Consul.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Deadline {
+    /// Try again after this delay.
+    RetryIn(Duration),
+    /// Stop waiting, for this reason.
+    GiveUp(String),
+}
+
+/// When to try Consul again, or why not any more: the annotation says skip, or the bound has
+/// passed since `metadata.deletionTimestamp`.
+fn consul_deadline(le: &LeaderElection, ctx: &Context) -> Deadline {
+    let skip = le
+        .annotations()
+        .get(SKIP_CONSUL_CLEANUP_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    let deleted_at = le.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+    deadline(
+        skip,
+        deleted_at,
+        Timestamp::now(),
+        ctx.settings.consul_cleanup_bound,
+    )
+}
+
+/// [`consul_deadline`] without the clock: the retry delay grows with the time since the
+/// deletion (a quarter of it, within [`RETRY_BOUNDS`]) and never passes the bound.
+fn deadline(
+    skip: bool,
+    deleted_at: Option<Timestamp>,
+    now: Timestamp,
+    bound: Duration,
+) -> Deadline {
+    if skip {
+        return Deadline::GiveUp(format!(
+            "the annotation {SKIP_CONSUL_CLEANUP_ANNOTATION} says so"
+        ));
+    }
+    let elapsed = deleted_at
+        .and_then(|at| Duration::try_from(now.duration_since(at)).ok())
+        .unwrap_or_default();
+    let Some(left) = bound.checked_sub(elapsed).filter(|l| !l.is_zero()) else {
+        return Deadline::GiveUp(format!(
+            "Consul could not be reached for {}s after the deletion",
+            SignedDuration::try_from(elapsed)
+                .unwrap_or_default()
+                .as_secs()
+        ));
+    };
+    let (min, max) = RETRY_BOUNDS;
+    Deadline::RetryIn((elapsed / 4).clamp(min, max).min(left))
+}
+
+/// Stops waiting for Consul: the session is no longer renewed (it expires after its TTL
+/// unless the key was released), and a Warning event names what was left there.
+async fn give_up(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    consul_key: &str,
+    ctx: &Context,
+    why: String,
+    error: &Error,
+) {
+    let session = ctx
+        .sessions
+        .view(key)
+        .map(|s| s.id)
+        .or_else(|| ctx.current_status(le).leader.and_then(|l| l.session_id));
+    ctx.sessions.forget(key);
+    let left = match &session {
+        Some(session) => format!(
+            "the key {consul_key} may still be held by session {session}, which is no longer renewed and expires after its TTL"
+        ),
+        None => format!("the key {consul_key} may still exist"),
+    };
+    let note = format!("gave up cleaning up in Consul ({why}; last error: {error}): {left}");
+    tracing::warn!(election = %key, "{note}");
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "ConsulCleanupSkipped".to_owned(),
+        note: Some(note),
+        action: "Cleanup".to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &le.object_ref(&())).await {
+        tracing::warn!(election = %key, %error, "publishing an event failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOUND: Duration = Duration::from_secs(300);
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    #[test]
+    fn the_retry_delay_grows_and_never_passes_the_bound() {
+        let retry = |elapsed: i64| deadline(false, Some(at(1_000)), at(1_000 + elapsed), BOUND);
+        assert_eq!(retry(0), Deadline::RetryIn(Duration::from_secs(1)));
+        assert_eq!(retry(20), Deadline::RetryIn(Duration::from_secs(5)));
+        assert_eq!(retry(200), Deadline::RetryIn(Duration::from_secs(30)));
+        assert_eq!(retry(290), Deadline::RetryIn(Duration::from_secs(10)));
+        assert!(matches!(retry(300), Deadline::GiveUp(_)));
+        assert!(matches!(retry(10_000), Deadline::GiveUp(_)));
+    }
+
+    #[test]
+    fn the_annotation_gives_up_at_once() {
+        assert!(matches!(
+            deadline(true, Some(at(1_000)), at(1_000), BOUND),
+            Deadline::GiveUp(why) if why.contains(SKIP_CONSUL_CLEANUP_ANNOTATION)
+        ));
+    }
 }

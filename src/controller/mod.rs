@@ -55,6 +55,11 @@ const INVALID_REQUEUE: Duration = Duration::from_secs(300);
 const SECRET_REQUEUE: Duration = Duration::from_secs(30);
 /// Periodic re-check of a healthy election (Consul and pod changes trigger it anyway).
 const RESYNC: Duration = Duration::from_secs(600);
+/// How long after a LeaderElection's deletion (its `metadata.deletionTimestamp`) the operator
+/// keeps retrying to release its key and destroy its session in Consul before it gives up,
+/// removes the finalizer anyway and says in a Warning event what was left behind: a
+/// namespace must never stay Terminating because Consul is unreachable.
+pub const CONSUL_CLEANUP_BOUND: Duration = Duration::from_secs(300);
 
 /// Operator-wide settings of the controller.
 #[derive(Debug, Clone)]
@@ -72,6 +77,8 @@ pub struct Settings {
     /// This cluster's identity (see [`crate::cluster_identity`]), carried in session names
     /// and key values so that clusters sharing one Consul never take each other's locks.
     pub cluster_name: String,
+    /// How long a deletion retries Consul before giving up (see [`CONSUL_CLEANUP_BOUND`]).
+    pub consul_cleanup_bound: Duration,
 }
 
 /// Everything a reconcile needs; shared by all reconciles.
@@ -437,7 +444,7 @@ fn error_policy(le: Arc<LeaderElection>, error: &Error, _ctx: Arc<Context>) -> A
         category = error.category(),
         "reconcile failed: {error}"
     );
-    Action::requeue(ERROR_REQUEUE)
+    Action::requeue(error.retry_after().unwrap_or(ERROR_REQUEUE))
 }
 
 /// Brings one election's pods, session and lock in line with its spec.

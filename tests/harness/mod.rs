@@ -82,6 +82,8 @@ pub struct HarnessOptions {
     pub operator_consul: OperatorConsul,
     /// The cluster name the operator runs with (`--cluster-name`).
     pub cluster_name: String,
+    /// How long after a deletion the operator keeps retrying Consul before it gives up.
+    pub consul_cleanup_bound: Duration,
 }
 
 /// The operator's Consul configuration beyond the emulator's address.
@@ -103,6 +105,7 @@ impl Default for HarnessOptions {
             secret_access: false,
             operator_consul: OperatorConsul::default(),
             cluster_name: "test-cluster".into(),
+            consul_cleanup_bound: controller::CONSUL_CLEANUP_BOUND,
         }
     }
 }
@@ -125,6 +128,7 @@ pub struct Harness {
     sa_client: Client,
     operator_consul: OperatorConsul,
     cluster_name: String,
+    consul_cleanup_bound: Duration,
 }
 
 impl Harness {
@@ -196,6 +200,7 @@ impl Harness {
             sa_client,
             operator_consul: options.operator_consul,
             cluster_name: options.cluster_name,
+            consul_cleanup_bound: options.consul_cleanup_bound,
         }
     }
 
@@ -227,6 +232,7 @@ impl Harness {
             lock_watch_wait: Duration::from_secs(60),
             concurrency: 4,
             cluster_name: self.cluster_name.clone(),
+            consul_cleanup_bound: self.consul_cleanup_bound,
         };
         let task = tokio::spawn(controller::run(
             self.sa_client.clone(),
