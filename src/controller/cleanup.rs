@@ -1,6 +1,7 @@
-//! Rule 7: deleting a LeaderElection takes the leader label off first, then releases the key
-//! and destroys the session, then removes the operator's remaining labels and annotations
-//! from every pod it labelled. In Observe mode nothing is written to Consul.
+//! Rule 7: deleting a LeaderElection (and an election yielding to an older conflicting one)
+//! takes the leader label off first, then releases the key and destroys the session, then
+//! removes the operator's remaining labels and annotations from every pod it labelled. In
+//! Observe mode nothing is written to Consul.
 //!
 //! A pod patch that fails stops the cleanup before Consul is touched (retried), so a pod
 //! never carries the leader label without the lock. Consul that cannot be reached does not
@@ -55,10 +56,22 @@ struct Labelled {
     leader: Option<String>,
 }
 
-/// Cleans up after `le`; idempotent (a failure is retried by the finalizer helper).
-pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
+/// What [`withdraw`] left to do.
+pub struct Withdrawal {
+    /// The election's key in Consul.
+    consul_key: String,
+    /// How releasing the key and destroying the session went (the labels are off anyway).
+    pub consul: Result<(), Error>,
+}
+
+/// Takes election `le` off its pods and out of Consul, in rule 7's order: the leader label
+/// first, then the key released and the session destroyed, then the remaining labels and
+/// annotations. A pod patch that fails stops it (`Err`), before Consul when it was the leader
+/// label; Consul failing does not stop the labels from coming off, and is reported in
+/// [`Withdrawal::consul`]. Used on deletion and by an election that must yield to an older
+/// one. In Observe mode nothing is written to Consul.
+pub async fn withdraw(le: &LeaderElection, ctx: &Context) -> Result<Withdrawal, Error> {
     let key = election_key(le)?;
-    ctx.locks.unwatch(&key);
     let config = crate::crd::validate(le).ok();
     let labelled = Labelled {
         key: config.as_ref().map_or_else(
@@ -74,7 +87,7 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
     let consul_key = config
         .as_ref()
         .map_or_else(|| default_key(&key.namespace, &key.name), |c| c.key.clone());
-    let in_consul = if managed {
+    let consul = if managed {
         release_and_destroy(le, &key, &consul_key, ctx).await
     } else {
         Ok(())
@@ -82,7 +95,15 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
     // 3. The rest of the labels and annotations: at once even when Consul failed, since no
     // other pod than the leader needs to wait for it.
     unlabel(le, ctx, &labelled, false).await?;
-    if let Err(error) = in_consul {
+    Ok(Withdrawal { consul_key, consul })
+}
+
+/// Cleans up after `le`; idempotent (a failure is retried by the finalizer helper).
+pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
+    let key = election_key(le)?;
+    ctx.locks.unwatch(&key);
+    let withdrawal = withdraw(le, ctx).await?;
+    if let Err(error) = withdrawal.consul {
         match consul_deadline(le, ctx) {
             Deadline::RetryIn(delay) => {
                 return Err(Error::CleanupPending {
@@ -90,7 +111,9 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
                     source: Box::new(error),
                 });
             }
-            Deadline::GiveUp(why) => give_up(le, &key, &consul_key, ctx, why, &error).await,
+            Deadline::GiveUp(why) => {
+                give_up(le, &key, &withdrawal.consul_key, ctx, why, &error).await;
+            }
         }
     }
     ctx.remember_status(le, None);

@@ -458,8 +458,11 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         }
     };
     if let Some(older) = observe::conflicting_election(ctx, le, &config) {
+        // Yield: whatever this election labelled or held (it may have led before the older
+        // one came to select its pods) goes, in rule 7's order.
         ctx.locks.unwatch(&key);
         status::conflict(le, ctx, &older).await?;
+        cleanup::withdraw(le, ctx).await?.consul?;
         return Ok(Action::requeue(INVALID_REQUEUE));
     }
     let consul = match consul_access::client_for(le, &config.key, ctx).await {
