@@ -56,66 +56,120 @@ struct Labelled {
     leader: Option<String>,
 }
 
+/// What an election left on its pods and in Consul: as the status recorded it (the values
+/// the operator acted with, see [`super::migrate`]), else as the spec says.
+pub struct Footprint {
+    /// The election with the labels, key and Consul access it was acted on with.
+    le: LeaderElection,
+    /// Its labels.
+    labelled: Labelled,
+    /// Its Consul key.
+    consul_key: String,
+    /// Whether the operator may hold a session for it (not in Observe mode).
+    pub managed: bool,
+}
+
+impl Footprint {
+    /// The footprint of `le`.
+    pub fn of(le: &LeaderElection, ctx: &Context) -> Footprint {
+        let config = crate::crd::validate(le).ok();
+        let managed = config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
+        if let Some(applied) = ctx.current_status(le).applied {
+            let mut acted_on = le.clone();
+            acted_on.spec = super::migrate::with_applied(&le.spec, &applied);
+            return Footprint {
+                le: acted_on,
+                labelled: Labelled {
+                    key: applied.label_key,
+                    leader: Some(applied.leader),
+                },
+                consul_key: applied.key,
+                managed,
+            };
+        }
+        let (namespace, name) = (le.namespace().unwrap_or_default(), le.name_any());
+        Footprint {
+            le: le.clone(),
+            labelled: Labelled {
+                key: config.as_ref().map_or_else(
+                    || crate::crd::DEFAULT_ROLE_LABEL.to_owned(),
+                    |c| c.labels.key.clone(),
+                ),
+                leader: config.as_ref().map(|c| c.labels.leader.clone()),
+            },
+            consul_key: config
+                .as_ref()
+                .map_or_else(|| default_key(&namespace, &name), |c| c.key.clone()),
+            managed,
+        }
+    }
+}
+
 /// What [`withdraw`] left to do.
 pub struct Withdrawal {
     /// The election's key in Consul.
     consul_key: String,
     /// How releasing the key and destroying the session went (the labels are off anyway).
-    pub consul: Result<(), Error>,
+    consul: Result<(), Error>,
 }
 
-/// Takes election `le` off its pods and out of Consul, in rule 7's order: the leader label
+/// Takes an election off its pods and out of Consul, in rule 7's order: the leader label
 /// first, then the key released and the session destroyed, then the remaining labels and
 /// annotations. A pod patch that fails stops it (`Err`), before Consul when it was the leader
-/// label; Consul failing does not stop the labels from coming off, and is reported in
-/// [`Withdrawal::consul`]. Used on deletion and by an election that must yield to an older
-/// one. In Observe mode nothing is written to Consul.
-pub async fn withdraw(le: &LeaderElection, ctx: &Context) -> Result<Withdrawal, Error> {
+/// label; Consul failing does not stop the labels from coming off, and is reported in the
+/// [`Withdrawal`]. Used on deletion, by an election that must yield to an older one, and
+/// before acting with changed labels, key or Consul access. Nothing is written to Consul
+/// unless the footprint is `managed`.
+pub async fn withdraw(footprint: &Footprint, ctx: &Context) -> Result<Withdrawal, Error> {
+    let le = &footprint.le;
     let key = election_key(le)?;
-    let config = crate::crd::validate(le).ok();
-    let labelled = Labelled {
-        key: config.as_ref().map_or_else(
-            || crate::crd::DEFAULT_ROLE_LABEL.to_owned(),
-            |c| c.labels.key.clone(),
-        ),
-        leader: config.as_ref().map(|c| c.labels.leader.clone()),
-    };
     // 1. No pod may carry the leader label once the lock may be gone (rules 1 and 2).
-    unlabel(le, ctx, &labelled, true).await?;
+    unlabel(le, ctx, &footprint.labelled, true).await?;
     // 2. Consul: release the key, destroy the session.
-    let managed = config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
-    let consul_key = config
-        .as_ref()
-        .map_or_else(|| default_key(&key.namespace, &key.name), |c| c.key.clone());
-    let consul = if managed {
-        release_and_destroy(le, &key, &consul_key, ctx).await
+    let consul = if footprint.managed {
+        release_and_destroy(le, &key, &footprint.consul_key, ctx).await
     } else {
         Ok(())
     };
     // 3. The rest of the labels and annotations: at once even when Consul failed, since no
     // other pod than the leader needs to wait for it.
-    unlabel(le, ctx, &labelled, false).await?;
-    Ok(Withdrawal { consul_key, consul })
+    unlabel(le, ctx, &footprint.labelled, false).await?;
+    Ok(Withdrawal {
+        consul_key: footprint.consul_key.clone(),
+        consul,
+    })
+}
+
+/// After a [`withdraw`] of `le`: when Consul failed, asks for a retry with a growing delay
+/// (`Err`), or gives up on Consul (the bound after a deletion passed, or the annotation says
+/// so) with a Warning event naming what was left there.
+pub async fn settle_consul(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    ctx: &Context,
+    withdrawal: Withdrawal,
+) -> Result<(), Error> {
+    let Err(error) = withdrawal.consul else {
+        return Ok(());
+    };
+    match consul_deadline(le, ctx) {
+        Deadline::RetryIn(delay) => Err(Error::CleanupPending {
+            retry_after: delay,
+            source: Box::new(error),
+        }),
+        Deadline::GiveUp(why) => {
+            give_up(le, key, &withdrawal.consul_key, ctx, why, &error).await;
+            Ok(())
+        }
+    }
 }
 
 /// Cleans up after `le`; idempotent (a failure is retried by the finalizer helper).
 pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let key = election_key(le)?;
     ctx.locks.unwatch(&key);
-    let withdrawal = withdraw(le, ctx).await?;
-    if let Err(error) = withdrawal.consul {
-        match consul_deadline(le, ctx) {
-            Deadline::RetryIn(delay) => {
-                return Err(Error::CleanupPending {
-                    retry_after: delay,
-                    source: Box::new(error),
-                });
-            }
-            Deadline::GiveUp(why) => {
-                give_up(le, &key, &withdrawal.consul_key, ctx, why, &error).await;
-            }
-        }
-    }
+    let withdrawal = withdraw(&Footprint::of(le, ctx), ctx).await?;
+    settle_consul(le, &key, ctx, withdrawal).await?;
     ctx.remember_status(le, None);
     Ok(Action::await_change())
 }

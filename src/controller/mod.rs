@@ -14,6 +14,7 @@
 mod act;
 mod cleanup;
 mod consul_access;
+mod migrate;
 mod observe;
 mod sharing;
 mod status;
@@ -457,12 +458,15 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
             return Ok(Action::requeue(INVALID_REQUEUE));
         }
     };
+    // Changed labels, key or Consul access: undo what was done with the old ones first.
+    migrate::migrate(le, ctx, &config).await?;
     if let Some(older) = observe::conflicting_election(ctx, le, &config) {
         // Yield: whatever this election labelled or held (it may have led before the older
         // one came to select its pods) goes, in rule 7's order.
         ctx.locks.unwatch(&key);
         status::conflict(le, ctx, &older).await?;
-        cleanup::withdraw(le, ctx).await?.consul?;
+        let withdrawal = cleanup::withdraw(&cleanup::Footprint::of(le, ctx), ctx).await?;
+        cleanup::settle_consul(le, &key, ctx, withdrawal).await?;
         return Ok(Action::requeue(INVALID_REQUEUE));
     }
     let consul = match consul_access::client_for(le, &config.key, ctx).await {

@@ -12,8 +12,8 @@ use super::Context;
 use crate::Error;
 use crate::crd::conditions::{self, CONFLICT, SPEC_VALID};
 use crate::crd::{
-    API_VERSION, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus, Phase,
-    SpecProblem,
+    API_VERSION, AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus,
+    Phase, SpecProblem,
 };
 use crate::election::config::ElectionConfig;
 use crate::election::plan::{self, ConditionState, Plan};
@@ -51,6 +51,7 @@ pub async fn write(
             })
             .collect(),
         observed_generation: le.metadata.generation,
+        applied: old.applied.clone(),
         conditions: Vec::new(),
     };
     let mut fresh: Vec<Condition> = state.conditions.iter().map(|c| condition(le, c)).collect();
@@ -184,6 +185,47 @@ pub async fn record_token(le: &LeaderElection, ctx: &Context, token: u64) -> Res
     .await
     .map_err(Error::kube("patch status"))?;
     current.fencing_token = Some(token);
+    ctx.remember_status(le, Some(current));
+    Ok(())
+}
+
+/// Records what the operator is about to act with (see [`AppliedSpec`]), before it acts: a
+/// merge patch of this one field, like [`record_token`].
+pub async fn record_applied(
+    le: &LeaderElection,
+    ctx: &Context,
+    applied: &AppliedSpec,
+) -> Result<(), Error> {
+    let mut current = ctx.current_status(le);
+    if current.applied.as_ref() == Some(applied) {
+        return Ok(());
+    }
+    let api: Api<LeaderElection> = Api::namespaced(
+        ctx.client.clone(),
+        &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
+    );
+    // One merge patch, every absent field explicitly null: a merge patch would otherwise keep
+    // a recorded field the new value omits.
+    let mut value = serde_json::to_value(applied)
+        .map_err(|e| Error::kube("patch status")(kube::Error::SerdeError(e)))?;
+    if let Some(fields) = value.as_object_mut() {
+        for field in [
+            "consulAddress",
+            "datacenter",
+            "tokenSecretName",
+            "tokenSecretKey",
+        ] {
+            fields.entry(field).or_insert(serde_json::Value::Null);
+        }
+    }
+    api.patch_status(
+        &le.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "status": { "applied": value } })),
+    )
+    .await
+    .map_err(Error::kube("patch status"))?;
+    current.applied = Some(applied.clone());
     ctx.remember_status(le, Some(current));
     Ok(())
 }

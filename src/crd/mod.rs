@@ -32,7 +32,7 @@ pub use spec::{
     LeaderElectionSpec, Mode, PodSelector, SecretKeyRef, SelectorOperator, SelectorRequirement,
     SessionSpec, UnavailablePolicy,
 };
-pub use status::{CandidateStatus, LeaderElectionStatus, LeaderStatus, Phase};
+pub use status::{AppliedSpec, CandidateStatus, LeaderElectionStatus, LeaderStatus, Phase};
 pub use validate::{SpecProblem, default_key, validate};
 
 /// API group of the resource.
