@@ -51,9 +51,10 @@ async fn recorded_session_if_ours(
 struct Labelled {
     /// The label key.
     key: String,
-    /// The leader value; `None` when the spec cannot be read (then every labelled pod is
-    /// treated as a possible leader).
-    leader: Option<String>,
+    /// The follower value; `None` when the spec cannot be read. Every labelled pod not
+    /// carrying it is treated as a possible leader: also one still carrying a leader value
+    /// the spec has since replaced.
+    follower: Option<String>,
 }
 
 /// What an election left on its pods and in Consul: as the status recorded it (the values
@@ -81,7 +82,7 @@ impl Footprint {
                 le: acted_on,
                 labelled: Labelled {
                     key: applied.label_key,
-                    leader: Some(applied.leader),
+                    follower: Some(applied.follower),
                 },
                 consul_key: applied.key,
                 managed,
@@ -95,7 +96,7 @@ impl Footprint {
                     || crate::crd::DEFAULT_ROLE_LABEL.to_owned(),
                     |c| c.labels.key.clone(),
                 ),
-                leader: config.as_ref().map(|c| c.labels.leader.clone()),
+                follower: config.as_ref().map(|c| c.labels.follower.clone()),
             },
             consul_key: config
                 .as_ref()
@@ -174,8 +175,8 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
     Ok(Action::await_change())
 }
 
-/// Gives every pod `le` labelled no role; with `only_leaders`, only the pods carrying the
-/// leader value (every labelled pod when that value is unknown).
+/// Gives every pod `le` labelled no role; with `only_leaders`, only the pods that may carry a
+/// leader label (every labelled pod but those carrying the follower value).
 async fn unlabel(
     le: &LeaderElection,
     ctx: &Context,
@@ -195,9 +196,9 @@ async fn unlabel(
         }
         let value = k8s::labels_of(pod).get(&labelled.key);
         let leads = labelled
-            .leader
+            .follower
             .as_ref()
-            .is_none_or(|leader| value == Some(leader));
+            .is_none_or(|follower| value != Some(follower));
         if only_leaders && !leads {
             continue;
         }
