@@ -27,6 +27,7 @@ use crate::Error;
 use crate::consul::ConsulClient;
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
 use crate::election::config::{ElectionKey, LabelConfig, Mode};
+use crate::election::plan::EventReason;
 use crate::k8s::{self, PodRole};
 use crate::sessions::{Found, adoptable_session};
 
@@ -352,9 +353,10 @@ async fn give_up(
     };
     let note = format!("gave up cleaning up in Consul ({why}; last error: {error}): {left}");
     tracing::warn!(election = %key, "{note}");
+    let reason = EventReason::ConsulCleanupSkipped;
     let event = Event {
         type_: EventType::Warning,
-        reason: "ConsulCleanupSkipped".to_owned(),
+        reason: reason.as_str().to_owned(),
         note: Some(note),
         action: "Cleanup".to_owned(),
         secondary: None,
