@@ -278,3 +278,37 @@ async fn changing_the_token_secret_recreates_the_session() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_new_consul_access_keeps_the_old_leader_and_lock() {
+    with_namespace("ed-bad-token", |admin, ns| async move {
+        let options = HarnessOptions {
+            secret_access: true,
+            ..HarnessOptions::default()
+        };
+        let mut h = Harness::with_options(admin, ns, options).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        h.election("web", web()).await;
+        let first = h.wait_elected("web", None).await;
+        // A Secret that does not exist: the spec is reported, nothing is withdrawn for it.
+        h.patch_spec(
+            "web",
+            json!({"consul": {"tokenSecretRef": {"name": "no-such-secret", "key": "token"}}}),
+        )
+        .await;
+        h.wait_status("web", |le| harness::phase(le).as_deref() == Some("Invalid"))
+            .await;
+        h.touch_and_wait_reconcile("web").await;
+        assert_eq!(carrying(&h, ROLE, "leader"), vec![first.pod.clone()]);
+        let entry = h.emu.kv_entry(&h.key("web")).expect("key");
+        assert_eq!(entry.session.as_deref(), Some(first.session.as_str()));
+
+        // Fixed back: the same leader, lock and session, nothing moved.
+        h.patch_spec("web", json!({"consul": null})).await;
+        let now = h.wait_elected("web", None).await;
+        assert_eq!(now, first);
+        h.finish().await;
+    })
+    .await;
+}

@@ -458,8 +458,6 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
             return Ok(Action::requeue(INVALID_REQUEUE));
         }
     };
-    // Changed labels, key or Consul access: undo what was done with the old ones first.
-    migrate::migrate(le, ctx, &config).await?;
     if let Some(older) = observe::conflicting_election(ctx, le, &config) {
         // Yield: whatever this election labelled or held (it may have led before the older
         // one came to select its pods) goes, in rule 7's order.
@@ -477,6 +475,10 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         }
         Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
     };
+    // Changed labels, key or Consul access: undo what was done with the old ones first (only
+    // once the new access is known to be usable, so that a mistyped Secret name does not
+    // take the leader away).
+    migrate::migrate(le, ctx, &config).await?;
     ctx.locks.watch(&key, &consul, &config.key);
     let mut round = act::Round::new(le, &key, &config, &consul, ctx).await;
     let outcome = round.run(MAX_ROUNDS).await;
