@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testkit::cluster::with_namespace;
+use testkit::kube_faults::{self, KubeFault, Verb};
 use testkit::pods::SimulatorOptions;
 
 const ELECTION_ANNOTATION: &str = "elector.dev/election";
@@ -697,6 +698,47 @@ async fn elections_created_in_the_same_second_are_ordered_by_name() {
         let le = h.elections().get("b-first").await.expect("b-first");
         assert_eq!(phase(&le).as_deref(), Some("Conflict"));
         assert_eq!(h.wait_elected("a-second", None).await, winner);
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_older_election_waits_for_the_younger_leader_label_to_go() {
+    with_namespace("sp-yield-wait", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        h.election(
+            "older",
+            json!({"selector": {"matchLabels": {"app": "web", "tier": "shared"}}}),
+        )
+        .await;
+        h.election("younger", web()).await;
+        let led = h.wait_elected("younger", None).await;
+        // The younger election's leader is slow to lose its label (its patches hang 2 s)...
+        h.kube_faults.add(
+            KubeFault::new(kube_faults::FaultAction::Latency(Duration::from_secs(2)))
+                .verb(Verb::Patch)
+                .resource("pods")
+                .name(led.pod.clone())
+                .times(1),
+        );
+        // ...when one of its followers comes to match the older election's selector.
+        let shared = h
+            .current()
+            .keys()
+            .find(|n| **n != led.pod)
+            .expect("a follower")
+            .clone();
+        h.set_pod_label(&shared, "tier", Some("shared")).await;
+        let older = h.wait_elected("older", None).await;
+        assert_eq!(older.pod, shared);
+        assert!(
+            !h.kube_faults.injected().is_empty(),
+            "the younger leader's patch was delayed"
+        );
+        // finish: never two pods labelled leader, over the whole history.
         h.finish().await;
     })
     .await;

@@ -54,6 +54,8 @@ const INVALID_REQUEUE: Duration = Duration::from_secs(300);
 /// Requeue of an election whose token Secret is missing or unreadable: Secrets are not
 /// watched (the operator may only `get` the one it needs), so look again soon, but calmly.
 const SECRET_REQUEUE: Duration = Duration::from_secs(30);
+/// Requeue of an election waiting for a younger conflicting one to take its leader label off.
+const YIELD_WAIT: Duration = Duration::from_secs(1);
 /// Periodic re-check of a healthy election (Consul and pod changes trigger it anyway).
 const RESYNC: Duration = Duration::from_secs(600);
 /// How long after a LeaderElection's deletion (its `metadata.deletionTimestamp`) the operator
@@ -104,6 +106,8 @@ pub struct Context {
     pub health: Health,
     /// Settings.
     pub settings: Settings,
+    /// Queues a reconcile of another election (one this election waits for).
+    wake: mpsc::UnboundedSender<ElectionKey>,
     /// Until when an acquisition of an election's key is probably refused by a lock-delay.
     lock_delays: Mutex<HashMap<ElectionKey, Timestamp>>,
     /// Becomes true once the pod and election caches hold their first complete list.
@@ -247,6 +251,7 @@ pub async fn run(
 ) {
     let (changes_tx, changes_rx) = mpsc::unbounded_channel::<ElectionKey>();
     let sessions = SessionManager::new(changes_tx.clone());
+    let wake = changes_tx.clone();
     let locks = LockWatcher::new(changes_tx, settings.lock_watch_wait);
 
     health.set_ready("leaderelections-cache", false);
@@ -314,6 +319,7 @@ pub async fn run(
         metrics,
         health: health.clone(),
         settings,
+        wake,
         lock_delays: Mutex::new(HashMap::new()),
         caches_ready,
         statuses: Mutex::new(HashMap::new()),
@@ -466,6 +472,19 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         let withdrawal = cleanup::withdraw(&cleanup::Footprint::of(le, ctx), ctx).await?;
         cleanup::settle_consul(le, &key, ctx, withdrawal).await?;
         return Ok(Action::requeue(INVALID_REQUEUE));
+    }
+    if let Some((pod, younger)) = observe::yielding_leader(ctx, le, &config) {
+        // Nothing else may wake the younger election (this one writes nothing meanwhile):
+        // queue it. Its withdrawal (a pod patch) wakes this one; the requeue is a fallback.
+        tracing::debug!(election = %key, pod, younger, "waiting for a younger conflicting election to withdraw its leader label");
+        let younger = ElectionKey {
+            namespace: key.namespace.clone(),
+            name: younger,
+        };
+        if ctx.wake.send(younger).is_err() {
+            tracing::debug!(election = %key, "the controller is stopping");
+        }
+        return Ok(Action::requeue(YIELD_WAIT));
     }
     let consul = match consul_access::client_for(le, &config.key, ctx).await {
         Ok(client) => client,

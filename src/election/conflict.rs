@@ -46,6 +46,16 @@ pub fn yields_to<'a>(me: &Claim, others: &'a [Claim]) -> Option<&'a Claim> {
         .min_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)))
 }
 
+/// The claims that conflict with `me` and are younger: the elections that yield to `me`,
+/// whose leader labels `me` waits to see gone before it acts. Claims with `me`'s own name are
+/// ignored.
+pub fn yielding_to_me<'a>(me: &Claim, others: &'a [Claim]) -> Vec<&'a Claim> {
+    others
+        .iter()
+        .filter(|o| o.name != me.name && o.overlaps(me) && me.is_older_than(o))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +103,19 @@ mod tests {
             assert_eq!(yields_to(&b, all).map(|c| c.name.as_str()), Some("a"));
             assert_eq!(yields_to(&c, all).map(|c| c.name.as_str()), Some("b"));
         }
+    }
+
+    #[test]
+    fn the_older_of_two_overlapping_elections_sees_the_younger_yield_to_it() {
+        let a = claim("a", 10, "k", &["p1"]);
+        let b = claim("b", 20, "k", &["p1", "p2"]);
+        let c = claim("c", 30, "k", &["p2"]);
+        let d = claim("d", 40, "other", &["p1"]);
+        let all = [a.clone(), b.clone(), c.clone(), d];
+        let names = |v: Vec<&Claim>| v.into_iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(yielding_to_me(&a, &all)), ["b"]);
+        assert_eq!(names(yielding_to_me(&b, &all)), ["c"]);
+        assert!(yielding_to_me(&c, &all).is_empty());
     }
 
     #[test]
