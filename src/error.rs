@@ -21,6 +21,15 @@ pub enum Error {
     /// The finalizer helper failed (adding or removing the finalizer, or the cleanup).
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// A deletion could not clean up in Consul yet; it is retried after `retry_after`.
+    #[error("cleanup in Consul pending (retry in {}s): {source}", retry_after.as_secs())]
+    CleanupPending {
+        /// When to try again.
+        retry_after: std::time::Duration,
+        /// Why Consul could not be cleaned up.
+        #[source]
+        source: Box<Error>,
+    },
     /// The object has no namespace or name (never for a namespaced object from the API).
     #[error("the LeaderElection has no {0}")]
     MissingMetadata(&'static str),
@@ -39,7 +48,21 @@ impl Error {
             },
             Self::Consul(e) => e.category(),
             Self::Finalizer(_) => "Finalizer",
+            Self::CleanupPending { .. } => "ConsulCleanupPending",
             Self::MissingMetadata(_) => "MissingMetadata",
+        }
+    }
+
+    /// How soon a reconcile that failed with this error should be retried, when the error
+    /// says (a deletion waiting for Consul backs off).
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::CleanupPending { retry_after, .. } => Some(*retry_after),
+            Self::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::CleanupFailed(e) => e.retry_after(),
+                _ => None,
+            },
+            _ => None,
         }
     }
 

@@ -134,6 +134,7 @@ async fn run(args: RunArgs) -> ExitCode {
         concurrency: 16,
         cluster_name,
         lease,
+        consul_cleanup_bound: controller::CONSUL_CLEANUP_BOUND,
     };
     match controller::run(client, consul, settings, metrics, health, stopped()).await {
         Ok(()) => {

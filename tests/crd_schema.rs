@@ -9,8 +9,8 @@ mod common;
 use std::time::Duration;
 
 use consul_elector::crd::{
-    self, CandidateStatus, LeaderElection, LeaderElectionSpec, LeaderElectionStatus, LeaderStatus,
-    Phase, conditions,
+    self, AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionSpec, LeaderElectionStatus,
+    LeaderStatus, Phase, conditions,
 };
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -304,6 +304,16 @@ async fn the_status_the_operator_writes_is_accepted() {
                 },
             ],
             observed_generation: Some(1),
+            applied: Some(AppliedSpec {
+                label_key: "elector.dev/role".into(),
+                leader: "leader".into(),
+                follower: "follower".into(),
+                key: "elector/ns/web/leader".into(),
+                consul_address: Some("https://consul.example:8501".into()),
+                datacenter: Some("dc1".into()),
+                token_secret_name: Some("consul-token".into()),
+                token_secret_key: Some("token".into()),
+            }),
             conditions: vec![Condition {
                 type_: conditions::LEADER_ELECTED.into(),
                 status: "True".into(),

@@ -472,3 +472,58 @@ async fn observe_mode_mirrors_the_application_lock_and_never_writes_to_consul() 
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_to_observe_hands_the_key_over_to_the_applications() {
+    with_namespace("cs-to-observe", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, web(json!({}))).await;
+        let key = h.key("web");
+        h.patch_spec("web", json!({"mode": "Observe"})).await;
+
+        // The operator lets go: its session destroyed, the key released (no lock-delay).
+        let released = h
+            .poll_until(SOON, || {
+                h.emu.session(&first.session).is_none()
+                    && h.emu.kv_entry(&key).is_none_or(|e| e.session.is_none())
+            })
+            .await;
+        assert!(
+            released,
+            "the operator still holds the key: {:?}",
+            h.emu.kv_entry(&key)
+        );
+        h.wait_pods(SOON, "nobody labelled leader", |pods| {
+            with_role(pods, "leader").is_empty()
+        })
+        .await;
+
+        // An application can now take the key, and the operator mirrors it.
+        let names: Vec<String> = h.current().keys().cloned().collect();
+        let holder = names
+            .iter()
+            .find(|n| **n != first.pod)
+            .expect("another pod")
+            .clone();
+        let app = h.app_session("app-web", "0s").await;
+        assert!(
+            h.app_acquire(&key, &app, &json!({"pod": holder}).to_string())
+                .await,
+            "the application acquires the released key"
+        );
+        let expected = holder.clone();
+        h.wait_pods(SOON, "the application's holder labelled leader", |pods| {
+            with_role(pods, "leader") == vec![expected.clone()]
+        })
+        .await;
+        let le = h
+            .wait_status("web", |le| {
+                harness::status_leader(le).as_deref() == Some(holder.as_str())
+            })
+            .await;
+        assert_eq!(phase(&le).as_deref(), Some("Observing"));
+        let entry = h.emu.kv_entry(&key).expect("key");
+        assert_eq!(entry.session.as_deref(), Some(app.as_str()));
+        h.finish().await;
+    })
+    .await;
+}

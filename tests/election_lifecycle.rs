@@ -7,7 +7,7 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use consul_elector::crd::LeaderElection;
-use harness::{Harness, ROLE, SOON, TRACKED, with_role};
+use harness::{Harness, HarnessOptions, ROLE, SOON, TRACKED, with_role};
 use kube::runtime::conditions;
 use kube::runtime::wait::await_condition;
 use serde_json::json;
@@ -230,6 +230,199 @@ async fn a_lagging_pod_cache_never_undoes_the_operators_own_labels() {
                 .count(),
             1,
             "{history:?}"
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
+/// Deletes election `name` and waits until it is gone (its finalizer removed) within `within`.
+async fn delete_and_wait_gone(h: &Harness, name: &str, within: Duration) {
+    let le = h.elections().get(name).await.expect("election");
+    let uid = le.metadata.uid.clone().expect("uid");
+    h.elections()
+        .delete(name, &Default::default())
+        .await
+        .expect("delete election");
+    tokio::time::timeout(
+        within,
+        await_condition(h.elections(), name, conditions::is_deleted(&uid)),
+    )
+    .await
+    .expect("the election is gone (finalizer removed) in time")
+    .expect("watch election");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_takes_the_leader_label_off_before_the_lock_is_released() {
+    with_namespace("lc-del-order", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, spec()).await;
+        let key = h.key("web");
+        // Every pod patch of the operator fails: the leader label cannot come off.
+        let failing = h.kube_faults.add(
+            KubeFault::new(kube_faults::FaultAction::status(
+                500,
+                "InternalError",
+                "injected",
+            ))
+            .verb(Verb::Patch)
+            .resource("pods"),
+        );
+        h.elections()
+            .delete("web", &Default::default())
+            .await
+            .expect("delete election");
+        // Rule 2 through a deletion: while a pod carries the leader label, the operator's
+        // session holds the key. Watch for a violation while the patches keep failing.
+        let violated = h
+            .poll_until(Duration::from_secs(5), || {
+                let held = h
+                    .emu
+                    .kv_entry(&key)
+                    .and_then(|e| e.session)
+                    .is_some_and(|s| s == first.session);
+                !held && !with_role(&h.current(), "leader").is_empty()
+            })
+            .await;
+        assert!(
+            !h.kube_faults.injected().is_empty(),
+            "a pod patch of the cleanup failed"
+        );
+        assert!(
+            !violated,
+            "a pod carried the leader label while the key was not held: {:?}",
+            h.emu.kv_entry(&key)
+        );
+        assert!(
+            h.elections().get_opt("web").await.expect("get").is_some(),
+            "the finalizer stays while the leader label cannot come off"
+        );
+
+        h.kube_faults.remove(failing);
+        let le = h.elections().get("web").await.expect("election");
+        let uid = le.metadata.uid.clone().expect("uid");
+        tokio::time::timeout(
+            SOON,
+            await_condition(h.elections(), "web", conditions::is_deleted(&uid)),
+        )
+        .await
+        .expect("the election is gone once pods can be patched")
+        .expect("watch election");
+        let entry = h.emu.kv_entry(&key);
+        assert!(
+            entry.as_ref().is_none_or(|e| e.session.is_none()),
+            "{entry:?}"
+        );
+        assert!(h.emu.session(&first.session).is_none(), "session destroyed");
+        h.wait_pods(SOON, "every pod cleaned", |pods| {
+            pods.values().all(|p| {
+                !p.labels.contains_key(ROLE)
+                    && TRACKED.iter().all(|a| !p.annotations.contains_key(*a))
+            })
+        })
+        .await;
+        // In the recorded history, the leader lost its label before anything else changed
+        // at the end: no later version of it carries the label again.
+        let history = h.recorder.label_history(&first.pod, ROLE);
+        assert_eq!(history.last(), Some(&None), "{history:?}");
+        h.finish().await;
+    })
+    .await;
+}
+
+/// The pods all lose the operator's label within `within`, while the election still exists.
+async fn labels_gone_while_election_exists(h: &Harness, within: Duration) {
+    h.wait_pods(within, "every label removed at once", |pods| {
+        pods.values().all(|p| !p.labels.contains_key(ROLE))
+    })
+    .await;
+    assert!(
+        h.elections().get_opt("web").await.expect("get").is_some(),
+        "the labels came off before the deletion finished"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_while_consul_is_down_unlabels_at_once_and_gives_up_after_the_bound() {
+    with_namespace("lc-del-down", |admin, ns| async move {
+        let bound = Duration::from_secs(8);
+        let options = HarnessOptions {
+            consul_cleanup_bound: bound,
+            ..HarnessOptions::default()
+        };
+        let mut h = Harness::with_options(admin, ns, options).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        h.election("web", spec()).await;
+        let first = h.wait_elected("web", None).await;
+        let key = h.key("web");
+        h.emu
+            .add_fault(Fault::always(Endpoint::Any, FaultAction::DropConnection));
+
+        let started = Instant::now();
+        h.elections()
+            .delete("web", &Default::default())
+            .await
+            .expect("delete election");
+        labels_gone_while_election_exists(&h, Duration::from_secs(5)).await;
+
+        let le = h.elections().get("web").await.expect("election");
+        let uid = le.metadata.uid.clone().expect("uid");
+        tokio::time::timeout(
+            bound + SOON,
+            await_condition(h.elections(), "web", conditions::is_deleted(&uid)),
+        )
+        .await
+        .expect("the election is deleted after the bound")
+        .expect("watch election");
+        // deletionTimestamp has one-second resolution.
+        assert!(
+            started.elapsed() + Duration::from_secs(1) >= bound,
+            "gave up after {:?}, before the bound",
+            started.elapsed()
+        );
+        let notes = h.wait_event("web", "ConsulCleanupSkipped").await;
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains(&key) && n.contains(&first.session)),
+            "the event names the key and the session left in Consul: {notes:?}"
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_skip_annotation_lets_a_deletion_finish_at_once_while_consul_is_down() {
+    with_namespace("lc-del-skip", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, spec()).await;
+        let key = h.key("web");
+        h.emu
+            .add_fault(Fault::always(Endpoint::Any, FaultAction::DropConnection));
+        let patch =
+            json!({"metadata": {"annotations": {"elector.dev/skip-consul-cleanup": "true"}}});
+        h.elections()
+            .patch(
+                "web",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .expect("annotate");
+        // The default bound is minutes: finishing within SOON means the annotation worked.
+        delete_and_wait_gone(&h, "web", SOON).await;
+        let current = h.current();
+        assert!(
+            current.values().all(|p| !p.labels.contains_key(ROLE)),
+            "{current:?}"
+        );
+        let notes = h.wait_event("web", "ConsulCleanupSkipped").await;
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains(&key) && n.contains(&first.session)),
+            "{notes:?}"
         );
         h.finish().await;
     })

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testkit::cluster::with_namespace;
+use testkit::kube_faults::{self, KubeFault, Verb};
 use testkit::pods::SimulatorOptions;
 
 const ELECTION_ANNOTATION: &str = "elector.dev/election";
@@ -571,6 +572,173 @@ async fn selector_changes_unlabel_leavers_label_newcomers_and_replace_a_leaving_
                 .is_none_or(|e| e.session.is_none()),
             "the lock is released"
         );
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_that_becomes_the_younger_while_leading_yields_everything() {
+    with_namespace("sp-yield", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        // The older election selects no pod yet: no conflict.
+        h.election(
+            "older",
+            json!({"selector": {"matchLabels": {"app": "web", "tier": "shared"}}}),
+        )
+        .await;
+        h.election("younger", web()).await;
+        let led = h.wait_elected("younger", None).await;
+        let younger_key = h.key("younger");
+
+        // The younger one's leader now matches the older one's selector too.
+        h.set_pod_label(&led.pod, "tier", Some("shared")).await;
+        let le = h
+            .wait_status("younger", |le| phase(le).as_deref() == Some("Conflict"))
+            .await;
+        assert!(has_condition(&le, "Conflict", "True"));
+
+        // It lets go of everything: its session, its key, its labels and annotations.
+        let let_go = h
+            .poll_until(SOON, || {
+                h.emu.session(&led.session).is_none()
+                    && h.emu
+                        .kv_entry(&younger_key)
+                        .is_none_or(|e| e.session.is_none())
+            })
+            .await;
+        assert!(
+            let_go,
+            "the younger election still holds its lock: {:?}",
+            h.emu.kv_entry(&younger_key)
+        );
+        let shared = led.pod.clone();
+        h.wait_pods(SOON, "only the older election's labels left", |pods| {
+            pods.values().all(|p| {
+                p.annotations.get(ELECTION_ANNOTATION).map(String::as_str) != Some("younger")
+            }) && pods
+                .iter()
+                .all(|(name, p)| *name == shared || !p.labels.contains_key(ROLE))
+        })
+        .await;
+        // The older election leads its one pod.
+        let older = h.wait_elected("older", None).await;
+        assert_eq!(older.pod, led.pod);
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_created_in_the_same_second_are_ordered_by_name() {
+    with_namespace("sp-tie", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        // `b-first` is created, and leads, before `a-second` exists; when both carry the
+        // same creationTimestamp (one-second resolution), `a-second` counts as the older.
+        let mut same_second = false;
+        for _ in 0..5 {
+            let b = h.election("b-first", web()).await;
+            h.wait_elected("b-first", None).await;
+            let a = h.election("a-second", web()).await;
+            if a.metadata.creation_timestamp == b.metadata.creation_timestamp {
+                same_second = true;
+                break;
+            }
+            // Not in one second: start over.
+            for name in ["a-second", "b-first"] {
+                let le = h.elections().get(name).await.expect("election");
+                let uid = le.metadata.uid.clone().expect("uid");
+                h.elections()
+                    .delete(name, &Default::default())
+                    .await
+                    .expect("delete");
+                tokio::time::timeout(
+                    SOON,
+                    kube::runtime::wait::await_condition(
+                        h.elections(),
+                        name,
+                        kube::runtime::conditions::is_deleted(&uid),
+                    ),
+                )
+                .await
+                .expect("deleted in time")
+                .expect("watch");
+            }
+        }
+        assert!(same_second, "never created two elections in one second");
+
+        let le = h
+            .wait_status("b-first", |le| phase(le).as_deref() == Some("Conflict"))
+            .await;
+        let conflict = condition(&le, "Conflict").expect("Conflict condition");
+        assert!(
+            conflict.message.contains("a-second"),
+            "{}",
+            conflict.message
+        );
+        let winner = h.wait_elected("a-second", None).await;
+        h.wait_pods(SOON, "b-first withdrew from every pod", |pods| {
+            pods.values().all(|p| {
+                p.annotations.get(ELECTION_ANNOTATION).map(String::as_str) != Some("b-first")
+            })
+        })
+        .await;
+        let b_key = h.key("b-first");
+        assert!(
+            h.emu.kv_entry(&b_key).is_none_or(|e| e.session.is_none()),
+            "b-first still holds its key"
+        );
+        // The order does not flip afterwards: every later reconcile agrees.
+        h.touch_and_wait_reconcile("b-first").await;
+        h.touch_and_wait_reconcile("a-second").await;
+        let le = h.elections().get("b-first").await.expect("b-first");
+        assert_eq!(phase(&le).as_deref(), Some("Conflict"));
+        assert_eq!(h.wait_elected("a-second", None).await, winner);
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_older_election_waits_for_the_younger_leader_label_to_go() {
+    with_namespace("sp-yield-wait", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        h.election(
+            "older",
+            json!({"selector": {"matchLabels": {"app": "web", "tier": "shared"}}}),
+        )
+        .await;
+        h.election("younger", web()).await;
+        let led = h.wait_elected("younger", None).await;
+        // The younger election's leader is slow to lose its label (its patches hang 2 s)...
+        h.kube_faults.add(
+            KubeFault::new(kube_faults::FaultAction::Latency(Duration::from_secs(2)))
+                .verb(Verb::Patch)
+                .resource("pods")
+                .name(led.pod.clone())
+                .times(1),
+        );
+        // ...when one of its followers comes to match the older election's selector.
+        let shared = h
+            .current()
+            .keys()
+            .find(|n| **n != led.pod)
+            .expect("a follower")
+            .clone();
+        h.set_pod_label(&shared, "tier", Some("shared")).await;
+        let older = h.wait_elected("older", None).await;
+        assert_eq!(older.pod, shared);
+        assert!(
+            !h.kube_faults.injected().is_empty(),
+            "the younger leader's patch was delayed"
+        );
+        // finish: never two pods labelled leader, over the whole history.
         h.finish().await;
     })
     .await;

@@ -1,19 +1,38 @@
-//! Rule 7: deleting a LeaderElection releases the key, destroys the session and removes the
-//! operator's labels and annotations from every pod it labelled. In Observe mode nothing is
-//! written to Consul.
+//! Rule 7: deleting a LeaderElection (and an election yielding to an older conflicting one)
+//! takes the leader label off first, then releases the key and destroys the session, then
+//! removes the operator's remaining labels and annotations from every pod it labelled. In
+//! Observe mode nothing is written to Consul.
+//!
+//! A pod patch that fails stops the cleanup before Consul is touched (retried), so a pod
+//! never carries the leader label without the lock. Consul that cannot be reached does not
+//! hold the deletion up for ever: the labels come off at once, the release and destroy are
+//! retried with a growing delay, and [`Settings::consul_cleanup_bound`] after the deletion
+//! (or at once when the election carries [`SKIP_CONSUL_CLEANUP_ANNOTATION`] = `"true"`) the
+//! operator gives up on Consul, says in a Warning event what it left there, and lets the
+//! object go.
+//!
+//! [`Settings::consul_cleanup_bound`]: super::Settings::consul_cleanup_bound
 
-use kube::ResourceExt;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
 use kube::api::Api;
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
 
 use super::act::LOCK_FLAGS;
 use super::{Context, consul_access, election_key, observe, sharing};
 use crate::Error;
 use crate::consul::ConsulClient;
-use crate::crd::{LeaderElection, default_key};
+use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
 use crate::election::config::{ElectionKey, LabelConfig, Mode};
-use crate::k8s::PodRole;
+use crate::election::plan::EventReason;
+use crate::k8s::{self, PodRole};
 use crate::sessions::{Found, adoptable_session};
+
+/// Shortest and longest wait between two attempts to clean up in Consul.
+const RETRY_BOUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
 
 /// `id`, a session the status names but this process has not adopted, when Consul still has
 /// it and its name says this cluster's operator created it for this election: only such a
@@ -29,90 +48,350 @@ async fn recorded_session_if_ours(
     Ok(ours.map(|_| id))
 }
 
+/// What the operator wrote on the election's pods, as far as it can still tell.
+struct Labelled {
+    /// The label key.
+    key: String,
+    /// The follower value; `None` when the spec cannot be read. Every labelled pod not
+    /// carrying it is treated as a possible leader: also one still carrying a leader value
+    /// the spec has since replaced.
+    follower: Option<String>,
+}
+
+/// What an election left on its pods and in Consul: as the status recorded it (the values
+/// the operator acted with, see [`super::migrate`]), else as the spec says.
+pub struct Footprint {
+    /// The election with the labels, key and Consul access it was acted on with.
+    le: LeaderElection,
+    /// Its labels.
+    labelled: Labelled,
+    /// Its Consul key.
+    consul_key: String,
+    /// Whether the operator may hold a session for it (not in Observe mode).
+    pub managed: bool,
+}
+
+impl Footprint {
+    /// The footprint of `le`.
+    pub fn of(le: &LeaderElection, ctx: &Context) -> Footprint {
+        let config = crate::crd::validate(le).ok();
+        let managed = config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
+        if let Some(applied) = ctx.current_status(le).applied {
+            let mut acted_on = le.clone();
+            acted_on.spec = super::migrate::with_applied(&le.spec, &applied);
+            return Footprint {
+                le: acted_on,
+                labelled: Labelled {
+                    key: applied.label_key,
+                    follower: Some(applied.follower),
+                },
+                consul_key: applied.key,
+                managed,
+            };
+        }
+        let (namespace, name) = (le.namespace().unwrap_or_default(), le.name_any());
+        Footprint {
+            le: le.clone(),
+            labelled: Labelled {
+                key: config.as_ref().map_or_else(
+                    || crate::crd::DEFAULT_ROLE_LABEL.to_owned(),
+                    |c| c.labels.key.clone(),
+                ),
+                follower: config.as_ref().map(|c| c.labels.follower.clone()),
+            },
+            consul_key: config
+                .as_ref()
+                .map_or_else(|| default_key(&namespace, &name), |c| c.key.clone()),
+            managed,
+        }
+    }
+}
+
+/// What [`withdraw`] left to do.
+pub struct Withdrawal {
+    /// The election's key in Consul.
+    consul_key: String,
+    /// How releasing the key and destroying the session went (the labels are off anyway).
+    consul: Result<(), Error>,
+}
+
+/// Takes an election off its pods and out of Consul, in rule 7's order: the leader label
+/// first, then the key released and the session destroyed, then the remaining labels and
+/// annotations. A pod patch that fails stops it (`Err`), before Consul when it was the leader
+/// label; Consul failing does not stop the labels from coming off, and is reported in the
+/// [`Withdrawal`]. Used on deletion, by an election that must yield to an older one, and
+/// before acting with changed labels, key or Consul access. Nothing is written to Consul
+/// unless the footprint is `managed`.
+pub async fn withdraw(footprint: &Footprint, ctx: &Context) -> Result<Withdrawal, Error> {
+    let le = &footprint.le;
+    let key = election_key(le)?;
+    // 1. No pod may carry the leader label once the lock may be gone (rules 1 and 2).
+    unlabel(le, ctx, &footprint.labelled, true).await?;
+    // 2. Consul: release the key, destroy the session.
+    let consul = if footprint.managed {
+        release_and_destroy(le, &key, &footprint.consul_key, ctx).await
+    } else {
+        Ok(())
+    };
+    // 3. The rest of the labels and annotations: at once even when Consul failed, since no
+    // other pod than the leader needs to wait for it.
+    unlabel(le, ctx, &footprint.labelled, false).await?;
+    Ok(Withdrawal {
+        consul_key: footprint.consul_key.clone(),
+        consul,
+    })
+}
+
+/// After a [`withdraw`] of `le`: when Consul failed, asks for a retry with a growing delay
+/// (`Err`), or gives up on Consul (the bound after a deletion passed, or the annotation says
+/// so) with a Warning event naming what was left there.
+pub async fn settle_consul(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    ctx: &Context,
+    withdrawal: Withdrawal,
+) -> Result<(), Error> {
+    let Err(error) = withdrawal.consul else {
+        return Ok(());
+    };
+    match consul_deadline(le, ctx) {
+        Deadline::RetryIn(delay) => Err(Error::CleanupPending {
+            retry_after: delay,
+            source: Box::new(error),
+        }),
+        Deadline::GiveUp(why) => {
+            give_up(le, key, &withdrawal.consul_key, ctx, why, &error).await;
+            Ok(())
+        }
+    }
+}
+
 /// Cleans up after `le`; idempotent (a failure is retried by the finalizer helper).
 pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let key = election_key(le)?;
     ctx.locks.unwatch(&key);
-    let config = crate::crd::validate(le).ok();
-    let managed = config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
-    let consul_key = config
-        .as_ref()
-        .map_or_else(|| default_key(&key.namespace, &key.name), |c| c.key.clone());
-    let consul = if managed {
-        match consul_access::client_for(le, &consul_key, ctx).await {
-            Ok(consul) => Some(consul),
-            // Never fall back to the operator's own client: that would send its token (or
-            // release keys) where this election was never allowed to reach. The session, if
-            // any, is no longer renewed and expires in Consul.
-            Err(consul_access::AccessProblem::Invalid(problem)) => {
-                tracing::warn!(
-                    election = %key,
-                    %problem,
-                    "cleanup without Consul: the election has no usable Consul access"
-                );
-                ctx.sessions.forget(&key);
-                None
-            }
-            Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
-        }
-    } else {
-        None
-    };
-    if let Some(consul) = consul {
-        let known = ctx.sessions.view(&key).map(|s| s.id);
-        let session = match known.clone() {
-            Some(id) => Some(id),
-            None => match ctx.current_status(le).leader.and_then(|l| l.session_id) {
-                Some(id) => recorded_session_if_ours(&consul, id, &key, ctx).await?,
-                None => None,
-            },
-        };
-        if let Some(session) = session {
-            consul
-                .kv_release(&consul_key, &session, &[], LOCK_FLAGS)
-                .await?;
-            if known.is_some() {
-                ctx.sessions.destroy(&key, &consul).await?;
-            } else {
-                // Named only by the status (not adopted by this process).
-                consul.destroy_session(&session).await?;
-            }
-        }
-    }
-    let label_key = config.as_ref().map_or_else(
-        || crate::crd::DEFAULT_ROLE_LABEL.to_owned(),
-        |c| c.labels.key.clone(),
-    );
+    let withdrawal = withdraw(&Footprint::of(le, ctx), ctx).await?;
+    settle_consul(le, &key, ctx, withdrawal).await?;
+    ctx.remember_status(le, None);
+    Ok(Action::await_change())
+}
+
+/// Gives every pod `le` labelled no role; with `only_leaders`, only the pods that may carry a
+/// leader label (every labelled pod but those carrying the follower value).
+async fn unlabel(
+    le: &LeaderElection,
+    ctx: &Context,
+    labelled: &Labelled,
+    only_leaders: bool,
+) -> Result<(), Error> {
+    let name = le.name_any();
     let labels = LabelConfig {
-        key: label_key,
+        key: labelled.key.clone(),
         leader: String::new(),
         follower: String::new(),
     };
-    let pods_api = Api::namespaced(ctx.client.clone(), &key.namespace);
+    let pods_api = Api::namespaced(ctx.client.clone(), &le.namespace().unwrap_or_default());
     for (pod, _) in observe::pods_of(ctx, le).values() {
         if !sharing::labelled_by(ctx, le, pod) {
+            continue;
+        }
+        let value = k8s::labels_of(pod).get(&labelled.key);
+        let leads = labelled
+            .follower
+            .as_ref()
+            .is_none_or(|follower| value != Some(follower));
+        if only_leaders && !leads {
             continue;
         }
         let Some(uid) = pod.metadata.uid.as_deref() else {
             continue;
         };
-        let annotations = sharing::annotations_for(ctx, &key.name, pod, PodRole::None);
+        let annotations = sharing::annotations_for(ctx, &name, pod, PodRole::None);
         match sharing::set_role(
             &pods_api,
             &pod.name_any(),
             uid,
             &labels,
-            &key.name,
+            &name,
             PodRole::None,
             annotations,
         )
         .await
         {
-            Ok(_) => {}
+            Ok(patched) => {
+                let mut patched = patched;
+                k8s::strip_for_cache(&mut patched);
+                ctx.remember_pod(&std::sync::Arc::new(patched));
+            }
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
             Err(error) => return Err(Error::kube("patch pod")(error)),
         }
     }
-    ctx.remember_status(le, None);
-    Ok(Action::await_change())
+    Ok(())
+}
+
+/// Releases the election's key and destroys its session, through the election's own Consul
+/// access only.
+async fn release_and_destroy(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    consul_key: &str,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let consul = match consul_access::client_for(le, consul_key, ctx).await {
+        Ok(consul) => consul,
+        // Never fall back to the operator's own client: that would send its token (or
+        // release keys) where this election was never allowed to reach. The session, if
+        // any, is no longer renewed and expires in Consul.
+        Err(consul_access::AccessProblem::Invalid(problem)) => {
+            tracing::warn!(
+                election = %key,
+                %problem,
+                "cleanup without Consul: the election has no usable Consul access"
+            );
+            ctx.sessions.forget(key);
+            return Ok(());
+        }
+        Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
+    };
+    let known = ctx.sessions.view(key).map(|s| s.id);
+    let session = match known.clone() {
+        Some(id) => Some(id),
+        None => match ctx.current_status(le).leader.and_then(|l| l.session_id) {
+            Some(id) => recorded_session_if_ours(&consul, id, key, ctx).await?,
+            None => None,
+        },
+    };
+    if let Some(session) = session {
+        consul
+            .kv_release(consul_key, &session, &[], LOCK_FLAGS)
+            .await?;
+        if known.is_some() {
+            ctx.sessions.destroy(key, &consul).await?;
+        } else {
+            // Named only by the status (not adopted by this process).
+            consul.destroy_session(&session).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a deletion still waits for Consul.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Deadline {
+    /// Try again after this delay.
+    RetryIn(Duration),
+    /// Stop waiting, for this reason.
+    GiveUp(String),
+}
+
+/// When to try Consul again, or why not any more: the annotation says skip, or the bound has
+/// passed since `metadata.deletionTimestamp`.
+fn consul_deadline(le: &LeaderElection, ctx: &Context) -> Deadline {
+    let skip = le
+        .annotations()
+        .get(SKIP_CONSUL_CLEANUP_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    let deleted_at = le.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+    deadline(
+        skip,
+        deleted_at,
+        Timestamp::now(),
+        ctx.settings.consul_cleanup_bound,
+    )
+}
+
+/// [`consul_deadline`] without the clock: the retry delay grows with the time since the
+/// deletion (a quarter of it, within [`RETRY_BOUNDS`]) and never passes the bound.
+fn deadline(
+    skip: bool,
+    deleted_at: Option<Timestamp>,
+    now: Timestamp,
+    bound: Duration,
+) -> Deadline {
+    if skip {
+        return Deadline::GiveUp(format!(
+            "the annotation {SKIP_CONSUL_CLEANUP_ANNOTATION} says so"
+        ));
+    }
+    let elapsed = deleted_at
+        .and_then(|at| Duration::try_from(now.duration_since(at)).ok())
+        .unwrap_or_default();
+    let Some(left) = bound.checked_sub(elapsed).filter(|l| !l.is_zero()) else {
+        return Deadline::GiveUp(format!(
+            "Consul could not be reached for {}s after the deletion",
+            SignedDuration::try_from(elapsed)
+                .unwrap_or_default()
+                .as_secs()
+        ));
+    };
+    let (min, max) = RETRY_BOUNDS;
+    Deadline::RetryIn((elapsed / 4).clamp(min, max).min(left))
+}
+
+/// Stops waiting for Consul: the session is no longer renewed (it expires after its TTL
+/// unless the key was released), and a Warning event names what was left there.
+async fn give_up(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    consul_key: &str,
+    ctx: &Context,
+    why: String,
+    error: &Error,
+) {
+    let session = ctx
+        .sessions
+        .view(key)
+        .map(|s| s.id)
+        .or_else(|| ctx.current_status(le).leader.and_then(|l| l.session_id));
+    ctx.sessions.forget(key);
+    let left = match &session {
+        Some(session) => format!(
+            "the key {consul_key} may still be held by session {session}, which is no longer renewed and expires after its TTL"
+        ),
+        None => format!("the key {consul_key} may still exist"),
+    };
+    let note = format!("gave up cleaning up in Consul ({why}; last error: {error}): {left}");
+    tracing::warn!(election = %key, "{note}");
+    let reason = EventReason::ConsulCleanupSkipped;
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reason.as_str().to_owned(),
+        note: Some(note),
+        action: "Cleanup".to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &le.object_ref(&())).await {
+        tracing::warn!(election = %key, %error, "publishing an event failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOUND: Duration = Duration::from_secs(300);
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    #[test]
+    fn the_retry_delay_grows_and_never_passes_the_bound() {
+        let retry = |elapsed: i64| deadline(false, Some(at(1_000)), at(1_000 + elapsed), BOUND);
+        assert_eq!(retry(0), Deadline::RetryIn(Duration::from_secs(1)));
+        assert_eq!(retry(20), Deadline::RetryIn(Duration::from_secs(5)));
+        assert_eq!(retry(200), Deadline::RetryIn(Duration::from_secs(30)));
+        assert_eq!(retry(290), Deadline::RetryIn(Duration::from_secs(10)));
+        assert!(matches!(retry(300), Deadline::GiveUp(_)));
+        assert!(matches!(retry(10_000), Deadline::GiveUp(_)));
+    }
+
+    #[test]
+    fn the_annotation_gives_up_at_once() {
+        assert!(matches!(
+            deadline(true, Some(at(1_000)), at(1_000), BOUND),
+            Deadline::GiveUp(why) if why.contains(SKIP_CONSUL_CLEANUP_ANNOTATION)
+        ));
+    }
 }

@@ -31,6 +31,7 @@ mod act;
 mod cleanup;
 mod consul_access;
 mod invariants;
+mod migrate;
 mod observe;
 mod sharing;
 mod status;
@@ -72,8 +73,15 @@ const INVALID_REQUEUE: Duration = Duration::from_secs(300);
 /// Requeue of an election whose token Secret is missing or unreadable: Secrets are not
 /// watched (the operator may only `get` the one it needs), so look again soon, but calmly.
 const SECRET_REQUEUE: Duration = Duration::from_secs(30);
+/// Requeue of an election waiting for a younger conflicting one to take its leader label off.
+const YIELD_WAIT: Duration = Duration::from_secs(1);
 /// Periodic re-check of a healthy election (Consul and pod changes trigger it anyway).
 const RESYNC: Duration = Duration::from_secs(600);
+/// How long after a LeaderElection's deletion (its `metadata.deletionTimestamp`) the operator
+/// keeps retrying to release its key and destroy its session in Consul before it gives up,
+/// removes the finalizer anyway and says in a Warning event what was left behind: a
+/// namespace must never stay Terminating because Consul is unreachable.
+pub const CONSUL_CLEANUP_BOUND: Duration = Duration::from_secs(300);
 
 /// Operator-wide settings of the controller.
 #[derive(Debug, Clone)]
@@ -93,6 +101,8 @@ pub struct Settings {
     pub cluster_name: String,
     /// The Lease that chooses the one replica that writes.
     pub lease: LeaseSettings,
+    /// How long a deletion retries Consul before giving up (see [`CONSUL_CLEANUP_BOUND`]).
+    pub consul_cleanup_bound: Duration,
 }
 
 /// Everything a reconcile needs; shared by all reconciles.
@@ -117,6 +127,8 @@ pub struct Context {
     pub health: Health,
     /// Settings.
     pub settings: Settings,
+    /// Queues a reconcile of another election (one this election waits for).
+    wake: mpsc::UnboundedSender<ElectionKey>,
     /// Until when an acquisition of an election's key is probably refused by a lock-delay.
     lock_delays: Mutex<HashMap<ElectionKey, Timestamp>>,
     /// Becomes true once the pod and election caches hold their first complete list.
@@ -290,6 +302,7 @@ pub async fn run(
     let (all_tx, all_rx) = mpsc::unbounded_channel::<()>();
     let (changes_tx, changes_rx) = mpsc::unbounded_channel::<ElectionKey>();
     let sessions = SessionManager::new(changes_tx.clone());
+    let wake = changes_tx.clone();
     let locks = LockWatcher::new(changes_tx.clone(), settings.lock_watch_wait);
 
     health.set_ready("leaderelections-cache", false);
@@ -358,6 +371,7 @@ pub async fn run(
         metrics,
         health: health.clone(),
         settings,
+        wake,
         lock_delays: Mutex::new(HashMap::new()),
         caches_ready,
         changes: changes_tx,
@@ -550,7 +564,7 @@ fn error_policy(le: Arc<LeaderElection>, error: &Error, _ctx: Arc<Context>) -> A
         category = error.category(),
         "reconcile failed: {error}"
     );
-    Action::requeue(ERROR_REQUEUE)
+    Action::requeue(error.retry_after().unwrap_or(ERROR_REQUEUE))
 }
 
 /// Brings one election's pods, session and lock in line with its spec.
@@ -564,9 +578,26 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         }
     };
     if let Some(older) = observe::conflicting_election(ctx, le, &config) {
+        // Yield: whatever this election labelled or held (it may have led before the older
+        // one came to select its pods) goes, in rule 7's order.
         ctx.locks.unwatch(&key);
         status::conflict(le, ctx, &older).await?;
+        let withdrawal = cleanup::withdraw(&cleanup::Footprint::of(le, ctx), ctx).await?;
+        cleanup::settle_consul(le, &key, ctx, withdrawal).await?;
         return Ok(Action::requeue(INVALID_REQUEUE));
+    }
+    if let Some((pod, younger)) = observe::yielding_leader(ctx, le, &config) {
+        // Nothing else may wake the younger election (this one writes nothing meanwhile):
+        // queue it. Its withdrawal (a pod patch) wakes this one; the requeue is a fallback.
+        tracing::debug!(election = %key, pod, younger, "waiting for a younger conflicting election to withdraw its leader label");
+        let younger = ElectionKey {
+            namespace: key.namespace.clone(),
+            name: younger,
+        };
+        if ctx.wake.send(younger).is_err() {
+            tracing::debug!(election = %key, "the controller is stopping");
+        }
+        return Ok(Action::requeue(YIELD_WAIT));
     }
     let consul = match consul_access::client_for(le, &config.key, ctx).await {
         Ok(client) => client,
@@ -576,6 +607,10 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         }
         Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
     };
+    // Changed labels, key or Consul access: undo what was done with the old ones first (only
+    // once the new access is known to be usable, so that a mistyped Secret name does not
+    // take the leader away).
+    migrate::migrate(le, ctx, &config).await?;
     ctx.locks.watch(&key, &consul, &config.key);
     let mut round = act::Round::new(le, &key, &config, &consul, ctx).await;
     let outcome = round.run(MAX_ROUNDS).await;

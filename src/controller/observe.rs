@@ -11,7 +11,7 @@ use kube::runtime::reflector::Store;
 use super::Context;
 use crate::crd::{LeaderElection, selector_matches};
 use crate::election::config::ElectionConfig;
-use crate::election::conflict::{Claim, yields_to};
+use crate::election::conflict::{Claim, yielding_to_me, yields_to};
 use crate::election::observe::PodView;
 use crate::k8s;
 
@@ -73,13 +73,12 @@ pub fn views(pods: &BTreeMap<String, (Arc<Pod>, bool)>, config: &ElectionConfig)
         .collect()
 }
 
-/// The name of an older election of the same namespace that selects one of this election's
-/// pods under the same label key, if any: this one then reports `Conflict` and writes nothing.
-pub fn conflicting_election(
-    ctx: &Context,
-    le: &LeaderElection,
-    config: &ElectionConfig,
-) -> Option<String> {
+/// The claims of the live elections of a namespace, each with its election.
+type Claims = Vec<(Claim, Arc<LeaderElection>)>;
+
+/// The claim of `le` (with label key `config.labels.key`) and those of the other live
+/// elections of its namespace.
+fn claims(ctx: &Context, le: &LeaderElection, config: &ElectionConfig) -> Option<(Claim, Claims)> {
     let namespace = le.namespace()?;
     let pods: Vec<Arc<Pod>> = ctx
         .pods
@@ -100,16 +99,58 @@ pub fn conflicting_election(
         })
     };
     let me = claim_of(le, config.labels.key.clone())?;
-    let others: Vec<Claim> = ctx
+    let others = ctx
         .elections
         .state()
-        .iter()
+        .into_iter()
         .filter(|o| o.namespace().as_deref() == Some(namespace.as_str()))
         .filter(|o| o.metadata.deletion_timestamp.is_none())
         .filter_map(|o| {
-            let key = crate::crd::validate(o).ok()?.labels.key;
-            claim_of(o, key)
+            let key = crate::crd::validate(&o).ok()?.labels.key;
+            Some((claim_of(&o, key)?, o))
         })
         .collect();
+    Some((me, others))
+}
+
+/// The name of an older election of the same namespace that selects one of this election's
+/// pods under the same label key, if any: this one then reports `Conflict` and writes nothing.
+pub fn conflicting_election(
+    ctx: &Context,
+    le: &LeaderElection,
+    config: &ElectionConfig,
+) -> Option<String> {
+    let (me, others) = claims(ctx, le, config)?;
+    let others: Vec<Claim> = others.into_iter().map(|(c, _)| c).collect();
     yields_to(&me, &others).map(|c| c.name.clone())
+}
+
+/// A pod that a younger election, which yields to `le`, still labels leader under the same
+/// label key, and that election's name: `le` waits until that election has withdrawn before
+/// it acts, so that the two never have a leader label on two pods at once (a Service
+/// selecting the younger's pods would reach both).
+pub fn yielding_leader(
+    ctx: &Context,
+    le: &LeaderElection,
+    config: &ElectionConfig,
+) -> Option<(String, String)> {
+    let (me, others) = claims(ctx, le, config)?;
+    let claims: Vec<Claim> = others.iter().map(|(c, _)| c.clone()).collect();
+    let yielding = yielding_to_me(&me, &claims);
+    let namespace = le.namespace();
+    ctx.pods
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace() == namespace)
+        .find_map(|pod| {
+            let value = k8s::labels_of(&pod).get(&config.labels.key);
+            others
+                .iter()
+                .find(|(claim, election)| {
+                    yielding.contains(&claim)
+                        && k8s::labelled_by(&pod) == Some(claim.name.as_str())
+                        && value == Some(&election.spec.labels.leader)
+                })
+                .map(|(claim, _)| (pod.name_any(), claim.name.clone()))
+        })
 }

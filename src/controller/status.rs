@@ -12,8 +12,8 @@ use super::Context;
 use crate::Error;
 use crate::crd::conditions::{self, CONFLICT, LEASE_TIMING_SAFE, SPEC_VALID};
 use crate::crd::{
-    API_VERSION, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus, Phase,
-    SpecProblem,
+    API_VERSION, AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus,
+    Phase, SpecProblem,
 };
 use crate::election::config::{ElectionConfig, Mode};
 use crate::election::plan::{self, ConditionState, Plan};
@@ -57,6 +57,7 @@ pub async fn write(
             })
             .collect(),
         observed_generation: le.metadata.generation,
+        applied: old.applied.clone(),
         conditions: Vec::new(),
     };
     let carried_out = state.phase != plan::Phase::Elected
@@ -232,6 +233,25 @@ pub async fn record_token(le: &LeaderElection, ctx: &Context, token: u64) -> Res
     }
     let new = LeaderElectionStatus {
         fencing_token: Some(token),
+        ..current.clone()
+    };
+    patch_if_changed(le, ctx, &current, new).await
+}
+
+/// Records what the operator is about to act with (see [`AppliedSpec`]), before it acts:
+/// the status as this process last wrote it, with `applied`, applied like every other status
+/// write.
+pub async fn record_applied(
+    le: &LeaderElection,
+    ctx: &Context,
+    applied: &AppliedSpec,
+) -> Result<(), Error> {
+    let current = ctx.current_status(le);
+    if current.applied.as_ref() == Some(applied) {
+        return Ok(());
+    }
+    let new = LeaderElectionStatus {
+        applied: Some(applied.clone()),
         ..current.clone()
     };
     patch_if_changed(le, ctx, &current, new).await

@@ -32,7 +32,7 @@ pub use spec::{
     LeaderElectionSpec, Mode, PodSelector, SecretKeyRef, SelectorOperator, SelectorRequirement,
     SessionSpec, UnavailablePolicy,
 };
-pub use status::{CandidateStatus, LeaderElectionStatus, LeaderStatus, Phase};
+pub use status::{AppliedSpec, CandidateStatus, LeaderElectionStatus, LeaderStatus, Phase};
 pub use validate::{SpecProblem, default_key, validate};
 
 /// API group of the resource.
@@ -55,6 +55,10 @@ pub const LEADER_SINCE_ANNOTATION: &str = "elector.dev/leader-since";
 /// the Secret's namespace, or `*` for every election there. The operator does not read the
 /// data of a Secret without it.
 pub const SECRET_ALLOWED_ELECTIONS_ANNOTATION: &str = "elector.dev/allowed-elections";
+/// `LeaderElection` annotation: set to `"true"` by an administrator, a deletion stops
+/// waiting for Consul at once (the key and the session are left there, and a Warning event
+/// names them) instead of retrying for up to five minutes.
+pub const SKIP_CONSUL_CLEANUP_ANNOTATION: &str = "elector.dev/skip-consul-cleanup";
 /// Default label key written on the selected pods (`spec.labels.key`).
 pub const DEFAULT_ROLE_LABEL: &str = "elector.dev/role";
 

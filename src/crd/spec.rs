@@ -70,13 +70,15 @@ pub struct LeaderElectionSpec {
 
     /// `Managed` (default): the operator holds the Consul lock for the pod it elects.
     /// `Observe`: the applications elect themselves through Consul; the operator only mirrors
-    /// the holder into labels and status and never writes to Consul.
+    /// the holder into labels and status and never writes to Consul, except that switching a
+    /// running election to `Observe` releases the operator's key and destroys its session.
     #[serde(default)]
     pub mode: Mode,
 
     /// The Consul KV key of the lock. Default: `elector/<namespace>/<name>/leader`. Segments of
     /// letters, digits, `-`, `_`, `.` and `,` separated by single `/`; no leading or trailing
-    /// `/`, no `..`.
+    /// `/`, no `..`. Changing it on a running election releases the old key (and destroys the
+    /// session) before the new one is acquired.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = CONSUL_KEY_MAX_LENGTH), pattern(CONSUL_KEY_PATTERN))]
     #[x_kube(
@@ -91,7 +93,9 @@ pub struct LeaderElectionSpec {
     pub key: Option<String>,
 
     /// Per-election overrides of the operator's Consul settings. Absent: the operator's
-    /// defaults (its `CONSUL_HTTP_ADDR`, `CONSUL_DATACENTER`, `CONSUL_HTTP_TOKEN`).
+    /// defaults (its `CONSUL_HTTP_ADDR`, `CONSUL_DATACENTER`, `CONSUL_HTTP_TOKEN`). Changing
+    /// them on a running election releases the key and destroys the session through the old
+    /// settings first, then elects again through the new ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consul: Option<ConsulSpec>,
 
@@ -99,7 +103,9 @@ pub struct LeaderElectionSpec {
     #[serde(default)]
     pub session: SessionSpec,
 
-    /// The label the operator writes on every selected pod.
+    /// The label the operator writes on every selected pod. On a running election, a new
+    /// `leader` or `follower` value is rewritten in place; a new `key` moves the election (the
+    /// old labels removed and the lock released before anything is written under the new key).
     #[serde(default)]
     pub labels: LabelsSpec,
 
@@ -188,7 +194,8 @@ pub enum Mode {
     #[default]
     Managed,
     /// The applications elect themselves; the operator mirrors the lock holder into labels and
-    /// status and never writes to Consul.
+    /// status and never writes to Consul (but to let go of its own session when a running
+    /// election is switched to `Observe`).
     Observe,
 }
 

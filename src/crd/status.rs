@@ -43,6 +43,13 @@ pub struct LeaderElectionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
+    /// The labels and the Consul key and access the operator acts with, recorded before it
+    /// first acts with them. When the spec changes one of them, the operator first undoes
+    /// what it did with these (leader label off, key released, session destroyed, labels
+    /// removed), then records the new ones and elects again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<AppliedSpec>,
+
     /// `LeaderElected`, `ConsulAvailable`, `SpecValid`, `Conflict`; `lastTransitionTime` is
     /// when the condition's status last changed.
     #[serde(
@@ -121,4 +128,31 @@ pub struct CandidateStatus {
     /// Why the pod may not lead (for example `NotReady`, `Terminating`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// What the operator acts with: the spec's labels, Consul key and Consul access as they were
+/// when it last started acting on them.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedSpec {
+    /// `spec.labels.key`.
+    pub label_key: String,
+    /// `spec.labels.leader`.
+    pub leader: String,
+    /// `spec.labels.follower`.
+    pub follower: String,
+    /// The Consul key (`spec.key`, or its default).
+    pub key: String,
+    /// `spec.consul.address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consul_address: Option<String>,
+    /// `spec.consul.datacenter`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datacenter: Option<String>,
+    /// `spec.consul.tokenSecretRef.name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_secret_name: Option<String>,
+    /// `spec.consul.tokenSecretRef.key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_secret_key: Option<String>,
 }

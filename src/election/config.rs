@@ -10,7 +10,8 @@ pub enum Mode {
     #[default]
     Managed,
     /// Applications elect themselves; the operator only mirrors the holder into labels and
-    /// status and never writes to Consul.
+    /// status and never writes to Consul, but to release and destroy its own session left
+    /// from `Managed` mode.
     Observe,
 }
 

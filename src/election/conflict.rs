@@ -1,6 +1,16 @@
 //! Two elections that select the same pod with the same label key would fight over its
 //! label. The younger one (created later; on a tie, the greater name) reports `Conflict` and
-//! writes nothing.
+//! writes nothing; if it led when the overlap began, it withdraws (labels, key, session).
+//!
+//! `creationTimestamp` has one-second resolution, so elections created in the same second
+//! are ordered by name (unique within the namespace, which is the scope of every
+//! comparison): the order never depends on which election is looked at first.
+//!
+//! Yielding is decided pairwise: an election yields to every older election it overlaps,
+//! even one that itself yields to a third. In a chain A-B-C (A overlaps B, B overlaps C,
+//! A and C disjoint), B and C both stand back and only A acts. Letting C act because B
+//! stands back would make C's labels depend on how fast B withdraws from the pods they
+//! share; the pairwise rule depends on the claims only.
 
 use jiff::Timestamp;
 
@@ -36,6 +46,16 @@ pub fn yields_to<'a>(me: &Claim, others: &'a [Claim]) -> Option<&'a Claim> {
         .min_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)))
 }
 
+/// The claims that conflict with `me` and are younger: the elections that yield to `me`,
+/// whose leader labels `me` waits to see gone before it acts. Claims with `me`'s own name are
+/// ignored.
+pub fn yielding_to_me<'a>(me: &Claim, others: &'a [Claim]) -> Vec<&'a Claim> {
+    others
+        .iter()
+        .filter(|o| o.name != me.name && o.overlaps(me) && me.is_older_than(o))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,6 +86,36 @@ mod tests {
         let all = [a, b.clone(), c.clone()];
         assert_eq!(yields_to(&b, &all), None);
         assert_eq!(yields_to(&c, &all), None);
+    }
+
+    #[test]
+    fn a_chain_of_overlaps_leaves_only_the_oldest_acting_whatever_the_order() {
+        let a = claim("a", 10, "k", &["p1"]);
+        let b = claim("b", 20, "k", &["p1", "p2"]);
+        let c = claim("c", 30, "k", &["p2"]);
+        let orders = [
+            [a.clone(), b.clone(), c.clone()],
+            [c.clone(), b.clone(), a.clone()],
+            [b.clone(), c.clone(), a.clone()],
+        ];
+        for all in &orders {
+            assert_eq!(yields_to(&a, all), None);
+            assert_eq!(yields_to(&b, all).map(|c| c.name.as_str()), Some("a"));
+            assert_eq!(yields_to(&c, all).map(|c| c.name.as_str()), Some("b"));
+        }
+    }
+
+    #[test]
+    fn the_older_of_two_overlapping_elections_sees_the_younger_yield_to_it() {
+        let a = claim("a", 10, "k", &["p1"]);
+        let b = claim("b", 20, "k", &["p1", "p2"]);
+        let c = claim("c", 30, "k", &["p2"]);
+        let d = claim("d", 40, "other", &["p1"]);
+        let all = [a.clone(), b.clone(), c.clone(), d];
+        let names = |v: Vec<&Claim>| v.into_iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(yielding_to_me(&a, &all)), ["b"]);
+        assert_eq!(names(yielding_to_me(&b, &all)), ["c"]);
+        assert!(yielding_to_me(&c, &all).is_empty());
     }
 
     #[test]

@@ -86,6 +86,9 @@ pub enum EventReason {
     InvalidSpec,
     /// Another election selects the same pods with the same label key.
     Conflict,
+    /// A deletion (or a move to other Consul settings) stopped waiting for Consul and left
+    /// the key or the session there.
+    ConsulCleanupSkipped,
 }
 
 impl EventReason {
@@ -98,6 +101,7 @@ impl EventReason {
             Self::ConsulUnavailable => "ConsulUnavailable",
             Self::InvalidSpec => "InvalidSpec",
             Self::Conflict => "Conflict",
+            Self::ConsulCleanupSkipped => "ConsulCleanupSkipped",
         }
     }
 

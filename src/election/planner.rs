@@ -620,9 +620,32 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Observe mode with a session of the operator's left from Managed mode: take the leader
+    /// label off first (rule 1), release the key if the session holds it (explicitly, so the
+    /// applications meet no lock-delay), destroy the session. The applications elect from
+    /// then on; the next plan mirrors them.
+    fn hand_over(&mut self, session: &'a SessionView) {
+        self.demote_others(None);
+        if matches!(self.holder(), Holder::Us(..)) {
+            self.actions.push(Action::Release {
+                session: session.id.clone(),
+            });
+        }
+        self.drop_session(session);
+        self.settle_followers(None);
+        self.elected_reason = (
+            "HandingOver",
+            "releasing the operator's lock for the applications (Observe mode)".into(),
+        );
+    }
+
     /// Observe mode: mirror the holder named in the key's value; never write to Consul.
     fn observe(&mut self) {
         self.phase = Phase::Observing;
+        if let Some(session) = self.obs.session {
+            self.hand_over(session);
+            return;
+        }
         let holder = match self.obs.lock {
             LockView::Unknown => {
                 self.keep_one_label();

@@ -135,6 +135,8 @@ pub struct HarnessOptions {
     pub operator_consul: OperatorConsul,
     /// The cluster name the operator runs with (`--cluster-name`).
     pub cluster_name: String,
+    /// How long after a deletion the operator keeps retrying Consul before it gives up.
+    pub consul_cleanup_bound: Duration,
 }
 
 /// The operator's Consul configuration beyond the emulator's address.
@@ -156,6 +158,7 @@ impl Default for HarnessOptions {
             secret_access: false,
             operator_consul: OperatorConsul::default(),
             cluster_name: "test-cluster".into(),
+            consul_cleanup_bound: controller::CONSUL_CLEANUP_BOUND,
         }
     }
 }
@@ -179,6 +182,7 @@ pub struct Harness {
     sa_config: kube::Config,
     operator_consul: OperatorConsul,
     cluster_name: String,
+    consul_cleanup_bound: Duration,
 }
 
 impl Harness {
@@ -251,6 +255,7 @@ impl Harness {
             sa_config,
             operator_consul: options.operator_consul,
             cluster_name: options.cluster_name,
+            consul_cleanup_bound: options.consul_cleanup_bound,
         }
     }
 
@@ -309,6 +314,7 @@ impl Harness {
                 duration: LEASE_DURATION,
                 renew_deadline: LEASE_RENEW_DEADLINE,
             },
+            consul_cleanup_bound: self.consul_cleanup_bound,
         };
         let task = tokio::spawn(controller::run(
             client,

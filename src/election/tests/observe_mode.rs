@@ -1,5 +1,6 @@
 //! Observe mode: the applications elect themselves; the operator mirrors the pod named in the
-//! key's JSON value into labels and status and never writes to Consul (rule 7).
+//! key's JSON value into labels and status and never writes to Consul (rule 7), except to
+//! let go of its own session left from Managed mode (released and destroyed).
 
 use super::support::*;
 use crate::election::config::{ElectionConfig, Mode};
@@ -154,12 +155,36 @@ fn consul_unknown_keeps_the_mirrored_labels() {
 }
 
 #[test]
-fn a_leftover_session_is_never_used_in_observe_mode() {
-    // Switched from Managed to Observe: the operator's old session is still registered.
+fn switching_to_observe_demotes_then_releases_and_destroys_the_operators_session() {
+    // Switched from Managed to Observe while leading: the leader label comes off first,
+    // then the key is released (no lock-delay for the applications) and the session
+    // destroyed, so that an application can acquire the key.
+    let s = Scene::elected("a", &["b"], 4).config(observe());
+    let plan = s.plan();
+    assert_eq!(
+        steps(&plan),
+        vec![follower("a"), release("s1"), destroy("s1")]
+    );
+    assert_demotions_first(&s, &plan);
+    assert_eq!(plan.status.phase, Phase::Observing);
+    assert!(!condition(&plan.status, LEADER_ELECTED).status);
+
+    // Then nothing of the operator's is left: the free key is mirrored as no holder.
+    let mut world = World::new(s);
+    world.settle();
+    assert!(world.leaders().is_empty());
+    let settled = world.step();
+    assert_no_consul(&settled);
+}
+
+#[test]
+fn a_leftover_session_not_holding_the_key_is_destroyed_in_observe_mode() {
     let s = scene(vec![pod("a"), pod("b")], free(4)).session(Some(session("s1", "a")));
-    assert_no_consul(&s.plan());
-    let s = scene(vec![pod("a"), pod("b")], held("s1", 4, "a")).session(Some(session("s1", "a")));
-    assert_no_consul(&s.plan());
+    assert_eq!(consul_steps(&s.plan()), vec![destroy("s1")]);
+    // The application's lock is never touched, only the operator's own session.
+    let s = scene(vec![pod("a"), pod("b")], app_holds("b", &uid("b"), 5))
+        .session(Some(session("s1", "a")));
+    assert_eq!(consul_steps(&s.plan()), vec![destroy("s1")]);
 }
 
 #[test]

@@ -1,0 +1,199 @@
+//! Spec edits of a live election: `spec.labels` (key, leader, follower), `spec.key` and
+//! `spec.consul` (address, datacenter, tokenSecretRef) may change while the election runs.
+//!
+//! The object alone cannot tell what changed, so the status records what the operator acts
+//! with ([`AppliedSpec`]) before it first acts with it. A changed leader or follower value
+//! only needs recording: the planner rewrites the value of the one label key in place, so a
+//! pod never carries both, and the leader keeps its lock meanwhile. When the label key, the
+//! Consul key or the Consul access differs from that record, the operator first withdraws
+//! what it did with the recorded values, in rule 7's order
+//! (leader label off, old key released, old session destroyed in the old Consul, remaining
+//! old labels removed), then records the new values and elects again under them. No pod
+//! keeps a label a Service may select without holding the lock, and the old key is free
+//! before the new one is acquired.
+//!
+//! While the old Consul cannot be reached the labels are already off and the release is
+//! retried; the annotation `elector.dev/skip-consul-cleanup: "true"` lets the election go on
+//! without it (the old session, no longer renewed, expires after its TTL).
+
+use super::{Context, cleanup, election_key, status};
+use crate::Error;
+use crate::crd::{
+    AppliedSpec, ConsulSpec, LabelsSpec, LeaderElection, LeaderElectionSpec, SecretKeyRef,
+};
+use crate::election::config::ElectionConfig;
+
+/// What the spec of `le`, validated as `config`, makes the operator act with.
+pub fn applied_of(le: &LeaderElection, config: &ElectionConfig) -> AppliedSpec {
+    let consul = le.spec.consul.as_ref();
+    let token = consul.and_then(|c| c.token_secret_ref.as_ref());
+    AppliedSpec {
+        label_key: config.labels.key.clone(),
+        leader: config.labels.leader.clone(),
+        follower: config.labels.follower.clone(),
+        key: config.key.clone(),
+        consul_address: consul.and_then(|c| c.address.clone()),
+        datacenter: consul.and_then(|c| c.datacenter.clone()),
+        token_secret_name: token.map(|t| t.name.clone()),
+        token_secret_key: token.map(|t| t.key.clone()),
+    }
+}
+
+/// `spec` with the labels, key and Consul access of `applied`.
+pub fn with_applied(spec: &LeaderElectionSpec, applied: &AppliedSpec) -> LeaderElectionSpec {
+    let token_secret_ref = match (&applied.token_secret_name, &applied.token_secret_key) {
+        (Some(name), Some(key)) => Some(SecretKeyRef {
+            name: name.clone(),
+            key: key.clone(),
+        }),
+        _ => None,
+    };
+    let consul = ConsulSpec {
+        address: applied.consul_address.clone(),
+        datacenter: applied.datacenter.clone(),
+        token_secret_ref,
+    };
+    LeaderElectionSpec {
+        labels: LabelsSpec {
+            key: applied.label_key.clone(),
+            leader: applied.leader.clone(),
+            follower: applied.follower.clone(),
+        },
+        key: Some(applied.key.clone()),
+        consul: (consul != ConsulSpec::default()).then_some(consul),
+        ..spec.clone()
+    }
+}
+
+/// Whether acting with `new` after `old` needs the old labels, key and session gone first:
+/// any change but the leader and follower values (rewritten in place under the same key).
+fn needs_withdrawal(old: &AppliedSpec, new: &AppliedSpec) -> bool {
+    let values_only = AppliedSpec {
+        leader: new.leader.clone(),
+        follower: new.follower.clone(),
+        ..old.clone()
+    };
+    values_only != *new
+}
+
+/// Before the operator acts on `le` with `config`: when the status records other labels, key
+/// or Consul access, withdraws what was done with those first; then records the new ones.
+pub async fn migrate(
+    le: &LeaderElection,
+    ctx: &Context,
+    config: &ElectionConfig,
+) -> Result<(), Error> {
+    let now = applied_of(le, config);
+    let recorded = ctx.current_status(le).applied;
+    if recorded.as_ref() == Some(&now) {
+        return Ok(());
+    }
+    if recorded
+        .as_ref()
+        .is_some_and(|old| needs_withdrawal(old, &now))
+    {
+        let key = election_key(le)?;
+        tracing::info!(election = %key, "labels, key or Consul access changed: withdrawing the old ones first");
+        ctx.locks.unwatch(&key);
+        let mut footprint = cleanup::Footprint::of(le, ctx);
+        // Whatever the mode is now, the operator's own session of the old values goes (in
+        // Observe mode it has none, or one left from Managed mode).
+        footprint.managed = true;
+        let withdrawal = cleanup::withdraw(&footprint, ctx).await?;
+        cleanup::settle_consul(le, &key, ctx, withdrawal).await?;
+    }
+    status::record_applied(le, ctx, &now).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn election(spec: serde_json::Value) -> LeaderElection {
+        let le = serde_json::json!({
+            "apiVersion": "elector.dev/v1alpha1",
+            "kind": "LeaderElection",
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": spec,
+        });
+        serde_json::from_value(le).unwrap_or_else(|e| panic!("election: {e}"))
+    }
+
+    fn applied(le: &LeaderElection) -> AppliedSpec {
+        let config = crate::crd::validate(le).unwrap_or_else(|e| panic!("valid: {e:?}"));
+        applied_of(le, &config)
+    }
+
+    #[test]
+    fn the_record_round_trips_through_the_spec() {
+        let old = election(serde_json::json!({
+            "selector": {"matchLabels": {"app": "web"}},
+            "labels": {"key": "example.com/role", "leader": "primary", "follower": "standby"},
+            "key": "elector/ns/web/custom",
+            "consul": {
+                "address": "http://consul.example:8500",
+                "datacenter": "dc2",
+                "tokenSecretRef": {"name": "token", "key": "t"},
+            },
+        }));
+        let record = applied(&old);
+        let new = election(serde_json::json!({"selector": {"matchLabels": {"app": "web"}}}));
+        assert_ne!(applied(&new), record);
+        let restored = with_applied(&new.spec, &record);
+        assert_eq!(restored.labels, old.spec.labels);
+        assert_eq!(restored.key, old.spec.key);
+        assert_eq!(restored.consul, old.spec.consul);
+        assert_eq!(restored.selector, new.spec.selector);
+    }
+
+    #[test]
+    fn only_label_values_change_in_place() {
+        let base = applied(&election(
+            serde_json::json!({"selector": {"matchLabels": {"app": "web"}}}),
+        ));
+        let values = AppliedSpec {
+            leader: "primary".into(),
+            follower: "standby".into(),
+            ..base.clone()
+        };
+        assert!(!needs_withdrawal(&base, &values));
+        let changes = [
+            AppliedSpec {
+                label_key: "example.com/role".into(),
+                ..base.clone()
+            },
+            AppliedSpec {
+                key: "elector/ns/web/other".into(),
+                ..base.clone()
+            },
+            AppliedSpec {
+                consul_address: Some("consul:8500".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
+                datacenter: Some("dc2".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
+                token_secret_name: Some("token".into()),
+                token_secret_key: Some("t".into()),
+                ..base.clone()
+            },
+        ];
+        for changed in changes {
+            assert!(needs_withdrawal(&base, &changed), "{changed:?}");
+            assert!(needs_withdrawal(&changed, &base), "{changed:?}");
+        }
+    }
+
+    #[test]
+    fn defaults_are_recorded_resolved_and_restore_without_a_consul_section() {
+        let le = election(serde_json::json!({"selector": {"matchLabels": {"app": "web"}}}));
+        let record = applied(&le);
+        assert_eq!(record.label_key, crate::crd::DEFAULT_ROLE_LABEL);
+        assert_eq!(record.key, crate::crd::default_key("ns", "web"));
+        let restored = with_applied(&le.spec, &record);
+        assert_eq!(restored.consul, None);
+        assert_eq!(restored.key, Some(crate::crd::default_key("ns", "web")));
+    }
+}
