@@ -289,6 +289,13 @@ async fn the_status_the_operator_writes_is_accepted() {
                 since,
                 session_id: Some("adf4238a-882b-9ddc-4a9d-5b6758e4159e".into()),
             }),
+            last_leader: Some(LeaderStatus {
+                pod: "web-2".into(),
+                uid: "4f1f8a0e-0000-4000-8000-000000000002".into(),
+                pod_ip: None,
+                since,
+                session_id: None,
+            }),
             fencing_token: Some(u64::from(u32::MAX) + 7),
             transitions: 3,
             candidates: vec![

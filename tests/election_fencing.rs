@@ -82,8 +82,16 @@ async fn a_key_unreadable_for_a_ttl_fences_although_the_session_renews() {
             h.emu.stats().requests_to("session.renew") >= 1,
             "the session kept renewing meanwhile"
         );
-        h.wait_status("web", |le| phase(le).as_deref() == Some("Fenced"))
+        let le = h
+            .wait_status("web", |le| phase(le).as_deref() == Some("Fenced"))
             .await;
+        // Nobody leads; the status keeps the last leader apart.
+        let status = le.status.unwrap_or_default();
+        assert_eq!(status.leader, None);
+        assert_eq!(
+            status.last_leader.map(|l| l.pod).as_deref(),
+            Some(first.pod.as_str())
+        );
         h.finish().await;
     })
     .await;

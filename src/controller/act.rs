@@ -526,7 +526,7 @@ impl<'a> Round<'a> {
 /// What the election's status recorded.
 pub(super) fn recorded(status: &LeaderElectionStatus) -> Recorded {
     Recorded {
-        leader: status.leader.as_ref().map(|l| LeaderRecord {
+        leader: status.leader_or_last().map(|l| LeaderRecord {
             pod: l.pod.clone(),
             uid: l.uid.clone(),
             pod_ip: l.pod_ip.clone(),

@@ -257,7 +257,11 @@ async fn release_and_destroy(
     let known = ctx.sessions.view(key).map(|s| s.id);
     let session = match known.clone() {
         Some(id) => Some(id),
-        None => match ctx.current_status(le).leader.and_then(|l| l.session_id) {
+        None => match ctx
+            .current_status(le)
+            .leader_or_last()
+            .and_then(|l| l.session_id.clone())
+        {
             Some(id) => recorded_session_if_ours(&consul, id, key, ctx).await?,
             None => None,
         },
@@ -339,11 +343,11 @@ async fn give_up(
     why: String,
     error: &Error,
 ) {
-    let session = ctx
-        .sessions
-        .view(key)
-        .map(|s| s.id)
-        .or_else(|| ctx.current_status(le).leader.and_then(|l| l.session_id));
+    let session = ctx.sessions.view(key).map(|s| s.id).or_else(|| {
+        ctx.current_status(le)
+            .leader_or_last()
+            .and_then(|l| l.session_id.clone())
+    });
     ctx.sessions.forget(key);
     let left = match &session {
         Some(session) => format!(

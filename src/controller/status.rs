@@ -38,7 +38,8 @@ pub async fn write(
     let state = &plan.status;
     let mut new = LeaderElectionStatus {
         phase: Some(phase(state.phase)),
-        leader: state.leader.as_ref().map(|l| LeaderStatus {
+        leader: None,
+        last_leader: state.leader.as_ref().map(|l| LeaderStatus {
             pod: l.pod.clone(),
             uid: l.uid.clone(),
             pod_ip: l.pod_ip.clone(),
@@ -80,6 +81,15 @@ pub async fn write(
         .collect();
     if !carried_out {
         new.phase = Some(Phase::Electing);
+    }
+    // The leader is the pod that carries the label now; the plan's leader otherwise stays on
+    // record as the last one.
+    if new
+        .last_leader
+        .as_ref()
+        .is_some_and(|l| Some(l.uid.as_str()) == labelled)
+    {
+        new.leader = new.last_leader.take();
     }
     fresh.push(condition(
         le,

@@ -138,8 +138,7 @@ async fn adopt_one(ctx: &Context, candidate: Candidate) -> bool {
     }
     let status = ctx.current_status(&le);
     let uid = status
-        .leader
-        .as_ref()
+        .leader_or_last()
         .filter(|leader| leader.pod == pod)
         .map(|leader| leader.uid.clone())
         .or_else(|| {

@@ -13,10 +13,15 @@ pub struct LeaderElectionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
 
-    /// The pod that leads; while a move or a fence is in progress (phase Electing or Fenced),
-    /// the pod that led last.
+    /// The pod that leads now: it carries the leader label (and, in Managed mode, holds the
+    /// lock). Empty while no pod leads (a move or a fence in progress).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<LeaderStatus>,
+
+    /// While no pod leads: the pod that led last (the preferred successor when it is eligible
+    /// again, and whose session a restarted operator adopts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_leader: Option<LeaderStatus>,
 
     /// Consul's `LockIndex` of the current leadership: it only grows, so an application can
     /// reject writes carrying an older token. Also on the leader pod as the annotation
@@ -60,6 +65,13 @@ pub struct LeaderElectionStatus {
     #[schemars(extend("nullable" = true))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+impl LeaderElectionStatus {
+    /// The pod that leads now or, while none does, the one that led last.
+    pub fn leader_or_last(&self) -> Option<&LeaderStatus> {
+        self.leader.as_ref().or(self.last_leader.as_ref())
+    }
 }
 
 /// A list the status omits when empty. Server-side apply on Kubernetes before 1.21 turns an
