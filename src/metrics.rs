@@ -109,6 +109,7 @@ struct Inner {
     reconcile_errors: Family<ReasonLabel, Counter>,
     reconcile_duration: Histogram,
     leader_transitions: Counter,
+    status_write_failures: Counter,
     leader_elected: Histogram,
     fencing_actions: Family<CauseLabel, Counter>,
     elections: Family<PhaseLabel, Gauge>,
@@ -163,6 +164,12 @@ impl Metrics {
             "leader_transitions",
             "Times an election's leader changed",
             leader_transitions.clone(),
+        );
+        let status_write_failures = Counter::default();
+        registry.register(
+            "status_write_failures",
+            "Status writes of LeaderElections the API server refused or did not answer",
+            status_write_failures.clone(),
         );
         let leader_elected = Histogram::new(LATENCY_BUCKETS);
         registry.register_with_unit(
@@ -223,6 +230,7 @@ impl Metrics {
                 reconcile_errors,
                 reconcile_duration,
                 leader_transitions,
+                status_write_failures,
                 leader_elected,
                 fencing_actions,
                 elections,
@@ -269,6 +277,11 @@ impl Metrics {
             start: Instant::now(),
             outcome: Err(CANCELLED),
         }
+    }
+
+    /// Counts one failed status write.
+    pub fn status_write_failed(&self) {
+        self.inner.status_write_failures.inc();
     }
 
     /// Counts one change of an election's leader.
@@ -369,6 +382,7 @@ mod tests {
             r#"consul_elector_fencing_actions_total{cause="foreign_holder"}"#,
             "consul_elector_reconcile_duration_seconds_count",
             "consul_elector_leader_transitions_total",
+            "consul_elector_status_write_failures_total",
             "consul_elector_leader_elected_seconds_count",
             "consul_elector_sessions",
             r#"consul_elector_disagreements_total{kind="two_leader_labels"}"#,

@@ -148,7 +148,37 @@ async fn failing_status_writes_stall_a_failover_safely_and_the_status_recovers()
         tokio::time::timeout(SOON, injected)
             .await
             .expect("status writes were attempted");
-        h.kube_faults.remove(fault);
+        // The failures surface: a Warning event, the metric, and on the first status write
+        // that succeeds again, the StatusWritten condition (watched from before the fault
+        // goes, so the version that carries it cannot be missed).
+        let notes = h.wait_event("web", "StatusWriteFailed").await;
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("status writes failed in a row")),
+            "{notes:?}"
+        );
+        let failures = h
+            .operator()
+            .metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix("consul_elector_status_write_failures_total "))
+            .and_then(|v| v.parse::<f64>().ok());
+        assert!(failures.is_some_and(|n| n >= 3.0), "{failures:?}");
+        let (recovered, ()) = tokio::join!(
+            h.wait_status("web", |le| {
+                harness::condition(le, "StatusWritten")
+                    .is_some_and(|c| c.reason == "WrittenAfterFailures")
+            }),
+            async { h.kube_faults.remove(fault) }
+        );
+        let written = harness::condition(&recovered, "StatusWritten").expect("StatusWritten");
+        assert!(
+            written.message.contains("failed before this one"),
+            "{}",
+            written.message
+        );
         let second = h.wait_elected("web", Some(&first.pod)).await;
         assert_ne!(second.pod, first.pod);
         // No flapping: the successor became leader once and stayed.

@@ -145,6 +145,8 @@ pub struct Context {
     /// only writer of the status, so this is never older than the cache, which can lag behind
     /// the operator's own writes.
     statuses: Mutex<HashMap<ElectionKey, (String, LeaderElectionStatus)>>,
+    /// Status writes that failed in a row per election, with the last error's category.
+    status_failures: Mutex<HashMap<ElectionKey, (u32, &'static str)>>,
     /// Pods as this process last patched them, by UID, until the cache has caught up: the
     /// next reconcile often starts (woken by those very patches) before the pod watch has
     /// delivered them, and planning on the older versions would undo the patches (a leader
@@ -161,6 +163,29 @@ impl Context {
             .lock()
             .map_or_else(|poison| *poison.into_inner(), |at| *at);
         self.locks.read_at(key).unwrap_or(started)
+    }
+
+    /// Status writes of `key` that failed in a row, with the last error's category.
+    fn status_failures(&self, key: &ElectionKey) -> Option<(u32, &'static str)> {
+        self.status_failures.lock().ok()?.get(key).copied()
+    }
+
+    /// Records how a status write of `key` went; returns how many failed in a row now.
+    fn status_written(&self, key: &ElectionKey, result: Result<(), &'static str>) -> u32 {
+        let Ok(mut failures) = self.status_failures.lock() else {
+            return 0;
+        };
+        match result {
+            Ok(()) => {
+                failures.remove(key);
+                0
+            }
+            Err(category) => {
+                let entry = failures.entry(key.clone()).or_insert((0, category));
+                *entry = (entry.0.saturating_add(1), category);
+                entry.0
+            }
+        }
     }
 
     /// Asks for a reconcile of `key`.
@@ -378,6 +403,7 @@ pub async fn run(
         started_at: Mutex::new(Timestamp::now()),
         may_write,
         statuses: Mutex::new(HashMap::new()),
+        status_failures: Mutex::new(HashMap::new()),
         pods_written: Mutex::new(HashMap::new()),
     });
 

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::Context;
 use crate::Error;
-use crate::crd::conditions::{self, CONFLICT, LEASE_TIMING_SAFE, SPEC_VALID};
+use crate::crd::conditions::{self, CONFLICT, LEASE_TIMING_SAFE, SPEC_VALID, STATUS_WRITTEN};
 use crate::crd::{
     API_VERSION, AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus,
     Phase, SpecProblem,
@@ -112,8 +112,33 @@ pub async fn write(
     if config.mode == Mode::Managed {
         fresh.push(condition(le, &lease_timing(&ctx.settings.lease, config)));
     }
+    fresh.push(condition(le, &status_written(le, ctx)));
     new.conditions = conditions::merge(&old.conditions, fresh, Timestamp::now());
-    patch_if_changed(le, ctx, &old, new).await
+    patch_if_changed(le, ctx, &old, new, Write::Whole).await
+}
+
+/// The [`STATUS_WRITTEN`] condition: after failed status writes, the write that succeeds
+/// says so.
+fn status_written(le: &LeaderElection, ctx: &Context) -> ConditionState {
+    let failures = super::election_key(le)
+        .ok()
+        .and_then(|key| ctx.status_failures(&key));
+    match failures {
+        Some((count, category)) => ConditionState {
+            type_: STATUS_WRITTEN,
+            status: true,
+            reason: "WrittenAfterFailures",
+            message: format!(
+                "{count} status write(s) failed before this one (last error: {category})"
+            ),
+        },
+        None => ConditionState {
+            type_: STATUS_WRITTEN,
+            status: true,
+            reason: "Written",
+            message: "the status is written as the operator decides it".into(),
+        },
+    }
 }
 
 /// The [`LEASE_TIMING_SAFE`] condition of a managed election.
@@ -215,7 +240,7 @@ async fn stand_back(
         vec![condition(le, &state)],
         Timestamp::now(),
     );
-    patch_if_changed(le, ctx, &old, new).await?;
+    patch_if_changed(le, ctx, &old, new, Write::Whole).await?;
     if news {
         let event = Event {
             type_: EventType::Warning,
@@ -245,7 +270,7 @@ pub async fn record_token(le: &LeaderElection, ctx: &Context, token: u64) -> Res
         fencing_token: Some(token),
         ..current.clone()
     };
-    patch_if_changed(le, ctx, &current, new).await
+    patch_if_changed(le, ctx, &current, new, Write::Record).await
 }
 
 /// Records what the operator is about to act with (see [`AppliedSpec`]), before it acts:
@@ -264,7 +289,16 @@ pub async fn record_applied(
         applied: Some(applied.clone()),
         ..current.clone()
     };
-    patch_if_changed(le, ctx, &current, new).await
+    patch_if_changed(le, ctx, &current, new, Write::Record).await
+}
+
+/// What a status write is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Write {
+    /// The status decided by a reconcile (it carries the [`STATUS_WRITTEN`] condition).
+    Whole,
+    /// A record made before acting (the fencing token, what the operator acts with).
+    Record,
 }
 
 async fn patch_if_changed(
@@ -272,6 +306,7 @@ async fn patch_if_changed(
     ctx: &Context,
     old: &LeaderElectionStatus,
     new: LeaderElectionStatus,
+    write: Write,
 ) -> Result<(), Error> {
     if *old == new {
         return Ok(());
@@ -285,15 +320,53 @@ async fn patch_if_changed(
         "kind": "LeaderElection",
         "status": &new,
     });
-    api.patch_status(
-        &le.name_any(),
-        &PatchParams::apply(&ctx.settings.field_manager).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube("patch status"))?;
-    ctx.remember_status(le, Some(new));
-    Ok(())
+    let written = api
+        .patch_status(
+            &le.name_any(),
+            &PatchParams::apply(&ctx.settings.field_manager).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(Error::kube("patch status"));
+    let key = super::election_key(le)?;
+    match written {
+        Ok(_) => {
+            // A record keeps the count: the whole status written next reports it.
+            if write == Write::Whole {
+                ctx.status_written(&key, Ok(()));
+            }
+            ctx.remember_status(le, Some(new));
+            Ok(())
+        }
+        Err(error) => {
+            let failed = ctx.status_written(&key, Err(error.category()));
+            ctx.metrics.status_write_failed();
+            if failed == STATUS_FAILURES_REPORTED {
+                report_status_failures(le, ctx, failed, &error).await;
+            }
+            Err(error)
+        }
+    }
+}
+
+/// After this many status writes failed in a row, a Warning event says so (once per run of
+/// failures; the metric counts every one).
+const STATUS_FAILURES_REPORTED: u32 = 3;
+
+async fn report_status_failures(le: &LeaderElection, ctx: &Context, failed: u32, error: &Error) {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "StatusWriteFailed".to_owned(),
+        note: Some(truncate(
+            &format!("{failed} status writes failed in a row; the last: {error}"),
+            1024,
+        )),
+        action: "WriteStatus".to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &le.object_ref(&())).await {
+        tracing::warn!(%error, "publishing an event failed");
+    }
 }
 
 fn condition(le: &LeaderElection, c: &ConditionState) -> Condition {

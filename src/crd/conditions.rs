@@ -12,6 +12,10 @@ pub const CONSUL_AVAILABLE: &str = "ConsulAvailable";
 pub const SPEC_VALID: &str = "SpecValid";
 /// An older election selects the same pods with the same label key, so this one stands back.
 pub const CONFLICT: &str = "Conflict";
+/// The status is written as the operator decides it (`True`, reason `Written`); after status
+/// writes failed, the first write that succeeds says how many failed before it (reason
+/// `WrittenAfterFailures`).
+pub const STATUS_WRITTEN: &str = "StatusWritten";
 /// The election's Consul session outlives a failover of the operator's own replicas
 /// (`True`, reason `SessionOutlivesFailover`); `False` (reason `SessionTTLTooShort`) when a
 /// crash of the active replica can let the session expire before a standby adopts it, which
