@@ -239,21 +239,8 @@ async fn the_running_operator_never_shows_a_token() {
                 ));
             }
         }
-        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
-            kube::Api::namespaced(h.admin.clone(), &h.ns);
         for (name, token) in [("tenant", TENANT), ("wrong", WRONG)] {
-            let secret = serde_json::from_value(serde_json::json!({
-                "metadata": {
-                    "name": name,
-                    "annotations": {consul_elector::crd::SECRET_ALLOWED_ELECTIONS_ANNOTATION: "*"},
-                },
-                "stringData": {"token": token},
-            }))
-            .expect("secret");
-            secrets
-                .create(&kube::api::PostParams::default(), &secret)
-                .await
-                .expect("create secret");
+            h.token_secret(name, token, "*").await;
         }
         h.deployment("web", 2).await;
         h.start_operator().await;

@@ -11,8 +11,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use harness::{Harness, HarnessOptions, OperatorConsul, ROLE, SOON, status_leader};
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, PostParams};
 use serde_json::json;
 use testkit::cluster::with_namespace;
 use testkit::consul::{ClockMode, Emulator, EmulatorConfig};
@@ -184,6 +182,17 @@ async fn changing_the_consul_key_releases_the_old_one_first() {
     .await;
 }
 
+/// The old session is destroyed (the key released first), and a new one leads.
+async fn old_session_replaced(h: &Harness, first: &harness::Elected, key: &str) {
+    let replaced = h
+        .poll_until(PROMPTLY, || h.emu.session(&first.session).is_none())
+        .await;
+    assert!(replaced, "the old session is still there");
+    let session = wait_key_held_by_status_session(h, &h.emu, key).await;
+    assert_ne!(session, first.session);
+    wait_leader_under(h, ROLE, "leader").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changing_the_datacenter_recreates_the_session() {
     with_namespace("ed-dc", |admin, ns| async move {
@@ -191,14 +200,7 @@ async fn changing_the_datacenter_recreates_the_session() {
         let key = h.key("web");
         h.patch_spec("web", json!({"consul": {"datacenter": "dc1"}}))
             .await;
-        // The old session is destroyed (the key released first), and a new one leads.
-        let replaced = h
-            .poll_until(PROMPTLY, || h.emu.session(&first.session).is_none())
-            .await;
-        assert!(replaced, "the old session is still there");
-        let session = wait_key_held_by_status_session(&h, &h.emu, &key).await;
-        assert_ne!(session, first.session);
-        wait_leader_under(&h, ROLE, "leader").await;
+        old_session_replaced(&h, &first, &key).await;
         h.finish().await;
     })
     .await;
@@ -245,19 +247,8 @@ async fn changing_the_token_secret_recreates_the_session() {
         };
         let mut h = Harness::with_options(admin, ns, options).await;
         h.deployment("web", 3).await;
-        let secrets: Api<Secret> = Api::namespaced(h.admin.clone(), &h.ns);
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {
-                "name": "consul-token",
-                "annotations": {consul_elector::crd::SECRET_ALLOWED_ELECTIONS_ANNOTATION: "web"},
-            },
-            "stringData": {"token": "any-token-the-emulator-accepts"},
-        }))
-        .expect("secret");
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("create secret");
+        h.token_secret("consul-token", "any-token-the-emulator-accepts", "web")
+            .await;
         h.start_operator().await;
         h.election("web", web()).await;
         let first = h.wait_elected("web", None).await;
@@ -267,13 +258,7 @@ async fn changing_the_token_secret_recreates_the_session() {
             json!({"consul": {"tokenSecretRef": {"name": "consul-token", "key": "token"}}}),
         )
         .await;
-        let replaced = h
-            .poll_until(PROMPTLY, || h.emu.session(&first.session).is_none())
-            .await;
-        assert!(replaced, "the old session is still there");
-        let session = wait_key_held_by_status_session(&h, &h.emu, &key).await;
-        assert_ne!(session, first.session);
-        wait_leader_under(&h, ROLE, "leader").await;
+        old_session_replaced(&h, &first, &key).await;
         h.finish().await;
     })
     .await;

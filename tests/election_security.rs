@@ -13,8 +13,7 @@ use harness::{
     Harness, HarnessOptions, OperatorConsul, ROLE, SOON, condition, has_condition, phase,
     status_leader,
 };
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use serde_json::json;
 use testkit::cluster::with_namespace;
 use testkit::consul::{ClockMode, Emulator, EmulatorConfig};
@@ -142,19 +141,7 @@ async fn an_allowed_address_gets_the_elections_token_or_none_never_the_operators
         );
 
         // A tokenSecretRef whose Secret opted in: that token, at the other address.
-        let secrets: Api<Secret> = Api::namespaced(h.admin.clone(), &h.ns);
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {
-                "name": "tenant-token",
-                "annotations": {consul_elector::crd::SECRET_ALLOWED_ELECTIONS_ANNOTATION: "api"},
-            },
-            "stringData": {"token": TENANT_TOKEN},
-        }))
-        .expect("secret");
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("create secret");
+        h.token_secret("tenant-token", TENANT_TOKEN, "api").await;
         let mut api = elsewhere_as_api(&second.url());
         api["consul"]["tokenSecretRef"] = json!({"name": "tenant-token", "key": "token"});
         h.election("api", api).await;

@@ -137,17 +137,10 @@ async fn failing_status_writes_stall_a_failover_safely_and_the_status_recovers()
             .await
             .expect("delete leader");
         // Let the failover attempts run into the failing status writes for a while.
-        let injected = async {
-            while h.kube_faults.injected().len() < 5 {
-                let _ = h
-                    .recorder
-                    .wait_until(std::time::Duration::from_millis(50), |_| false)
-                    .await;
-            }
-        };
-        tokio::time::timeout(SOON, injected)
-            .await
-            .expect("status writes were attempted");
+        let attempted = h
+            .poll_until(SOON, || h.kube_faults.injected().len() >= 5)
+            .await;
+        assert!(attempted, "status writes were attempted");
         // The failures surface: a Warning event, the metric, and on the first status write
         // that succeeds again, the StatusWritten condition (watched from before the fault
         // goes, so the version that carries it cannot be missed).
@@ -216,17 +209,10 @@ async fn leader_elected_is_never_reported_for_a_pod_without_the_label() {
         pods.delete(&first.pod, &DeleteParams::default())
             .await
             .expect("delete leader");
-        let tried = async {
-            while h.kube_faults.injected().len() < 3 {
-                let _ = h
-                    .recorder
-                    .wait_until(std::time::Duration::from_millis(50), |_| false)
-                    .await;
-            }
-        };
-        tokio::time::timeout(SOON, tried)
-            .await
-            .expect("the failover was attempted");
+        let attempted = h
+            .poll_until(SOON, || h.kube_faults.injected().len() >= 3)
+            .await;
+        assert!(attempted, "the failover was attempted");
         let le = h.elections().get("web").await.expect("election");
         let elected = harness::condition(&le, "LeaderElected").expect("LeaderElected");
         assert!(

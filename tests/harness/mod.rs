@@ -788,6 +788,24 @@ impl Harness {
             .expect("the touch is reconciled");
     }
 
+    /// Creates Secret `name` with the Consul `token` under key `token`, opted in for the
+    /// elections `allowed` (the annotation's value: names, or `*`).
+    pub async fn token_secret(&self, name: &str, token: &str, allowed: &str) {
+        let secrets: Api<Secret> = Api::namespaced(self.admin.clone(), &self.ns);
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": name,
+                "annotations": {consul_elector::crd::SECRET_ALLOWED_ELECTIONS_ANNOTATION: allowed},
+            },
+            "stringData": {"token": token},
+        }))
+        .expect("secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create secret");
+    }
+
     /// The names of every session Consul has, as `GET /v1/session/list` answers.
     pub async fn session_names(&self) -> Vec<String> {
         let sessions = self.consul("GET", "/v1/session/list", "").await.json();
