@@ -338,6 +338,17 @@ pub enum Event {
     /// The operator process restarts: registry and lock-delay estimates are lost; the
     /// session named in the status is adopted once Consul answers.
     Restart,
+    /// Another operator replica takes over (the Lease moved: the old one stopped writing
+    /// before, possibly in the middle of a plan): like a restart, but the new replica adopts
+    /// the session at once, before its first reconcile, when Consul's sessions answer.
+    Handover,
+    /// The user edits the spec's policies on a live election: the unavailable policy, the
+    /// readiness requirement and the failover delay (seconds).
+    EditSpec {
+        keep_leader: bool,
+        require_ready: bool,
+        failover_delay: u64,
+    },
     /// One reconcile; its `fail_at`-th action fails, before or after taking effect.
     Loop {
         fail_at: Option<usize>,
@@ -533,7 +544,15 @@ impl Model {
                 self.consul.up = true;
                 self.tick_sessions();
             }
-            Event::KvDown => self.consul.kv_up = false,
+            Event::KvDown => {
+                self.consul.kv_up = false;
+                if !self.leaders().is_empty() {
+                    *self
+                        .seen
+                        .entry("kv down under a leader".into())
+                        .or_default() += 1;
+                }
+            }
             Event::KvUp => self.consul.kv_up = true,
             Event::SessionsDown => self.consul.sessions_up = false,
             Event::SessionsUp => {
@@ -598,6 +617,32 @@ impl Model {
                 let leader = self.config.labels.leader.clone();
                 if let Some(p) = self.pod_at(*i) {
                     p.role = Some(leader);
+                }
+            }
+            Event::Handover => {
+                self.apply(&Event::Restart);
+                self.tick_sessions();
+                if self.registered.is_some() {
+                    *self.seen.entry("handover adopted".into()).or_default() += 1;
+                }
+            }
+            Event::EditSpec {
+                keep_leader,
+                require_ready,
+                failover_delay,
+            } => {
+                self.config.on_consul_unavailable = if *keep_leader {
+                    UnavailablePolicy::KeepLeader
+                } else {
+                    UnavailablePolicy::Fence
+                };
+                self.config.require_ready = *require_ready;
+                self.config.failover_delay = Duration::from_secs(*failover_delay);
+                if !self.leaders().is_empty() {
+                    *self
+                        .seen
+                        .entry("spec edited under a leader".into())
+                        .or_default() += 1;
                 }
             }
             Event::Restart => {

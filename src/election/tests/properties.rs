@@ -88,6 +88,14 @@ fn world_event() -> impl Strategy<Value = Event> {
         1 => Just(Event::ForeignRelease),
         1 => Just(Event::ForeignExpire),
         1 => Just(Event::Restart),
+        1 => Just(Event::Handover),
+        1 => (any::<bool>(), prop::bool::weighted(0.8), 0u64..20).prop_map(
+            |(keep_leader, require_ready, failover_delay)| Event::EditSpec {
+                keep_leader,
+                require_ready,
+                failover_delay,
+            }
+        ),
         1 => i.clone().prop_map(Event::StrayLeaderLabel),
     ]
 }
@@ -188,6 +196,9 @@ fn the_generator_reaches_every_interesting_situation() {
         "ok Unlabel",
         "transition",
         "adopted",
+        "handover adopted",
+        "kv down under a leader",
+        "spec edited under a leader",
         "reason Fenced",
         "reason KeptWhileConsulUnavailable",
         "reason LockDelay",
