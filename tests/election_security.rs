@@ -234,3 +234,72 @@ async fn another_namespaces_key_is_out_of_reach_of_the_operators_token() {
     })
     .await;
 }
+
+/// Eager adoption reaches every Consul the elections use: after a restart, the session an
+/// election holds on an allowed second Consul is renewed before the first reconcile has
+/// finished (key reads there are slowed, so a reconcile-by-reconcile adoption would be late).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_adopts_the_sessions_on_every_allowed_consul_before_reconciling() {
+    with_namespace("sec-adopt", |admin, ns| async move {
+        let second = other_consul().await;
+        let mut h = harness(admin, ns, vec![second.url()], false).await;
+        h.election("web", json!({"selector": {"matchLabels": {"app": "web"}}}))
+            .await;
+        h.election("api", elsewhere_as_api(&second.url())).await;
+        let web = h.wait_elected("web", None).await;
+        let api = h
+            .wait_status("api", |le| {
+                le.status
+                    .as_ref()
+                    .and_then(|s| s.leader.as_ref()?.session_id.clone())
+                    .is_some()
+            })
+            .await
+            .status
+            .and_then(|s| s.leader)
+            .expect("api leads");
+        let api_session = api.session_id.clone().expect("session");
+        let deadline = second
+            .session(&api_session)
+            .and_then(|s| s.deadline)
+            .expect("a session with a TTL");
+
+        let slow = second.add_fault(testkit::consul::Fault::always(
+            testkit::consul::Endpoint::Kv,
+            testkit::consul::FaultAction::Latency(Duration::from_millis(1500)),
+        ));
+        h.kill_operator().await;
+        h.start_operator().await;
+        let renewed_at_first_reconcile = std::cell::Cell::new(None);
+        let reconciled = h
+            .poll_until(SOON, || {
+                if h.reconciles() == 0 {
+                    return false;
+                }
+                let renewed = second
+                    .session(&api_session)
+                    .and_then(|s| s.deadline)
+                    .is_some_and(|d| d > deadline);
+                renewed_at_first_reconcile.set(Some(renewed));
+                true
+            })
+            .await;
+        assert!(reconciled, "the restarted operator reconciled");
+        assert_eq!(
+            renewed_at_first_reconcile.get(),
+            Some(true),
+            "the session on the second Consul was not renewed before the first reconcile"
+        );
+        second.remove_fault(slow);
+        assert_eq!(h.wait_elected("web", None).await, web);
+        h.touch_and_wait_reconcile("api").await;
+        let after = h.status("api").await;
+        assert_eq!(
+            after.leader.and_then(|l| l.session_id),
+            Some(api_session),
+            "the same session leads"
+        );
+        h.finish().await;
+    })
+    .await;
+}

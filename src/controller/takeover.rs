@@ -5,7 +5,9 @@
 //! ones are reached after their sessions expired (2×TTL after the previous process' last
 //! renewal), and their leaders are demoted and re-elected although nothing failed.
 //!
-//! One `GET /v1/session/list` on the operator's own Consul returns every session; those named
+//! One `GET /v1/session/list` per Consul access the managed elections use (the operator's own,
+//! and each allowed address, datacenter and token an election names) returns every session
+//! there; those named
 //! `consul-elector/<this cluster>/<namespace>/<election>/<pod>` ([`session_name`]) are
 //! candidates. An election with exactly one candidate gets it adopted (renewed at once, then
 //! every TTL/2) for its pod, whose UID comes from the status when it names that pod, else
@@ -15,14 +17,14 @@
 //!
 //! [`session_name`]: crate::sessions::session_name
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use futures::StreamExt;
 use kube::runtime::reflector::ObjectRef;
 
 use super::{Context, consul_access};
-use crate::consul::{QueryOptions, SessionEntry};
+use crate::consul::{ConsulAddress, ConsulClient, ConsulToken, QueryOptions, SessionEntry};
 use crate::crd::LeaderElection;
 use crate::election::config::{ElectionKey, Mode};
 use crate::sessions::{Found, SESSION_NAME_PREFIX, adoptable_pod};
@@ -65,16 +67,23 @@ pub fn warn_short_ttls(ctx: &Context) {
 /// Failures are logged: the reconciles adopt what is left.
 pub async fn adopt_all(ctx: &Context) -> usize {
     let started = Instant::now();
-    let sessions = match ctx.consul.list_sessions(QueryOptions::default()).await {
-        Ok(reply) => reply.value,
-        Err(error) => {
-            tracing::warn!(%error, "listing Consul sessions to adopt failed; adopting them one reconcile at a time");
-            return 0;
+    let mut found_all = Vec::new();
+    for (consul, elections) in accesses(ctx).await {
+        match consul.list_sessions(QueryOptions::default()).await {
+            Ok(reply) => found_all.extend(
+                candidates(&ctx.settings.cluster_name, &reply.value)
+                    .into_iter()
+                    .filter(|candidate| elections.contains(&candidate.key)),
+            ),
+            Err(error) => tracing::warn!(
+                consul = %consul.address(),
+                %error,
+                "listing Consul sessions to adopt failed; adopting them one reconcile at a time"
+            ),
         }
-    };
-    let candidates = candidates(&ctx.settings.cluster_name, &sessions);
-    let found = candidates.len();
-    let adopted = futures::stream::iter(candidates)
+    }
+    let found = found_all.len();
+    let adopted = futures::stream::iter(found_all)
         .map(|candidate| adopt_one(ctx, candidate))
         .buffer_unordered(CONCURRENCY)
         .filter(|adopted| futures::future::ready(*adopted))
@@ -87,6 +96,42 @@ pub async fn adopt_all(ctx: &Context) -> usize {
         "adopted this cluster's Consul sessions"
     );
     adopted
+}
+
+/// The Consul accesses of the managed elections (address, datacenter and token), each with a
+/// client and the elections that use it. Elections without overrides share the operator's own
+/// client without any lookup; the others are resolved like their reconciles resolve them
+/// (reading an opted-in token Secret), and are skipped when that fails.
+async fn accesses(ctx: &Context) -> Vec<(ConsulClient, HashSet<ElectionKey>)> {
+    type Access = (ConsulAddress, Option<String>, Option<ConsulToken>);
+    let mut groups: HashMap<Access, (ConsulClient, HashSet<ElectionKey>)> = HashMap::new();
+    for le in ctx.elections.state() {
+        let (Ok(config), Ok(key)) = (crate::crd::validate(&le), super::election_key(&le)) else {
+            continue;
+        };
+        if config.mode != Mode::Managed {
+            continue;
+        }
+        let consul = if le.spec.consul.is_none() {
+            ctx.consul.clone()
+        } else {
+            match consul_access::client_for(&le, &config.key, ctx).await {
+                Ok(consul) => consul,
+                Err(_) => continue,
+            }
+        };
+        let access = (
+            consul.address().clone(),
+            consul.datacenter().map(str::to_owned),
+            consul.token().cloned(),
+        );
+        groups
+            .entry(access)
+            .or_insert_with(|| (consul, HashSet::new()))
+            .1
+            .insert(key);
+    }
+    groups.into_values().collect()
 }
 
 /// The sessions named for this cluster, one per election that has exactly one.
