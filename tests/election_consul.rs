@@ -1,4 +1,4 @@
-//! Moves Consul decides (DESIGN.md rules 2, 4 and 6): a session Consul invalidates, a key
+//! Moves Consul decides (docs/design.md rules 2, 4 and 6): a session Consul invalidates, a key
 //! deleted or taken from outside, Consul not answering, and Observe mode, where the
 //! applications hold the lock and the operator only mirrors it.
 

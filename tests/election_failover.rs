@@ -1,4 +1,4 @@
-//! Moves the operator decides (DESIGN.md rule 4): a leader that is no longer selected, or
+//! Moves the operator decides (docs/design.md rule 4): a leader that is no longer selected, or
 //! NotReady for longer than `failover.delay`, is demoted first, its lock released explicitly
 //! (`?release`, so no lock-delay), and the successor is labelled right after, with the next
 //! fencing token. A leader that recovers within the delay keeps leading untouched (rule 5).

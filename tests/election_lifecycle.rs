@@ -1,4 +1,4 @@
-//! The operator's own lifecycle (DESIGN.md rules 3 and 7): a crash and restart changes no
+//! The operator's own lifecycle (docs/design.md rules 3 and 7): a crash and restart changes no
 //! leader, label, token or transition and adopts the Consul session; a crash in the middle
 //! of a move never yields two leaders; deleting a LeaderElection cleans up everything.
 

@@ -1,4 +1,4 @@
-//! What users write (DESIGN.md section 1): conflicting elections, several elections on the
+//! What users write (docs/design.md section 1): conflicting elections, several elections on the
 //! same pods under different label keys, specs that cannot be acted on (and their repair),
 //! token Secrets, readiness requirements and selector changes.
 

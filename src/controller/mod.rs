@@ -1,5 +1,5 @@
 //! The `LeaderElection` controller: observe -> decide (`election::planner`) -> act, in the
-//! order of DESIGN.md rule 1.
+//! order of docs/design.md rule 1.
 //!
 //! One kube-runtime `Controller` over LeaderElections. Pod events are mapped to the elections
 //! of the pod's namespace that select the pod or labelled it, so a pod change wakes only the

@@ -1,4 +1,4 @@
-//! Pods shared by elections with different label keys (DESIGN.md section 1: "a pod can be
+//! Pods shared by elections with different label keys (docs/design.md section 1: "a pod can be
 //! leader in one election and follower in another").
 //!
 //! Each election writes its own label key, but the operator's annotations

@@ -1,4 +1,4 @@
-//! Which pods may lead, which may keep leading, and who succeeds (DESIGN.md rules 4 and 5).
+//! Which pods may lead, which may keep leading, and who succeeds (docs/design.md rules 4 and 5).
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! The pure decision core: (spec, candidate pods, lock state, session state, now) -> plan.
-//! No I/O and no clock reads; every safety rule of DESIGN.md section 2 is a unit test here.
+//! No I/O and no clock reads; every safety rule of docs/design.md section 2 is a unit test here.
 
 pub mod config;
 pub mod conflict;

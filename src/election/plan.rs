@@ -12,7 +12,7 @@ use jiff::Timestamp;
 
 use super::observe::LeaderRecord;
 
-/// One step for the I/O layer, in the order of DESIGN.md rule 1.
+/// One step for the I/O layer, in the order of docs/design.md rule 1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Label the pod as a follower and remove the leader annotations.
@@ -71,7 +71,7 @@ pub enum Action {
     Emit(ElectionEvent),
 }
 
-/// Event reasons of DESIGN.md section 1.
+/// Event reasons of docs/design.md section 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventReason {
     /// A pod became leader.

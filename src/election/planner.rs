@@ -1,6 +1,6 @@
 //! The decision: (spec, pods, lock, session, recorded status, now) -> [`Plan`].
 //!
-//! The rules of DESIGN.md section 2 live here:
+//! The rules of docs/design.md section 2 live here:
 //! 1. at most one leader label: every pod carrying the leader label other than the pod whose
 //!    lock the operator holds is demoted before anything else, and a pod is labelled leader
 //!    only in a plan that demotes no other pod afterwards; a move is "demote, release,

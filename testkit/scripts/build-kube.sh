@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # build-kube.sh: build kube-apiserver and kube-controller-manager (Kubernetes
 # v1.20.2) from Debian bookworm's `kubernetes` source package, for the
-# testkit's real-apiserver test tier. See shared/reference/testing-options.md §2.4.
+# testkit's real-apiserver test tier.
 #
-# Why this exists: no cluster, no Docker, no Go module proxy and no GitHub can
-# be reached here, but Debian ships the full v1.20.2 tree (vendor/ included)
-# as the orig tarball of its `kubernetes` source package (which Debian only
-# uses to build kubectl). Building it is slow (about 5 min on 2 cores), so the
+# Why this exists: the tests need a real API server without a cluster, Docker or
+# downloads from outside Debian's archive, and Debian ships the full v1.20.2 tree
+# (vendor/ included) as the orig tarball of its `kubernetes` source package (which
+# Debian only uses to build kubectl). Building it is slow (about 5 min on 2 cores), so the
 # two binaries are cached per machine, outside the repository, under a key made
 # of the Debian version and a hash of this script: only the first run on a
 # machine (or the first after this recipe changes) pays for the build.

@@ -1,5 +1,5 @@
 //! Deleting a LeaderElection removes the operator's labels and annotations from every pod,
-//! releases the Consul key and destroys the session (DESIGN.md §2 rule 7).
+//! releases the Consul key and destroys the session (docs/design.md §2 rule 7).
 
 use consul_elector::crd::{LeaderElection, default_key};
 use k8s_openapi::api::core::v1::Pod;

@@ -76,7 +76,7 @@ async fn deleting_the_leader_moves_the_label_and_the_endpoints() {
             token.map(str::to_owned),
             after.fencing_token.map(|t| t.to_string())
         );
-        // The operator moves a leader it sees being deleted at once (DESIGN.md §2 rule 4);
+        // The operator moves a leader it sees being deleted at once (docs/design.md §2 rule 4);
         // generous bound for a loaded CI machine, the printed time is the measurement.
         assert!(
             label_failover < Duration::from_secs(10),
@@ -110,7 +110,7 @@ async fn scaling_to_one_replica_and_back_keeps_one_leader() {
         env.scale(&ns, "web", REPLICAS as i32).await;
         // Waits for the new pods to be Ready (image cached by now) and labelled.
         let (status, leader) = env.elected(&ns, ELECTION, SELECTOR, REPLICAS).await;
-        // Stickiness (DESIGN.md §2 rule 5): the leader keeps leading while eligible.
+        // Stickiness (docs/design.md §2 rule 5): the leader keeps leading while eligible.
         assert_eq!(leader.name_any(), single, "{status:?}");
         let followers: Vec<String> = env
             .live_pods(&ns, SELECTOR)

@@ -37,7 +37,7 @@ pub const ELECTION_ANNOTATION: &str = "elector.dev/election";
 /// How long pods get to become Ready (the first test may pull the image).
 pub const PODS_READY: Duration = Duration::from_secs(300);
 /// How long an election, a failover or a cleanup may take before the test fails. The
-/// operator's targets are far lower (DESIGN.md §5); this only bounds a broken run.
+/// operator's targets are far lower (docs/design.md §5); this only bounds a broken run.
 pub const CONVERGE: Duration = Duration::from_secs(60);
 /// Field manager of the suite's server-side applies.
 const MANAGER: &str = "consul-elector-e2e";

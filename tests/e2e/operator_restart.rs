@@ -1,4 +1,4 @@
-//! Deleting the operator pod changes no leader (DESIGN.md §2 rule 3): the Deployment starts a
+//! Deleting the operator pod changes no leader (docs/design.md §2 rule 3): the Deployment starts a
 //! new operator, which adopts the Consul session from the status and keeps renewing it; no
 //! label, token or transition changes, and the session outlives 2 x TTL after the old
 //! operator's last renewal.

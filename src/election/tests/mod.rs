@@ -1,4 +1,4 @@
-//! Tests of the pure planner, one file per safety rule of DESIGN.md section 2, plus Observe
+//! Tests of the pure planner, one file per safety rule of docs/design.md section 2, plus Observe
 //! mode, the reported status, and property tests against a model of Kubernetes and Consul.
 
 mod model;

@@ -1,12 +1,12 @@
 //! A model world for the property tests: the API server's pods, a Consul that keeps
 //! `LockIndex`, sessions, TTLs and lock-delays the way Consul does
-//! (`reference/consul-http-semantics.md`), the operator's session manager (`sessions.rs`:
+//! (`docs/consul-http-semantics.md`), the operator's session manager (`sessions.rs`:
 //! create, destroy, forget, adopt, Alive/Unconfirmed/Lost), a clock, and a controller that
 //! reconciles the way `controller::act::Round` does: read the status once, then observe, plan
 //! and execute the actions one by one (any of which may fail, before or after taking effect)
 //! until a plan is empty or an action failed, then write the last plan's status.
 //!
-//! Every executed action is followed by the safety checks of DESIGN.md section 2; a
+//! Every executed action is followed by the safety checks of docs/design.md section 2; a
 //! violation panics with the trace of the run (events, observations, plans, actions).
 //!
 //! Assumed of the controller: the status write at the end of a reconcile succeeds (see

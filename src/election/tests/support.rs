@@ -28,7 +28,7 @@ pub fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
-/// The spec with every default of DESIGN.md section 1.
+/// The spec with every default of docs/design.md section 1.
 pub fn config() -> ElectionConfig {
     ElectionConfig {
         mode: Mode::Managed,

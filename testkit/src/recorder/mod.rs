@@ -1,6 +1,6 @@
 //! A watch recorder that keeps every version of every pod of a namespace, so tests can
 //! assert the safety rules over the whole history as seen through the API server
-//! (DESIGN.md §2, rule 1: at most one leader label per election at every instant).
+//! (docs/design.md §2, rule 1: at most one leader label per election at every instant).
 //!
 //! ```no_run
 //! # async fn demo(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {

@@ -7,7 +7,7 @@
 //! runs the operator as a child process. Then a scenario of five steps (initial election,
 //! leader pod deleted, leader NotReady, Consul unreachable for longer than the TTL, operator
 //! killed and restarted) prints a timeline of every observed change and a summary with the
-//! measured latencies and the safety check of DESIGN.md rule 1 over every recorded pod
+//! measured latencies and the safety check of docs/design.md rule 1 over every recorded pod
 //! version.
 //!
 //! # Modules

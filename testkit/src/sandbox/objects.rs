@@ -2,7 +2,7 @@
 //! namespace, and the `LeaderElection` the scenario creates.
 //!
 //! testkit does not link the consul-elector crate, so the few names of the product used here
-//! are spelled out; they are the CRD's defaults (DESIGN.md §1).
+//! are spelled out; they are the CRD's defaults (docs/design.md §1).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The scenario: five steps, each changing one thing and waiting for the state DESIGN.md
+//! The scenario: five steps, each changing one thing and waiting for the state docs/design.md
 //! promises, measuring how long the operator took. The first step that does not reach its
 //! state in time ends the scenario; the report says which and what was seen instead.
 
