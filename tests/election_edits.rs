@@ -222,11 +222,7 @@ async fn changing_the_consul_address_leaves_the_old_consul_clean() {
             },
             ..HarnessOptions::default()
         };
-        let mut h = Harness::with_options(admin, ns, options).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        h.election("web", web()).await;
-        let first = h.wait_elected("web", None).await;
+        let (h, first) = Harness::web_elected_with(admin, ns, options, web()).await;
         let key = h.key("web");
         h.patch_spec("web", json!({"consul": {"address": other.url()}}))
             .await;
@@ -245,13 +241,9 @@ async fn changing_the_token_secret_recreates_the_session() {
             secret_access: true,
             ..HarnessOptions::default()
         };
-        let mut h = Harness::with_options(admin, ns, options).await;
-        h.deployment("web", 3).await;
+        let (h, first) = Harness::web_elected_with(admin, ns, options, web()).await;
         h.token_secret("consul-token", "any-token-the-emulator-accepts", "web")
             .await;
-        h.start_operator().await;
-        h.election("web", web()).await;
-        let first = h.wait_elected("web", None).await;
         let key = h.key("web");
         h.patch_spec(
             "web",
@@ -271,11 +263,7 @@ async fn an_unusable_new_consul_access_keeps_the_old_leader_and_lock() {
             secret_access: true,
             ..HarnessOptions::default()
         };
-        let mut h = Harness::with_options(admin, ns, options).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        h.election("web", web()).await;
-        let first = h.wait_elected("web", None).await;
+        let (h, first) = Harness::web_elected_with(admin, ns, options, web()).await;
         // A Secret that does not exist: the spec is reported, nothing is withdrawn for it.
         h.patch_spec(
             "web",

@@ -350,11 +350,7 @@ async fn deletion_while_consul_is_down_unlabels_at_once_and_gives_up_after_the_b
             consul_cleanup_bound: bound,
             ..HarnessOptions::default()
         };
-        let mut h = Harness::with_options(admin, ns, options).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        h.election("web", spec()).await;
-        let first = h.wait_elected("web", None).await;
+        let (h, first) = Harness::web_elected_with(admin, ns, options, spec()).await;
         let key = h.key("web");
         h.emu
             .add_fault(Fault::always(Endpoint::Any, FaultAction::DropConnection));

@@ -170,19 +170,14 @@ async fn an_allowed_address_gets_the_elections_token_or_none_never_the_operators
                 .await
                 .expect("delete election");
         }
-        let closed = async {
-            while second.stats().connections_open > 0 {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        tokio::time::timeout(SOON, closed)
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "connections to an address no election uses stay open: {:?}",
-                    second.stats()
-                )
-            });
+        let closed = h
+            .poll_until(SOON, || second.stats().connections_open == 0)
+            .await;
+        assert!(
+            closed,
+            "connections to an address no election uses stay open: {:?}",
+            second.stats()
+        );
         h.finish().await;
     })
     .await;

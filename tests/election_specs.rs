@@ -577,20 +577,29 @@ async fn selector_changes_unlabel_leavers_label_newcomers_and_replace_a_leaving_
     .await;
 }
 
+/// An election `older` whose selector (`tier=shared`) matches no pod yet, and an election
+/// `younger` over the web pods that elected a leader: no conflict until a pod gets the tier.
+async fn older_idle_and_younger_leading(
+    admin: kube::Client,
+    ns: String,
+) -> (Harness, harness::Elected) {
+    let mut h = Harness::new(admin, ns).await;
+    h.deployment("web", 3).await;
+    h.start_operator().await;
+    h.election(
+        "older",
+        json!({"selector": {"matchLabels": {"app": "web", "tier": "shared"}}}),
+    )
+    .await;
+    h.election("younger", web()).await;
+    let led = h.wait_elected("younger", None).await;
+    (h, led)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_election_that_becomes_the_younger_while_leading_yields_everything() {
     with_namespace("sp-yield", |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        // The older election selects no pod yet: no conflict.
-        h.election(
-            "older",
-            json!({"selector": {"matchLabels": {"app": "web", "tier": "shared"}}}),
-        )
-        .await;
-        h.election("younger", web()).await;
-        let led = h.wait_elected("younger", None).await;
+        let (h, led) = older_idle_and_younger_leading(admin, ns).await;
         let younger_key = h.key("younger");
 
         // The younger one's leader now matches the older one's selector too.
@@ -706,16 +715,7 @@ async fn elections_created_in_the_same_second_are_ordered_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_older_election_waits_for_the_younger_leader_label_to_go() {
     with_namespace("sp-yield-wait", |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
-        h.deployment("web", 3).await;
-        h.start_operator().await;
-        h.election(
-            "older",
-            json!({"selector": {"matchLabels": {"app": "web", "tier": "shared"}}}),
-        )
-        .await;
-        h.election("younger", web()).await;
-        let led = h.wait_elected("younger", None).await;
+        let (h, led) = older_idle_and_younger_leading(admin, ns).await;
         // The younger election's leader is slow to lose its label (its patches hang 2 s)...
         h.kube_faults.add(
             KubeFault::new(kube_faults::FaultAction::Latency(Duration::from_secs(2)))

@@ -198,7 +198,17 @@ impl Harness {
         ns: String,
         spec: serde_json::Value,
     ) -> (Harness, Elected) {
-        let mut h = Harness::new(admin, ns).await;
+        Self::web_elected_with(admin, ns, HarnessOptions::default(), spec).await
+    }
+
+    /// [`web_elected`](Self::web_elected) with `options`.
+    pub async fn web_elected_with(
+        admin: Client,
+        ns: String,
+        options: HarnessOptions,
+        spec: serde_json::Value,
+    ) -> (Harness, Elected) {
+        let mut h = Harness::with_options(admin, ns, options).await;
         h.deployment("web", 3).await;
         h.start_operator().await;
         h.election("web", spec).await;
@@ -773,19 +783,8 @@ impl Harness {
     pub async fn touch_and_wait_reconcile(&self, name: &str) {
         let before = self.reconciles();
         self.touch(name).await;
-        let more_reconciles = async {
-            while self.reconciles() <= before {
-                // Polls the operator's reconcile counter; the recorder's wait doubles as a
-                // short pause that still notices the test's other failures.
-                let _ = self
-                    .recorder
-                    .wait_until(Duration::from_millis(50), |_| false)
-                    .await;
-            }
-        };
-        tokio::time::timeout(SOON, more_reconciles)
-            .await
-            .expect("the touch is reconciled");
+        let reconciled = self.poll_until(SOON, || self.reconciles() > before).await;
+        assert!(reconciled, "the touch is reconciled");
     }
 
     /// Creates Secret `name` with the Consul `token` under key `token`, opted in for the
