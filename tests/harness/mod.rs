@@ -437,7 +437,7 @@ impl Harness {
         leader
     }
 
-    /// Waits until `pred` holds for the election's status.
+    /// Waits until `pred` holds for the election and returns the version that met it.
     pub async fn wait_status(
         &self,
         name: &str,
@@ -692,9 +692,10 @@ impl Harness {
         let api = self.elections();
         let cond = move |le: Option<&LeaderElection>| le.is_some_and(&pred);
         match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
-            Ok(result) => {
-                result.expect("watch election");
-            }
+            // The version that met the condition (a later one may not any more).
+            Ok(result) => result
+                .expect("watch election")
+                .expect("the election that met the condition"),
             Err(_) => {
                 let now = api.get(name).await.ok();
                 panic!(
@@ -703,7 +704,6 @@ impl Harness {
                 );
             }
         }
-        api.get(name).await.expect("get election")
     }
 
     /// Waits (at most `timeout`) until `pred` holds for the recorded pods; panics with
