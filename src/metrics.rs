@@ -110,6 +110,7 @@ struct Inner {
     reconcile_duration: Histogram,
     leader_transitions: Counter,
     status_write_failures: Counter,
+    events_suppressed: Counter,
     leader_elected: Histogram,
     fencing_actions: Family<CauseLabel, Counter>,
     elections: Family<PhaseLabel, Gauge>,
@@ -171,6 +172,13 @@ impl Metrics {
             "Status writes of LeaderElections the API server refused or did not answer",
             status_write_failures.clone(),
         );
+        let events_suppressed = Counter::default();
+        registry.register(
+            "events_suppressed",
+            "Kubernetes events not published because more were due than the operator's event \
+             rate limit allows (a burst of 100, then 20 per second)",
+            events_suppressed.clone(),
+        );
         let leader_elected = Histogram::new(LATENCY_BUCKETS);
         registry.register_with_unit(
             "leader_elected",
@@ -231,6 +239,7 @@ impl Metrics {
                 reconcile_duration,
                 leader_transitions,
                 status_write_failures,
+                events_suppressed,
                 leader_elected,
                 fencing_actions,
                 elections,
@@ -282,6 +291,11 @@ impl Metrics {
     /// Counts one failed status write.
     pub fn status_write_failed(&self) {
         self.inner.status_write_failures.inc();
+    }
+
+    /// Counts one event not published (rate limit).
+    pub fn event_suppressed(&self) {
+        self.inner.events_suppressed.inc();
     }
 
     /// Counts one change of an election's leader.

@@ -3,11 +3,13 @@
 
 mod harness;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use harness::{Harness, pods_with_role};
 use serde_json::json;
 use testkit::cluster::with_namespace;
+use testkit::kube_faults::Verb;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elects_a_leader_and_fails_over_when_it_is_deleted() {
@@ -69,6 +71,56 @@ async fn elects_a_leader_and_fails_over_when_it_is_deleted() {
             None
         );
         let _ = Duration::ZERO;
+        h.finish().await;
+    })
+    .await;
+}
+
+/// The API writes of one election's cold start, by resource: the outcome needs the
+/// finalizer, one label per pod and one status write; events come on top (one per election).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_start_writes_only_what_the_outcome_needs() {
+    with_namespace("basics-writes", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(
+            admin,
+            ns,
+            json!({"selector": {"matchLabels": {"app": "web"}}}),
+        )
+        .await;
+        assert_eq!(pods_with_role(&h, "follower").await.len(), 2);
+        // Two reconciles after convergence: anything the cold start still had queued has
+        // run by then, and a converged election writes nothing more.
+        h.touch_and_wait_reconcile("web").await;
+        h.touch_and_wait_reconcile("web").await;
+        let mut writes: BTreeMap<String, usize> = BTreeMap::new();
+        for request in h.kube_faults.seen() {
+            let writing = matches!(
+                request.verb,
+                Some(Verb::Create | Verb::Update | Verb::Patch | Verb::Delete)
+            );
+            let resource = request.resource.unwrap_or_default();
+            if writing && resource != "leases" {
+                *writes.entry(resource).or_default() += 1;
+            }
+        }
+        let count = |resource: &str| writes.get(resource).copied().unwrap_or(0);
+        assert_eq!(count("leaderelections"), 1, "the finalizer: {writes:?}");
+        assert_eq!(
+            count("leaderelections/status"),
+            1,
+            "one status write: {writes:?}"
+        );
+        assert_eq!(count("pods"), 3, "one label per pod: {writes:?}");
+        assert!(count("events") <= 2, "LeaderElected: {writes:?}");
+        assert_eq!(
+            writes.values().sum::<usize>(),
+            count("leaderelections")
+                + count("leaderelections/status")
+                + count("pods")
+                + count("events"),
+            "nothing else is written: {writes:?}"
+        );
+        let _ = first;
         h.finish().await;
     })
     .await;

@@ -42,7 +42,7 @@ pub struct Round<'a> {
     pods: BTreeMap<String, (Arc<Pod>, bool)>,
     lock: LockView,
     recorded: Recorded,
-    last: Option<Plan>,
+    last: Option<Arc<Plan>>,
     /// When a leader was demoted in this reconcile (for the failover latency metric).
     move_started: Option<Instant>,
     /// The loop ran out of rounds with work left.
@@ -96,7 +96,7 @@ impl<'a> Round<'a> {
 
     /// The last plan computed (its status is what the election reports).
     pub fn last_plan(&self) -> Option<&Plan> {
-        self.last.as_ref()
+        self.last.as_deref()
     }
 
     /// The UID of the one pod that carries the leader label now, as far as this round knows
@@ -135,13 +135,13 @@ impl<'a> Round<'a> {
                 lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
                 now: Timestamp::now(),
             });
-            let actions = decided.actions.clone();
-            self.last = Some(decided);
-            if actions.is_empty() {
+            let decided = Arc::new(decided);
+            self.last = Some(decided.clone());
+            if decided.actions.is_empty() {
                 return Ok(());
             }
-            for action in actions {
-                self.execute(action).await?;
+            for action in decided.actions.iter().cloned() {
+                self.execute(action, &decided).await?;
                 if std::mem::take(&mut self.replan) {
                     // The plan was made for a session that no longer exists.
                     break;
@@ -152,7 +152,8 @@ impl<'a> Round<'a> {
         Ok(())
     }
 
-    async fn execute(&mut self, action: Action) -> Result<(), Error> {
+    /// Executes one action of `plan`.
+    async fn execute(&mut self, action: Action, plan: &Plan) -> Result<(), Error> {
         tracing::debug!(election = %self.key, ?action, "executing");
         match action {
             Action::LabelFollower { pod, uid } => {
@@ -165,7 +166,15 @@ impl<'a> Round<'a> {
                 fencing_token,
                 since,
             } => {
-                super::status::record_token(self.le, self.ctx, fencing_token).await?;
+                super::status::write_ahead_of_label(
+                    self.le,
+                    self.ctx,
+                    self.config,
+                    &uid,
+                    fencing_token,
+                    plan,
+                )
+                .await?;
                 self.set_role(
                     &pod,
                     &uid,
@@ -245,7 +254,7 @@ impl<'a> Round<'a> {
     async fn set_role(&mut self, name: &str, uid: &str, role: PodRole) -> Result<(), Error> {
         let election = self.key.name.as_str();
         let annotations = self.pods.get(name).map_or(Annotations::Write, |(pod, _)| {
-            sharing::annotations_for(self.ctx, election, pod, role)
+            sharing::annotations_for(self.ctx, election, &self.config.labels.key, pod, role)
         });
         let patched = sharing::set_role(
             &self.pods_api,
@@ -302,7 +311,7 @@ impl<'a> Round<'a> {
                 view.leader_since = None;
             } else if view.role.as_deref() == Some(self.config.labels.follower.as_str())
                 && k8s::labelled_by(pod).is_none()
-                && !sharing::led_by_another(self.ctx, me, pod)
+                && !sharing::led_by_another(self.ctx, me, &self.config.labels.key, pod)
             {
                 // Our follower, with nobody's annotations (another election that owned them
                 // went away): label it again, which claims them.
@@ -437,9 +446,7 @@ impl<'a> Round<'a> {
             targets.push(pod_reference(&pod.0));
         }
         for target in targets {
-            if let Err(error) = self.ctx.recorder.publish(&ev, &target).await {
-                tracing::warn!(election = %self.key, %error, "publishing an event failed");
-            }
+            self.ctx.publish(&ev, &target).await;
         }
     }
 

@@ -206,7 +206,7 @@ async fn unlabel(
         let Some(uid) = pod.metadata.uid.as_deref() else {
             continue;
         };
-        let annotations = sharing::annotations_for(ctx, &name, pod, PodRole::None);
+        let annotations = sharing::annotations_for(ctx, &name, &labels.key, pod, PodRole::None);
         match sharing::set_role(
             &pods_api,
             &pod.name_any(),
@@ -365,9 +365,7 @@ async fn give_up(
         action: "Cleanup".to_owned(),
         secondary: None,
     };
-    if let Err(error) = ctx.recorder.publish(&event, &le.object_ref(&())).await {
-        tracing::warn!(election = %key, %error, "publishing an event failed");
-    }
+    ctx.publish(&event, &le.object_ref(&())).await;
 }
 
 #[cfg(test)]

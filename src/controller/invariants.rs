@@ -51,7 +51,10 @@ fn check_all(ctx: &Context) -> Vec<(ElectionKey, Disagreement, Arc<LeaderElectio
                 le.status.as_ref().and_then(|s| s.phase),
                 Some(Phase::Conflict | Phase::Invalid)
             );
-        let (Ok(key), Ok(config)) = (election_key(&le), crate::crd::validate(&le)) else {
+        let Ok(key) = election_key(&le) else {
+            continue;
+        };
+        let Ok(config) = ctx.validated.of(&key, &le) else {
             continue;
         };
         if !acting {
@@ -114,9 +117,7 @@ async fn report(ctx: &Context, election: &ElectionKey, kind: Disagreement, le: &
         action: "Check".to_owned(),
         secondary: None,
     };
-    if let Err(error) = ctx.recorder.publish(&event, &le.object_ref(&())).await {
-        tracing::warn!(%error, "publishing an event failed");
-    }
+    ctx.publish(&event, &le.object_ref(&())).await;
 }
 
 #[cfg(test)]

@@ -84,14 +84,15 @@ pub async fn migrate(
     config: &ElectionConfig,
 ) -> Result<(), Error> {
     let now = applied_of(le, config);
-    let recorded = ctx.current_status(le).applied;
-    if recorded.as_ref() == Some(&now) {
+    let Some(recorded) = ctx.current_status(le).applied else {
+        // Nothing acted with other values yet: the reconcile's first status write records
+        // these (sparing a write per new election).
+        return Ok(());
+    };
+    if recorded == now {
         return Ok(());
     }
-    if recorded
-        .as_ref()
-        .is_some_and(|old| needs_withdrawal(old, &now))
-    {
+    if needs_withdrawal(&recorded, &now) {
         let key = election_key(le)?;
         tracing::info!(election = %key, "labels, key or Consul access changed: withdrawing the old ones first");
         ctx.locks.unwatch(&key);

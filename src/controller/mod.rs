@@ -30,30 +30,35 @@
 mod act;
 mod cleanup;
 mod consul_access;
+mod index;
 mod invariants;
 mod migrate;
 mod observe;
 mod sharing;
 mod status;
 mod takeover;
+mod validated;
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{StreamExt, future};
+use futures::{StreamExt, TryStreamExt, future};
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::utils::PredicateConfig;
 use kube::runtime::{Controller, WatchStreamExt, finalizer, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::Error;
-use crate::consul::ConsulClient;
+use crate::consul::{ConsulClient, TokenBucket, WatchPacing};
 use crate::crd::{FINALIZER, LeaderElection, LeaderElectionStatus, Phase};
 use crate::election::config::ElectionKey;
 use crate::http::Health;
@@ -82,6 +87,15 @@ const RESYNC: Duration = Duration::from_secs(600);
 /// removes the finalizer anyway and says in a Warning event what was left behind: a
 /// namespace must never stay Terminating because Consul is unreachable.
 pub const CONSUL_CLEANUP_BOUND: Duration = Duration::from_secs(300);
+
+/// The operator's event rate limit: a burst of 100 events, then one every 50 ms (20 per
+/// second). A cold start of 10,000 elections would otherwise write 20,000 events (one on the
+/// election and one on the pod per `LeaderElected`) beside 50,000 writes that matter; events
+/// beyond the limit are dropped and counted (`consul_elector_events_suppressed_total`).
+const EVENT_RATE: WatchPacing = WatchPacing {
+    burst: 100,
+    refill_interval: Duration::from_millis(50),
+};
 
 /// Operator-wide settings of the controller.
 #[derive(Debug, Clone)]
@@ -119,6 +133,10 @@ pub struct Context {
     pub pods: Store<Pod>,
     /// Cache of elections.
     pub elections: Store<LeaderElection>,
+    /// Indexes over both caches.
+    index: Arc<index::Indexes>,
+    /// The elections' validated configurations.
+    validated: validated::Validated,
     /// Event publisher.
     pub recorder: Recorder,
     /// Metrics.
@@ -147,6 +165,8 @@ pub struct Context {
     statuses: Mutex<HashMap<ElectionKey, (String, LeaderElectionStatus)>>,
     /// Status writes that failed in a row per election, with the last error's category.
     status_failures: Mutex<HashMap<ElectionKey, (u32, &'static str)>>,
+    /// The operator-wide event rate limit (see [`EVENT_RATE`]).
+    event_budget: Mutex<TokenBucket>,
     /// Pods as this process last patched them, by UID, until the cache has caught up: the
     /// next reconcile often starts (woken by those very patches) before the pod watch has
     /// delivered them, and planning on the older versions would undo the patches (a leader
@@ -194,6 +214,24 @@ impl Context {
         let _ = self.changes.send(key.clone());
     }
 
+    /// Publishes `event` about `target` unless the operator's event rate limit is spent (then
+    /// it is counted as suppressed). A failure is logged: an event is never worth failing a
+    /// reconcile for.
+    async fn publish(&self, event: &Event, target: &ObjectReference) {
+        let allowed = self
+            .event_budget
+            .lock()
+            .map(|mut budget| budget.try_take(tokio::time::Instant::now()).is_ok())
+            .unwrap_or(false);
+        if !allowed {
+            self.metrics.event_suppressed();
+            return;
+        }
+        if let Err(error) = self.recorder.publish(event, target).await {
+            tracing::warn!(%error, reason = event.reason, "publishing an event failed");
+        }
+    }
+
     fn lock_delay_until(&self, key: &ElectionKey) -> Option<Timestamp> {
         self.lock_delays.lock().ok()?.get(key).copied()
     }
@@ -239,6 +277,18 @@ impl Context {
         }
     }
 
+    /// The names of the pods of `namespace` this process wrote and the cache does not show
+    /// yet.
+    fn written_pods_in(&self, namespace: &str) -> Vec<String> {
+        let Ok(map) = self.pods_written.lock() else {
+            return Vec::new();
+        };
+        map.values()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+            .filter_map(|p| p.metadata.name.clone())
+            .collect()
+    }
+
     /// Forgets the written pods the cache has caught up with or no longer has.
     fn prune_written_pods(&self) {
         let Ok(mut map) = self.pods_written.lock() else {
@@ -247,17 +297,21 @@ impl Context {
         if map.is_empty() {
             return;
         }
-        let cached: HashMap<String, Option<String>> = self
-            .pods
-            .state()
-            .iter()
-            .filter_map(|p| Some((p.metadata.uid.clone()?, p.metadata.resource_version.clone())))
-            .collect();
         let version = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
         map.retain(|uid, written| {
-            cached.get(uid).is_some_and(|rv| {
-                version(written.metadata.resource_version.as_deref()) > version(rv.as_deref())
-            })
+            let (Some(namespace), Some(name)) = (
+                written.metadata.namespace.as_deref(),
+                written.metadata.name.as_deref(),
+            ) else {
+                return false;
+            };
+            self.pods
+                .get(&ObjectRef::new(name).within(namespace))
+                .filter(|cached| cached.metadata.uid.as_deref() == Some(uid.as_str()))
+                .is_some_and(|cached| {
+                    version(written.metadata.resource_version.as_deref())
+                        > version(cached.metadata.resource_version.as_deref())
+                })
         });
     }
 
@@ -295,18 +349,38 @@ pub fn election_key(le: &LeaderElection) -> Result<ElectionKey, Error> {
     })
 }
 
-fn api_for<K>(client: &Client, namespaces: &[String]) -> Vec<Api<K>>
+/// One API per watched namespace (or one over all namespaces), each with its scope.
+fn scoped_apis<K>(client: &Client, namespaces: &[String]) -> Vec<(Option<String>, Api<K>)>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
 {
     if namespaces.is_empty() {
-        vec![Api::all(client.clone())]
+        vec![(None, Api::all(client.clone()))]
     } else {
         namespaces
             .iter()
-            .map(|ns| Api::namespaced(client.clone(), ns))
+            .map(|ns| (Some(ns.clone()), Api::namespaced(client.clone(), ns)))
             .collect()
     }
+}
+
+/// What of an election the operator acts on: everything but its status (which only the
+/// operator writes) and the bookkeeping fields that change with every write.
+fn acted_on(le: &LeaderElection) -> Option<u64> {
+    let meta = &le.metadata;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (
+        &meta.uid,
+        meta.generation,
+        meta.deletion_timestamp
+            .as_ref()
+            .map(|t| t.0.as_nanosecond()),
+        &meta.finalizers,
+        &meta.annotations,
+        &meta.labels,
+    )
+        .hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// Runs the controller until `shutdown` resolves. Readiness and liveness are reported
@@ -333,38 +407,47 @@ pub async fn run(
     health.set_ready("leaderelections-cache", false);
     health.set_ready("pods-cache", false);
 
-    // Pods: one reflector (per watched namespace), stripped before caching.
+    let indexes = Arc::new(index::Indexes::default());
+    // Pods: one reflector (per watched namespace), stripped before caching, and indexed.
     let (pod_store, pod_writer) = reflector::store::<Pod>();
-    let pod_streams = api_for::<Pod>(&client, &settings.watch_namespaces)
+    let pod_streams = scoped_apis::<Pod>(&client, &settings.watch_namespaces)
         .into_iter()
-        .map(|api| {
+        .map(|(scope, api)| {
+            let indexes = indexes.clone();
             watcher(api, watcher::Config::default())
                 .default_backoff()
                 .modify(k8s::strip_for_cache)
+                .inspect_ok(move |event| indexes.pod_event(scope.as_deref(), event))
                 .boxed()
         });
     let pod_events =
         reflector(pod_writer, futures::stream::select_all(pod_streams)).touched_objects();
 
-    let election_streams = api_for::<LeaderElection>(&client, &settings.watch_namespaces)
+    let election_streams = scoped_apis::<LeaderElection>(&client, &settings.watch_namespaces)
         .into_iter()
-        .map(|api| {
+        .map(|(scope, api)| {
+            let indexes = indexes.clone();
             watcher(api, watcher::Config::default())
                 .default_backoff()
+                .inspect_ok(move |event| indexes.election_event(scope.as_deref(), event))
                 .boxed()
         });
     let (election_store, election_writer) = reflector::store::<LeaderElection>();
+    // The operator's own status writes change nothing it acts on: only the other changes of
+    // an election wake it (through the store, a reconcile still reads the newest version).
     let election_events = reflector(
         election_writer,
         futures::stream::select_all(election_streams),
     )
-    .applied_objects();
+    .applied_objects()
+    .predicate_filter(acted_on, PredicateConfig::default());
 
     let controller = Controller::for_stream(election_events, election_store.clone());
     let mapper_store = election_store.clone();
+    let mapper_indexes = indexes.clone();
     let controller = controller
         .watches_stream(pod_events, move |pod: Pod| {
-            observe::elections_of_pod(&mapper_store, &pod)
+            observe::elections_of_pod(&mapper_indexes, &mapper_store, &pod)
                 .into_iter()
                 .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
                 .collect::<Vec<_>>()
@@ -392,6 +475,8 @@ pub async fn run(
         locks,
         pods: pod_store.clone(),
         elections: election_store.clone(),
+        index: indexes,
+        validated: validated::Validated::default(),
         recorder,
         metrics,
         health: health.clone(),
@@ -405,6 +490,7 @@ pub async fn run(
         statuses: Mutex::new(HashMap::new()),
         status_failures: Mutex::new(HashMap::new()),
         pods_written: Mutex::new(HashMap::new()),
+        event_budget: Mutex::new(TokenBucket::new(EVENT_RATE, tokio::time::Instant::now())),
     });
 
     let readiness = {
@@ -451,6 +537,10 @@ pub async fn run(
                 tick.tick().await;
                 report_gauges(&ctx);
                 ctx.prune_written_pods();
+                ctx.validated.retain(|key| {
+                    let reference = ObjectRef::new(&key.name).within(&key.namespace);
+                    ctx.elections.get(&reference).is_some()
+                });
             }
         }
     };
@@ -596,10 +686,10 @@ fn error_policy(le: Arc<LeaderElection>, error: &Error, _ctx: Arc<Context>) -> A
 /// Brings one election's pods, session and lock in line with its spec.
 async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let key = election_key(le)?;
-    let config = match crate::crd::validate(le) {
+    let config = match ctx.validated.of(&key, le) {
         Ok(config) => config,
         Err(problems) => {
-            status::invalid(le, ctx, &problems).await?;
+            status::invalid(le, ctx, &problems[..]).await?;
             return Ok(Action::requeue(INVALID_REQUEUE));
         }
     };
@@ -610,6 +700,12 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         status::conflict(le, ctx, &older).await?;
         let withdrawal = cleanup::withdraw(&cleanup::Footprint::of(le, ctx), ctx).await?;
         cleanup::settle_consul(le, &key, ctx, withdrawal).await?;
+        // The older election may be waiting for this withdrawal (it is not woken by the
+        // patches of pods it does not select).
+        ctx.reconcile_soon(&ElectionKey {
+            namespace: key.namespace.clone(),
+            name: older,
+        });
         return Ok(Action::requeue(INVALID_REQUEUE));
     }
     if let Some((pod, younger)) = observe::yielding_leader(ctx, le, &config) {

@@ -1,56 +1,105 @@
 //! Reading the world for one election: its pods from the cache, conflicts with other
-//! elections, and the mapping from a pod event to the elections it concerns.
+//! elections, and the mapping from a pod event to the elections it concerns. Every read goes
+//! through the indexes ([`super::index`]), so it costs what concerns the election (its own
+//! pods, the elections sharing them), never a scan of the namespace or the cluster.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::Context;
+use super::index::{Indexes, Term};
 use crate::crd::{LeaderElection, selector_matches};
-use crate::election::config::ElectionConfig;
+use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::conflict::{Claim, yielding_to_me, yields_to};
 use crate::election::observe::PodView;
 use crate::k8s;
 
-/// The elections of the pod's namespace that select it or labelled it: the ones a change of
-/// this pod can concern.
-pub fn elections_of_pod(elections: &Store<LeaderElection>, pod: &Pod) -> Vec<(String, String)> {
+/// The elections of the pod's namespace that a change of this pod can concern: the ones
+/// that select it, the one its `elector.dev/election` annotation names and, for a pod without
+/// that annotation, the ones writing one of its label keys (a pod shared by elections with
+/// different label keys whose owner gave the annotation up).
+pub fn elections_of_pod(
+    index: &Indexes,
+    elections: &Store<LeaderElection>,
+    pod: &Pod,
+) -> Vec<(String, String)> {
     let Some(namespace) = pod.namespace() else {
         return Vec::new();
     };
     let labels = k8s::labels_of(pod);
-    let owner = k8s::labelled_by(pod);
-    elections
-        .state()
+    let mut names: BTreeSet<String> = index
+        .elections_for_labels(&namespace, labels)
         .into_iter()
-        .filter(|le| le.namespace().as_deref() == Some(namespace.as_str()))
-        .filter(|le| {
-            owner == le.metadata.name.as_deref()
-                || labels.contains_key(&le.spec.labels.key)
-                || selector_matches(&le.spec.selector, labels)
+        .filter(|name| {
+            elections
+                .get(&ObjectRef::new(name).within(&namespace))
+                .is_some_and(|le| selector_matches(&le.spec.selector, labels))
         })
-        .filter_map(|le| Some((namespace.clone(), le.metadata.name.clone()?)))
+        .collect();
+    match k8s::labelled_by(pod) {
+        Some(owner) => {
+            names.insert(owner.to_owned());
+        }
+        None => {
+            for key in labels.keys() {
+                names.extend(index.elections_using(&namespace, key));
+            }
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| (namespace.clone(), name))
         .collect()
+}
+
+/// The names of the pods of `le`'s namespace that it may work on: those its selector's
+/// `matchLabels` admit, those it owns, those carrying its label key under another owner (or
+/// none), and those this process patched and the cache does not show yet.
+fn candidate_pods(ctx: &Context, le: &LeaderElection, namespace: &str) -> BTreeSet<String> {
+    let index = &ctx.index;
+    let mut names: BTreeSet<String> = index
+        .pods_with_labels(namespace, &le.spec.selector.match_labels)
+        .into_iter()
+        .collect();
+    if let Some(me) = le.metadata.name.as_deref() {
+        names.extend(index.pods_under_all(namespace, &[Term::Owner(me.to_owned())]));
+    }
+    let labels = &le.spec.labels;
+    let owners = std::iter::once(Term::Unowned).chain(
+        index
+            .owners_beside(namespace, &labels.key)
+            .into_iter()
+            .map(Term::Owner),
+    );
+    for owner in owners {
+        for value in [&labels.leader, &labels.follower] {
+            let carrying = Term::Label(labels.key.clone(), value.clone());
+            names.extend(index.pods_under_all(namespace, &[owner.clone(), carrying]));
+        }
+    }
+    names.extend(ctx.written_pods_in(namespace));
+    names
 }
 
 /// The pods an election works on, by name: every pod of its namespace that its selector
 /// matches (`true`) or that it labelled earlier and no longer matches (`false`), each in
 /// the newest version known (the cache's, or this process's own later write).
 pub fn pods_of(ctx: &Context, le: &LeaderElection) -> BTreeMap<String, (Arc<Pod>, bool)> {
-    let namespace = le.namespace();
-    let name = le.metadata.name.as_deref();
-    ctx.pods
-        .state()
+    let Some(namespace) = le.namespace() else {
+        return BTreeMap::new();
+    };
+    candidate_pods(ctx, le, &namespace)
         .into_iter()
-        .filter(|p| p.namespace() == namespace)
+        .filter_map(|name| ctx.pods.get(&ObjectRef::new(&name).within(&namespace)))
         .filter_map(|p| {
             // Our own latest write of the pod, when the cache has not caught up with it.
             let p = ctx.freshest(p);
             let selected = selector_matches(&le.spec.selector, k8s::labels_of(&p));
-            let ours = name.is_some() && super::sharing::labelled_by(ctx, le, &p);
+            let ours = super::sharing::labelled_by(ctx, le, &p);
             (selected || ours).then(|| (p.name_any(), (p, selected)))
         })
         .collect()
@@ -73,44 +122,80 @@ pub fn views(pods: &BTreeMap<String, (Arc<Pod>, bool)>, config: &ElectionConfig)
         .collect()
 }
 
-/// The claims of the live elections of a namespace, each with its election.
+/// The claims of other elections, each with its election.
 type Claims = Vec<(Claim, Arc<LeaderElection>)>;
 
 /// The claim of `le` (with label key `config.labels.key`) and those of the other live
-/// elections of its namespace.
+/// elections of its namespace that select one of its pods under the same label key, each
+/// with its election. The others' claims name only the pods they share with `le`: that is all
+/// the conflict rules look at.
 fn claims(ctx: &Context, le: &LeaderElection, config: &ElectionConfig) -> Option<(Claim, Claims)> {
     let namespace = le.namespace()?;
-    let pods: Vec<Arc<Pod>> = ctx
-        .pods
-        .state()
+    let me = le.metadata.name.clone()?;
+    let mine: Vec<Arc<Pod>> = ctx
+        .index
+        .pods_with_labels(&namespace, &le.spec.selector.match_labels)
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(namespace.as_str()))
+        .filter_map(|name| ctx.pods.get(&ObjectRef::new(&name).within(&namespace)))
+        .filter(|p| selector_matches(&le.spec.selector, k8s::labels_of(p)))
         .collect();
-    let claim_of = |other: &LeaderElection, label_key: String| -> Option<Claim> {
-        Some(Claim {
-            name: other.metadata.name.clone()?,
-            created_at: other.metadata.creation_timestamp.as_ref()?.0,
-            label_key,
-            pods: pods
-                .iter()
-                .filter(|p| selector_matches(&other.spec.selector, k8s::labels_of(p)))
-                .filter_map(|p| p.metadata.uid.clone())
-                .collect(),
-        })
+    let mut others: BTreeMap<String, (Claim, Arc<LeaderElection>)> = BTreeMap::new();
+    for pod in &mine {
+        let Some(uid) = pod.metadata.uid.as_ref() else {
+            continue;
+        };
+        let labels = k8s::labels_of(pod);
+        for name in ctx.index.elections_for_labels(&namespace, labels) {
+            if name == me {
+                continue;
+            }
+            if let Some((claim, _)) = others.get_mut(&name) {
+                claim.pods.push(uid.clone());
+                continue;
+            }
+            let Some(other) = ctx.elections.get(&ObjectRef::new(&name).within(&namespace)) else {
+                continue;
+            };
+            let Some(created_at) = other.metadata.creation_timestamp.as_ref().map(|t| t.0) else {
+                continue;
+            };
+            if other.metadata.deletion_timestamp.is_some()
+                || !selector_matches(&other.spec.selector, labels)
+            {
+                continue;
+            }
+            let Ok(other_config) = ctx
+                .validated
+                .of(&election_key_of(&namespace, &name), &other)
+            else {
+                continue;
+            };
+            if other_config.labels.key != config.labels.key {
+                continue;
+            }
+            let claim = Claim {
+                name: name.clone(),
+                created_at,
+                label_key: other_config.labels.key.clone(),
+                pods: vec![uid.clone()],
+            };
+            others.insert(name, (claim, other));
+        }
+    }
+    let me = Claim {
+        name: me,
+        created_at: le.metadata.creation_timestamp.as_ref()?.0,
+        label_key: config.labels.key.clone(),
+        pods: mine.iter().filter_map(|p| p.metadata.uid.clone()).collect(),
     };
-    let me = claim_of(le, config.labels.key.clone())?;
-    let others = ctx
-        .elections
-        .state()
-        .into_iter()
-        .filter(|o| o.namespace().as_deref() == Some(namespace.as_str()))
-        .filter(|o| o.metadata.deletion_timestamp.is_none())
-        .filter_map(|o| {
-            let key = crate::crd::validate(&o).ok()?.labels.key;
-            Some((claim_of(&o, key)?, o))
-        })
-        .collect();
-    Some((me, others))
+    Some((me, others.into_values().collect()))
+}
+
+fn election_key_of(namespace: &str, name: &str) -> ElectionKey {
+    ElectionKey {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    }
 }
 
 /// The name of an older election of the same namespace that selects one of this election's
@@ -136,21 +221,21 @@ pub fn yielding_leader(
 ) -> Option<(String, String)> {
     let (me, others) = claims(ctx, le, config)?;
     let claims: Vec<Claim> = others.iter().map(|(c, _)| c.clone()).collect();
-    let yielding = yielding_to_me(&me, &claims);
-    let namespace = le.namespace();
-    ctx.pods
-        .state()
-        .into_iter()
-        .filter(|p| p.namespace() == namespace)
-        .find_map(|pod| {
-            let value = k8s::labels_of(&pod).get(&config.labels.key);
-            others
-                .iter()
-                .find(|(claim, election)| {
-                    yielding.contains(&claim)
-                        && k8s::labelled_by(&pod) == Some(claim.name.as_str())
-                        && value == Some(&election.spec.labels.leader)
-                })
-                .map(|(claim, _)| (pod.name_any(), claim.name.clone()))
-        })
+    let namespace = le.namespace()?;
+    yielding_to_me(&me, &claims).into_iter().find_map(|claim| {
+        let (_, election) = others.iter().find(|(c, _)| c.name == claim.name)?;
+        let leading = [
+            Term::Owner(claim.name.clone()),
+            Term::Label(
+                config.labels.key.clone(),
+                election.spec.labels.leader.clone(),
+            ),
+        ];
+        let pod = ctx
+            .index
+            .pods_under_all(&namespace, &leading)
+            .into_iter()
+            .next()?;
+        Some((pod, claim.name.clone()))
+    })
 }

@@ -46,12 +46,28 @@ fn leads(election: &LeaderElection, pod: &Pod) -> bool {
     k8s::labels_of(pod).get(&labels.key) == Some(&labels.leader)
 }
 
-/// Whether an election of the pod's namespace other than `me` labels it leader.
-pub fn led_by_another(ctx: &Context, me: &str, pod: &Pod) -> bool {
-    let namespace = pod.namespace();
-    ctx.elections.state().iter().any(|le| {
-        le.namespace() == namespace && le.metadata.name.as_deref() != Some(me) && leads(le, pod)
-    })
+/// Whether an election of the pod's namespace other than `me`, writing another label key than
+/// `key` (`me`'s), labels it leader. (Under `me`'s own key the label is `me`'s: two elections
+/// writing one key on one pod are in conflict, and the younger withdraws.)
+pub fn led_by_another(ctx: &Context, me: &str, key: &str, pod: &Pod) -> bool {
+    let Some(namespace) = pod.namespace() else {
+        return false;
+    };
+    k8s::labels_of(pod)
+        .iter()
+        .filter(|(k, _)| k.as_str() != key)
+        .any(|(k, v)| {
+            ctx.index
+                .elections_leading(&namespace, k, v)
+                .iter()
+                .any(|name| {
+                    name != me
+                        && ctx
+                            .elections
+                            .get(&ObjectRef::new(name).within(&namespace))
+                            .is_some_and(|le| leads(&le, pod))
+                })
+        })
 }
 
 /// Whether `le` labelled `pod`: the annotation names it, or the pod carries its label key
@@ -80,8 +96,15 @@ pub enum Annotations {
     GiveUp,
 }
 
-/// What a patch giving `pod` the `role` in election `me` does with the annotations.
-pub fn annotations_for(ctx: &Context, me: &str, pod: &Pod, role: PodRole) -> Annotations {
+/// What a patch giving `pod` the `role` in election `me` (writing label key `key`) does with
+/// the annotations.
+pub fn annotations_for(
+    ctx: &Context,
+    me: &str,
+    key: &str,
+    pod: &Pod,
+    role: PodRole,
+) -> Annotations {
     if let Some(owner) = foreign_owner(ctx, me, pod) {
         return match role {
             PodRole::Leader { .. } if !leads(&owner, pod) => Annotations::Write,
@@ -90,7 +113,7 @@ pub fn annotations_for(ctx: &Context, me: &str, pod: &Pod, role: PodRole) -> Ann
     }
     match role {
         PodRole::Leader { .. } => Annotations::Write,
-        PodRole::Follower | PodRole::None if led_by_another(ctx, me, pod) => {
+        PodRole::Follower | PodRole::None if led_by_another(ctx, me, key, pod) => {
             if k8s::labelled_by(pod) == Some(me) {
                 Annotations::GiveUp
             } else {

@@ -31,10 +31,42 @@ pub async fn write(
     labelled: Option<&str>,
     plan: Option<&Plan>,
 ) -> Result<(), Error> {
-    let old = ctx.current_status(le);
     let Some(plan) = plan else {
         return Ok(());
     };
+    let (old, new) = decided(le, ctx, config, labelled, plan);
+    patch_if_changed(le, ctx, &old, new, Write::Whole).await
+}
+
+/// Rule 6 across failures: before a pod is labelled with `token`, the status must already
+/// hold it, so that a token handed out once is never handed out again even if the reconcile's
+/// final status write is lost and the key is later re-created (its LockIndex restarts at 1;
+/// the planner raises it above the recorded token). What is written is the status `plan`
+/// decides once pod `uid` carries the label, so the reconcile's final write (which corrects
+/// it if labelling fails) usually has nothing left to change: one status write per election.
+pub async fn write_ahead_of_label(
+    le: &LeaderElection,
+    ctx: &Context,
+    config: &ElectionConfig,
+    uid: &str,
+    token: u64,
+    plan: &Plan,
+) -> Result<(), Error> {
+    let (old, mut new) = decided(le, ctx, config, Some(uid), plan);
+    new.fencing_token = new.fencing_token.max(Some(token));
+    patch_if_changed(le, ctx, &old, new, Write::Whole).await
+}
+
+/// The status as this process last wrote it, and the one `plan` decides when the pod with UID
+/// `labelled` carries the leader label.
+fn decided(
+    le: &LeaderElection,
+    ctx: &Context,
+    config: &ElectionConfig,
+    labelled: Option<&str>,
+    plan: &Plan,
+) -> (LeaderElectionStatus, LeaderElectionStatus) {
+    let old = ctx.current_status(le);
     let state = &plan.status;
     let mut new = LeaderElectionStatus {
         phase: Some(phase(state.phase)),
@@ -58,7 +90,12 @@ pub async fn write(
             })
             .collect(),
         observed_generation: le.metadata.generation,
-        applied: old.applied.clone(),
+        // First written with the first status: until then nothing was done that an edit of
+        // the spec would have to undo (see `migrate`).
+        applied: old
+            .applied
+            .clone()
+            .or_else(|| Some(super::migrate::applied_of(le, config))),
         conditions: Vec::new(),
     };
     let carried_out = state.phase != plan::Phase::Elected
@@ -114,7 +151,7 @@ pub async fn write(
     }
     fresh.push(condition(le, &status_written(le, ctx)));
     new.conditions = conditions::merge(&old.conditions, fresh, Timestamp::now());
-    patch_if_changed(le, ctx, &old, new, Write::Whole).await
+    (old, new)
 }
 
 /// The [`STATUS_WRITTEN`] condition: after failed status writes, the write that succeeds
@@ -249,28 +286,9 @@ async fn stand_back(
             action: "Validate".to_owned(),
             secondary: None,
         };
-        if let Err(error) = ctx.recorder.publish(&event, &le.object_ref(&())).await {
-            tracing::warn!(%error, "publishing an event failed");
-        }
+        ctx.publish(&event, &le.object_ref(&())).await;
     }
     Ok(())
-}
-
-/// Rule 6 across failures: before a pod is labelled with `token`, the status must already
-/// hold it, so that a token handed out once is never handed out again even if the reconcile's
-/// final status write is lost and the key is later re-created (its LockIndex restarts at 1;
-/// the planner raises it above the recorded token). The status as this process last wrote it,
-/// with the new token, applied like every other status write.
-pub async fn record_token(le: &LeaderElection, ctx: &Context, token: u64) -> Result<(), Error> {
-    let current = ctx.current_status(le);
-    if current.fencing_token.is_some_and(|t| t >= token) {
-        return Ok(());
-    }
-    let new = LeaderElectionStatus {
-        fencing_token: Some(token),
-        ..current.clone()
-    };
-    patch_if_changed(le, ctx, &current, new, Write::Record).await
 }
 
 /// Records what the operator is about to act with (see [`AppliedSpec`]), before it acts:
@@ -364,9 +382,7 @@ async fn report_status_failures(le: &LeaderElection, ctx: &Context, failed: u32,
         action: "WriteStatus".to_owned(),
         secondary: None,
     };
-    if let Err(error) = ctx.recorder.publish(&event, &le.object_ref(&())).await {
-        tracing::warn!(%error, "publishing an event failed");
-    }
+    ctx.publish(&event, &le.object_ref(&())).await;
 }
 
 fn condition(le: &LeaderElection, c: &ConditionState) -> Condition {

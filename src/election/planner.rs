@@ -271,7 +271,11 @@ impl<'a> Builder<'a> {
             }
             Holder::Nobody => {
                 self.demote_others(None);
-                self.settle_followers(None);
+                // The pod about to be elected is labelled leader once it holds the lock:
+                // labelling it follower first would be a write for nothing.
+                let next = successor(self.obs.pods, self.obs.config, self.obs.recorded, None)
+                    .map(|p| p.uid.as_str());
+                self.settle_followers(next);
                 self.elect();
             }
             Holder::Unknown => {
