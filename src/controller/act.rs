@@ -42,7 +42,7 @@ pub struct Round<'a> {
     pods: BTreeMap<String, (Arc<Pod>, bool)>,
     lock: LockView,
     recorded: Recorded,
-    last: Option<Arc<Plan>>,
+    last: Option<Plan>,
     /// When a leader was demoted in this reconcile (for the failover latency metric).
     move_started: Option<Instant>,
     /// The loop ran out of rounds with work left.
@@ -96,7 +96,7 @@ impl<'a> Round<'a> {
 
     /// The last plan computed (its status is what the election reports).
     pub fn last_plan(&self) -> Option<&Plan> {
-        self.last.as_deref()
+        self.last.as_ref()
     }
 
     /// The UID of the one pod that carries the leader label now, as far as this round knows
@@ -135,13 +135,13 @@ impl<'a> Round<'a> {
                 lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
                 now: Timestamp::now(),
             });
-            let decided = Arc::new(decided);
-            self.last = Some(decided.clone());
-            if decided.actions.is_empty() {
+            let actions = decided.actions.clone();
+            self.last = Some(decided);
+            if actions.is_empty() {
                 return Ok(());
             }
-            for action in decided.actions.iter().cloned() {
-                self.execute(action, &decided).await?;
+            for action in actions {
+                self.execute(action).await?;
                 if std::mem::take(&mut self.replan) {
                     // The plan was made for a session that no longer exists.
                     break;
@@ -152,8 +152,7 @@ impl<'a> Round<'a> {
         Ok(())
     }
 
-    /// Executes one action of `plan`.
-    async fn execute(&mut self, action: Action, plan: &Plan) -> Result<(), Error> {
+    async fn execute(&mut self, action: Action) -> Result<(), Error> {
         tracing::debug!(election = %self.key, ?action, "executing");
         match action {
             Action::LabelFollower { pod, uid } => {
@@ -166,15 +165,7 @@ impl<'a> Round<'a> {
                 fencing_token,
                 since,
             } => {
-                super::status::write_ahead_of_label(
-                    self.le,
-                    self.ctx,
-                    self.config,
-                    &uid,
-                    fencing_token,
-                    plan,
-                )
-                .await?;
+                super::status::record_token(self.le, self.ctx, self.config, fencing_token).await?;
                 self.set_role(
                     &pod,
                     &uid,

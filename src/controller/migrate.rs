@@ -2,7 +2,12 @@
 //! `spec.consul` (address, datacenter, tokenSecretRef) may change while the election runs.
 //!
 //! The object alone cannot tell what changed, so the status records what the operator acts
-//! with ([`AppliedSpec`]) before it first acts with it. A changed leader or follower value
+//! with ([`AppliedSpec`]) before it acts with other values. A new election records them with
+//! its first status write (the fencing token's, before any pod is labelled leader), which
+//! spares a write per election; the price: if the operator crashes between that election's
+//! first acquisition and that write, and the spec's key is edited before it restarts, the
+//! first key stays held by the election's session until the session goes (the election is
+//! deleted, or its leader moves to another pod). A changed leader or follower value
 //! only needs recording: the planner rewrites the value of the one label key in place, so a
 //! pod never carries both, and the leader keeps its lock meanwhile. When the label key, the
 //! Consul key or the Consul access differs from that record, the operator first withdraws

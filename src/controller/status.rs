@@ -41,20 +41,37 @@ pub async fn write(
 /// Rule 6 across failures: before a pod is labelled with `token`, the status must already
 /// hold it, so that a token handed out once is never handed out again even if the reconcile's
 /// final status write is lost and the key is later re-created (its LockIndex restarts at 1;
-/// the planner raises it above the recorded token). What is written is the status `plan`
-/// decides once pod `uid` carries the label, so the reconcile's final write (which corrects
-/// it if labelling fails) usually has nothing left to change: one status write per election.
-pub async fn write_ahead_of_label(
+/// the planner raises it above the recorded token). The status as this process last wrote it,
+/// with the new token (and, for a new election, what it acts with: see `migrate`), applied
+/// like every other status write. The status cannot be written as it will be once the pod is
+/// labelled: it would report a leader that may never carry the label.
+pub async fn record_token(
     le: &LeaderElection,
     ctx: &Context,
     config: &ElectionConfig,
-    uid: &str,
     token: u64,
-    plan: &Plan,
 ) -> Result<(), Error> {
-    let (old, mut new) = decided(le, ctx, config, Some(uid), plan);
-    new.fencing_token = new.fencing_token.max(Some(token));
-    patch_if_changed(le, ctx, &old, new, Write::Whole).await
+    let current = ctx.current_status(le);
+    if current.fencing_token.is_some_and(|t| t >= token) {
+        return Ok(());
+    }
+    let new = LeaderElectionStatus {
+        fencing_token: Some(token),
+        applied: Some(applied(le, config, &current)),
+        ..current.clone()
+    };
+    patch_if_changed(le, ctx, &current, new, Write::Record).await
+}
+
+/// What the status records as applied: the record, or for a new election what it acts with.
+fn applied(
+    le: &LeaderElection,
+    config: &ElectionConfig,
+    old: &LeaderElectionStatus,
+) -> AppliedSpec {
+    old.applied
+        .clone()
+        .unwrap_or_else(|| super::migrate::applied_of(le, config))
 }
 
 /// The status as this process last wrote it, and the one `plan` decides when the pod with UID
@@ -92,10 +109,7 @@ fn decided(
         observed_generation: le.metadata.generation,
         // First written with the first status: until then nothing was done that an edit of
         // the spec would have to undo (see `migrate`).
-        applied: old
-            .applied
-            .clone()
-            .or_else(|| Some(super::migrate::applied_of(le, config))),
+        applied: Some(applied(le, config, &old)),
         conditions: Vec::new(),
     };
     let carried_out = state.phase != plan::Phase::Elected
