@@ -743,30 +743,85 @@ async fn a_thousand_callers_never_exceed_a_small_cap() {
 }
 
 #[tokio::test]
-async fn a_cancelled_request_gives_its_permits_back() {
+async fn a_cancelled_request_gives_its_permit_back() {
     let emu = emulator().await;
     let mut one = settings(&emu);
+    // The smallest cap: one permit per lane.
     one.max_connections = 1;
     let consul = ConsulClient::new(&one).unwrap();
     consul.kv_put("k", b"v", 0).await.unwrap();
     let index = emu.kv_entry("k").unwrap().modify_index;
+    let blocking = move || QueryOptions::blocking(index, Duration::from_secs(300));
 
-    // A watch parked on the only connection, then dropped by its caller.
+    // A watch parked on the long-poll lane's only permit, then dropped by its caller.
     let watch = {
         let consul = consul.clone();
-        tokio::spawn(async move {
-            consul
-                .kv_get("k", QueryOptions::blocking(index, Duration::from_secs(300)))
-                .await
-        })
+        tokio::spawn(async move { consul.kv_get("k", blocking()).await })
     };
     emu.wait_for_blocked_queries(1).await;
     watch.abort();
     assert!(watch.await.unwrap_err().is_cancelled());
 
-    // The request permit and the connection permit are free again.
+    // The permit is free again: the next blocking query (answered at once, since the key
+    // changed) gets it.
     consul.kv_put("k", b"w", 0).await.unwrap();
-    assert_eq!(emu.kv_entry("k").unwrap().value, b"w");
+    let read = tokio::time::timeout(Duration::from_secs(5), consul.kv_get("k", blocking()))
+        .await
+        .expect("the long-poll permit was given back")
+        .unwrap();
+    assert_eq!(read.value.unwrap().value, b"w");
+}
+
+/// Long polls draw from their own budget (half the cap): a hundred of them parked on one
+/// address neither delay a session renewal nor a write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_long_polls_cannot_delay_a_renewal() {
+    let emu = emulator().await;
+    let consul = ConsulClient::new(&settings(&emu)).unwrap();
+    let long_polls = consul_elector::consul::ConsulSettings::default().max_connections / 2;
+    let session = consul
+        .create_session(&session_request("busy"))
+        .await
+        .unwrap();
+    consul.kv_put("watched", b"v", 0).await.unwrap();
+    let index = emu.kv_entry("watched").unwrap().modify_index;
+    let polls: Vec<_> = (0..100)
+        .map(|_| {
+            let consul = consul.clone();
+            tokio::spawn(async move {
+                consul
+                    .kv_get(
+                        "watched",
+                        QueryOptions::blocking(index, Duration::from_secs(300)),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        emu.wait_for_blocked_queries(long_polls),
+    )
+    .await
+    .expect("the long-poll lane fills up");
+
+    let renewed = tokio::time::timeout(Duration::from_secs(5), consul.renew_session(&session))
+        .await
+        .expect("a renewal does not wait behind long polls")
+        .unwrap();
+    assert_eq!(renewed.id, session);
+    tokio::time::timeout(Duration::from_secs(5), consul.kv_put("other", b"v", 0))
+        .await
+        .expect("a write does not wait behind long polls")
+        .unwrap();
+    assert_eq!(
+        emu.blocked_queries().await,
+        long_polls,
+        "within the lane budget"
+    );
+    for poll in polls {
+        poll.abort();
+    }
 }
 
 #[tokio::test]
