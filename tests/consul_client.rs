@@ -856,6 +856,38 @@ async fn settings_from_an_env_map_reach_the_server() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `unix://` addresses go to the agent's Unix socket (here a relay to the emulator).
+#[cfg(unix)]
+#[tokio::test]
+async fn a_unix_socket_address_reaches_the_agent() {
+    let emu = emulator().await;
+    let dir = std::env::temp_dir().join(format!("consul-client-uds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("agent.sock");
+    let _ = std::fs::remove_file(&socket);
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let target = emu.addr();
+    tokio::spawn(async move {
+        while let Ok((mut unix, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut tcp) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut unix, &mut tcp).await;
+                }
+            });
+        }
+    });
+    let address = format!("unix://{}", socket.display());
+    let consul = ConsulClient::new(&ConsulSettings {
+        address: consul_elector::consul::ConsulAddress::parse(&address, false).unwrap(),
+        ..settings(&emu)
+    })
+    .unwrap();
+    consul.kv_put("over/unix", b"v", 0).await.unwrap();
+    assert_eq!(emu.kv_entry("over/unix").unwrap().value, b"v");
+    assert_eq!(consul.address().to_string(), address);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 mod tls {
     //! TLS against a small in-process TLS server (the emulator speaks plain HTTP): custom CA,
     //! client certificate, server-name override and disabled verification.

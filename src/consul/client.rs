@@ -50,7 +50,7 @@ struct Shared {
 }
 
 /// A Consul HTTP API client. Cheap to clone; every clone and every
-/// [`with_overrides`](Self::with_overrides) handle shares the per-address connection cap of the
+/// [`with_overrides`](Self::with_overrides) handle shares the per-address connection budgets of the
 /// root client created by [`ConsulClient::new`]. Create one root client per process.
 #[derive(Clone)]
 pub struct ConsulClient {

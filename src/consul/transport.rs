@@ -11,7 +11,8 @@
 //! when the process has a proxy for other traffic. With `CONSUL_TLS_SERVER_NAME`, requests to
 //! the default address carry the server name in their URL (it is what SNI sends and what the
 //! certificate is checked against) and connect to the address's own host; through an HTTPS
-//! proxy, the proxy is asked for the server name instead.
+//! proxy, the proxy is asked for the server name instead. A `unix://` address connects to
+//! the agent's socket and bypasses proxies.
 //!
 //! # Lanes and budgets
 //!
@@ -225,6 +226,9 @@ impl AddressTransport {
                 // Latency matters more than segment count for small API calls.
                 .tcp_nodelay(true)
                 .redirect(reqwest::redirect::Policy::none());
+            if let Some(socket) = address.unix_socket() {
+                builder = builder.unix_socket(socket);
+            }
             if server_name.is_some() {
                 builder = builder.dns_resolver(Arc::new(ToAddressHost {
                     host: address.host().to_owned(),
