@@ -894,6 +894,12 @@ mod tls {
 
     use std::path::PathBuf;
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use hyper::service::service_fn;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
 
     use consul_elector::consul::{
         ConsulAddress, ConsulClient, ConsulSettings, QueryOptions, RetryPolicy, TlsSettings,
@@ -954,6 +960,47 @@ mod tls {
         addr
     }
 
+    /// A TLS server for `consul.test` that speaks only HTTP/2 (ALPN `h2`, no client
+    /// certificate required), answers every request with an empty session list, and counts
+    /// the connections it accepted.
+    async fn http2_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+        consul_elector::install_crypto_provider();
+        let chain = vec![CertificateDer::from_pem_file(fixture("server.pem")).unwrap()];
+        let key = PrivateKeyDer::from_pem_file(fixture("server.key")).unwrap();
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let accepted = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = service_fn(|_request| async {
+                        http::Response::builder()
+                            .header("Content-Type", "application/json")
+                            .header("X-Consul-Index", "5")
+                            .header("X-Consul-KnownLeader", "true")
+                            .body(Full::new(Bytes::from_static(b"[]")))
+                    });
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        (addr, connections)
+    }
+
     fn settings(addr: std::net::SocketAddr, tls: TlsSettings) -> ConsulSettings {
         ConsulSettings {
             address: ConsulAddress::parse(&format!("https://{addr}"), false).unwrap(),
@@ -980,6 +1027,25 @@ mod tls {
         let sessions = consul.list_sessions(QueryOptions::default()).await.unwrap();
         assert!(sessions.value.is_empty());
         assert_eq!(sessions.meta.index, 5);
+    }
+
+    /// Over TLS, ALPN picks HTTP/2 when the server offers it (this server speaks nothing
+    /// else), and once a connection exists, concurrent requests all share it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn http2_when_the_server_offers_it_on_one_connection() {
+        let (addr, connections) = http2_server().await;
+        let tls = TlsSettings {
+            ca_cert: Some(fixture("ca.pem")),
+            server_name: Some("consul.test".to_owned()),
+            ..TlsSettings::default()
+        };
+        let consul = ConsulClient::new(&settings(addr, tls)).unwrap();
+        consul.list_sessions(QueryOptions::default()).await.unwrap();
+        let reads = (0..50).map(|_| consul.list_sessions(QueryOptions::default()));
+        for read in futures::future::join_all(reads).await {
+            assert_eq!(read.unwrap().meta.index, 5);
+        }
+        assert_eq!(connections.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
