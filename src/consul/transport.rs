@@ -316,6 +316,10 @@ impl AddressTransport {
         let body = read_body(&mut response)
             .await
             .map_err(|error| (TransportFailure::Io, error))?;
+        drop(response);
+        // reqwest puts the connection back into its pool from a background task: give it a
+        // chance to run before the permit lets the next request look for an idle connection.
+        tokio::task::yield_now().await;
         builder
             .body(body)
             .map_err(|error| (TransportFailure::Io, error.to_string()))
