@@ -4,7 +4,8 @@
 //! # Protocol, TLS and proxies
 //!
 //! Plain `http://` addresses speak HTTP/1.1 with keep-alive. Over TLS, ALPN offers HTTP/2
-//! first, and when Consul accepts it every request of a lane shares one connection. TLS uses
+//! first, and when Consul accepts it one connection carries every session request of the
+//! address and another one everything else (pinged, so a dead one is noticed). TLS uses
 //! the rustls configuration built from Consul's variables ([`super::tls`]). reqwest honours
 //! `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY` (and their lower-case forms), so a
 //! Consul behind a forward proxy needs no setting of ours; put Consul's address in `NO_PROXY`
@@ -52,6 +53,11 @@ use tokio::task::JoinHandle;
 use super::error::TransportFailure;
 use super::settings::{ConsulAddress, TlsSettings};
 use super::tls;
+
+/// How often an HTTP/2 connection is pinged. One connection carries every request of a lane,
+/// and a request that times out does not close it (unlike HTTP/1), so a connection whose peer
+/// vanished is found by its pings: within this interval plus the connect timeout.
+const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Largest response body accepted (a recursive read of 10,000 election keys is a few MiB).
 const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
@@ -225,6 +231,9 @@ impl AddressTransport {
                 .pool_max_idle_per_host(idle)
                 // Latency matters more than segment count for small API calls.
                 .tcp_nodelay(true)
+                .http2_keep_alive_interval(HTTP2_PING_INTERVAL)
+                .http2_keep_alive_timeout(config.connect_timeout)
+                .http2_keep_alive_while_idle(true)
                 .redirect(reqwest::redirect::Policy::none());
             if let Some(socket) = address.unix_socket() {
                 builder = builder.unix_socket(socket);
@@ -270,7 +279,12 @@ impl AddressTransport {
                 let task = AbortOnDrop(
                     runtime.spawn(async move { transport.exchange(lane, request).await }),
                 );
-                task.await
+                task.await.unwrap_or_else(|error| {
+                    Err((
+                        TransportFailure::Io,
+                        format!("the session runtime stopped the request: {error}"),
+                    ))
+                })
             }
             _ => self.exchange(lane, request).await,
         }
@@ -432,21 +446,14 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-impl std::future::Future for AbortOnDrop<Result<Response<Bytes>, TransportError>> {
-    type Output = Result<Response<Bytes>, TransportError>;
+impl<T> std::future::Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
 
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0).poll(cx).map(|joined| {
-            joined.unwrap_or_else(|error| {
-                Err((
-                    TransportFailure::Io,
-                    format!("the session runtime stopped the request: {error}"),
-                ))
-            })
-        })
+        std::pin::Pin::new(&mut self.0).poll(cx)
     }
 }
 
