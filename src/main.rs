@@ -28,9 +28,15 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Run(args) => match tokio::runtime::Runtime::new() {
-            Ok(runtime) => runtime.block_on(run(*args)),
-            Err(error) => {
+        Command::Run(args) => match (tokio::runtime::Runtime::new(), session_runtime()) {
+            (Ok(runtime), Ok(sessions)) => {
+                let code = runtime.block_on(run(*args, sessions.handle().clone()));
+                // Outside any async context: a runtime cannot be dropped inside one.
+                drop(runtime);
+                drop(sessions);
+                code
+            }
+            (Err(error), _) | (_, Err(error)) => {
                 eprintln!("cannot start the async runtime: {error}");
                 ExitCode::FAILURE
             }
@@ -38,7 +44,17 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(args: RunArgs) -> ExitCode {
+/// The runtime of the Consul session requests and renewal tasks: one worker thread of its
+/// own, so that reconciles keeping the main runtime's workers busy can never delay a renewal.
+fn session_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("consul-sessions")
+        .enable_all()
+        .build()
+}
+
+async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
     if let Err(error) = init_tracing(args.log_format, &args.log_filter) {
         eprintln!("cannot set up logging: {error}");
         return ExitCode::FAILURE;
@@ -49,7 +65,7 @@ async fn run(args: RunArgs) -> ExitCode {
             settings
         })
         .map_err(|e| e.to_string())
-        .and_then(|s| ConsulClient::new(&s).map_err(|e| e.to_string()))
+        .and_then(|s| ConsulClient::with_session_runtime(&s, sessions).map_err(|e| e.to_string()))
     {
         Ok(client) => client,
         Err(error) => {

@@ -12,7 +12,9 @@
 //! - A renewal is sent TTL/2 after the *start* of the last successful request (create,
 //!   adopt or renew). Measuring from the start is conservative: Consul resets its timer
 //!   when it handles the request, which is never earlier. In steady state this is exactly
-//!   one request per session per TTL/2.
+//!   one request per session per TTL/2. The one exception is the first renewal of an
+//!   adopted session, drawn from (TTL/4, TTL/2] so that sessions adopted together after a
+//!   restart do not renew in one burst forever after.
 //! - Any failure other than a 404 is retried one second after it happened, for as long as
 //!   it lasts (without a cluster leader no session expires, and a new leader re-arms every
 //!   timer, so giving up would only lose sessions Consul still has). Once a whole TTL has
@@ -31,8 +33,10 @@
 //! queue. The task stays lean (a sleeping task holds its client handle, the session ID and
 //! a few timestamps; the in-flight request future is boxed so its size is paid only while a
 //! request runs), so 10,000 sessions cost a few megabytes. Every request goes through the
-//! caller's [`ConsulClient`], which caps connections per Consul address, so a burst of
-//! renewals queues for a connection instead of opening more.
+//! caller's [`ConsulClient`], whose session lane has its own connection budget per Consul
+//! address: a burst of renewals queues for a connection instead of opening more, and never
+//! behind long polls. The tasks run on the client's session runtime when it has one
+//! ([`ConsulClient::with_session_runtime`]), so CPU-bound work elsewhere cannot delay them.
 //!
 //! The `renewed_at` timestamps come from an injectable wall clock
 //! ([`SessionManager::with_clock`]); scheduling uses tokio time, so tests can pause it.
@@ -206,6 +210,22 @@ struct Confirmed {
     started: Instant,
     /// The same instant on the wall clock.
     stamp: Timestamp,
+    /// How long after `started` the first renewal is sent (at most TTL/2).
+    first_renewal: Duration,
+}
+
+/// How long after its adoption an adopted session is first renewed: uniformly in
+/// (TTL/4, TTL/2]. After an operator restart thousands of sessions are adopted within moments;
+/// renewing each exactly TTL/2 later would repeat that burst forever. Spread over a quarter
+/// TTL, the renewals keep that spread (each next one is TTL/2 after the previous), and none is
+/// later than the regular TTL/2 after the last success.
+fn adopted_first_renewal(ttl: Duration, rng: &mut impl rand::Rng) -> Duration {
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let (quarter, half) = (nanos(ttl / 4), nanos(ttl / 2));
+    if half <= quarter {
+        return ttl / 2;
+    }
+    Duration::from_nanos(rng.random_range(quarter + 1..=half))
 }
 
 impl SessionManager {
@@ -261,6 +281,7 @@ impl SessionManager {
                 ttl: config.ttl,
                 started,
                 stamp,
+                first_renewal: config.ttl / 2,
             },
         );
         Ok(id)
@@ -303,6 +324,7 @@ impl SessionManager {
                 ttl,
                 started,
                 stamp,
+                first_renewal: adopted_first_renewal(ttl, &mut rand::rng()),
             },
         );
         Ok(true)
@@ -426,15 +448,16 @@ impl SessionManager {
             renewed_at: session.stamp,
             confirmed: true,
         };
+        let first = session.started + session.first_renewal.min(session.ttl / 2);
         // Under the lock, so that the task cannot look for its entry before it exists.
         let mut sessions = self.inner.sessions();
         let renewer =
-            tokio::spawn(renew_loop(link, client.clone(), session.id, renewal)).abort_handle();
+            client.spawn_session_task(renew_loop(link, client.clone(), session.id, renewal, first));
         let entry = Entry {
             view,
             generation,
             renewer,
-            due: session.started + session.ttl / 2 + REQUEST_BUDGET,
+            due: first + REQUEST_BUDGET,
         };
         if let Some(previous) = sessions.insert(election.clone(), entry) {
             previous.renewer.abort();
@@ -533,9 +556,16 @@ impl Renewal {
     }
 }
 
-/// Renews one session until it is lost, replaced or forgotten (then the task is aborted).
-async fn renew_loop(link: Link, client: ConsulClient, id: String, mut renewal: Renewal) {
-    let mut next = renewal.last_success + renewal.ttl / 2;
+/// Renews one session, first at `first`, until it is lost, replaced or forgotten (then the
+/// task is aborted).
+async fn renew_loop(
+    link: Link,
+    client: ConsulClient,
+    id: String,
+    mut renewal: Renewal,
+    first: Instant,
+) {
+    let mut next = first;
     loop {
         link.expect_attempt_at(next);
         if renewal.confirming(&link, sleep_until(next)).await.is_none() {
@@ -595,6 +625,26 @@ mod tests {
     }
 
     const BOTH: [Found; 2] = [Found::HoldingKey, Found::InStatus];
+
+    #[test]
+    fn adopted_sessions_first_renew_spread_over_the_second_quarter_ttl() {
+        use rand::SeedableRng;
+        let ttl = Duration::from_secs(10);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let draws: Vec<Duration> = (0..1000)
+            .map(|_| adopted_first_renewal(ttl, &mut rng))
+            .collect();
+        assert!(draws.iter().all(|d| *d > ttl / 4 && *d <= ttl / 2));
+        let early = draws.iter().filter(|d| **d <= ttl * 3 / 8).count();
+        assert!(
+            (300..=700).contains(&early),
+            "spread: {early} of 1000 early"
+        );
+        assert_eq!(
+            adopted_first_renewal(Duration::ZERO, &mut rng),
+            Duration::ZERO
+        );
+    }
 
     #[test]
     fn the_name_carries_cluster_namespace_election_and_pod() {

@@ -276,6 +276,45 @@ async fn a_new_operator_process_adopts_the_sessions_of_the_previous_one() {
     assert_eq!(pending_reports(&mut reports), vec![]);
 }
 
+/// Sessions adopted together after a restart do not renew together: their first renewals
+/// spread over (TTL/4, TTL/2] after the adoption, none later than the regular TTL/2.
+#[tokio::test(start_paused = true)]
+async fn sessions_adopted_together_spread_their_renewals() {
+    const SESSIONS: u64 = 200;
+    let f = Fixture::new().await;
+    let elections: Vec<ElectionKey> = (0..SESSIONS)
+        .map(|i| election(&format!("app-{i}")))
+        .collect();
+    let mut ids = Vec::new();
+    for election in &elections {
+        ids.push(f.create(election, "pod-0").await);
+    }
+    let (successor, _reports) = Fixture::manager(&f.emu);
+    let start = f.emu.now();
+    for (election, id) in elections.iter().zip(&ids) {
+        f.manager.forget(election);
+        assert!(
+            successor
+                .adopt(election, &f.consul, id, "pod-0", "uid-pod-0")
+                .await
+                .unwrap()
+        );
+    }
+    let adopted = f.emu.now();
+    f.emu.reset_stats();
+    f.sleep_until(start + TTL / 4).await;
+    assert_eq!(f.renewals(), 0, "none in the first quarter TTL");
+    f.sleep_until(adopted + TTL * 3 / 8).await;
+    let halfway = f.renewals();
+    assert!(
+        (SESSIONS / 5..=SESSIONS * 4 / 5).contains(&halfway),
+        "spread: {halfway} of {SESSIONS} by 3/8 TTL"
+    );
+    f.sleep_until(adopted + TTL / 2 + Duration::from_millis(1))
+        .await;
+    assert_eq!(f.renewals(), SESSIONS, "every one by TTL/2");
+}
+
 #[tokio::test(start_paused = true)]
 async fn adopting_a_session_that_is_gone_registers_nothing() {
     let f = Fixture::new().await;
@@ -458,4 +497,52 @@ async fn a_renewal_hanging_past_its_budget_is_reported_behind_schedule() {
         matches!(&behind, Some((e, late)) if *e == web && *late >= Duration::from_secs(4)),
         "{behind:?}"
     );
+}
+
+/// Renewals run on the client's session runtime: CPU-bound work that keeps the caller's
+/// runtime busy past TTL/2 does not hold back the renewal due in that time.
+#[test]
+fn renewals_go_on_while_the_callers_runtime_is_busy() {
+    let runtime = |name: &str| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(name)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let consul_runtime = runtime("emulator");
+    let sessions_runtime = runtime("sessions");
+    let emu = consul_runtime.block_on(common::emulator());
+    let busy = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    busy.block_on(async {
+        let consul = ConsulClient::with_session_runtime(
+            &common::settings(&emu),
+            sessions_runtime.handle().clone(),
+        )
+        .unwrap();
+        let (tx, _reports) = mpsc::unbounded_channel();
+        let manager = SessionManager::new(tx);
+        let web = election("web");
+        manager
+            .create(&web, &consul, CLUSTER, "web-0", "uid-web-0", &config())
+            .await
+            .unwrap();
+        // Busy without yielding until the first renewal arrives, or long after it was due.
+        let deadline = std::time::Instant::now() + TTL / 2 + Duration::from_secs(3);
+        while emu.stats().requests_to("session.renew") == 0 && std::time::Instant::now() < deadline
+        {
+            std::hint::spin_loop();
+        }
+        assert_eq!(emu.stats().requests_to("session.renew"), 1);
+        assert!(matches!(
+            manager.view(&web).unwrap().health,
+            SessionHealth::Alive { .. }
+        ));
+    });
+    drop(busy);
+    drop(emu);
 }

@@ -1,22 +1,24 @@
 //! The client handle: request building, headers, retries, response classification.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HOST, RETRY_AFTER, USER_AGENT};
+use http::header::{CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
 use http::{HeaderValue, Method, Request, StatusCode};
-use http_body_util::Full;
 use serde::de::DeserializeOwned;
+use tokio::runtime::Handle;
+use tokio::task::AbortHandle;
 
 use super::blocking::BlockingWatch;
 use super::error::{ConsulError, ErrorContext, Result, TransportFailure};
-use super::pool::{AddressPool, PoolConfig, PoolRegistry};
 use super::query::{QueryMeta, QueryOptions};
 use super::retry::RetryPolicy;
 use super::settings::{ConsulAddress, ConsulSettings, WatchPacing};
 use super::token::ConsulToken;
+use super::transport::{AddressTransport, Lane, TransportConfig, TransportRegistry};
 
 /// Header carrying the ACL token.
 const TOKEN_HEADER: &str = "x-consul-token";
@@ -35,7 +37,7 @@ pub struct Overrides {
 
 /// State shared by every handle derived from one root client.
 struct Shared {
-    registry: PoolRegistry,
+    registry: TransportRegistry,
     /// The operator's own address: the only one its own token is ever sent to.
     root_address: ConsulAddress,
     /// Other addresses handles may be derived for.
@@ -43,17 +45,19 @@ struct Shared {
     request_timeout: Duration,
     retry: RetryPolicy,
     watch_pacing: WatchPacing,
+    /// Where session requests and renewal tasks run (`None`: the caller's runtime).
+    session_runtime: Option<Handle>,
 }
 
 /// A Consul HTTP API client. Cheap to clone; every clone and every
-/// [`with_overrides`](Self::with_overrides) handle shares the per-address connection cap of the
+/// [`with_overrides`](Self::with_overrides) handle shares the per-address connection budgets of the
 /// root client created by [`ConsulClient::new`]. Create one root client per process.
 #[derive(Clone)]
 pub struct ConsulClient {
     shared: Arc<Shared>,
     /// This handle's retries (the settings' policy unless [`Self::without_retries`]).
     retry: RetryPolicy,
-    pool: Arc<AddressPool>,
+    transport: Arc<AddressTransport>,
     datacenter: Option<String>,
     token: Option<ConsulToken>,
     token_header: Option<HeaderValue>,
@@ -62,7 +66,7 @@ pub struct ConsulClient {
 impl fmt::Debug for ConsulClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsulClient")
-            .field("address", self.pool.address())
+            .field("address", self.transport.address())
             .field("datacenter", &self.datacenter)
             .field("token", &self.token)
             .finish_non_exhaustive()
@@ -70,15 +74,31 @@ impl fmt::Debug for ConsulClient {
 }
 
 impl ConsulClient {
-    /// A root client for `settings`. Fails when the TLS files cannot be used or the token is
-    /// not a valid header value.
+    /// A root client for `settings` whose requests all run on the caller's runtime. Fails
+    /// when the TLS files cannot be used or the token is not a valid header value.
     pub fn new(settings: &ConsulSettings) -> Result<Self> {
-        let registry = PoolRegistry::new(PoolConfig {
+        Self::build_root(settings, None)
+    }
+
+    /// A root client whose session requests (create, renew, destroy), and the renewal tasks
+    /// of [`crate::sessions::SessionManager`], run on `session_runtime`: give it a runtime of
+    /// its own (its own OS thread), and CPU-bound work on the caller's runtime can never
+    /// delay a renewal. Other requests run on the caller's runtime.
+    pub fn with_session_runtime(
+        settings: &ConsulSettings,
+        session_runtime: Handle,
+    ) -> Result<Self> {
+        Self::build_root(settings, Some(session_runtime))
+    }
+
+    fn build_root(settings: &ConsulSettings, session_runtime: Option<Handle>) -> Result<Self> {
+        let registry = TransportRegistry::new(TransportConfig {
             max_connections: settings.max_connections,
             connect_timeout: settings.connect_timeout,
             idle_timeout: settings.idle_timeout,
             tls: settings.tls.clone(),
             default_address: settings.address.clone(),
+            session_runtime: session_runtime.clone(),
         });
         let shared = Arc::new(Shared {
             registry,
@@ -87,6 +107,7 @@ impl ConsulClient {
             request_timeout: settings.request_timeout,
             retry: settings.retry,
             watch_pacing: settings.watch_pacing,
+            session_runtime,
         });
         Self::handle(
             shared,
@@ -96,15 +117,18 @@ impl ConsulClient {
         )
     }
 
-    /// A handle for another address, datacenter and/or token, sharing this client's pools
-    /// (and so the connection cap of every address).
+    /// A handle for another address, datacenter and/or token, sharing this client's
+    /// transports (and so the connection budgets of every address).
     ///
     /// The address must be the root client's or one of the settings' `allowed_addresses`;
     /// any other is refused before a connection exists. A handle for an address other than
     /// this handle's never inherits this handle's token: it carries `overrides.token` or none,
     /// so the operator's own token is only ever sent where the operator's admin pointed it.
     pub fn with_overrides(&self, overrides: Overrides) -> Result<Self> {
-        let address = overrides.address.as_ref().unwrap_or(self.pool.address());
+        let address = overrides
+            .address
+            .as_ref()
+            .unwrap_or(self.transport.address());
         if !self.allows(address) {
             return Err(ConsulError::Configuration {
                 context: ErrorContext::new("client setup", address.to_string()),
@@ -113,7 +137,7 @@ impl ConsulClient {
                 ),
             });
         }
-        let inherited = (address == self.pool.address())
+        let inherited = (address == self.transport.address())
             .then(|| self.token.clone())
             .flatten();
         Self::handle(
@@ -145,7 +169,19 @@ impl ConsulClient {
     /// How many Consul addresses currently have a connection pool (a pool is freed, and its
     /// connections closed, when the last handle using it is dropped).
     pub fn live_pools(&self) -> usize {
-        self.shared.registry.live_pools()
+        self.shared.registry.live_transports()
+    }
+
+    /// Spawns a session's long-lived task (its renewals) where this client runs session
+    /// requests: the session runtime when the root client has one, else the current runtime.
+    pub(crate) fn spawn_session_task<F>(&self, task: F) -> AbortHandle
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        match &self.shared.session_runtime {
+            Some(runtime) => runtime.spawn(task).abort_handle(),
+            None => tokio::spawn(task).abort_handle(),
+        }
     }
 
     fn handle(
@@ -155,13 +191,14 @@ impl ConsulClient {
         token: Option<ConsulToken>,
     ) -> Result<Self> {
         let context = || ErrorContext::new("client setup", address.to_string());
-        let pool = shared
-            .registry
-            .pool(address)
-            .map_err(|detail| ConsulError::Configuration {
-                context: context(),
-                detail,
-            })?;
+        let transport =
+            shared
+                .registry
+                .transport(address)
+                .map_err(|detail| ConsulError::Configuration {
+                    context: context(),
+                    detail,
+                })?;
         let token_header = token
             .as_ref()
             .map(ConsulToken::header_value)
@@ -173,7 +210,7 @@ impl ConsulClient {
         Ok(Self {
             retry: shared.retry,
             shared,
-            pool,
+            transport,
             datacenter: datacenter.filter(|dc| !dc.is_empty()),
             token,
             token_header,
@@ -182,7 +219,7 @@ impl ConsulClient {
 
     /// The Consul address of this handle.
     pub fn address(&self) -> &ConsulAddress {
-        self.pool.address()
+        self.transport.address()
     }
 
     /// The datacenter of this handle (`None`: the agent's).
@@ -206,8 +243,17 @@ impl ConsulClient {
     /// client-side timeout).
     pub(crate) async fn read(&self, call: Call, options: QueryOptions) -> Result<Reply> {
         let timeout = options.timeout(self.shared.request_timeout);
-        self.call(call.query(options.query_pairs()).timeout(timeout))
-            .await
+        let lane = if options.blocks() {
+            Lane::LongPoll
+        } else {
+            call.lane
+        };
+        self.call(
+            call.query(options.query_pairs())
+                .timeout(timeout)
+                .lane(lane),
+        )
+        .await
     }
 
     /// Sends `call`, retrying retryable errors within the retry policy. Non-idempotent calls
@@ -256,7 +302,7 @@ impl ConsulClient {
             failure,
             detail,
         };
-        let response = tokio::time::timeout(timeout, self.pool.send(request))
+        let response = tokio::time::timeout(timeout, self.transport.send(call.lane, request))
             .await
             .map_err(|_| {
                 transport(
@@ -298,7 +344,7 @@ impl ConsulClient {
         ))
     }
 
-    fn build(&self, call: &Call) -> Result<Request<Full<Bytes>>> {
+    fn build(&self, call: &Call) -> Result<Request<Bytes>> {
         let mut target = call.path.clone();
         let datacenter = self.datacenter.iter().map(|dc| ("dc", dc.as_str()));
         let pairs = call.query.iter().map(|(k, v)| (*k, v.as_str()));
@@ -313,7 +359,6 @@ impl ConsulClient {
         let mut builder = Request::builder()
             .method(call.method.clone())
             .uri(target)
-            .header(HOST, self.pool.address().authority())
             .header(
                 USER_AGENT,
                 concat!("consul-elector/", env!("CARGO_PKG_VERSION")),
@@ -329,7 +374,7 @@ impl ConsulClient {
             None => Bytes::new(),
         };
         builder
-            .body(Full::new(body))
+            .body(body)
             .map_err(|error| ConsulError::InvalidRequest {
                 context: call.context.clone(),
                 detail: error.to_string(),
@@ -349,6 +394,8 @@ pub(crate) struct Call {
     pub(crate) context: ErrorContext,
     idempotent: bool,
     accept_not_found: bool,
+    /// The connection budget it draws from.
+    lane: Lane,
 }
 
 impl Call {
@@ -363,6 +410,7 @@ impl Call {
             context,
             idempotent: true,
             accept_not_found: false,
+            lane: Lane::General,
         }
     }
 
@@ -387,6 +435,12 @@ impl Call {
     /// Marks the request as unsafe to repeat after an ambiguous failure.
     pub(crate) fn not_idempotent(mut self) -> Self {
         self.idempotent = false;
+        self
+    }
+
+    /// Sends it in `lane` (the general lane unless set).
+    pub(crate) fn lane(mut self, lane: Lane) -> Self {
+        self.lane = lane;
         self
     }
 

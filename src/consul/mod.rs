@@ -1,9 +1,10 @@
 //! Consul HTTP API client: sessions, KV locks and blocking queries, with Consul's index rules,
-//! typed errors, bounded retries and a strict per-address connection cap.
+//! typed errors, bounded retries and per-address connection budgets (see `transport`: lanes
+//! keep session renewals clear of long polls; proxies come from `HTTP(S)_PROXY`/`NO_PROXY`).
 //!
 //! - [`ConsulSettings`]: configuration from Consul's environment variables.
 //! - [`ConsulClient`]: the operations; [`ConsulClient::with_overrides`] gives per-election
-//!   handles that share the connection cap.
+//!   handles that share the connection budgets.
 //! - [`BlockingWatch`]: a blocking-query loop following Consul's client rules.
 //! - [`ConsulError`]: typed errors with [`ConsulError::category`] and
 //!   [`ConsulError::is_retryable`].
@@ -13,13 +14,13 @@ mod client;
 mod error;
 mod go_duration;
 mod kv;
-mod pool;
 mod query;
 mod retry;
 mod session;
 mod settings;
 mod tls;
 mod token;
+mod transport;
 
 pub use blocking::{BlockingIndex, BlockingWatch, IndexChange, TokenBucket};
 pub use client::{ConsulClient, Overrides};

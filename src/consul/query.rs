@@ -62,6 +62,11 @@ impl QueryOptions {
         }
     }
 
+    /// Whether the server may hold the request (a blocking query with a non-zero index).
+    pub(crate) fn blocks(&self) -> bool {
+        self.blocking.is_some_and(|b| b.index > 0)
+    }
+
     /// The query parameters these options add (`index` and `wait` only when the index is
     /// non-zero, since index 0 is a non-blocking read anyway).
     pub(crate) fn query_pairs(&self) -> Vec<(&'static str, String)> {
@@ -71,7 +76,7 @@ impl QueryOptions {
             Consistency::Consistent => pairs.push(("consistent", String::new())),
             Consistency::Stale => pairs.push(("stale", String::new())),
         }
-        if let Some(blocking) = self.blocking.filter(|b| b.index > 0) {
+        if let Some(blocking) = self.blocking.filter(|_| self.blocks()) {
             pairs.push(("index", blocking.index.to_string()));
             pairs.push(("wait", go_duration::format(blocking.effective_wait())));
         }
@@ -81,7 +86,7 @@ impl QueryOptions {
     /// The client-side timeout of a read with these options.
     pub(crate) fn timeout(&self, request_timeout: Duration) -> Duration {
         match self.blocking {
-            Some(blocking) if blocking.index > 0 => blocking.timeout(request_timeout),
+            Some(blocking) if self.blocks() => blocking.timeout(request_timeout),
             _ => request_timeout,
         }
     }

@@ -9,6 +9,7 @@ use super::client::{Call, ConsulClient, api_path};
 use super::error::{ConsulError, ErrorContext, Result};
 use super::go_duration;
 use super::query::{QueryOptions, QueryResult};
+use super::transport::Lane;
 
 /// What happens to the keys a session holds when the session is invalidated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -236,7 +237,8 @@ impl ConsulClient {
             context.clone(),
         )
         .body(body, "application/json")
-        .not_idempotent();
+        .not_idempotent()
+        .lane(Lane::Session);
         let reply = self.call(call).await?;
         Ok(reply.json::<CreateResponse>(&context)?.id)
     }
@@ -247,7 +249,11 @@ impl ConsulClient {
         let context = ErrorContext::new("session renew", id);
         let path = session_path("/v1/session/renew/", id, &context)?;
         let reply = self
-            .call(Call::new(Method::PUT, path, context.clone()).accept_not_found())
+            .call(
+                Call::new(Method::PUT, path, context.clone())
+                    .accept_not_found()
+                    .lane(Lane::Session),
+            )
             .await?;
         let not_found = || ConsulError::SessionNotFound {
             context: context.clone(),
@@ -266,7 +272,8 @@ impl ConsulClient {
     pub async fn destroy_session(&self, id: &str) -> Result<()> {
         let context = ErrorContext::new("session destroy", id);
         let path = session_path("/v1/session/destroy/", id, &context)?;
-        self.call(Call::new(Method::PUT, path, context)).await?;
+        self.call(Call::new(Method::PUT, path, context).lane(Lane::Session))
+            .await?;
         Ok(())
     }
 

@@ -3,7 +3,7 @@
 //!
 //! | Variable | Meaning |
 //! |---|---|
-//! | `CONSUL_HTTP_ADDR` | `host:port`, `http://host:port` or `https://host:port` (default `127.0.0.1:8500`) |
+//! | `CONSUL_HTTP_ADDR` | `host:port`, `http://host:port`, `https://host:port` or `unix:///path/to/agent.sock` (default `127.0.0.1:8500`) |
 //! | `CONSUL_HTTP_SSL` | `true`: use TLS for an address without a scheme (and never downgrade `http://`) |
 //! | `CONSUL_HTTP_TOKEN` | ACL token |
 //! | `CONSUL_HTTP_TOKEN_FILE` | file holding the ACL token (trimmed); wins over `CONSUL_HTTP_TOKEN`, as in Consul's Go client |
@@ -13,7 +13,7 @@
 //! | `CONSUL_HTTP_SSL_VERIFY` | `false`: do not verify the server certificate |
 //! | `CONSUL_TLS_SERVER_NAME` | name to send as SNI and to verify the certificate against |
 //! | `CONSUL_DATACENTER` | datacenter for every request (`?dc=`). **Not read by Consul itself**, which only has a `-datacenter` flag; ours. |
-//! | `CONSUL_ELECTOR_MAX_CONNECTIONS` | cap on open connections and in-flight requests per Consul address (default 64) |
+//! | `CONSUL_ELECTOR_MAX_CONNECTIONS` | cap on in-flight requests per Consul address, split into lanes: half for blocking queries, a quarter for session requests, the rest for everything else (default 64, at least 3) |
 //! | `CONSUL_ELECTOR_REQUEST_TIMEOUT` | timeout of a non-blocking request, and slack added to blocking ones (Go duration, default `10s`) |
 //! | `CONSUL_ELECTOR_CONNECT_TIMEOUT` | TCP + TLS connect timeout (default `5s`) |
 //! | `CONSUL_ELECTOR_RETRY_ATTEMPTS` | attempts per request for retryable errors (default 4) |
@@ -38,15 +38,23 @@ pub struct ConsulAddress {
     tls: bool,
     host: String,
     port: u16,
+    /// A Unix socket to connect to instead of `host:port`.
+    socket: Option<PathBuf>,
 }
+
+/// Host and port of the URLs of requests sent over a Unix socket (Consul ignores them).
+const UNIX_SOCKET_HOST: (&str, u16) = ("localhost", 80);
 
 impl ConsulAddress {
     /// Parses an address the way Consul's Go client does: `https://` means TLS, `http://` and
     /// a bare `host:port` mean plain HTTP unless `force_tls` (`CONSUL_HTTP_SSL=true`) is set.
     /// Without a port, the scheme's default port is used. Paths, queries and credentials are
-    /// rejected.
+    /// rejected. `unix:///absolute/path` is an agent's Unix socket, spoken to in plain HTTP.
     pub fn parse(address: &str, force_tls: bool) -> Result<Self, String> {
         let address = address.trim();
+        if let Some(path) = address.strip_prefix("unix://") {
+            return Self::unix(path);
+        }
         let (tls, rest) = match address.split_once("://") {
             Some(("https", rest)) => (true, rest),
             Some(("http", rest)) => (force_tls, rest),
@@ -78,7 +86,30 @@ impl ConsulAddress {
                 .trim_end_matches(']')
                 .to_owned(),
             port,
+            socket: None,
         })
+    }
+
+    /// The Unix socket at `path`, which must be absolute.
+    fn unix(path: &str) -> Result<Self, String> {
+        let socket = PathBuf::from(path);
+        if !socket.is_absolute() {
+            return Err(format!(
+                "invalid address \"unix://{path}\": the socket path must be absolute"
+            ));
+        }
+        let (host, port) = UNIX_SOCKET_HOST;
+        Ok(Self {
+            tls: false,
+            host: host.to_owned(),
+            port,
+            socket: Some(socket),
+        })
+    }
+
+    /// The Unix socket connections go to, for a `unix://` address.
+    pub fn unix_socket(&self) -> Option<&std::path::Path> {
+        self.socket.as_deref()
     }
 
     /// Whether connections use TLS.
@@ -86,12 +117,12 @@ impl ConsulAddress {
         self.tls
     }
 
-    /// Host name or IP address (IPv6 without brackets).
+    /// Host name or IP address (IPv6 without brackets); `localhost` for a Unix socket.
     pub fn host(&self) -> &str {
         &self.host
     }
 
-    /// TCP port.
+    /// TCP port (80 for a Unix socket).
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -108,6 +139,9 @@ impl ConsulAddress {
 
 impl fmt::Display for ConsulAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(socket) = &self.socket {
+            return write!(f, "unix://{}", socket.display());
+        }
         let scheme = if self.tls { "https" } else { "http" };
         write!(f, "{scheme}://{}", self.authority())
     }
@@ -179,7 +213,9 @@ pub struct ConsulSettings {
     pub token: Option<ConsulToken>,
     /// TLS options.
     pub tls: TlsSettings,
-    /// Cap on open connections and in-flight requests per Consul address (at least 1).
+    /// Cap on in-flight requests (and so HTTP/1 connections) per Consul address, split
+    /// between blocking queries, session requests and the rest (see the transport's lanes);
+    /// values below 3 count as 3.
     pub max_connections: usize,
     /// Timeout of a non-blocking request; blocking requests get `wait + wait/16` plus this.
     pub request_timeout: Duration,
@@ -203,6 +239,7 @@ impl Default for ConsulSettings {
                 tls: false,
                 host: "127.0.0.1".to_owned(),
                 port: 8500,
+                socket: None,
             },
             datacenter: None,
             token: None,
@@ -412,8 +449,29 @@ mod tests {
             address(&[("CONSUL_HTTP_ADDR", "")]),
             "http://127.0.0.1:8500"
         );
+        assert_eq!(
+            address(&[("CONSUL_HTTP_ADDR", "unix:///run/consul/agent.sock")]),
+            "unix:///run/consul/agent.sock"
+        );
+        let unix = settings(&[
+            ("CONSUL_HTTP_ADDR", "unix:///run/consul/agent.sock"),
+            ("CONSUL_HTTP_SSL", "true"),
+        ])
+        .unwrap()
+        .address;
+        assert_eq!(
+            unix.unix_socket(),
+            Some(std::path::Path::new("/run/consul/agent.sock"))
+        );
+        assert!(!unix.is_tls());
+        assert_eq!(
+            ConsulAddress::parse(&unix.to_string(), false).unwrap(),
+            unix,
+            "round trip"
+        );
         for bad in [
-            "unix:///tmp/consul.sock",
+            "unix://relative.sock",
+            "unix://",
             "http://consul:8500/v1",
             "http://u:p@consul:1",
             "http://:1",

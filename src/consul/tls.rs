@@ -1,6 +1,6 @@
 //! rustls client configuration from [`TlsSettings`]: custom CA, client certificate, optional
-//! verification bypass. The SNI/server-name override needs no trick here because the pool
-//! opens its own connections and hands rustls the name directly.
+//! verification bypass, and ALPN offering HTTP/2 before HTTP/1.1. The server-name override is
+//! applied by the transport (`super::transport`), which puts the name in the request URL.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -48,14 +48,21 @@ pub(crate) fn client_config(settings: &TlsSettings) -> Result<Arc<ClientConfig>,
         (None, None) => builder.with_no_client_auth(),
         _ => return Err("a client certificate needs both a certificate and a key".to_owned()),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 when the server offers it: every request to the address then shares one
+    // connection. HTTP/1.1 otherwise.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 
-/// The server name to present and verify: the override when given, else the address host.
-pub(crate) fn server_name(name: &str) -> Result<ServerName<'static>, String> {
-    ServerName::try_from(name.to_owned())
-        .map_err(|error| format!("invalid TLS server name {name:?}: {error}"))
+/// The configuration of a client that only ever speaks plain HTTP: reqwest needs one to
+/// build a client, and building it this way needs no CA files and no installed provider.
+pub(crate) fn plain_http_config() -> Result<Arc<ClientConfig>, String> {
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("TLS setup: {error}"))?
+        .with_root_certificates(RootCertStore::empty())
+        .with_no_client_auth();
+    Ok(Arc::new(config))
 }
 
 /// The configured CAs, or the system's roots when none are configured.
