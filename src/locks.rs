@@ -13,6 +13,11 @@
 //! - a key without a `/` has no prefix to share; it is watched by a single-key blocking read
 //!   of its own (shared only by elections using that same key).
 //!
+//! A prefix under which no key exists yet answers with the index of the whole KV store
+//! (Consul's rule), so its query returns after every KV write anywhere, with an empty answer
+//! that reports nothing; the watch pacing bounds the rate, and the first lock key written in
+//! the namespace ends it.
+//!
 //! # The long-poll budget
 //! One query per namespace would mean 1,000 long polls for 1,000 namespaces, each holding an
 //! HTTP connection for up to `wait`; Consul refuses more than `http_max_conns_per_client`
@@ -25,8 +30,9 @@
 //! `ns-0`..`ns-999` of 10 elections each, arriving in any order, end in 32 groups of at most
 //! 1,110 keys (11 % of them) instead of one query returning all 10,000. The trade-off: a
 //! merged group's answers return every key of its namespaces, and groups are never split
-//! again while they have members (an operator restart plans from scratch). Merges never cross a first path segment; slash-less keys
-//! and different tokens cannot share a query, so many of those can exceed the budget.
+//! again while they have members (an operator restart plans from scratch). Merges never
+//! cross a first path segment; slash-less keys and different tokens cannot share a query,
+//! so many of those can exceed the budget.
 //!
 //! A merged group starts with its predecessors' caches (each complete for its old prefix),
 //! so its elections keep their views and only the keys that changed are reported when it
@@ -46,8 +52,10 @@
 //!
 //! # Direct reads
 //! [`LockWatcher::current`] gives a new election its view without a read of its own when
-//! its group has answered, or is about to: only a group that never answered or is failing
-//! costs a direct read. [`LockWatcher::refresh`] reads one key directly (after the
+//! its group has answered, or answers within 2 seconds: only while the group's reads fail
+//! or hang does an election read its key directly. A cold start of 1,000 elections thus
+//! costs one read and one long poll per group (20 requests for 10 namespaces, 60 for 100),
+//! not one read per election. [`LockWatcher::refresh`] reads one key directly (after the
 //! operator's own acquire or release: the acquire answer carries no `LockIndex`, the
 //! fencing token) and merges the result into the cache. Cache slots carry the index they
 //! were read at, so an older answer of the group query never overwrites a newer direct read.
@@ -292,6 +300,11 @@ impl Group {
             due: tokio::time::Instant::now() + query_budget(inner.wait),
             task: task.abort_handle(),
         }
+    }
+
+    /// Whether the group's own first answer is still to come (and no read failed yet).
+    fn first_answer_pending(&self) -> bool {
+        (self.cache.is_none() || !self.inherited.is_empty()) && !self.failing
     }
 
     /// Whether the cache knows `key` (as present or absent).
@@ -621,9 +634,9 @@ impl LockWatcher {
             let mut state = self.inner.state();
             match state.group_of(election) {
                 Some((group, watched)) if watched == key => match group.view(key) {
-                    LockView::Unknown => {
-                        (group.cache.is_none() && !group.failing).then(|| group.reads.subscribe())
-                    }
+                    LockView::Unknown => group
+                        .first_answer_pending()
+                        .then(|| group.reads.subscribe()),
                     view => return Ok(view),
                 },
                 _ => None,
