@@ -630,24 +630,27 @@ impl LockWatcher {
         client: &ConsulClient,
         key: &str,
     ) -> Result<LockView, ConsulError> {
-        let first_answer = {
-            let mut state = self.inner.state();
-            match state.group_of(election) {
-                Some((group, watched)) if watched == key => match group.view(key) {
-                    LockView::Unknown => group
-                        .first_answer_pending()
-                        .then(|| group.reads.subscribe()),
-                    view => return Ok(view),
-                },
-                _ => None,
-            }
-        };
-        if let Some(mut reads) = first_answer
-            && let Ok(Ok(())) = tokio::time::timeout(FIRST_ANSWER_WAIT, reads.changed()).await
-        {
-            let view = self.lock(election);
-            if view != LockView::Unknown {
-                return Ok(view);
+        let deadline = tokio::time::Instant::now() + FIRST_ANSWER_WAIT;
+        loop {
+            let mut reads = {
+                let mut state = self.inner.state();
+                match state.group_of(election) {
+                    Some((group, watched)) if watched == key => match group.view(key) {
+                        LockView::Unknown if group.first_answer_pending() => {
+                            group.reads.subscribe()
+                        }
+                        LockView::Unknown => break,
+                        view => return Ok(view),
+                    },
+                    _ => break,
+                }
+            };
+            // A read ended, or a merge replaced the group (its channel closed): look again.
+            if tokio::time::timeout_at(deadline, reads.changed())
+                .await
+                .is_err()
+            {
+                break;
             }
         }
         self.refresh(election, client, key).await

@@ -558,3 +558,42 @@ async fn changes_are_reported_as_they_arrive_not_paced() {
         "{elapsed:?} for twenty changes"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_first_view_survives_a_merge_of_its_group_without_a_direct_read() {
+    let mut f = Fixture::new().await;
+    let all = spread(LONG_POLLS_PER_ADDRESS, 1);
+    f.watch_defaults(&all, LONG_POLLS_PER_ADDRESS).await;
+    let (x, y) = (in_namespace("zz-0", "x"), in_namespace("zz-1", "y"));
+    // x's group answers late; a direct read of x's key would fail.
+    let faults = [
+        f.emu.add_fault(Fault::always(
+            Endpoint::KvPrefix("elector/zz-0/".to_owned()),
+            FaultAction::Latency(Duration::from_secs(1)),
+        )),
+        f.emu.add_fault(Fault::always(
+            Endpoint::KvPrefix(default_key(&x)),
+            FaultAction::NoLeaderError,
+        )),
+    ];
+    f.watcher.watch(&x, &f.consul, &default_key(&x));
+    let first_view = {
+        let watcher = f.watcher.clone();
+        let consul = f.consul.clone();
+        let x = x.clone();
+        tokio::spawn(async move { watcher.current(&x, &consul, &default_key(&x)).await })
+    };
+    tokio::task::yield_now().await;
+    // x's arrival merged ns-3, ns-30 and ns-31: fill the budget again.
+    let filler = in_namespace("aa-0", "a");
+    f.watcher.watch(&filler, &f.consul, &default_key(&filler));
+    assert_eq!(f.watcher.queries(), LONG_POLLS_PER_ADDRESS);
+    // y's namespace is x's closest neighbour: their groups merge while x waits.
+    f.watcher.watch(&y, &f.consul, &default_key(&y));
+    assert_eq!(f.watcher.queries(), LONG_POLLS_PER_ADDRESS);
+    let view = first_view.await.unwrap();
+    assert_eq!(view.unwrap(), LockView::Absent);
+    for fault in faults {
+        f.emu.remove_fault(fault);
+    }
+}
