@@ -344,10 +344,11 @@ impl Group {
                 (ours, theirs) => ours.or(theirs),
             };
         }
-        for (key, slot) in old.early {
-            match &mut self.cache {
-                Some(cache) => merge_direct(cache, &key, slot),
-                None => merge_direct(&mut self.early, &key, slot),
+        self.early.extend(old.early);
+        if let Some(cache) = &mut self.cache {
+            // Direct reads survive in the cache once there is one (next_cache keeps them).
+            for (key, slot) in self.early.drain() {
+                merge_direct(cache, &key, slot);
             }
         }
     }
@@ -856,6 +857,52 @@ mod tests {
             namespace: "ns".to_owned(),
             name: name.to_owned(),
         }
+    }
+
+    /// A group without a query task of its own (a finished dummy stands in).
+    fn group(cache: Option<HashMap<String, Slot>>, early: HashMap<String, Slot>) -> Group {
+        Group {
+            id: 0,
+            members: HashMap::new(),
+            cache,
+            inherited: Vec::new(),
+            early,
+            read_at: Some(Timestamp::UNIX_EPOCH),
+            failing: false,
+            reads: watch::Sender::new(0),
+            due: tokio::time::Instant::now(),
+            task: tokio::spawn(async {}).abort_handle(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_merged_group_knows_what_its_predecessors_knew_and_keeps_direct_reads() {
+        let slots = |entries: &[(&str, u64)]| -> HashMap<String, Slot> {
+            entries
+                .iter()
+                .map(|(key, index)| ((*key).to_owned(), Slot::present(pair(key, *index, None))))
+                .collect()
+        };
+        // a/ never answered but saw a direct read; b/ answered.
+        let unanswered = group(None, slots(&[("e/a/x", 12)]));
+        let answered = group(Some(slots(&[("e/b/y", 5)])), HashMap::new());
+        let mut merged = group(None, HashMap::new());
+        merged.read_at = None;
+        merged.inherit(unanswered, "e/a/".to_owned());
+        merged.inherit(answered, "e/b/".to_owned());
+        assert_eq!(merged.inherited, vec!["e/b/".to_owned()]);
+        assert_eq!(merged.read_at, Some(Timestamp::UNIX_EPOCH));
+        assert!(merged.first_answer_pending());
+        assert_eq!(merged.view("e/b/y"), LockView::Free { lock_index: 1 });
+        assert_eq!(merged.view("e/b/gone"), LockView::Absent);
+        assert_eq!(merged.view("e/a/x"), LockView::Unknown, "a/ was never read");
+        // The direct read moved into the cache, so an older answer keeps it.
+        let next = next_cache(
+            merged.cache.as_ref(),
+            answer(10, vec![pair("e/b/y", 5, None)]),
+            IndexChange::Advanced,
+        );
+        assert_eq!(fingerprint(next.get("e/a/x")), Some((12, None)));
     }
 
     #[test]
