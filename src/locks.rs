@@ -1,43 +1,79 @@
-//! Watches the elections' Consul keys with as few blocking queries as possible, keeps the
-//! last answer as a cache the controller reads ([`LockWatcher::lock`]), and reports the
+//! Watches the elections' Consul keys with a bounded number of blocking queries, keeps the
+//! last answers as a cache the controller reads ([`LockWatcher::lock`]), and reports the
 //! elections whose key changed.
 //!
 //! # Groups
-//! Elections are grouped by Consul address, datacenter, ACL token and *scope*, and each group
-//! runs one blocking query (one long poll, holding one of the client's connection permits):
-//! - a key with a `/` is watched through a recursive read of its first path segment
-//!   (`elector/shop/web/leader` through `elector/?recurse`), so the default keys of every
-//!   election share one query;
+//! Elections are grouped by *access* (Consul address, datacenter, ACL token) and *scope*;
+//! each group runs one blocking query (one long poll, holding one connection of the
+//! client's long-poll budget) and caches its answer:
+//! - a key with a `/` is watched through a recursive read of its first two path segments
+//!   (`elector/shop/web/leader` through `elector/shop/?recurse`; a key with one `/`, through
+//!   its first segment), so the default keys of one namespace share one query, and a change
+//!   returns that namespace's entries only;
 //! - a key without a `/` has no prefix to share; it is watched by a single-key blocking read
 //!   of its own (shared only by elections using that same key).
 //!
-//! The number of concurrent long polls is therefore the number of distinct (address,
-//! datacenter, token, first segment or slash-less key) groups, never the number of elections.
-//! The price of a shared prefix is that every change under it (including keys that belong to
-//! no election) wakes the query and returns the whole prefix; the client's watch pacing
-//! (a token bucket) bounds how often that happens.
+//! A prefix under which no key exists yet answers with the index of the whole KV store
+//! (Consul's rule), so its query returns after every KV write anywhere, with an empty answer
+//! that reports nothing; the watch pacing bounds the rate, and the first lock key written in
+//! the namespace ends it.
+//!
+//! # The long-poll budget
+//! One query per namespace would mean 1,000 long polls for 1,000 namespaces, each holding an
+//! HTTP connection for up to `wait`; Consul refuses more than `http_max_conns_per_client`
+//! (200 by default) connections per client, and renewals must never queue behind long polls.
+//! So one address gets at most [`LONG_POLLS_PER_ADDRESS`] groups. When a new scope would
+//! exceed that, the two neighbouring scopes (in key order, within one first segment) that
+//! share a string prefix are merged into one group on that prefix, preferring the merge
+//! whose group has the fewest elections: Consul's prefixes are plain strings, so
+//! `elector/ns-1` watches `elector/ns-1/`, `elector/ns-10/`, ... at once. 1,000 namespaces
+//! `ns-0`..`ns-999` of 10 elections each, arriving in any order, end in 32 groups of at most
+//! 1,110 keys (11 % of them) instead of one query returning all 10,000. The trade-off: a
+//! merged group's answers return every key of its namespaces, and groups are never split
+//! again while they have members (an operator restart plans from scratch). Merges never
+//! cross a first path segment; slash-less keys and different tokens cannot share a query,
+//! so many of those can exceed the budget.
+//!
+//! A merged group starts with its predecessors' caches (each complete for its old prefix),
+//! so its elections keep their views and only the keys that changed are reported when it
+//! first answers.
 //!
 //! # Reports
-//! An election's key is sent on the channel when its entry changed between two answers of its
-//! group (presence, `ModifyIndex` or `Session`), when its group's read fails after a success
-//! (every election of the group becomes [`LockView::Unknown`], reported once), and when reads
-//! succeed again (including the first read of a new group). Answers follow Consul's
+//! An election's key is sent on the channel as soon as an answer shows it changed
+//! (presence, `ModifyIndex` or `Session`): the client's watch pacing (a small token bucket)
+//! only delays the *next* query after a burst of answers, never the report of an answer
+//! received. Elections are also reported when their group's read fails after a success
+//! (every election of the group becomes [`LockView::Unknown`], reported once), and when
+//! reads succeed again (including the first read of a new group). Answers follow Consul's
 //! blocking-index rules through [`crate::consul::BlockingWatch`]; failures back off
 //! exponentially (bounded, with jitter) and re-read without blocking once Consul answers.
 //! An answer from a server that knows no cluster leader counts as a failure: its data cannot
 //! be confirmed.
 //!
-//! [`LockWatcher::refresh`] reads one key directly (after the operator's own acquire or
-//! release) and merges the result into the cache. Cache slots carry the index they were read
-//! at, so an older answer of the group query never overwrites a newer direct read.
+//! # Direct reads
+//! [`LockWatcher::current`] gives a new election its view without a read of its own when
+//! its group has answered, or answers within 2 seconds: only while the group's reads fail
+//! or hang does an election read its key directly. A cold start of 1,000 elections thus
+//! costs one read and one long poll per group (20 requests for 10 namespaces, 60 for 100),
+//! not one read per election. [`LockWatcher::refresh`] reads one key directly (after the
+//! operator's own acquire or release: the acquire answer carries no `LockIndex`, the
+//! fencing token) and merges the result into the cache. Cache slots carry the index they
+//! were read at, so an older answer of the group query never overwrites a newer direct read.
+//!
+//! # Cost
+//! Processing an answer costs O(entries and elections of its group); [`LockWatcher::lock`],
+//! [`LockWatcher::read_at`] and registering an election already in place are O(1), and
+//! [`LockWatcher::most_overdue`] looks at the groups only.
 
-use std::collections::HashMap;
+mod shards;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::{mpsc::UnboundedSender, watch};
 use tokio::task::AbortHandle;
 
 use crate::consul::{
@@ -46,6 +82,15 @@ use crate::consul::{
 };
 use crate::election::config::ElectionKey;
 use crate::election::observe::LockView;
+use shards::Scope;
+
+/// The most blocking queries the watcher keeps open on one Consul address (see the module
+/// docs); the client's long-poll connection budget is sized for it.
+pub const LONG_POLLS_PER_ADDRESS: usize = 32;
+
+/// How long [`LockWatcher::current`] waits for a new group's first answer before reading
+/// the key directly.
+const FIRST_ANSWER_WAIT: Duration = Duration::from_secs(2);
 
 /// Pause between failed reads of a group: exponential from 1 s, at most 30 s, full jitter.
 const BACKOFF: RetryPolicy = RetryPolicy {
@@ -60,24 +105,7 @@ fn query_budget(wait: Duration) -> Duration {
     (wait + wait / 16 + Duration::from_secs(15)) * 4 + Duration::from_secs(30)
 }
 
-/// What one blocking query reads.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Scope {
-    /// Every key under `<segment>/` (a recursive read).
-    Prefix(String),
-    /// One key without a `/` (a single-key read).
-    Key(String),
-}
-
 impl Scope {
-    /// The scope that watches `key`.
-    fn of(key: &str) -> Scope {
-        match key.split_once('/') {
-            Some((segment, _)) => Scope::Prefix(format!("{segment}/")),
-            None => Scope::Key(key.to_owned()),
-        }
-    }
-
     /// One read of the scope (blocking or not, as `options` say).
     async fn read(
         &self,
@@ -97,24 +125,29 @@ impl Scope {
     }
 }
 
-/// Identifies a group: where its query goes, who asks, and what it reads.
+/// Where a group's query goes and who asks.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Target {
+struct Access {
     address: ConsulAddress,
     datacenter: Option<String>,
     token: Option<ConsulToken>,
-    scope: Scope,
 }
 
-impl Target {
-    fn new(client: &ConsulClient, key: &str) -> Target {
-        Target {
+impl Access {
+    fn of(client: &ConsulClient) -> Access {
+        Access {
             address: client.address().clone(),
             datacenter: client.datacenter().map(str::to_owned),
             token: client.token().cloned(),
-            scope: Scope::of(key),
         }
     }
+}
+
+/// Identifies a group: its access and what it reads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Target {
+    access: Access,
+    scope: Scope,
 }
 
 /// What the cache knows about one key.
@@ -194,19 +227,21 @@ fn merge_direct(cache: &mut HashMap<String, Slot>, key: &str, slot: Slot) {
     }
 }
 
-/// The members whose key differs between `previous` and `next` (every member when there
-/// was no previous state).
+/// The members whose key differs between `previous` and `next`; a member whose key
+/// `previous` did not know (`known` says false) always counts as changed.
 fn changed_members(
     members: &HashMap<ElectionKey, String>,
     previous: Option<&HashMap<String, Slot>>,
+    known: impl Fn(&str) -> bool,
     next: &HashMap<String, Slot>,
 ) -> Vec<ElectionKey> {
     members
         .iter()
-        .filter(|(_, key)| {
-            previous.is_none_or(|previous| {
+        .filter(|(_, key)| match previous {
+            Some(previous) if known(key) => {
                 fingerprint(previous.get(key.as_str())) != fingerprint(next.get(key.as_str()))
-            })
+            }
+            _ => true,
         })
         .map(|(election, _)| election.clone())
         .collect()
@@ -218,17 +253,105 @@ struct Group {
     id: u64,
     /// Each member election and its key.
     members: HashMap<ElectionKey, String>,
-    /// The last answer, by key; `None` until the first successful read and while reads fail.
+    /// The last answer, by key; `None` until the first successful read (or a merge brought
+    /// the caches of the groups it replaced) and while reads fail.
     cache: Option<HashMap<String, Slot>>,
+    /// Until the group's own first answer: the prefixes its inherited `cache` is complete
+    /// for (the scopes of the groups it replaced). Empty: the cache is complete for the
+    /// group's scope.
+    inherited: Vec<String>,
     /// Direct reads made while `cache` is `None`, merged into the next answer when newer:
     /// an answer read before the operator's own acquire must not undo it.
     early: HashMap<String, Slot>,
-    /// When the last successful answer arrived: every key of the group was as cached then.
+    /// When the cache was last known true: the last answer's arrival, or for an inherited
+    /// cache the oldest of its predecessors'.
     read_at: Option<Timestamp>,
+    /// The last read failed (reset by an answer).
+    failing: bool,
+    /// Counts the reads that ended, answered or failed: lets a new election wait for the
+    /// group's first answer instead of reading its key itself.
+    reads: watch::Sender<u64>,
     /// When the group's task should next have made progress (its query's longest answer
     /// time, or the end of its backoff): liveness watches that queries keep cycling.
     due: tokio::time::Instant,
     task: AbortHandle,
+}
+
+impl Group {
+    /// A group with no members, whose query task starts at once.
+    fn start(inner: &Arc<Inner>, client: &ConsulClient, target: &Target) -> Group {
+        let id = inner.next_group.fetch_add(1, Ordering::Relaxed);
+        let link = GroupLink {
+            watcher: Arc::downgrade(inner),
+            target: target.clone(),
+            id,
+        };
+        // Spawned under the state lock, so the task finds its group when it first answers.
+        let task = tokio::spawn(run_group(link, client.clone(), inner.wait));
+        Group {
+            id,
+            members: HashMap::new(),
+            cache: None,
+            inherited: Vec::new(),
+            early: HashMap::new(),
+            read_at: None,
+            failing: false,
+            reads: watch::Sender::new(0),
+            due: tokio::time::Instant::now() + query_budget(inner.wait),
+            task: task.abort_handle(),
+        }
+    }
+
+    /// Whether the group's own first answer is still to come (and no read failed yet).
+    fn first_answer_pending(&self) -> bool {
+        (self.cache.is_none() || !self.inherited.is_empty()) && !self.failing
+    }
+
+    /// Whether the cache knows `key` (as present or absent).
+    fn knows(&self, key: &str) -> bool {
+        self.cache.is_some()
+            && (self.inherited.is_empty()
+                || self
+                    .inherited
+                    .iter()
+                    .any(|prefix| key.starts_with(prefix.as_str())))
+    }
+
+    /// The cached view of `key`.
+    fn view(&self, key: &str) -> LockView {
+        match &self.cache {
+            Some(cache) if self.knows(key) => {
+                view_of(cache.get(key).and_then(|slot| slot.entry.as_ref()))
+            }
+            _ => LockView::Unknown,
+        }
+    }
+
+    /// Takes over the members, cache and direct reads of `old`, the group that watched
+    /// `old_prefix` (which this group's scope covers).
+    fn inherit(&mut self, old: Group, old_prefix: String) {
+        old.task.abort();
+        self.members.extend(old.members);
+        if let Some(old_cache) = old.cache {
+            let covered = match old.inherited.is_empty() {
+                true => vec![old_prefix],
+                false => old.inherited,
+            };
+            self.cache.get_or_insert_default().extend(old_cache);
+            self.inherited.extend(covered);
+            self.read_at = match (self.read_at, old.read_at) {
+                (Some(ours), Some(theirs)) => Some(ours.min(theirs)),
+                (ours, theirs) => ours.or(theirs),
+            };
+        }
+        self.early.extend(old.early);
+        if let Some(cache) = &mut self.cache {
+            // Direct reads survive in the cache once there is one (next_cache keeps them).
+            for (key, slot) in self.early.drain() {
+                merge_direct(cache, &key, slot);
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -236,6 +359,8 @@ struct State {
     /// The group of each watched election (its key is in the group's members).
     elections: HashMap<ElectionKey, Target>,
     groups: HashMap<Target, Group>,
+    /// The prefix scopes of each access's groups: prefix-free, so a key has at most one.
+    prefixes: HashMap<Access, BTreeSet<String>>,
     /// When each election's key was last read directly ([`LockWatcher::refresh`]).
     direct_reads: HashMap<ElectionKey, Timestamp>,
 }
@@ -246,6 +371,86 @@ impl State {
         let group = self.groups.get_mut(self.elections.get(election)?)?;
         let key = group.members.get(election)?.clone();
         Some((group, key))
+    }
+
+    /// The existing group whose scope covers `key`.
+    fn covering(&self, access: &Access, key: &str) -> Option<Target> {
+        let scope = match Scope::finest(key) {
+            Scope::Key(key) => Scope::Key(key),
+            Scope::Prefix(_) => {
+                let prefixes = self.prefixes.get(access)?;
+                Scope::Prefix(shards::covering(prefixes, key)?.clone())
+            }
+        };
+        let target = Target {
+            access: access.clone(),
+            scope,
+        };
+        self.groups.contains_key(&target).then_some(target)
+    }
+
+    /// The target of a new group for `key`, which no group covers: its finest scope, or,
+    /// when the address has no long poll to spare, a merge of neighbouring scopes.
+    fn new_target(&self, access: &Access, key: &str) -> Target {
+        let finest = Scope::finest(key);
+        let scope = match &finest {
+            Scope::Prefix(new) if self.queries_to(&access.address) >= LONG_POLLS_PER_ADDRESS => {
+                let weights: BTreeMap<String, usize> = self
+                    .prefixes
+                    .get(access)
+                    .into_iter()
+                    .flatten()
+                    .map(|prefix| {
+                        let target = Target {
+                            access: access.clone(),
+                            scope: Scope::Prefix(prefix.clone()),
+                        };
+                        let weight = self.groups.get(&target).map_or(0, |g| g.members.len());
+                        (prefix.clone(), weight)
+                    })
+                    .collect();
+                match shards::merge_point(&weights, new) {
+                    Some(merged) => Scope::Prefix(merged),
+                    None => finest,
+                }
+            }
+            _ => finest,
+        };
+        Target {
+            access: access.clone(),
+            scope,
+        }
+    }
+
+    /// How many groups query `address`.
+    fn queries_to(&self, address: &ConsulAddress) -> usize {
+        self.groups
+            .keys()
+            .filter(|target| target.access.address == *address)
+            .count()
+    }
+
+    /// Starts the group on `target`, which takes over the groups its scope covers.
+    fn start(&mut self, inner: &Arc<Inner>, client: &ConsulClient, target: &Target) {
+        let mut group = Group::start(inner, client, target);
+        if let Scope::Prefix(prefix) = &target.scope {
+            let prefixes = self.prefixes.entry(target.access.clone()).or_default();
+            for old_prefix in shards::absorbed_by(prefixes, prefix) {
+                prefixes.remove(&old_prefix);
+                let old_target = Target {
+                    access: target.access.clone(),
+                    scope: Scope::Prefix(old_prefix.clone()),
+                };
+                if let Some(old) = self.groups.remove(&old_target) {
+                    for election in old.members.keys() {
+                        self.elections.insert(election.clone(), target.clone());
+                    }
+                    group.inherit(old, old_prefix);
+                }
+            }
+            prefixes.insert(prefix.clone());
+        }
+        self.groups.insert(target.clone(), group);
     }
 
     /// Removes `election` from its group, stopping the group's query when it was the last
@@ -260,6 +465,14 @@ impl State {
             if group.members.is_empty() {
                 group.task.abort();
                 self.groups.remove(&target);
+                if let (Scope::Prefix(prefix), Some(prefixes)) =
+                    (&target.scope, self.prefixes.get_mut(&target.access))
+                {
+                    prefixes.remove(prefix);
+                    if prefixes.is_empty() {
+                        self.prefixes.remove(&target.access);
+                    }
+                }
             }
         }
     }
@@ -327,12 +540,14 @@ impl LockWatcher {
 
     /// Watches `key` for `election` through `client`. Idempotent; watching another key, or
     /// through a client with another address, datacenter or token, moves the election to
-    /// that group (stopping the old group's query if it was the last member). Must be called
-    /// within a tokio runtime (a new group spawns its query task).
+    /// that key's group (stopping the old group's query if it was the last member). Must be
+    /// called within a tokio runtime (a new group spawns its query task).
     pub fn watch(&self, election: &ElectionKey, client: &ConsulClient, key: &str) {
-        let target = Target::new(client, key);
+        let access = Access::of(client);
         let mut state = self.inner.state();
-        if state.elections.get(election) == Some(&target)
+        if let Some(target) = state.elections.get(election)
+            && target.access == access
+            && target.scope.covers(key)
             && let Some((group, _)) = state.group_of(election)
         {
             // Same query; at most the key within its scope changed.
@@ -340,27 +555,28 @@ impl LockWatcher {
             return;
         }
         state.leave(election);
-        let group = state.groups.entry(target.clone()).or_insert_with(|| {
-            let id = self.inner.next_group.fetch_add(1, Ordering::Relaxed);
-            let link = GroupLink {
-                watcher: Arc::downgrade(&self.inner),
-                target: target.clone(),
-                id,
-            };
-            // Spawned under the lock, so the task finds its group when it first answers.
-            let task = tokio::spawn(run_group(link, client.clone(), self.inner.wait));
-            Group {
-                id,
-                members: HashMap::new(),
-                cache: None,
-                early: HashMap::new(),
-                read_at: None,
-                due: tokio::time::Instant::now() + query_budget(self.inner.wait),
-                task: task.abort_handle(),
+        let target = match state.covering(&access, key) {
+            Some(target) => target,
+            None => {
+                let target = state.new_target(&access, key);
+                state.start(&self.inner, client, &target);
+                if target.scope.covers(key) {
+                    target
+                } else {
+                    // Merging made room: the key's own scope gets the freed query.
+                    let own = Target {
+                        access,
+                        scope: Scope::finest(key),
+                    };
+                    state.start(&self.inner, client, &own);
+                    own
+                }
             }
-        });
-        group.members.insert(election.clone(), key.to_owned());
-        state.elections.insert(election.clone(), target);
+        };
+        if let Some(group) = state.groups.get_mut(&target) {
+            group.members.insert(election.clone(), key.to_owned());
+            state.elections.insert(election.clone(), target);
+        }
     }
 
     /// Stops watching for `election`; the group's query stops when its last election leaves.
@@ -374,14 +590,14 @@ impl LockWatcher {
     pub fn lock(&self, election: &ElectionKey) -> LockView {
         let mut state = self.inner.state();
         match state.group_of(election) {
-            Some((
-                Group {
-                    cache: Some(cache), ..
-                },
-                key,
-            )) => view_of(cache.get(&key).and_then(|slot| slot.entry.as_ref())),
-            _ => LockView::Unknown,
+            Some((group, key)) => group.view(&key),
+            None => LockView::Unknown,
         }
+    }
+
+    /// The number of blocking queries running.
+    pub fn queries(&self) -> usize {
+        self.inner.state().groups.len()
     }
 
     /// The group whose query is most behind its schedule, and by how much, if any is behind.
@@ -405,6 +621,42 @@ impl LockWatcher {
         direct.max(group)
     }
 
+    /// The election's key for a reconcile that starts: the cached view when its group knows
+    /// it; else, when the group's first read is under way, that read's answer (waiting at
+    /// most a few seconds); else a direct read ([`LockWatcher::refresh`]). So the elections
+    /// of a new group cost one read of the group, not one read each.
+    pub async fn current(
+        &self,
+        election: &ElectionKey,
+        client: &ConsulClient,
+        key: &str,
+    ) -> Result<LockView, ConsulError> {
+        let deadline = tokio::time::Instant::now() + FIRST_ANSWER_WAIT;
+        loop {
+            let mut reads = {
+                let mut state = self.inner.state();
+                match state.group_of(election) {
+                    Some((group, watched)) if watched == key => match group.view(key) {
+                        LockView::Unknown if group.first_answer_pending() => {
+                            group.reads.subscribe()
+                        }
+                        LockView::Unknown => break,
+                        view => return Ok(view),
+                    },
+                    _ => break,
+                }
+            };
+            // A read ended, or a merge replaced the group (its channel closed): look again.
+            if tokio::time::timeout_at(deadline, reads.changed())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        self.refresh(election, client, key).await
+    }
+
     /// Reads `key` directly (not blocking) and returns it. When `election` is watched on
     /// `key` through an equivalent client, the answer is merged into its group's cache
     /// (unless the cache already holds something newer), or, before the group's first
@@ -426,20 +678,26 @@ impl LockWatcher {
                 entry: None,
             },
         };
-        let target = Target::new(client, key);
+        let access = Access::of(client);
         let mut state = self.inner.state();
-        if state.elections.get(election) == Some(&target) {
-            state.direct_reads.insert(election.clone(), started);
-        }
-        if state.elections.get(election) == Some(&target)
-            && let Some((group, watched)) = state.group_of(election)
-            && watched == key
+        if state
+            .elections
+            .get(election)
+            .is_none_or(|target| target.access != access)
         {
-            match &mut group.cache {
-                Some(cache) => merge_direct(cache, key, slot),
-                None => merge_direct(&mut group.early, key, slot),
-            }
+            return Ok(view);
         }
+        let Some((group, watched)) = state.group_of(election) else {
+            return Ok(view);
+        };
+        if watched != key {
+            return Ok(view);
+        }
+        match &mut group.cache {
+            Some(cache) => merge_direct(cache, key, slot),
+            None => merge_direct(&mut group.early, key, slot),
+        }
+        state.direct_reads.insert(election.clone(), started);
         Ok(view)
     }
 }
@@ -479,11 +737,20 @@ impl GroupLink {
         let arrived = Timestamp::now();
         self.with_group(|group| {
             group.read_at = Some(arrived);
+            group.failing = false;
             let previous = group.cache.take();
+            let inherited = std::mem::take(&mut group.inherited);
             let early = std::mem::take(&mut group.early);
             let cache = next_cache(previous.as_ref().or(Some(&early)), answer, change);
-            let changed = changed_members(&group.members, previous.as_ref(), &cache);
+            let known = |key: &str| {
+                inherited.is_empty()
+                    || inherited
+                        .iter()
+                        .any(|prefix| key.starts_with(prefix.as_str()))
+            };
+            let changed = changed_members(&group.members, previous.as_ref(), known, &cache);
             group.cache = Some(cache);
+            group.reads.send_modify(|reads| *reads += 1);
             changed
         })
     }
@@ -498,9 +765,14 @@ impl GroupLink {
 
     /// Forgets the cache after a failed read, reporting every member if it was known.
     fn failed(&self) -> bool {
-        self.with_group(|group| match group.cache.take() {
-            Some(_) => group.members.keys().cloned().collect(),
-            None => Vec::new(),
+        self.with_group(|group| {
+            group.failing = true;
+            group.inherited.clear();
+            group.reads.send_modify(|reads| *reads += 1);
+            match group.cache.take() {
+                Some(_) => group.members.keys().cloned().collect(),
+                None => Vec::new(),
+            }
         })
     }
 }
@@ -587,14 +859,50 @@ mod tests {
         }
     }
 
-    #[test]
-    fn keys_are_watched_through_their_first_segment() {
-        assert_eq!(
-            Scope::of("elector/shop/web/leader"),
-            Scope::Prefix("elector/".to_owned())
+    /// A group without a query task of its own (a finished dummy stands in).
+    fn group(cache: Option<HashMap<String, Slot>>, early: HashMap<String, Slot>) -> Group {
+        Group {
+            id: 0,
+            members: HashMap::new(),
+            cache,
+            inherited: Vec::new(),
+            early,
+            read_at: Some(Timestamp::UNIX_EPOCH),
+            failing: false,
+            reads: watch::Sender::new(0),
+            due: tokio::time::Instant::now(),
+            task: tokio::spawn(async {}).abort_handle(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_merged_group_knows_what_its_predecessors_knew_and_keeps_direct_reads() {
+        let slots = |entries: &[(&str, u64)]| -> HashMap<String, Slot> {
+            entries
+                .iter()
+                .map(|(key, index)| ((*key).to_owned(), Slot::present(pair(key, *index, None))))
+                .collect()
+        };
+        // a/ never answered but saw a direct read; b/ answered.
+        let unanswered = group(None, slots(&[("e/a/x", 12)]));
+        let answered = group(Some(slots(&[("e/b/y", 5)])), HashMap::new());
+        let mut merged = group(None, HashMap::new());
+        merged.read_at = None;
+        merged.inherit(unanswered, "e/a/".to_owned());
+        merged.inherit(answered, "e/b/".to_owned());
+        assert_eq!(merged.inherited, vec!["e/b/".to_owned()]);
+        assert_eq!(merged.read_at, Some(Timestamp::UNIX_EPOCH));
+        assert!(merged.first_answer_pending());
+        assert_eq!(merged.view("e/b/y"), LockView::Free { lock_index: 1 });
+        assert_eq!(merged.view("e/b/gone"), LockView::Absent);
+        assert_eq!(merged.view("e/a/x"), LockView::Unknown, "a/ was never read");
+        // The direct read moved into the cache, so an older answer keeps it.
+        let next = next_cache(
+            merged.cache.as_ref(),
+            answer(10, vec![pair("e/b/y", 5, None)]),
+            IndexChange::Advanced,
         );
-        assert_eq!(Scope::of("a/"), Scope::Prefix("a/".to_owned()));
-        assert_eq!(Scope::of("leader"), Scope::Key("leader".to_owned()));
+        assert_eq!(fingerprint(next.get("e/a/x")), Some((12, None)));
     }
 
     #[test]
@@ -722,13 +1030,19 @@ mod tests {
             ),
             IndexChange::Advanced,
         );
-        let mut changed = changed_members(&members, Some(&before), &after);
+        let mut changed = changed_members(&members, Some(&before), |_| true, &after);
         changed.sort();
         let expected: Vec<ElectionKey> = ["bumped", "gone", "held", "new"]
             .into_iter()
             .map(election)
             .collect();
         assert_eq!(changed, expected);
-        assert_eq!(changed_members(&members, None, &after).len(), members.len());
+        assert_eq!(
+            changed_members(&members, None, |_| true, &after).len(),
+            members.len()
+        );
+        // Keys the previous cache did not cover count as changed.
+        let unknown = changed_members(&members, Some(&before), |key| key != "same", &after);
+        assert_eq!(unknown.len(), expected.len() + 1);
     }
 }

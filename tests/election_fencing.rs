@@ -41,10 +41,11 @@ fn kv_reads_fail() -> Fault {
     }
 }
 
-/// Wakes the operator's blocking query on `elector/` with a write to a key no election uses,
-/// so that its next read (failing) starts now.
+/// Wakes the operator's blocking query on the namespace's prefix `elector/<ns>/` with a
+/// write to a key no election uses, so that its next read (failing) starts now.
 async fn wake_the_watch(h: &Harness) {
-    let reply = h.consul("PUT", "/v1/kv/elector/unrelated", "x").await;
+    let path = format!("/v1/kv/elector/{}/unrelated", h.ns);
+    let reply = h.consul("PUT", &path, "x").await;
     assert_eq!(reply.status, 200, "{}", reply.body);
 }
 

@@ -1,6 +1,7 @@
 //! The lock watcher against the Consul emulator, on tokio's paused clock: one blocking query
-//! per (address, datacenter, token, prefix) group, exact change reports, Consul outages,
-//! unwatching and direct refreshes.
+//! per (address, datacenter, token, namespace prefix) group within the long-poll budget,
+//! exact change reports without pacing delays, Consul outages, unwatching, first views
+//! without direct reads, and direct refreshes.
 
 mod common;
 mod support;
@@ -8,14 +9,16 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use consul_elector::consul::{ConsulClient, SessionBehavior, SessionRequest};
+use consul_elector::consul::{
+    ConsulClient, ConsulSettings, SessionBehavior, SessionRequest, WatchPacing,
+};
 use consul_elector::election::config::ElectionKey;
 use consul_elector::election::observe::LockView;
-use consul_elector::locks::LockWatcher;
+use consul_elector::locks::{LONG_POLLS_PER_ADDRESS, LockWatcher};
 use testkit::consul::{Emulator, Endpoint, Fault, FaultAction};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
-use support::{election, next_report, pending_reports, tokio_clock_emulator};
+use support::{REPORT_GUARD, election, next_report, pending_reports, tokio_clock_emulator};
 
 /// How long the watcher's blocking queries wait.
 const WAIT: Duration = Duration::from_secs(60);
@@ -52,7 +55,7 @@ impl Fixture {
             self.watcher
                 .watch(election, &self.consul, &default_key(election));
         }
-        self.emu.wait_for_blocked_queries(queries).await;
+        self.parked_at_least(queries).await;
         let reported: BTreeSet<ElectionKey> =
             pending_reports(&mut self.reports).into_iter().collect();
         let expected: BTreeSet<ElectionKey> = elections.iter().cloned().collect();
@@ -92,6 +95,37 @@ impl Fixture {
     async fn parked(&self) -> usize {
         self.emu.blocked_queries().await
     }
+
+    /// Waits until at least `queries` blocking queries are parked; fails after
+    /// [`REPORT_GUARD`] of virtual time.
+    async fn parked_at_least(&self, queries: usize) {
+        tokio::time::timeout(REPORT_GUARD, self.emu.wait_for_blocked_queries(queries))
+            .await
+            .unwrap_or_else(|_| panic!("{queries} blocking queries never parked"));
+    }
+
+    /// Acquires `key` for a new session.
+    async fn acquire(&self, key: &str) {
+        let sid = self.session(SessionBehavior::Release).await;
+        assert!(self.consul.kv_acquire(key, &sid, b"v", 0).await.unwrap());
+    }
+}
+
+/// The election `<namespace>/<name>`.
+fn in_namespace(namespace: &str, name: &str) -> ElectionKey {
+    ElectionKey {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    }
+}
+
+/// `per_namespace` elections in each of the namespaces `ns-0`..`ns-<namespaces - 1>`.
+fn spread(namespaces: usize, per_namespace: usize) -> Vec<ElectionKey> {
+    (0..namespaces)
+        .flat_map(|ns| {
+            (0..per_namespace).map(move |i| in_namespace(&format!("ns-{ns}"), &format!("app-{i}")))
+        })
+        .collect()
 }
 
 /// Lets every answer in flight be processed: paused time only moves on once the runtime
@@ -349,4 +383,217 @@ async fn refresh_reads_directly_and_updates_the_cache() {
         held
     );
     assert_eq!(f.watcher.lock(&other), LockView::Unknown);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_namespace_has_its_own_query_and_a_change_wakes_only_its_own() {
+    let mut f = Fixture::new().await;
+    let all = spread(2, 3);
+    let (a, b) = all.split_at(3);
+    f.watch_defaults(&all, 2).await;
+    assert_eq!(f.watcher.queries(), 2);
+    // A prefix without keys answers with the whole KV index, which every write anywhere
+    // moves (Consul's rule): give both namespaces a key first.
+    for election in [&a[0], &b[0]] {
+        f.acquire(&default_key(election)).await;
+        assert_eq!(f.only_report().await, *election);
+    }
+    f.parked_at_least(2).await;
+    settle().await;
+    f.emu.reset_stats();
+    // Namespace ns-0's query must not go out again: if it did, it would fail and its
+    // elections would turn Unknown and be reported.
+    let untouchable = f.emu.add_fault(Fault {
+        endpoint: Endpoint::KvPrefix("elector/ns-0/".to_owned()),
+        method: Some(http::Method::GET),
+        action: FaultAction::NoLeaderError,
+        times: None,
+    });
+    f.acquire(&default_key(&b[1])).await;
+    assert_eq!(f.only_report().await, b[1]);
+    f.parked_at_least(2).await;
+    settle().await;
+    assert_eq!(pending_reports(&mut f.reports), vec![]);
+    assert!(matches!(f.watcher.lock(&a[0]), LockView::Held { .. }));
+    assert!(a[1..].iter().all(|e| f.watcher.lock(e) == LockView::Absent));
+    assert!(matches!(f.watcher.lock(&b[1]), LockView::Held { .. }));
+    assert_eq!(
+        f.emu.stats().requests_to("kv.get"),
+        1,
+        "only ns-1's query answered and went out again"
+    );
+    f.emu.remove_fault(untouchable);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_election_under_an_answered_group_reads_nothing() {
+    let mut f = Fixture::new().await;
+    let all = spread(1, 3);
+    f.watch_defaults(&all[..2], 1).await;
+    f.acquire(&default_key(&all[2])).await;
+    settle().await;
+    f.emu.reset_stats();
+
+    f.watcher.watch(&all[2], &f.consul, &default_key(&all[2]));
+    let view = f
+        .watcher
+        .current(&all[2], &f.consul, &default_key(&all[2]))
+        .await
+        .unwrap();
+    assert!(matches!(view, LockView::Held { .. }), "{view:?}");
+    assert_eq!(f.emu.stats().requests_to("kv.get"), 0);
+}
+
+/// Starts `elections` the way the controller does on a cold start: each is watched, then
+/// all reconciles ask for their first view at once.
+async fn cold_start(f: &Fixture, elections: &[ElectionKey]) -> Vec<LockView> {
+    for election in elections {
+        f.watcher.watch(election, &f.consul, &default_key(election));
+    }
+    let views = elections.iter().map(|election| async {
+        f.watcher
+            .current(election, &f.consul, &default_key(election))
+            .await
+            .unwrap()
+    });
+    futures::future::join_all(views).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cold_start_reads_each_group_once_not_each_key() {
+    let mut f = Fixture::new().await;
+    let all = spread(10, 100);
+    let views = cold_start(&f, &all).await;
+    assert!(views.iter().all(|view| *view == LockView::Absent));
+    f.parked_at_least(10).await;
+    // Per namespace: one read, one long poll; no read per election.
+    assert_eq!(f.emu.stats().requests_to("kv.get"), 20);
+    assert_eq!(pending_reports(&mut f.reports).len(), all.len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn long_polls_stay_within_the_budget_with_many_namespaces() {
+    let mut f = Fixture::new().await;
+    let all = spread(100, 2);
+    let views = cold_start(&f, &all).await;
+    assert!(views.iter().all(|view| *view == LockView::Absent));
+    let queries = f.watcher.queries();
+    assert!(queries <= LONG_POLLS_PER_ADDRESS, "{queries} queries");
+    assert!(queries > LONG_POLLS_PER_ADDRESS / 2, "{queries} queries");
+    f.parked_at_least(queries).await;
+    settle().await;
+    assert_eq!(f.parked().await, queries);
+    let reads = f.emu.stats().requests_to("kv.get");
+    assert!(reads < 200, "{reads} reads for {} elections", all.len());
+    let reported: BTreeSet<ElectionKey> = pending_reports(&mut f.reports).into_iter().collect();
+    assert_eq!(reported.len(), all.len());
+
+    // A change in a merged group reports its election only.
+    let target = &all[115];
+    f.acquire(&default_key(target)).await;
+    assert_eq!(f.only_report().await, *target);
+    assert!(matches!(f.watcher.lock(target), LockView::Held { .. }));
+    f.parked_at_least(queries).await;
+    settle().await;
+    assert_eq!(f.parked().await, queries);
+    assert_eq!(f.watcher.queries(), queries);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_merge_keeps_every_view_and_reports_only_the_newcomer() {
+    let mut f = Fixture::new().await;
+    let all = spread(LONG_POLLS_PER_ADDRESS, 1);
+    f.watch_defaults(&all, LONG_POLLS_PER_ADDRESS).await;
+    f.acquire(&default_key(&all[7])).await;
+    assert_eq!(f.only_report().await, all[7]);
+
+    // One namespace more than the budget: two neighbours merge.
+    let newcomer = in_namespace("ns-100", "app-0");
+    f.watcher
+        .watch(&newcomer, &f.consul, &default_key(&newcomer));
+    assert_eq!(f.watcher.queries(), LONG_POLLS_PER_ADDRESS);
+    for election in &all {
+        assert_ne!(f.watcher.lock(election), LockView::Unknown, "{election}");
+    }
+    assert!(matches!(f.watcher.lock(&all[7]), LockView::Held { .. }));
+    assert_eq!(f.only_report().await, newcomer);
+    assert_eq!(f.watcher.lock(&newcomer), LockView::Absent);
+    f.parked_at_least(LONG_POLLS_PER_ADDRESS).await;
+    settle().await;
+    assert_eq!(pending_reports(&mut f.reports), vec![]);
+    assert_eq!(f.parked().await, LONG_POLLS_PER_ADDRESS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn changes_are_reported_as_they_arrive_not_paced() {
+    let emu = tokio_clock_emulator().await;
+    let consul = ConsulClient::new(&ConsulSettings {
+        watch_pacing: WatchPacing::default(),
+        ..common::settings(&emu)
+    })
+    .unwrap();
+    let (tx, reports) = mpsc::unbounded_channel();
+    let mut f = Fixture {
+        emu,
+        consul,
+        watcher: LockWatcher::new(tx, WAIT),
+        reports,
+    };
+    let all = spread(1, 2);
+    f.watch_defaults(&all, 1).await;
+    let key = default_key(&all[0]);
+    let sid = f.session(SessionBehavior::Release).await;
+    // Twenty changes in a row, each written once the previous one was reported.
+    let started = tokio::time::Instant::now();
+    for _ in 0..10 {
+        assert!(f.consul.kv_acquire(&key, &sid, b"v", 0).await.unwrap());
+        assert_eq!(f.only_report().await, all[0]);
+        assert!(f.consul.kv_release(&key, &sid, b"v", 0).await.unwrap());
+        assert_eq!(f.only_report().await, all[0]);
+    }
+    let elapsed = started.elapsed();
+    // The default pacing lets 4 queries go back to back, then one per 50 ms.
+    assert!(
+        elapsed <= WatchPacing::default().refill_interval * 20,
+        "{elapsed:?} for twenty changes"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_view_survives_a_merge_of_its_group_without_a_direct_read() {
+    let mut f = Fixture::new().await;
+    let all = spread(LONG_POLLS_PER_ADDRESS, 1);
+    f.watch_defaults(&all, LONG_POLLS_PER_ADDRESS).await;
+    let (x, y) = (in_namespace("zz-0", "x"), in_namespace("zz-1", "y"));
+    // x's group answers late; a direct read of x's key would fail.
+    let faults = [
+        f.emu.add_fault(Fault::always(
+            Endpoint::KvPrefix("elector/zz-0/".to_owned()),
+            FaultAction::Latency(Duration::from_secs(1)),
+        )),
+        f.emu.add_fault(Fault::always(
+            Endpoint::KvPrefix(default_key(&x)),
+            FaultAction::NoLeaderError,
+        )),
+    ];
+    f.watcher.watch(&x, &f.consul, &default_key(&x));
+    let first_view = {
+        let watcher = f.watcher.clone();
+        let consul = f.consul.clone();
+        let x = x.clone();
+        tokio::spawn(async move { watcher.current(&x, &consul, &default_key(&x)).await })
+    };
+    tokio::task::yield_now().await;
+    // x's arrival merged ns-3, ns-30 and ns-31: fill the budget again.
+    let filler = in_namespace("aa-0", "a");
+    f.watcher.watch(&filler, &f.consul, &default_key(&filler));
+    assert_eq!(f.watcher.queries(), LONG_POLLS_PER_ADDRESS);
+    // y's namespace is x's closest neighbour: their groups merge while x waits.
+    f.watcher.watch(&y, &f.consul, &default_key(&y));
+    assert_eq!(f.watcher.queries(), LONG_POLLS_PER_ADDRESS);
+    let view = first_view.await.unwrap();
+    assert_eq!(view.unwrap(), LockView::Absent);
+    for fault in faults {
+        f.emu.remove_fault(fault);
+    }
 }

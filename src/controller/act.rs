@@ -80,11 +80,12 @@ impl<'a> Round<'a> {
             labelled_leader: None,
         };
         if round.lock == LockView::Unknown {
-            // Not read yet (new election) or Consul unreachable: one direct read, without
-            // retries (the watch retries; a Fence deadline must not wait for a backoff).
+            // Not read yet (new election) or Consul unreachable: the group's first answer if
+            // it is under way, else one direct read, without retries (the watch retries; a
+            // Fence deadline must not wait for a backoff).
             round.lock = ctx
                 .locks
-                .refresh(key, &consul.without_retries(), &config.key)
+                .current(key, &consul.without_retries(), &config.key)
                 .await
                 .unwrap_or(LockView::Unknown);
         }
