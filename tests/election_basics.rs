@@ -1,15 +1,15 @@
-//! The operator end to end on the test cluster: first election, and failover when the leader
-//! is deleted (explicit release, no lock-delay).
+//! The operator end to end on the test cluster: first election, failover when the leader is
+//! deleted (explicit release, no lock-delay), and elections in several watched namespaces.
 
 mod harness;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use harness::{Harness, pods_with_role};
+use harness::{Harness, HarnessOptions, SOON, pods_with_role};
 use serde_json::json;
-use testkit::cluster::with_namespace;
-use testkit::kube_faults::Verb;
+use testkit::cluster::{TestCluster, with_namespace};
+use testkit::kube_faults::{FaultAction, KubeFault, Verb};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elects_a_leader_and_fails_over_when_it_is_deleted() {
@@ -124,6 +124,75 @@ async fn a_cold_start_writes_only_what_the_outcome_needs() {
         );
         let _ = first;
         h.finish().await;
+    })
+    .await;
+}
+
+/// One operator watching two namespaces elects in both, and a relist of one namespace's pods
+/// (its watch expired: `410 Expired`) leaves the other namespace's pods in the operator's
+/// cache: that namespace's leader, token and labels stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relist_of_one_watched_namespace_keeps_the_others_leader() {
+    with_namespace("scoped-a", |admin, ns_a| async move {
+        with_namespace("scoped-b", |admin_b, ns_b| async move {
+            let cluster = TestCluster::shared().expect("cluster (with_namespace checked)");
+            let options = HarnessOptions {
+                extra_watch_namespaces: vec![ns_b.clone()],
+                ..HarnessOptions::default()
+            };
+            let mut a = Harness::with_options(admin, ns_a, options).await;
+            let b = Harness::on_cluster(
+                cluster,
+                admin_b,
+                ns_b.clone(),
+                a.emu.clone(),
+                HarnessOptions::default(),
+            )
+            .await;
+            a.deployment("web", 3).await;
+            b.deployment("web", 3).await;
+            // The operator's watch of b's pods expires at its first pod change: b relists.
+            a.kube_faults.add(
+                KubeFault::new(FaultAction::ExpireWatch { after_events: 1 })
+                    .resource("pods")
+                    .namespace(ns_b.clone())
+                    .times(1),
+            );
+            let spec = json!({"selector": {"matchLabels": {"app": "web"}}});
+            a.start_operator().await;
+            a.election("web", spec.clone()).await;
+            let first = a.wait_elected("web", None).await;
+            let before = a.histories();
+
+            b.election("web", spec).await;
+            b.wait_elected("web", None).await;
+            let pod_watches_of_b = || {
+                a.kube_faults
+                    .seen()
+                    .iter()
+                    .filter(|r| {
+                        r.verb == Some(Verb::Watch)
+                            && r.resource.as_deref() == Some("pods")
+                            && r.namespace.as_deref() == Some(ns_b.as_str())
+                    })
+                    .count()
+            };
+            // A watch after the expired one starts only once the relist is in the cache.
+            let relisted = a.poll_until(SOON, || pod_watches_of_b() >= 2).await;
+            assert!(relisted, "b's pods were relisted and watched again");
+            assert_eq!(a.kube_faults.injected().len(), 1, "the watch expired once");
+
+            a.touch_and_wait_reconcile("web").await;
+            assert_eq!(a.wait_elected("web", None).await, first);
+            assert_eq!(
+                a.histories(),
+                before,
+                "a's labels and annotations never changed"
+            );
+            b.finish().await;
+            a.finish().await;
+        })
+        .await;
     })
     .await;
 }

@@ -34,6 +34,7 @@ mod index;
 mod invariants;
 mod migrate;
 mod observe;
+mod scoped_stream;
 mod sharing;
 mod status;
 mod takeover;
@@ -408,36 +409,50 @@ pub async fn run(
     health.set_ready("pods-cache", false);
 
     let indexes = Arc::new(index::Indexes::default());
-    // Pods: one reflector (per watched namespace), stripped before caching, and indexed.
+    // Pods: one watcher per watched namespace, stripped before caching, indexed, and merged
+    // into one store (a relist of one namespace must not wipe the others').
     let (pod_store, pod_writer) = reflector::store::<Pod>();
     let pod_streams = scoped_apis::<Pod>(&client, &settings.watch_namespaces)
         .into_iter()
         .map(|(scope, api)| {
             let indexes = indexes.clone();
-            watcher(api, watcher::Config::default())
+            let stream = watcher(api, watcher::Config::default())
                 .default_backoff()
                 .modify(k8s::strip_for_cache)
-                .inspect_ok(move |event| indexes.pod_event(scope.as_deref(), event))
-                .boxed()
-        });
-    let pod_events =
-        reflector(pod_writer, futures::stream::select_all(pod_streams)).touched_objects();
+                .inspect_ok({
+                    let scope = scope.clone();
+                    move |event| indexes.pod_event(scope.as_deref(), event)
+                })
+                .boxed();
+            (scope, stream)
+        })
+        .collect();
+    let pod_events = reflector(
+        pod_writer,
+        scoped_stream::merge(pod_streams, pod_store.clone()),
+    )
+    .touched_objects();
 
     let election_streams = scoped_apis::<LeaderElection>(&client, &settings.watch_namespaces)
         .into_iter()
         .map(|(scope, api)| {
             let indexes = indexes.clone();
-            watcher(api, watcher::Config::default())
+            let stream = watcher(api, watcher::Config::default())
                 .default_backoff()
-                .inspect_ok(move |event| indexes.election_event(scope.as_deref(), event))
-                .boxed()
-        });
+                .inspect_ok({
+                    let scope = scope.clone();
+                    move |event| indexes.election_event(scope.as_deref(), event)
+                })
+                .boxed();
+            (scope, stream)
+        })
+        .collect();
     let (election_store, election_writer) = reflector::store::<LeaderElection>();
     // The operator's own status writes change nothing it acts on: only the other changes of
     // an election wake it (through the store, a reconcile still reads the newest version).
     let election_events = reflector(
         election_writer,
-        futures::stream::select_all(election_streams),
+        scoped_stream::merge(election_streams, election_store.clone()),
     )
     .applied_objects()
     .predicate_filter(acted_on, PredicateConfig::default());

@@ -137,6 +137,8 @@ pub struct HarnessOptions {
     pub cluster_name: String,
     /// How long after a deletion the operator keeps retrying Consul before it gives up.
     pub consul_cleanup_bound: Duration,
+    /// Namespaces the operator watches besides the harness' own (`--watch-namespaces`).
+    pub extra_watch_namespaces: Vec<String>,
 }
 
 /// The operator's Consul configuration beyond the emulator's address.
@@ -159,6 +161,7 @@ impl Default for HarnessOptions {
             operator_consul: OperatorConsul::default(),
             cluster_name: "test-cluster".into(),
             consul_cleanup_bound: controller::CONSUL_CLEANUP_BOUND,
+            extra_watch_namespaces: Vec::new(),
         }
     }
 }
@@ -183,6 +186,7 @@ pub struct Harness {
     operator_consul: OperatorConsul,
     cluster_name: String,
     consul_cleanup_bound: Duration,
+    extra_watch_namespaces: Vec<String>,
 }
 
 impl Harness {
@@ -266,6 +270,7 @@ impl Harness {
             operator_consul: options.operator_consul,
             cluster_name: options.cluster_name,
             consul_cleanup_bound: options.consul_cleanup_bound,
+            extra_watch_namespaces: options.extra_watch_namespaces,
         }
     }
 
@@ -310,8 +315,10 @@ impl Harness {
         let (stop, stop_rx) = watch::channel(false);
         let health = Health::new(Duration::from_secs(60));
         let metrics = Metrics::new();
+        let mut watch_namespaces = vec![self.ns.clone()];
+        watch_namespaces.extend(self.extra_watch_namespaces.iter().cloned());
         let settings = Settings {
-            watch_namespaces: vec![self.ns.clone()],
+            watch_namespaces,
             field_manager: "consul-elector".into(),
             instance: instance.into(),
             lock_watch_wait: Duration::from_secs(60),
