@@ -177,6 +177,24 @@ impl Population {
     }
 }
 
+impl Population {
+    /// Deletes the scenario's pods at once (grace 0).
+    pub(crate) async fn delete_pods(&self, client: &Client) -> Result<(), SandboxError> {
+        let now = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        let selector = kube::api::ListParams::default().labels(&self.selector());
+        for namespace in &self.namespaces {
+            Api::<Pod>::namespaced(client.clone(), namespace)
+                .delete_collection(&now, &selector)
+                .await
+                .map_err(api_error(format!("deleting the pods of {namespace}")))?;
+        }
+        Ok(())
+    }
+}
+
 /// Writes the pod's status as the simulated kubelet would (`Running`, conditions, IPs, the
 /// container running), `Ready` as `target` says.
 async fn write_status(

@@ -133,6 +133,11 @@ impl State {
         (self.existing, self.converged)
     }
 
+    /// How many of the scenario's pods exist.
+    pub(crate) fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
     /// One line for failure messages.
     pub(crate) fn summary(&self) -> String {
         let two = self

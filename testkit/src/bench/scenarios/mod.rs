@@ -204,7 +204,9 @@ impl<'a> Running<'a> {
     }
 
     /// Deletes the elections while the operator still runs and waits until they are gone,
-    /// then stops the operator and deletes the namespaces (not waited for).
+    /// stops the operator, then deletes the pods and waits until they are gone too (the
+    /// namespaces stay: deleting them would keep the namespace controller busy during the
+    /// next scenario's measurements).
     async fn clean_up(self) {
         let Self {
             env,
@@ -214,8 +216,7 @@ impl<'a> Running<'a> {
             simulator,
             ..
         } = self;
-        let deleted = population.delete_elections(&env.client).await;
-        let gone = match deleted {
+        let elections_gone = match population.delete_elections(&env.client).await {
             Ok(()) => {
                 tracker
                     .wait("every election deleted", CLEAN_UP_TIMEOUT, |state| {
@@ -225,20 +226,26 @@ impl<'a> Running<'a> {
             }
             Err(error) => Err(error.to_string()),
         };
-        if let Err(error) = gone {
-            eprintln!("bench: cleaning up {}: {error}", population.scenario);
-        }
         drop(operator);
-        tracker.stop();
         if let Some(simulator) = simulator {
             simulator.stop().await;
         }
-        for namespace in &population.namespaces {
-            let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
-                kube::Api::all(env.client.clone());
-            if let Err(error) = namespaces.delete(namespace, &Default::default()).await {
-                eprintln!("bench: deleting namespace {namespace}: {error}");
+        let pods_gone = match population.delete_pods(&env.client).await {
+            Ok(()) => {
+                tracker
+                    .wait("every pod deleted", CLEAN_UP_TIMEOUT, |state| {
+                        (state.pod_count() == 0).then_some(())
+                    })
+                    .await
             }
+            Err(error) => Err(error.to_string()),
+        };
+        for error in [elections_gone, pods_gone]
+            .into_iter()
+            .filter_map(Result::err)
+        {
+            eprintln!("bench: cleaning up after {}: {error}", population.scenario);
         }
+        tracker.stop();
     }
 }
