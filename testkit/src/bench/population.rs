@@ -62,6 +62,18 @@ impl Population {
         }
     }
 
+    /// One election `name` over `pods` pods that the scenario makes itself, in namespace
+    /// `bench-<scenario>-0`.
+    pub(crate) fn single(scenario: &'static str, name: &str, pods: usize) -> Self {
+        let namespace = format!("{}0", Self::prefix_of(scenario));
+        Self {
+            scenario,
+            namespaces: vec![namespace.clone()],
+            elections: vec![(namespace, name.to_owned())],
+            pods,
+        }
+    }
+
     fn prefix_of(scenario: &str) -> String {
         format!("bench-{scenario}-")
     }
@@ -101,21 +113,7 @@ impl Population {
             .try_collect::<()>()
             .await?;
         stream::iter(&self.elections)
-            .map(|(namespace, election)| async move {
-                let manifest = objects::election_manifest(
-                    namespace,
-                    election,
-                    &[(ELECTION_LABEL.to_owned(), election.clone())].into(),
-                    SESSION_TTL,
-                )?;
-                objects::elections(client.clone(), namespace)
-                    .create(&PostParams::default(), &manifest)
-                    .await
-                    .map_err(api_error(format!(
-                        "creating LeaderElection {namespace}/{election}"
-                    )))
-                    .map(drop)
-            })
+            .map(|(namespace, election)| create_election(client, namespace, election))
             .buffer_unordered(CONCURRENCY)
             .try_collect::<()>()
             .await
@@ -162,22 +160,6 @@ impl Population {
         write_status(&api, &created, &target).await
     }
 
-    /// Deletes the scenario's elections (the operator, still running, releases their
-    /// locks and labels and removes its finalizers).
-    pub(crate) async fn delete_elections(&self, client: &Client) -> Result<(), SandboxError> {
-        for namespace in &self.namespaces {
-            objects::elections(client.clone(), namespace)
-                .delete_collection(&DeleteParams::default(), &Default::default())
-                .await
-                .map_err(api_error(format!(
-                    "deleting the LeaderElections of {namespace}"
-                )))?;
-        }
-        Ok(())
-    }
-}
-
-impl Population {
     /// Deletes the scenario's pods at once (grace 0).
     pub(crate) async fn delete_pods(&self, client: &Client) -> Result<(), SandboxError> {
         let now = DeleteParams {
@@ -193,6 +175,38 @@ impl Population {
         }
         Ok(())
     }
+
+    /// Deletes the scenario's elections (the operator, still running, releases their
+    /// locks and labels and removes its finalizers).
+    pub(crate) async fn delete_elections(&self, client: &Client) -> Result<(), SandboxError> {
+        for namespace in &self.namespaces {
+            objects::elections(client.clone(), namespace)
+                .delete_collection(&DeleteParams::default(), &Default::default())
+                .await
+                .map_err(api_error(format!(
+                    "deleting the LeaderElections of {namespace}"
+                )))?;
+        }
+        Ok(())
+    }
+}
+
+/// Creates LeaderElection `namespace/election`, selecting the pods labelled
+/// [`ELECTION_LABEL`]`=<election>`, session TTL [`SESSION_TTL`].
+pub(crate) async fn create_election(
+    client: &Client,
+    namespace: &str,
+    election: &str,
+) -> Result<(), SandboxError> {
+    let labels = [(ELECTION_LABEL.to_owned(), election.to_owned())].into();
+    let manifest = objects::election_manifest(namespace, election, &labels, SESSION_TTL)?;
+    objects::elections(client.clone(), namespace)
+        .create(&PostParams::default(), &manifest)
+        .await
+        .map_err(api_error(format!(
+            "creating LeaderElection {namespace}/{election}"
+        )))
+        .map(drop)
 }
 
 /// Writes the pod's status as the simulated kubelet would (`Running`, conditions, IPs, the

@@ -154,6 +154,12 @@ impl RunReport {
             "\nconsul-elector benchmark (operator built in the {} profile; {})\n",
             self.profile, self.sizes
         );
+        if self.profile == "debug" {
+            out.push_str(
+                "note: a debug build; the targets are for release builds \
+                 (cargo run --release -p testkit --bin bench)\n",
+            );
+        }
         for scenario in &self.scenarios {
             let verdict = if scenario.passed() {
                 "PASSED"

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use super::Running;
 use crate::bench::environment::Environment;
-use crate::bench::population::Population;
+use crate::bench::population::{self, Population};
 use crate::bench::report::ScenarioReport;
 use crate::bench::tracker::Tracker;
 use crate::pods::{self, PodSimulator, SimulatorOptions};
-use crate::sandbox::objects::{self, api_error};
+use crate::sandbox::objects;
 
 /// The scenario's name.
 const NAME: &str = "rolling-update";
@@ -29,11 +29,8 @@ pub(super) async fn launch<'a>(
     env: &'a Environment,
     report: &mut ScenarioReport,
 ) -> Result<Running<'a>, String> {
-    let mut population = Population::plan(NAME, &crate::bench::options::Sizes::quick());
-    let namespace = population.namespace_prefix() + "0";
-    population.namespaces = vec![namespace.clone()];
-    population.elections = vec![(namespace.clone(), APP.to_owned())];
-    population.pods = REPLICAS;
+    let population = Population::single(NAME, APP, REPLICAS);
+    let namespace = population.elections[0].0.clone();
     let client = &env.client;
     let failed = |error: crate::sandbox::SandboxError| error.to_string();
     objects::create_namespace(client, &namespace)
@@ -62,21 +59,8 @@ pub(super) async fn launch<'a>(
     pods::wait_deployment_ready(client, &namespace, APP, ROLLOUT_TIMEOUT)
         .await
         .map_err(|error| format!("the Deployment: {error}"))?;
-    let manifest = objects::election_manifest(
-        &namespace,
-        APP,
-        &[(
-            crate::bench::tracker::ELECTION_LABEL.to_owned(),
-            APP.to_owned(),
-        )]
-        .into(),
-        crate::bench::population::SESSION_TTL,
-    )
-    .map_err(failed)?;
-    objects::elections(client.clone(), &namespace)
-        .create(&Default::default(), &manifest)
+    population::create_election(client, &namespace, APP)
         .await
-        .map_err(api_error(format!("creating LeaderElection {APP}")))
         .map_err(failed)?;
     let mut running = Running::start(env, population, tracker, report).await?;
     running.simulator = Some(simulator);
