@@ -31,10 +31,11 @@ pub(super) async fn run(
         )
     };
     let deadline = |id: &str| env.emulator.session(id).and_then(|s| s.deadline);
-    let before: BTreeMap<&String, Option<Duration>> =
-        sessions.iter().map(|id| (id, deadline(id))).collect();
     let baseline = Baseline::take(env, None).await?;
     running.operator.kill();
+    // Read after the kill: a renewal by the old process must not count as the new one's.
+    let before: BTreeMap<&String, Option<Duration>> =
+        sessions.iter().map(|id| (id, deadline(id))).collect();
     running
         .operator
         .restart()
