@@ -85,6 +85,21 @@ impl RequestCounts {
         Self(writes)
     }
 
+    /// Only the requests to resources named `resource` or `resource/<subresource>` for one
+    /// of `resources`.
+    pub(crate) fn to_resources(&self, resources: &[&str]) -> Self {
+        let kept = self
+            .0
+            .iter()
+            .filter(|((_, resource), _)| {
+                let base = resource.split('/').next().unwrap_or_default();
+                resources.contains(&base)
+            })
+            .map(|(key, n)| (key.clone(), *n))
+            .collect();
+        Self(kept)
+    }
+
     /// The total, with `events` counted apart: `(without events, events)`.
     pub(crate) fn total_and_events(&self) -> (f64, f64) {
         self.0
@@ -143,5 +158,7 @@ apiserver_request_latencies_summary{verb="POST"} 99
         assert_eq!(delta.0.get(&key("LIST", "pods")), None);
         assert_eq!(delta.writes().total_and_events(), (3.0, 5.0));
         assert_eq!(delta.to_json()["POST events"], 5.0);
+        let pods = after.to_resources(&["pods"]);
+        assert_eq!(pods.0.len(), 3, "pods and pods/status, events left out");
     }
 }

@@ -100,8 +100,12 @@ impl Baseline {
         let (writes, events) = usage.api_writes();
         let (requests, _) = usage.api.total_and_events();
         report.row(name("API requests (all clients)"), Some(requests), "");
-        report.row(name("API writes, events apart"), Some(writes), "");
-        report.row(name("API event writes"), Some(events), "");
+        report.row(
+            name("API writes, events apart (all clients)"),
+            Some(writes),
+            "",
+        );
+        report.row(name("API event writes (all clients)"), Some(events), "");
         report.detail(
             &name("consul requests by kind"),
             json!(usage.consul.requests),

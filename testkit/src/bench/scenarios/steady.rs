@@ -33,7 +33,18 @@ pub(super) async fn run(
         Some("<= 1"),
     );
     let (writes, events) = usage.api_writes();
-    report.target("API writes in steady state", Some(writes), "", Some("0"));
+    report.row("API writes in steady state, all clients", Some(writes), "");
+    let (elections, _) = usage
+        .api
+        .writes()
+        .to_resources(&["pods", "leaderelections"])
+        .total_and_events();
+    report.target(
+        "API writes to pods and LeaderElections in steady state",
+        Some(elections),
+        "",
+        Some("0"),
+    );
     report.row("API event writes in steady state", Some(events), "");
     super::converge::unconfirmed_rows(running, since, report);
     Ok(())
