@@ -1,5 +1,6 @@
 //! Test infrastructure for consul-elector.
 
+pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod consul;

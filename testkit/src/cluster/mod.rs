@@ -19,7 +19,7 @@ mod service_account;
 mod workdir;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use secrecy::SecretString;
@@ -208,6 +208,16 @@ impl TestCluster {
     /// The bearer token of `admin` (group `system:masters`).
     pub fn admin_token(&self) -> &str {
         &self.admin_token
+    }
+
+    /// The name and process id of every running cluster process (`etcd`, `kube-apiserver`,
+    /// `kube-controller-manager`), for reading their CPU time from `/proc`.
+    pub fn process_ids(&self) -> Vec<(&'static str, u32)> {
+        let processes = self
+            .processes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        processes.iter().map(|p| (p.name(), p.pid())).collect()
     }
 
     /// A client configuration for `admin`, verifying the apiserver's certificate.

@@ -113,6 +113,16 @@ impl ManagedProcess {
         Ok(Self { name, child, log })
     }
 
+    /// The program's name, as in its log file's name.
+    pub(crate) fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The process id (for reading its `/proc` statistics).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The exit status if the process has exited.
     pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()

@@ -338,6 +338,12 @@ impl Emulator {
             .with_state(|st, _| st.session(id).map(|s| s.info()))
     }
 
+    /// Every session's stored state.
+    pub fn sessions(&self) -> Vec<SessionInfo> {
+        self.inner
+            .with_state(|st, _| st.sessions().map(|s| s.info()).collect())
+    }
+
     /// The active lock-delay expiry of a key (time since start), if any.
     pub fn lock_delay_until(&self, key: &str) -> Option<Duration> {
         self.inner

@@ -48,10 +48,10 @@
 //! - `workloads`: Deployment helpers and watch-based waits for tests ([`wait_for`] for any
 //!   resource). They return [`WorkloadError`] rather than panicking; tests unwrap.
 
-mod nodes;
+pub(crate) mod nodes;
 mod retry;
 mod simulator;
-mod status;
+pub(crate) mod status;
 mod worker;
 mod workloads;
 

@@ -18,12 +18,12 @@
 //! - `timeline`: the printed rows and colours;
 //! - `scenario`: the five steps; `report`: the measurements and the summary.
 
-mod objects;
-mod observer;
-mod operator_process;
+pub(crate) mod objects;
+pub(crate) mod observer;
+pub(crate) mod operator_process;
 mod report;
 mod scenario;
-mod setup;
+pub(crate) mod setup;
 mod timeline;
 
 use std::future::Future;

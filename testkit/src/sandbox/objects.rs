@@ -45,9 +45,9 @@ pub(crate) fn election_resource() -> ApiResource {
     }
 }
 
-/// The sandbox's elections, for watches and creates.
-pub(crate) fn elections(client: Client) -> Api<DynamicObject> {
-    Api::namespaced_with(client, NAMESPACE, &election_resource())
+/// The elections of `namespace`, for watches and creates.
+pub(crate) fn elections(client: Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client, namespace, &election_resource())
 }
 
 /// A `map_err` adapter: a Kubernetes API error while doing `context`.
@@ -81,11 +81,11 @@ pub(crate) async fn install_crd(client: &Client, yaml: &str) -> Result<(), Sandb
     }
 }
 
-/// Creates the namespace [`NAMESPACE`].
-pub(crate) async fn create_namespace(client: &Client) -> Result<(), SandboxError> {
+/// Creates the namespace `name`.
+pub(crate) async fn create_namespace(client: &Client, name: &str) -> Result<(), SandboxError> {
     let namespace = Namespace {
         metadata: ObjectMeta {
-            name: Some(NAMESPACE.into()),
+            name: Some(name.into()),
             ..ObjectMeta::default()
         },
         ..Namespace::default()
@@ -93,7 +93,7 @@ pub(crate) async fn create_namespace(client: &Client) -> Result<(), SandboxError
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &namespace)
         .await
-        .map_err(api_error(format!("creating namespace {NAMESPACE}")))?;
+        .map_err(api_error(format!("creating namespace {name}")))?;
     Ok(())
 }
 
@@ -105,15 +105,26 @@ pub(crate) fn app_labels() -> std::collections::BTreeMap<String, String> {
 /// The scenario's `LeaderElection`: selects `app=web`, TTL 10 s, lock-delay 1 s, every other
 /// field defaulted (labels `elector.dev/role`, `requireReady`, `failover.delay: 0s`,
 /// `onConsulUnavailable: Fence`).
-pub(crate) fn election_manifest() -> Result<DynamicObject, SandboxError> {
+pub(crate) fn sandbox_election() -> Result<DynamicObject, SandboxError> {
+    election_manifest(NAMESPACE, APP, &app_labels(), SESSION_TTL)
+}
+
+/// A `LeaderElection` `namespace/name` selecting the pods with all of `labels`, with session
+/// TTL `ttl` and lock-delay 1 s, every other field defaulted.
+pub(crate) fn election_manifest(
+    namespace: &str,
+    name: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+    ttl: Duration,
+) -> Result<DynamicObject, SandboxError> {
     let resource = election_resource();
     let manifest = json!({
         "apiVersion": resource.api_version,
         "kind": resource.kind,
-        "metadata": {"name": APP, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
-            "selector": {"matchLabels": app_labels()},
-            "session": {"ttl": format!("{}s", SESSION_TTL.as_secs()), "lockDelay": "1s"},
+            "selector": {"matchLabels": labels},
+            "session": {"ttl": format!("{}s", ttl.as_secs()), "lockDelay": "1s"},
         },
     });
     serde_json::from_value(manifest)
@@ -122,8 +133,8 @@ pub(crate) fn election_manifest() -> Result<DynamicObject, SandboxError> {
 
 /// Creates the scenario's `LeaderElection`.
 pub(crate) async fn create_election(client: &Client) -> Result<(), SandboxError> {
-    elections(client.clone())
-        .create(&PostParams::default(), &election_manifest()?)
+    elections(client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &sandbox_election()?)
         .await
         .map_err(api_error(format!("creating LeaderElection {APP}")))?;
     Ok(())
@@ -135,7 +146,7 @@ mod tests {
 
     #[test]
     fn the_election_selects_the_deployment_with_a_short_ttl() {
-        let le = election_manifest().unwrap();
+        let le = sandbox_election().unwrap();
         assert_eq!(
             le.types.as_ref().map(|t| t.kind.as_str()),
             Some("LeaderElection")

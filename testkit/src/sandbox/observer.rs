@@ -71,7 +71,8 @@ pub(crate) struct ElectionState {
 }
 
 impl ElectionState {
-    fn from_object(election: &DynamicObject) -> Self {
+    /// Reads the status fields the sandbox shows, ignoring any that have another shape.
+    pub(crate) fn from_object(election: &DynamicObject) -> Self {
         let status = election.data.get("status").unwrap_or(&Value::Null);
         let text = |value: &Value| value.as_str().map(str::to_owned);
         let leader = status.get("leader").unwrap_or(&Value::Null);
@@ -285,11 +286,12 @@ async fn follow(
     let pod_events = watcher(pods, watcher::Config::default())
         .default_backoff()
         .map(|event| Change::Pod(event.map(|event| reduce(event, PodState::from_pod))));
-    let election_events = watcher(objects::elections(client), watcher::Config::default())
-        .default_backoff()
-        .map(|event| {
-            Change::Election(event.map(|event| reduce(event, ElectionState::from_object)))
-        });
+    let election_events = watcher(
+        objects::elections(client, NAMESPACE),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .map(|event| Change::Election(event.map(|event| reduce(event, ElectionState::from_object))));
     let mut changes = pin!(stream::select(pod_events, election_events));
     let mut pods = Mirror::new();
     let mut elections = Mirror::new();
@@ -397,7 +399,7 @@ pub(crate) mod tests {
 
     #[test]
     fn election_status_is_read_without_trusting_its_shape() {
-        let mut election = objects::election_manifest().unwrap();
+        let mut election = objects::sandbox_election().unwrap();
         assert_eq!(
             ElectionState::from_object(&election),
             ElectionState::default()

@@ -111,7 +111,7 @@ impl OperatorBinary {
 
 /// The cargo profile of this executable: its directory is `<target>/<dir>`, where `debug`
 /// holds the `dev` (and `test`) profile and every other profile has its own name.
-fn own_profile() -> String {
+pub(crate) fn own_profile() -> String {
     let dir = std::env::current_exe().ok().and_then(|exe| {
         let dir = exe.parent()?.file_name()?.to_str()?.to_owned();
         Some(dir)
@@ -144,8 +144,8 @@ pub(crate) struct OperatorConfig {
     pub(crate) kubeconfig: PathBuf,
     /// The emulator's URL (`CONSUL_HTTP_ADDR`).
     pub(crate) consul_url: String,
-    /// The only namespace watched.
-    pub(crate) namespace: String,
+    /// The namespaces watched (`--watch-namespaces`); empty: every namespace.
+    pub(crate) namespaces: Vec<String>,
     /// The log file; every start appends to it.
     pub(crate) log: PathBuf,
 }
@@ -199,12 +199,21 @@ impl OperatorProcess {
 
     /// The command line of the running process, for the transcript.
     pub(crate) fn describe(&self) -> String {
+        let namespaces = if self.config.namespaces.is_empty() {
+            String::new()
+        } else {
+            format!(" --watch-namespaces {}", self.config.namespaces.join(","))
+        };
         format!(
-            "{OPERATOR} run --watch-namespaces {} --metrics-addr {} (pid {})",
-            self.config.namespace,
+            "{OPERATOR} run{namespaces} --metrics-addr {} (pid {})",
             self.metrics_addr,
             self.child.id()
         )
+    }
+
+    /// The running process's id (for reading its `/proc` statistics).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The admin server's address (`/metrics`, `/livez`, `/readyz`).
@@ -245,9 +254,11 @@ fn spawn(
     writeln!(stdout, "==== sandbox: operator start #{start} ====")
         .map_err(SandboxError::io(log()))?;
     let mut command = Command::new(binary.path());
+    command.arg("run");
+    if !config.namespaces.is_empty() {
+        command.args(["--watch-namespaces", &config.namespaces.join(",")]);
+    }
     command
-        .arg("run")
-        .args(["--watch-namespaces", &config.namespace])
         .arg("--metrics-addr")
         .arg(metrics_addr.to_string())
         .env("KUBECONFIG", &config.kubeconfig)

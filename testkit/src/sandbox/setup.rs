@@ -32,10 +32,11 @@ pub(crate) struct LogDir {
 }
 
 impl LogDir {
-    fn create() -> Result<Self, SandboxError> {
+    /// Creates `<tmp>/<prefix><pid>`, removing the directories of ended runs with that prefix.
+    pub(crate) fn create(prefix: &str) -> Result<Self, SandboxError> {
         let root = std::env::temp_dir();
-        remove_finished_runs(&root);
-        let path = root.join(format!("{LOG_DIR_PREFIX}{}", std::process::id()));
+        remove_finished_runs(&root, prefix);
+        let path = root.join(format!("{prefix}{}", std::process::id()));
         std::fs::create_dir_all(&path)
             .map_err(SandboxError::io(format!("creating {}", path.display())))?;
         Ok(Self { path })
@@ -52,8 +53,8 @@ impl LogDir {
     }
 }
 
-/// Removes the log directories under `root` of sandbox runs whose process is gone.
-fn remove_finished_runs(root: &Path) {
+/// Removes the log directories `<prefix><pid>` under `root` of runs whose process is gone.
+fn remove_finished_runs(root: &Path, prefix: &str) {
     let Ok(entries) = std::fs::read_dir(root) else {
         return;
     };
@@ -61,7 +62,7 @@ fn remove_finished_runs(root: &Path) {
         let name = entry.file_name();
         let pid = name
             .to_str()
-            .and_then(|name| name.strip_prefix(LOG_DIR_PREFIX))
+            .and_then(|name| name.strip_prefix(prefix))
             .and_then(|pid| pid.parse::<u32>().ok());
         if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
             let _ = std::fs::remove_dir_all(entry.path());
@@ -70,7 +71,7 @@ fn remove_finished_runs(root: &Path) {
 }
 
 /// Runs a blocking start-up step on tokio's blocking pool.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     what: &str,
     step: impl FnOnce() -> Result<T, SandboxError> + Send + 'static,
 ) -> Result<T, SandboxError> {
@@ -113,7 +114,7 @@ impl Sandbox {
         let step = |text: &str| println!("{} {text}", style.bold("•"));
         step("building the operator: cargo build -p consul-elector --bin consul-elector");
         let binary = blocking("building the operator", OperatorBinary::build).await?;
-        let logs = LogDir::create()?;
+        let logs = LogDir::create(LOG_DIR_PREFIX)?;
         step(
             "starting the Kubernetes test cluster (the first run on a machine builds \
              kube-apiserver from Debian's sources: several minutes)",
@@ -139,7 +140,7 @@ impl Sandbox {
 
         objects::install_crd(&client, &binary.crd_yaml()?).await?;
         step("CRD leaderelections.elector.dev created from `consul-elector crd`");
-        objects::create_namespace(&client).await?;
+        objects::create_namespace(&client, NAMESPACE).await?;
         let simulator = PodSimulator::start(
             client.clone(),
             NAMESPACE,
@@ -165,7 +166,7 @@ impl Sandbox {
             OperatorConfig {
                 kubeconfig: cluster.kubeconfig_path().to_path_buf(),
                 consul_url: emulator.url(),
-                namespace: NAMESPACE.to_owned(),
+                namespaces: vec![NAMESPACE.to_owned()],
                 log: logs.operator_log(),
             },
         )?;

@@ -1,0 +1,120 @@
+//! What every scenario runs against, started once per run: the operator binary, the test
+//! cluster, the Consul emulator on the real clock, and the CRD the binary prints.
+
+use std::collections::BTreeMap;
+
+use kube::Client;
+
+use super::proc_stats;
+use crate::cluster::{ClusterOptions, TestCluster};
+use crate::consul::{ClockMode, Emulator, EmulatorConfig};
+use crate::sandbox::SandboxError;
+use crate::sandbox::objects;
+use crate::sandbox::operator_process::{
+    OperatorBinary, OperatorConfig, OperatorProcess, own_profile,
+};
+use crate::sandbox::setup::{LogDir, blocking};
+
+/// Prefix of the per-run log directories under the system's temporary directory.
+const LOG_DIR_PREFIX: &str = "consul-elector-bench-";
+/// Up to this many namespaces the operator watches them by name; beyond, every namespace
+/// (only bench namespaces hold elections, one scenario's at a time). One: with several
+/// names the operator runs one reflector per namespace into one store, and each one's
+/// initial list replaces the others' objects, so it never sees them all.
+const MAX_LISTED_NAMESPACES: usize = 1;
+
+/// The running environment. Fields drop in order: the cluster last.
+pub(crate) struct Environment {
+    /// An admin client of the test cluster.
+    pub(crate) client: Client,
+    /// Consul.
+    pub(crate) emulator: Emulator,
+    /// The operator executable.
+    binary: OperatorBinary,
+    /// This run's logs.
+    pub(crate) logs: LogDir,
+    /// Kubernetes.
+    pub(crate) cluster: TestCluster,
+}
+
+impl Environment {
+    /// Builds the operator, starts the cluster and the emulator and installs the CRD,
+    /// saying so on stderr.
+    pub(crate) async fn set_up() -> Result<Self, SandboxError> {
+        eprintln!(
+            "bench: building the operator (cargo build -p consul-elector, profile {})",
+            own_profile()
+        );
+        let binary = blocking("building the operator", OperatorBinary::build).await?;
+        let logs = LogDir::create(LOG_DIR_PREFIX)?;
+        eprintln!(
+            "bench: starting the test cluster; logs in {}",
+            logs.path().display()
+        );
+        let options = ClusterOptions {
+            log_dir: Some(logs.path().to_path_buf()),
+            ..ClusterOptions::default()
+        };
+        let cluster = blocking("starting the cluster", move || {
+            TestCluster::start(options).map_err(SandboxError::from)
+        })
+        .await?;
+        let client = Client::try_from(cluster.kube_config())
+            .map_err(objects::api_error("building a client for the test cluster"))?;
+        let emulator = Emulator::start(EmulatorConfig {
+            clock: ClockMode::Tokio,
+            ..EmulatorConfig::default()
+        })
+        .await
+        .map_err(SandboxError::io("starting the Consul emulator"))?;
+        objects::install_crd(&client, &binary.crd_yaml()?).await?;
+        Ok(Self {
+            client,
+            emulator,
+            binary,
+            logs,
+            cluster,
+        })
+    }
+
+    /// Starts the operator for `namespaces` (by name when one, else every namespace), its
+    /// log `operator-<scenario>.log`.
+    pub(crate) fn start_operator(
+        &self,
+        scenario: &str,
+        namespaces: &[String],
+    ) -> Result<OperatorProcess, SandboxError> {
+        let namespaces = if namespaces.len() <= MAX_LISTED_NAMESPACES {
+            namespaces.to_vec()
+        } else {
+            Vec::new()
+        };
+        let operator = OperatorProcess::start(
+            self.binary.clone(),
+            OperatorConfig {
+                kubeconfig: self.cluster.kubeconfig_path().to_path_buf(),
+                consul_url: self.emulator.url(),
+                namespaces,
+                log: self.logs.path().join(format!("operator-{scenario}.log")),
+            },
+        )?;
+        eprintln!("bench: {}", operator.describe());
+        Ok(operator)
+    }
+
+    /// CPU seconds used so far by each cluster process (etcd, kube-apiserver,
+    /// kube-controller-manager).
+    pub(crate) fn cluster_cpu(&self) -> BTreeMap<&'static str, f64> {
+        self.cluster
+            .process_ids()
+            .into_iter()
+            .filter_map(|(name, pid)| Some((name, proc_stats::read(pid)?.cpu_seconds)))
+            .collect()
+    }
+
+    /// Stops the emulator and the cluster.
+    pub(crate) async fn shut_down(self) {
+        self.emulator.shutdown().await;
+        drop(self.cluster);
+    }
+}

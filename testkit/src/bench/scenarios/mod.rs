@@ -1,0 +1,259 @@
+//! The scenarios. Each starts from a [`Running`] operator that converged from cold over its
+//! own population, measures its own thing, and leaves the safety check and the clean-up to
+//! [`run`].
+
+mod converge;
+mod failover;
+mod restart;
+mod rolling_update;
+mod steady;
+
+use std::time::{Duration, Instant};
+
+use super::environment::Environment;
+use super::options::{ScenarioName, Sizes};
+use super::population::Population;
+use super::report::ScenarioReport;
+use super::tracker::Tracker;
+use super::usage::{Baseline, Usage};
+use crate::pods::PodSimulator;
+use crate::sandbox::objects::LEADER;
+use crate::sandbox::operator_process::OperatorProcess;
+
+/// How long the elections' deletion may take at the end of a scenario.
+const CLEAN_UP_TIMEOUT: Duration = Duration::from_secs(60);
+/// The cold start's time limit: a floor, and a generous time per election.
+fn converge_timeout(elections: usize) -> Duration {
+    Duration::from_secs(120)
+        + Duration::from_millis(100).saturating_mul(u32::try_from(elections).unwrap_or(u32::MAX))
+}
+
+/// How many violations a failure message quotes.
+const QUOTED: usize = 5;
+
+/// Runs `scenario` at `sizes` and reports it; with `clean_up`, deletes its elections
+/// afterwards so that the next scenario's operator does not see them.
+pub(crate) async fn run(
+    env: &Environment,
+    scenario: ScenarioName,
+    sizes: &Sizes,
+    clean_up: bool,
+) -> ScenarioReport {
+    let mut report = ScenarioReport::new(scenario.as_str());
+    eprintln!("bench: scenario {}", scenario.as_str());
+    let launched = match scenario {
+        ScenarioName::RollingUpdate => rolling_update::launch(env, &mut report).await,
+        _ => {
+            let population = Population::plan(scenario.as_str(), sizes);
+            Running::launch(env, population, &mut report).await
+        }
+    };
+    let mut running = match launched {
+        Ok(running) => running,
+        Err(failure) => {
+            report.fail(failure);
+            return report;
+        }
+    };
+    let outcome = match scenario {
+        ScenarioName::Converge => converge::run(&running, &mut report),
+        ScenarioName::Steady => steady::run(&running, sizes, &mut report).await,
+        ScenarioName::Restart => restart::run(&mut running, &mut report).await,
+        ScenarioName::Failover => failover::run(&running, sizes, &mut report).await,
+        ScenarioName::RollingUpdate => rolling_update::run(&running, &mut report).await,
+    };
+    if let Err(failure) = outcome {
+        report.fail(format!(
+            "{failure}\n  operator process: {}",
+            running.operator.state()
+        ));
+    }
+    running.check_safety(&mut report);
+    if clean_up {
+        running.clean_up().await;
+    }
+    report
+}
+
+/// A scenario's population with the operator running over it, converged from cold.
+pub(crate) struct Running<'a> {
+    /// The environment.
+    pub(crate) env: &'a Environment,
+    /// The namespaces, elections and pods.
+    pub(crate) population: Population,
+    /// Their history.
+    pub(crate) tracker: Tracker,
+    /// The operator.
+    pub(crate) operator: OperatorProcess,
+    /// What the cold start cost.
+    pub(crate) cold_start: Usage,
+    /// Consul sessions alive before the operator started.
+    pub(crate) sessions_before: usize,
+    /// When the operator started.
+    pub(crate) started: Instant,
+    /// The kubelet of a Deployment's pods, for scenarios that have one.
+    pub(crate) simulator: Option<PodSimulator>,
+}
+
+impl<'a> Running<'a> {
+    /// Creates `population` (untimed), then [`Self::start`]s the operator over it.
+    async fn launch(
+        env: &'a Environment,
+        population: Population,
+        report: &mut ScenarioReport,
+    ) -> Result<Self, String> {
+        let tracker = Tracker::start(
+            env.client.clone(),
+            &population.selector(),
+            &population.namespace_prefix(),
+        )
+        .await?;
+        let created = Instant::now();
+        population
+            .create(&env.client)
+            .await
+            .map_err(|error| format!("creating the population: {error}"))?;
+        report.row(
+            format!(
+                "population: {} elections x {} pods in {} namespaces, created in",
+                population.elections.len(),
+                population.pods,
+                population.namespaces.len()
+            ),
+            Some(created.elapsed().as_secs_f64()),
+            "s",
+        );
+        Self::start(env, population, tracker, report).await
+    }
+
+    /// Starts the operator and waits until every election has a settled leader, reporting
+    /// the time from the operator's start and the cold start's cost.
+    async fn start(
+        env: &'a Environment,
+        population: Population,
+        tracker: Tracker,
+        report: &mut ScenarioReport,
+    ) -> Result<Self, String> {
+        let sessions_before = env.emulator.sessions().len();
+        let baseline = Baseline::take(env, None).await?;
+        let operator = env
+            .start_operator(population.scenario, &population.namespaces)
+            .map_err(|error| error.to_string())?;
+        let started = Instant::now();
+        let elections = population.elections.len();
+        let timeout = converge_timeout(elections);
+        let converged = tracker.converged(elections, timeout).await;
+        let settled = tracker.state().counts().1;
+        report.row("cold start: elections led", Some(settled as f64), "");
+        if let Ok(converged) = &converged {
+            report.target(
+                "cold start: operator start -> every election led (watch)",
+                Some(converged.saturating_duration_since(started).as_secs_f64()),
+                "s",
+                Some("< 60 s at 10,000 x 3"),
+            );
+        }
+        // Reported also when it did not converge: what it cost until then.
+        let cold_start = baseline
+            .finish(env, operator.pid(), "cold start", report)
+            .await?;
+        if let Err(failure) = converged {
+            let mut operator = operator;
+            return Err(format!(
+                "cold start: {failure}\n  operator process: {}",
+                operator.state()
+            ));
+        }
+        Ok(Self {
+            env,
+            population,
+            tracker,
+            operator,
+            cold_start,
+            sessions_before,
+            started,
+            simulator: None,
+        })
+    }
+
+    /// How many elections there are.
+    pub(crate) fn elections(&self) -> usize {
+        self.population.elections.len()
+    }
+
+    /// Leader labels removed since `since` (a leader label replaced by anything, or its
+    /// pod gone).
+    pub(crate) fn leader_labels_removed(&self, since: Instant) -> usize {
+        self.tracker
+            .state()
+            .label_changes
+            .iter()
+            .filter(|c| c.at >= since && c.from.as_deref() == Some(LEADER))
+            .count()
+    }
+
+    /// Fails the report on any safety violation; reports the history's gaps.
+    fn check_safety(&self, report: &mut ScenarioReport) {
+        let state = self.tracker.state();
+        report.row("watch re-lists (history gaps)", Some(state.gaps as f64), "");
+        report.target(
+            "safety violations (two leaders, token backwards)",
+            Some(state.violations.len() as f64),
+            "",
+            Some("0"),
+        );
+        if !state.violations.is_empty() {
+            let quoted: Vec<&String> = state.violations.iter().take(QUOTED).collect();
+            report.fail(format!(
+                "{} safety violation(s), first ones: {quoted:?}",
+                state.violations.len()
+            ));
+        }
+    }
+
+    /// Deletes the elections while the operator still runs and waits until they are gone,
+    /// stops the operator, then deletes the pods and waits until they are gone too (the
+    /// namespaces stay: deleting them would keep the namespace controller busy during the
+    /// next scenario's measurements).
+    async fn clean_up(self) {
+        let Self {
+            env,
+            population,
+            tracker,
+            operator,
+            simulator,
+            ..
+        } = self;
+        let elections_gone = match population.delete_elections(&env.client).await {
+            Ok(()) => {
+                tracker
+                    .wait("every election deleted", CLEAN_UP_TIMEOUT, |state| {
+                        (state.counts().0 == 0).then_some(())
+                    })
+                    .await
+            }
+            Err(error) => Err(error.to_string()),
+        };
+        drop(operator);
+        if let Some(simulator) = simulator {
+            simulator.stop().await;
+        }
+        let pods_gone = match population.delete_pods(&env.client).await {
+            Ok(()) => {
+                tracker
+                    .wait("every pod deleted", CLEAN_UP_TIMEOUT, |state| {
+                        (state.pod_count() == 0).then_some(())
+                    })
+                    .await
+            }
+            Err(error) => Err(error.to_string()),
+        };
+        for error in [elections_gone, pods_gone]
+            .into_iter()
+            .filter_map(Result::err)
+        {
+            eprintln!("bench: cleaning up after {}: {error}", population.scenario);
+        }
+        tracker.stop();
+    }
+}
