@@ -33,8 +33,9 @@ pub enum Term {
     Label(String, String),
     /// A pod whose `elector.dev/election` annotation names this election.
     Owner(String),
-    /// A pod without that annotation.
-    Unowned,
+    /// A label `key=value` of a pod without that annotation (a pod shared by elections with
+    /// different label keys, whose owner gave the annotation up, or a pod nobody labelled).
+    UnownedLabel(String, String),
     /// An election whose selector has no `matchLabels`.
     Unindexed,
     /// An election writing this label key.
@@ -53,14 +54,19 @@ impl Term {
 
 /// The terms of a pod.
 fn pod_terms(pod: &Pod) -> Vec<Term> {
-    let mut terms: Vec<Term> = k8s::labels_of(pod)
+    let labels = k8s::labels_of(pod);
+    let mut terms: Vec<Term> = labels
         .iter()
         .map(|(k, v)| Term::Label(k.clone(), v.clone()))
         .collect();
-    terms.push(match k8s::labelled_by(pod) {
-        Some(owner) => Term::Owner(owner.to_owned()),
-        None => Term::Unowned,
-    });
+    match k8s::labelled_by(pod) {
+        Some(owner) => terms.push(Term::Owner(owner.to_owned())),
+        None => terms.extend(
+            labels
+                .iter()
+                .map(|(k, v)| Term::UnownedLabel(k.clone(), v.clone())),
+        ),
+    }
     terms
 }
 
@@ -83,6 +89,15 @@ fn election_terms(le: &LeaderElection) -> Vec<Term> {
 /// Namespace and name of an object.
 type Id = (String, String);
 
+/// A change of a [`Table`] that another index may follow.
+#[derive(Debug)]
+enum Change {
+    /// An object (namespace, name) came (`true`) or went.
+    Member(Id, bool),
+    /// A listed term of a namespace got its first object (`true`) or lost its last.
+    Listed(String, Term, bool),
+}
+
 /// Names of one kind of object by namespace and by term.
 #[derive(Debug, Default)]
 struct Table {
@@ -92,8 +107,9 @@ struct Table {
     terms: HashMap<Id, Vec<Term>>,
     /// The [`Term::listed`] terms that have objects, per namespace.
     listed: HashMap<String, BTreeSet<Term>>,
-    /// Namespaces whose members or listed terms changed since [`Table::take_changed`].
-    changed: HashSet<String>,
+    /// Objects that came or went, and listed terms that got their first object or lost their
+    /// last, since [`Table::take_changes`].
+    changes: Vec<Change>,
     /// Relists in progress: the scope (`None`: every namespace) and what they listed so far.
     relists: HashMap<Option<String>, HashSet<Id>>,
 }
@@ -111,7 +127,7 @@ impl Table {
             .or_default()
             .insert(name.clone())
         {
-            self.changed.insert(namespace.clone());
+            self.changes.push(Change::Member(id.clone(), true));
         }
         for term in &terms {
             let names = self
@@ -123,7 +139,8 @@ impl Table {
                     .entry(namespace.clone())
                     .or_default()
                     .insert(term.clone());
-                self.changed.insert(namespace.clone());
+                self.changes
+                    .push(Change::Listed(namespace.clone(), term.clone(), true));
             }
             names.insert(name.clone());
         }
@@ -149,7 +166,7 @@ impl Table {
         }
         if let Some(names) = self.by_namespace.get_mut(namespace) {
             names.remove(name);
-            self.changed.insert(namespace.clone());
+            self.changes.push(Change::Member(id.clone(), false));
             if names.is_empty() {
                 self.by_namespace.remove(namespace);
             }
@@ -212,7 +229,8 @@ impl Table {
                 self.listed.remove(namespace);
             }
         }
-        self.changed.insert(namespace.to_owned());
+        self.changes
+            .push(Change::Listed(namespace.to_owned(), term.clone(), false));
     }
 
     /// The listed terms of `namespace`.
@@ -220,8 +238,14 @@ impl Table {
         self.listed.get(namespace).into_iter().flatten()
     }
 
-    fn take_changed(&mut self) -> HashSet<String> {
-        std::mem::take(&mut self.changed)
+    fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.changes)
+    }
+
+    fn has(&self, namespace: &str, name: &str) -> bool {
+        self.by_namespace
+            .get(namespace)
+            .is_some_and(|names| names.contains(name))
     }
 
     fn names(&self, namespace: &str, term: &Term) -> Option<&BTreeSet<String>> {
@@ -266,37 +290,48 @@ struct Inner {
     pods: Table,
     elections: Table,
     /// Per namespace, the elections its pods' `elector.dev/election` annotations name that do
-    /// not exist (computed when asked, kept until the namespace's pods' owners or its
-    /// elections change).
-    ghosts: HashMap<String, Vec<String>>,
+    /// not exist, kept up to date from both tables' changes.
+    ghosts: HashMap<String, BTreeSet<String>>,
 }
 
 impl Inner {
-    fn ghosts(&mut self, namespace: &str) -> &[String] {
-        for changed in self
-            .pods
-            .take_changed()
-            .into_iter()
-            .chain(self.elections.take_changed())
-        {
-            self.ghosts.remove(&changed);
+    /// Follows the changes of both tables into the ghost owners.
+    fn settle(&mut self) {
+        for change in self.pods.take_changes() {
+            if let Change::Listed(namespace, Term::Owner(owner), present) = change {
+                if present && !self.elections.has(&namespace, &owner) {
+                    self.haunt(namespace, owner);
+                } else if !present {
+                    self.unhaunt(&namespace, &owner);
+                }
+            }
         }
-        let Inner {
-            pods,
-            elections,
-            ghosts,
-        } = self;
-        ghosts.entry(namespace.to_owned()).or_insert_with(|| {
-            let live = elections.in_namespace(namespace);
-            pods.listed_in(namespace)
-                .filter_map(|term| match term {
-                    Term::Owner(owner) if live.is_none_or(|l| !l.contains(owner)) => {
-                        Some(owner.clone())
-                    }
-                    _ => None,
-                })
-                .collect()
-        })
+        for change in self.elections.take_changes() {
+            if let Change::Member((namespace, name), present) = change {
+                if present {
+                    self.unhaunt(&namespace, &name);
+                } else if self
+                    .pods
+                    .names(&namespace, &Term::Owner(name.clone()))
+                    .is_some()
+                {
+                    self.haunt(namespace, name);
+                }
+            }
+        }
+    }
+
+    fn haunt(&mut self, namespace: String, owner: String) {
+        self.ghosts.entry(namespace).or_default().insert(owner);
+    }
+
+    fn unhaunt(&mut self, namespace: &str, owner: &str) {
+        if let Some(ghosts) = self.ghosts.get_mut(namespace) {
+            ghosts.remove(owner);
+            if ghosts.is_empty() {
+                self.ghosts.remove(namespace);
+            }
+        }
     }
 }
 
@@ -307,12 +342,16 @@ impl Indexes {
 
     /// Applies a pod watch event (of a watcher over `scope`: a namespace, or `None` for all).
     pub fn pod_event(&self, scope: Option<&str>, event: &watcher::Event<Pod>) {
-        self.locked().pods.apply(scope, event, pod_terms);
+        let mut inner = self.locked();
+        inner.pods.apply(scope, event, pod_terms);
+        inner.settle();
     }
 
     /// Applies an election watch event (of a watcher over `scope`).
     pub fn election_event(&self, scope: Option<&str>, event: &watcher::Event<LeaderElection>) {
-        self.locked().elections.apply(scope, event, election_terms);
+        let mut inner = self.locked();
+        inner.elections.apply(scope, event, election_terms);
+        inner.settle();
     }
 
     /// The pods of `namespace` filed under every one of `terms` (every pod of the namespace
@@ -340,8 +379,12 @@ impl Indexes {
     /// label key `key` may have labelled without owning them: the elections writing another
     /// label key, and the elections that do not exist (any more).
     pub fn owners_beside(&self, namespace: &str, key: &str) -> Vec<String> {
-        let mut inner = self.locked();
-        let mut owners = inner.ghosts(namespace).to_vec();
+        let inner = self.locked();
+        let mut owners: Vec<String> = inner
+            .ghosts
+            .get(namespace)
+            .map(|g| g.iter().cloned().collect())
+            .unwrap_or_default();
         let elections = &inner.elections;
         for term in elections.listed_in(namespace) {
             if let Term::UsesKey(other) = term
@@ -434,6 +477,10 @@ mod tests {
         watcher::Event::Apply(le)
     }
 
+    fn unowned(k: &str, v: &str) -> Term {
+        Term::UnownedLabel(k.into(), v.into())
+    }
+
     fn label(k: &str, v: &str) -> Term {
         Term::Label(k.into(), v.into())
     }
@@ -450,7 +497,7 @@ mod tests {
             &watcher::Event::Apply(pod("b", "p1", &[("app", "web")], Some("e"))),
         );
         assert_eq!(index.pods_under_all("a", &[label("app", "web")]), ["p1"]);
-        assert_eq!(index.pods_under_all("a", &[Term::Unowned]), ["p1"]);
+        assert_eq!(index.pods_under_all("a", &[unowned("app", "web")]), ["p1"]);
         assert_eq!(
             index.pods_under_all("b", &[Term::Owner("e".into())]),
             ["p1"]
@@ -466,7 +513,16 @@ mod tests {
             &watcher::Event::Apply(pod("a", "p1", &[("app", "db")], Some("x"))),
         );
         assert!(index.pods_under_all("a", &[label("app", "web")]).is_empty());
-        assert!(index.pods_under_all("a", &[Term::Unowned]).is_empty());
+        assert!(
+            index
+                .pods_under_all("a", &[unowned("app", "web")])
+                .is_empty()
+        );
+        assert!(
+            index
+                .pods_under_all("a", &[unowned("app", "db")])
+                .is_empty()
+        );
         assert_eq!(
             index.pods_under_all("a", &[Term::Owner("x".into())]),
             ["p1"]

@@ -69,16 +69,13 @@ fn candidate_pods(ctx: &Context, le: &LeaderElection, namespace: &str) -> BTreeS
         names.extend(index.pods_under_all(namespace, &[Term::Owner(me.to_owned())]));
     }
     let labels = &le.spec.labels;
-    let owners = std::iter::once(Term::Unowned).chain(
-        index
-            .owners_beside(namespace, &labels.key)
-            .into_iter()
-            .map(Term::Owner),
-    );
-    for owner in owners {
-        for value in [&labels.leader, &labels.follower] {
+    let owners = index.owners_beside(namespace, &labels.key);
+    for value in [&labels.leader, &labels.follower] {
+        let unowned = Term::UnownedLabel(labels.key.clone(), value.clone());
+        names.extend(index.pods_under_all(namespace, &[unowned]));
+        for owner in &owners {
             let carrying = Term::Label(labels.key.clone(), value.clone());
-            names.extend(index.pods_under_all(namespace, &[owner.clone(), carrying]));
+            names.extend(index.pods_under_all(namespace, &[Term::Owner(owner.clone()), carrying]));
         }
     }
     names.extend(ctx.written_pods_in(namespace));
