@@ -439,6 +439,8 @@ pub async fn run(
             let indexes = indexes.clone();
             let stream = watcher(api, watcher::Config::default())
                 .default_backoff()
+                // Every status write adds to them; nothing reads them.
+                .modify(|le| le.metadata.managed_fields = None)
                 .inspect_ok({
                     let scope = scope.clone();
                     move |event| indexes.election_event(scope.as_deref(), event)
