@@ -20,6 +20,10 @@ use crate::election::invariants::{Disagreement, Snapshot, disagreements};
 
 /// Time between two checks.
 const CHECK_INTERVAL: Duration = Duration::from_secs(2);
+/// The most elections one check looks at: with more, each check takes the next ones in
+/// name order, so the checker's cost stays flat (every election is still looked at every
+/// `ceil(N / CHECK_BATCH) * CHECK_INTERVAL`: 20 s at 10,000 elections).
+const CHECK_BATCH: usize = 1000;
 
 /// How many checks in a row each current disagreement has been seen at.
 type Sightings = BTreeMap<(ElectionKey, Disagreement), u32>;
@@ -27,6 +31,7 @@ type Sightings = BTreeMap<(ElectionKey, Disagreement), u32>;
 /// Runs the checker until the controller stops.
 pub async fn run(ctx: Arc<Context>) {
     let mut sightings = Sightings::new();
+    let mut after: Option<ElectionKey> = None;
     let mut tick = tokio::time::interval(CHECK_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -35,25 +40,62 @@ pub async fn run(ctx: Arc<Context>) {
         if !*ctx.caches_ready.borrow() || !*ctx.may_write.borrow() {
             continue;
         }
-        let found = check_all(&ctx);
-        for (election, kind, le) in record(&mut sightings, &found) {
+        let batch = next_batch(&ctx, &mut after);
+        let checked: BTreeSet<ElectionKey> = batch.iter().map(|(key, _)| key.clone()).collect();
+        let found = check(&ctx, batch);
+        for (election, kind, le) in record(&mut sightings, &checked, &found) {
             report(&ctx, &election, kind, &le).await;
         }
     }
 }
 
-/// The disagreements of every election that acts (not deleting, valid, not in conflict).
-fn check_all(ctx: &Context) -> Vec<(ElectionKey, Disagreement, Arc<LeaderElection>)> {
+/// The next [`CHECK_BATCH`] elections in name order after `after` (from the start once past
+/// the last), with their keys; moves `after` to the last one taken.
+fn next_batch(
+    ctx: &Context,
+    after: &mut Option<ElectionKey>,
+) -> Vec<(ElectionKey, Arc<LeaderElection>)> {
+    let mut all: Vec<(ElectionKey, Arc<LeaderElection>)> = ctx
+        .elections
+        .state()
+        .into_iter()
+        .filter_map(|le| Some((election_key(&le).ok()?, le)))
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    let batch = take_after(&all, after.as_ref(), CHECK_BATCH);
+    *after = batch.last().map(|(key, _)| key.clone());
+    batch
+}
+
+/// Up to `n` items of the sorted `all` following `after`, wrapping around to the start.
+fn take_after<T: Clone>(
+    all: &[(ElectionKey, T)],
+    after: Option<&ElectionKey>,
+    n: usize,
+) -> Vec<(ElectionKey, T)> {
+    let start = after.map_or(0, |after| all.partition_point(|(key, _)| key <= after));
+    let start = if start >= all.len() { 0 } else { start };
+    all.iter()
+        .cycle()
+        .skip(start)
+        .take(n.min(all.len()))
+        .cloned()
+        .collect()
+}
+
+/// The disagreements of the elections of `batch` that act (not deleting, valid, not in
+/// conflict).
+fn check(
+    ctx: &Context,
+    batch: Vec<(ElectionKey, Arc<LeaderElection>)>,
+) -> Vec<(ElectionKey, Disagreement, Arc<LeaderElection>)> {
     let mut found = Vec::new();
-    for le in ctx.elections.state() {
+    for (key, le) in batch {
         let acting = le.metadata.deletion_timestamp.is_none()
             && !matches!(
                 le.status.as_ref().and_then(|s| s.phase),
                 Some(Phase::Conflict | Phase::Invalid)
             );
-        let Ok(key) = election_key(&le) else {
-            continue;
-        };
         let Ok(config) = ctx.validated.of(&key, &le) else {
             continue;
         };
@@ -79,15 +121,17 @@ fn check_all(ctx: &Context) -> Vec<(ElectionKey, Disagreement, Arc<LeaderElectio
     found
 }
 
-/// Updates `sightings` with this check's `found` and returns the disagreements seen for the
-/// second time in a row (each is reported once; it must clear before it is reported again).
+/// Updates `sightings` with this check's `found` among the `checked` elections and returns the
+/// disagreements seen at two checks of their election in a row (each is reported once; it
+/// must clear before it is reported again). Elections this check did not look at keep theirs.
 fn record<T: Clone>(
     sightings: &mut Sightings,
+    checked: &BTreeSet<ElectionKey>,
     found: &[(ElectionKey, Disagreement, T)],
 ) -> Vec<(ElectionKey, Disagreement, T)> {
     let current: BTreeSet<(ElectionKey, Disagreement)> =
         found.iter().map(|(e, k, _)| (e.clone(), *k)).collect();
-    sightings.retain(|seen, _| current.contains(seen));
+    sightings.retain(|seen, _| !checked.contains(&seen.0) || current.contains(seen));
     let mut outlived = Vec::new();
     for (election, kind, item) in found {
         let count = sightings.entry((election.clone(), *kind)).or_insert(0);
@@ -131,20 +175,65 @@ mod tests {
         }
     }
 
+    fn only(name: &str) -> BTreeSet<ElectionKey> {
+        BTreeSet::from([key(name)])
+    }
+
     #[test]
     fn a_disagreement_is_reported_at_its_second_sighting_once() {
         let mut sightings = Sightings::new();
+        let a = only("a");
         let stale = [(key("a"), Disagreement::StaleStatus, ())];
-        assert!(record(&mut sightings, &stale).is_empty(), "first sighting");
-        assert_eq!(record(&mut sightings, &stale).len(), 1, "outlived a check");
-        assert!(record(&mut sightings, &stale).is_empty(), "reported once");
-        assert!(record::<()>(&mut sightings, &[]).is_empty(), "cleared");
-        assert!(record(&mut sightings, &stale).is_empty());
+        assert!(
+            record(&mut sightings, &a, &stale).is_empty(),
+            "first sighting"
+        );
         assert_eq!(
-            record(&mut sightings, &stale).len(),
+            record(&mut sightings, &a, &stale).len(),
+            1,
+            "outlived a check"
+        );
+        assert!(
+            record(&mut sightings, &a, &stale).is_empty(),
+            "reported once"
+        );
+        assert!(record::<()>(&mut sightings, &a, &[]).is_empty(), "cleared");
+        assert!(record(&mut sightings, &a, &stale).is_empty());
+        assert_eq!(
+            record(&mut sightings, &a, &stale).len(),
             1,
             "back: reported again"
         );
+    }
+
+    #[test]
+    fn a_check_that_skips_an_election_keeps_its_sightings() {
+        let mut sightings = Sightings::new();
+        let stale = [(key("a"), Disagreement::StaleStatus, ())];
+        assert!(record(&mut sightings, &only("a"), &stale).is_empty());
+        // A check of other elections in between: "a" was not looked at.
+        assert!(record::<()>(&mut sightings, &only("b"), &[]).is_empty());
+        assert_eq!(record(&mut sightings, &only("a"), &stale).len(), 1);
+    }
+
+    #[test]
+    fn batches_go_round_in_name_order() {
+        let all: Vec<(ElectionKey, ())> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|n| (key(n), ()))
+            .collect();
+        let names = |batch: Vec<(ElectionKey, ())>| -> Vec<String> {
+            batch.into_iter().map(|(k, _)| k.name).collect()
+        };
+        assert_eq!(names(take_after(&all, None, 2)), ["a", "b"]);
+        assert_eq!(names(take_after(&all, Some(&key("b")), 2)), ["c", "d"]);
+        assert_eq!(names(take_after(&all, Some(&key("d")), 2)), ["e", "a"]);
+        assert_eq!(names(take_after(&all, Some(&key("e")), 2)), ["a", "b"]);
+        assert_eq!(
+            names(take_after(&all, Some(&key("bb")), 9)),
+            ["c", "d", "e", "a", "b"]
+        );
+        assert!(take_after::<()>(&[], None, 2).is_empty());
     }
 
     #[test]
@@ -156,7 +245,7 @@ mod tests {
             } else {
                 Vec::new()
             };
-            assert!(record(&mut sightings, &found).is_empty());
+            assert!(record(&mut sightings, &only("a"), &found).is_empty());
         }
     }
 }
