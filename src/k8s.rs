@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
@@ -108,7 +108,11 @@ pub fn pod_view(pod: &Pod, selected: bool, label_key: &str) -> Option<PodView> {
             .is_some_and(|p| p == "Succeeded" || p == "Failed"),
         created_at,
         pod_ip: status.and_then(|s| s.pod_ip.clone()),
-        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        node: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .or_else(|| annotation(CACHED_NODE_NAME)),
         role: meta.labels.as_ref().and_then(|l| l.get(label_key)).cloned(),
         fencing_token: annotation(FENCING_TOKEN_ANNOTATION),
         leader_since: annotation(LEADER_SINCE_ANNOTATION),
@@ -130,22 +134,37 @@ pub fn labels_of(pod: &Pod) -> &BTreeMap<String, String> {
     pod.metadata.labels.as_ref().unwrap_or(&EMPTY)
 }
 
-/// Drops what the operator never reads from a pod before it is cached (managed fields, most
-/// of the spec), which keeps the memory of 30,000 cached pods small.
+/// Where [`strip_for_cache`] keeps the pod's `spec.nodeName` (the one field of the spec the
+/// operator reads) in the cached copy. Cached copies only: never written to the API server.
+const CACHED_NODE_NAME: &str = "cache.consul-elector.internal/spec.nodeName";
+
+/// Drops what the operator never reads from a pod before it is cached: managed fields, owner
+/// references, the spec (its inline size alone is 1.4 KB a pod; the node name is kept as
+/// [`CACHED_NODE_NAME`]) and the status but for the phase, the pod IP and the Ready condition.
+/// 30,000 cached pods then take a few tens of megabytes.
 pub fn strip_for_cache(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-    if let Some(spec) = pod.spec.as_mut() {
-        let node_name = spec.node_name.take();
-        *spec = Default::default();
-        spec.node_name = node_name;
+    let meta = &mut pod.metadata;
+    meta.managed_fields = None;
+    meta.owner_references = None;
+    meta.generate_name = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    if let Some(node) = pod.spec.take().and_then(|spec| spec.node_name) {
+        meta.annotations
+            .get_or_insert_default()
+            .insert(CACHED_NODE_NAME.to_owned(), node);
     }
     if let Some(status) = pod.status.as_mut() {
-        status.container_statuses = None;
-        status.init_container_statuses = None;
-        status.ephemeral_container_statuses = None;
-    }
-    if let Some(annotations) = pod.metadata.annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+        *status = PodStatus {
+            phase: status.phase.take(),
+            pod_ip: status.pod_ip.take(),
+            conditions: status
+                .conditions
+                .take()
+                .map(|all| all.into_iter().filter(|c| c.type_ == "Ready").collect()),
+            ..PodStatus::default()
+        };
     }
 }
 
@@ -234,12 +253,21 @@ mod tests {
             "metadata": {"name": "p", "uid": "u", "creationTimestamp": "2026-11-21T09:00:00Z",
                          "labels": {"a": "b"}},
             "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
-            "status": {"podIP": "10.0.0.2", "containerStatuses": []},
+            "status": {"podIP": "10.0.0.2", "containerStatuses": [], "phase": "Running",
+                       "hostIP": "192.168.0.1",
+                       "conditions": [
+                           {"type": "Ready", "status": "True",
+                            "lastTransitionTime": "2026-11-21T09:30:00Z"},
+                           {"type": "PodScheduled", "status": "True"}]},
         }))
         .expect("pod");
         let before = pod_view(&pod, true, "elector.dev/role");
+        assert_eq!(before.as_ref().and_then(|v| v.node.as_deref()), Some("n1"));
         strip_for_cache(&mut pod);
         assert_eq!(pod_view(&pod, true, "elector.dev/role"), before);
-        assert!(pod.spec.as_ref().is_some_and(|s| s.containers.is_empty()));
+        assert!(pod.spec.is_none());
+        let status = pod.status.as_ref().expect("status");
+        assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1));
+        assert_eq!(status.host_ip, None);
     }
 }

@@ -120,6 +120,10 @@ pub struct Settings {
     pub consul_cleanup_bound: Duration,
 }
 
+/// A status this process wrote: the object's UID, the status, and the object's
+/// resourceVersion the write produced (once the cache holds that version, it holds the status).
+type RememberedStatus = (String, LeaderElectionStatus, Option<u64>);
+
 /// Everything a reconcile needs; shared by all reconciles.
 pub struct Context {
     /// Kubernetes client.
@@ -163,7 +167,7 @@ pub struct Context {
     /// The status this process last wrote per election (by object UID). The operator is the
     /// only writer of the status, so this is never older than the cache, which can lag behind
     /// the operator's own writes.
-    statuses: Mutex<HashMap<ElectionKey, (String, LeaderElectionStatus)>>,
+    statuses: Mutex<HashMap<ElectionKey, RememberedStatus>>,
     /// Status writes that failed in a row per election, with the last error's category.
     status_failures: Mutex<HashMap<ElectionKey, (u32, &'static str)>>,
     /// The operator-wide event rate limit (see [`EVENT_RATE`]).
@@ -242,7 +246,7 @@ impl Context {
     pub fn current_status(&self, le: &LeaderElection) -> LeaderElectionStatus {
         let remembered = election_key(le).ok().and_then(|key| {
             let map = self.statuses.lock().ok()?;
-            let (uid, status) = map.get(&key)?;
+            let (uid, status, _) = map.get(&key)?;
             (le.metadata.uid.as_ref() == Some(uid)).then(|| status.clone())
         });
         remembered.unwrap_or_else(|| le.status.clone().unwrap_or_default())
@@ -316,13 +320,44 @@ impl Context {
         });
     }
 
-    fn remember_status(&self, le: &LeaderElection, status: Option<LeaderElectionStatus>) {
+    /// Forgets the statuses the cache has caught up with (it then holds the same) or no longer
+    /// has an election for: at 10,000 elections they would otherwise keep a second copy of
+    /// every status.
+    fn prune_statuses(&self) {
+        let Ok(mut map) = self.statuses.lock() else {
+            return;
+        };
+        map.retain(|key, (uid, _, written)| {
+            let reference = ObjectRef::new(&key.name).within(&key.namespace);
+            self.elections.get(&reference).is_some_and(|cached| {
+                let cached_version = cached
+                    .metadata
+                    .resource_version
+                    .as_deref()
+                    .and_then(|v| v.parse::<u64>().ok());
+                // Kept until the cache shows the written version (or a later one).
+                cached.metadata.uid.as_ref() == Some(uid)
+                    && (written.is_none() || cached_version < *written)
+            })
+        });
+    }
+
+    /// Records `status` as written by this process, in the object's `version` (the
+    /// resourceVersion the write returned); `None` forgets the election.
+    fn remember_status(
+        &self,
+        le: &LeaderElection,
+        status: Option<(LeaderElectionStatus, Option<&str>)>,
+    ) {
         let (Ok(key), Some(uid)) = (election_key(le), le.metadata.uid.clone()) else {
             return;
         };
         if let Ok(mut map) = self.statuses.lock() {
             match status {
-                Some(status) => map.insert(key, (uid, status)),
+                Some((status, version)) => {
+                    let version = version.and_then(|v| v.parse::<u64>().ok());
+                    map.insert(key, (uid, status, version))
+                }
                 None => map.remove(&key),
             };
         }
@@ -554,6 +589,7 @@ pub async fn run(
                 tick.tick().await;
                 report_gauges(&ctx);
                 ctx.prune_written_pods();
+                ctx.prune_statuses();
                 ctx.validated.retain(|key| {
                     let reference = ObjectRef::new(&key.name).within(&key.namespace);
                     ctx.elections.get(&reference).is_some()

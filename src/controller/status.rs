@@ -362,12 +362,13 @@ async fn patch_if_changed(
         .map_err(Error::kube("patch status"));
     let key = super::election_key(le)?;
     match written {
-        Ok(_) => {
+        Ok(written) => {
             // A record keeps the count: the whole status written next reports it.
             if write == Write::Whole {
                 ctx.status_written(&key, Ok(()));
             }
-            ctx.remember_status(le, Some(new));
+            let version = written.metadata.resource_version.as_deref();
+            ctx.remember_status(le, Some((new, version)));
             Ok(())
         }
         Err(error) => {
