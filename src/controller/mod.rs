@@ -520,6 +520,7 @@ pub async fn run(
         },
     );
     let (caches_tx, caches_ready) = watch::channel(false);
+    let (elections_tx, mut elections_ready) = watch::channel(false);
     let ctx = Arc::new(Context {
         client,
         consul,
@@ -551,6 +552,7 @@ pub async fn run(
             let elections = async {
                 let ready = election_store.wait_until_ready().await.is_ok();
                 health.set_ready("leaderelections-cache", ready);
+                elections_tx.send_replace(ready);
                 ready
             };
             let pods = async {
@@ -561,7 +563,8 @@ pub async fn run(
             if future::join(elections, pods).await == (true, true) {
                 caches_tx.send_replace(true);
             }
-            // Keep the sender: reconciles wait on it until the controller stops.
+            // Keep the senders: reconciles wait on them until the controller stops.
+            let _keep = elections_tx;
             future::pending::<()>().await;
         }
     };
@@ -603,11 +606,19 @@ pub async fn run(
         let mut lease_held = lease_held.clone();
         async move {
             let mut caches = ctx.caches_ready.clone();
+            // The sessions are adopted as soon as the elections are known (adoption reads
+            // the pod's UID from the status, and writes nothing in Kubernetes): with 30,000
+            // pods, waiting for the pod cache too would leave every session unrenewed for
+            // the seconds that list takes.
             if lease_held.wait_for(|held| *held).await.is_ok()
-                && caches.wait_for(|ready| *ready).await.is_ok()
+                && elections_ready.wait_for(|ready| *ready).await.is_ok()
             {
                 takeover::warn_short_ttls(&ctx);
                 takeover::adopt_all(&ctx).await;
+            }
+            if lease_held.wait_for(|held| *held).await.is_ok()
+                && caches.wait_for(|ready| *ready).await.is_ok()
+            {
                 if let Ok(mut started) = ctx.started_at.lock() {
                     *started = Timestamp::now();
                 }
