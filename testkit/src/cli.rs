@@ -44,3 +44,21 @@ pub fn stop_requested() -> io::Result<impl Future<Output = ()>> {
         }
     })
 }
+
+/// What every testkit binary does first: logs to stderr (`RUST_LOG`, by default warnings
+/// but none of kube's client, which logs every failed request such as the cluster's
+/// readiness probes during its start: the binaries report their own failures), and a
+/// multi-threaded tokio runtime. `program` prefixes the message when the runtime cannot start.
+pub fn start(program: &str) -> Result<tokio::runtime::Runtime, ExitCode> {
+    tracing_subscriber::fmt()
+        .with_writer(io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
+        )
+        .init();
+    tokio::runtime::Runtime::new().map_err(|error| {
+        eprintln!("{program}: cannot start the async runtime: {error}");
+        ExitCode::FAILURE
+    })
+}

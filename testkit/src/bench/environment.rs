@@ -6,14 +6,14 @@ use std::collections::BTreeMap;
 use kube::Client;
 
 use super::proc_stats;
-use crate::cluster::{ClusterOptions, TestCluster};
-use crate::consul::{ClockMode, Emulator, EmulatorConfig};
+use crate::cluster::TestCluster;
+use crate::consul::Emulator;
 use crate::sandbox::SandboxError;
 use crate::sandbox::objects;
 use crate::sandbox::operator_process::{
     OperatorBinary, OperatorConfig, OperatorProcess, own_profile,
 };
-use crate::sandbox::setup::{LogDir, blocking};
+use crate::sandbox::setup::{LogDir, blocking, start_cluster_and_consul};
 
 /// Prefix of the per-run log directories under the system's temporary directory.
 const LOG_DIR_PREFIX: &str = "consul-elector-bench-";
@@ -51,22 +51,7 @@ impl Environment {
             "bench: starting the test cluster; logs in {}",
             logs.path().display()
         );
-        let options = ClusterOptions {
-            log_dir: Some(logs.path().to_path_buf()),
-            ..ClusterOptions::default()
-        };
-        let cluster = blocking("starting the cluster", move || {
-            TestCluster::start(options).map_err(SandboxError::from)
-        })
-        .await?;
-        let client = Client::try_from(cluster.kube_config())
-            .map_err(objects::api_error("building a client for the test cluster"))?;
-        let emulator = Emulator::start(EmulatorConfig {
-            clock: ClockMode::Tokio,
-            ..EmulatorConfig::default()
-        })
-        .await
-        .map_err(SandboxError::io("starting the Consul emulator"))?;
+        let (cluster, client, emulator) = start_cluster_and_consul(&logs).await?;
         objects::install_crd(&client, &binary.crd_yaml()?).await?;
         Ok(Self {
             client,

@@ -12,21 +12,9 @@ fn main() -> ExitCode {
         Ok(options) => options,
         Err(exit) => return exit,
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // kube's client logs every failed request, such as the cluster's readiness
-                // probes during its start; the bench reports its own failures.
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
-        )
-        .init();
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match cli::start("bench") {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("bench: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+        Err(exit) => return exit,
     };
     let outcome = runtime.block_on(async {
         let stop = cli::stop_requested().map_err(|error| format!("signal handlers: {error}"))?;

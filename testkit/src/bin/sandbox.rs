@@ -62,21 +62,9 @@ fn main() -> ExitCode {
         Ok(options) => options,
         Err(exit) => return exit,
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // kube's client logs every failed request, such as the cluster's readiness
-                // probes during its start; the sandbox reports its own failures.
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
-        )
-        .init();
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match cli::start("sandbox") {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("sandbox: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+        Err(exit) => return exit,
     };
     let outcome = runtime.block_on(sandbox::run(options, stop_requested()));
     // A build interrupted by Ctrl-C may still run on the blocking pool; do not wait for it.

@@ -80,6 +80,30 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|error| SandboxError::Setup(format!("{what} failed: {error}")))?
 }
 
+/// Starts the test cluster (logging into `logs`), an admin client of it, and the Consul
+/// emulator on the real clock: what the sandbox and the benchmark driver run against.
+pub(crate) async fn start_cluster_and_consul(
+    logs: &LogDir,
+) -> Result<(TestCluster, Client, Emulator), SandboxError> {
+    let options = ClusterOptions {
+        log_dir: Some(logs.path().to_path_buf()),
+        ..ClusterOptions::default()
+    };
+    let cluster = blocking("starting the cluster", move || {
+        TestCluster::start(options).map_err(SandboxError::from)
+    })
+    .await?;
+    let client = Client::try_from(cluster.kube_config())
+        .map_err(objects::api_error("building a client for the test cluster"))?;
+    let emulator = Emulator::start(EmulatorConfig {
+        clock: ClockMode::Tokio,
+        ..EmulatorConfig::default()
+    })
+    .await
+    .map_err(SandboxError::io("starting the Consul emulator"))?;
+    Ok((cluster, client, emulator))
+}
+
 /// The running sandbox. Fields drop in order: watches first, the cluster last.
 pub(crate) struct Sandbox {
     /// How to print.
@@ -119,23 +143,8 @@ impl Sandbox {
             "starting the Kubernetes test cluster (the first run on a machine builds \
              kube-apiserver from Debian's sources: several minutes)",
         );
-        let options = ClusterOptions {
-            log_dir: Some(logs.path().to_path_buf()),
-            ..ClusterOptions::default()
-        };
-        let cluster = blocking("starting the cluster", move || {
-            TestCluster::start(options).map_err(SandboxError::from)
-        })
-        .await?;
+        let (cluster, client, emulator) = start_cluster_and_consul(&logs).await?;
         let start = Instant::now();
-        let client = Client::try_from(cluster.kube_config())
-            .map_err(objects::api_error("building a client for the test cluster"))?;
-        let emulator = Emulator::start(EmulatorConfig {
-            clock: ClockMode::Tokio,
-            ..EmulatorConfig::default()
-        })
-        .await
-        .map_err(SandboxError::io("starting the Consul emulator"))?;
         step(&format!("Consul emulator at {}", emulator.url()));
 
         objects::install_crd(&client, &binary.crd_yaml()?).await?;
