@@ -228,7 +228,12 @@ async fn write_status(
         .map(drop)
 }
 
-/// Sets the Ready condition of pod `namespace/name`, keeping its addresses.
+/// Conflicting status writes tolerated in a row: the operator patches the same pod's labels
+/// at the same time (the write carries the pod's resourceVersion, as a kubelet's does).
+const STATUS_CONFLICTS: u32 = 5;
+
+/// Sets the Ready condition of pod `namespace/name`, keeping its addresses: reads the pod and
+/// writes its status, again after a conflict with a concurrent write.
 pub(crate) async fn set_ready(
     client: &Client,
     namespace: &str,
@@ -236,23 +241,34 @@ pub(crate) async fn set_ready(
     ready: bool,
 ) -> Result<(), SandboxError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let pod = api
-        .get(name)
-        .await
-        .map_err(api_error(format!("reading pod {namespace}/{name}")))?;
-    let reported = |field: fn(&k8s_openapi::api::core::v1::PodStatus) -> Option<&String>| {
-        pod.status
-            .as_ref()
-            .and_then(field)
-            .cloned()
-            .unwrap_or_default()
-    };
-    let target = status::Target {
-        host_ip: reported(|s| s.host_ip.as_ref()),
-        pod_ip: reported(|s| s.pod_ip.as_ref()),
-        ready,
-    };
-    write_status(&api, &pod, &target).await
+    let mut conflicts = 0;
+    loop {
+        let pod = api
+            .get(name)
+            .await
+            .map_err(api_error(format!("reading pod {namespace}/{name}")))?;
+        let reported = |field: fn(&k8s_openapi::api::core::v1::PodStatus) -> Option<&String>| {
+            pod.status
+                .as_ref()
+                .and_then(field)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let target = status::Target {
+            host_ip: reported(|s| s.host_ip.as_ref()),
+            pod_ip: reported(|s| s.pod_ip.as_ref()),
+            ready,
+        };
+        match write_status(&api, &pod, &target).await {
+            Err(SandboxError::Kube {
+                source: kube::Error::Api(status),
+                ..
+            }) if status.is_conflict() && conflicts < STATUS_CONFLICTS => {
+                conflicts += 1;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Deletes pod `namespace/name` at once (grace 0), as a kubelet's final step or a crash of
