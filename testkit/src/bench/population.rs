@@ -230,7 +230,10 @@ async fn write_status(
 
 /// Conflicting status writes tolerated in a row: the operator patches the same pod's labels
 /// at the same time (the write carries the pod's resourceVersion, as a kubelet's does).
-const STATUS_CONFLICTS: u32 = 5;
+const STATUS_CONFLICTS: u32 = 10;
+/// Pause after a conflict, times the conflicts so far: lets the operator's burst of patches
+/// of that pod (a demotion is several) pass before reading it again.
+const CONFLICT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Sets the Ready condition of pod `namespace/name`, keeping its addresses: reads the pod and
 /// writes its status, again after a conflict with a concurrent write.
@@ -265,6 +268,7 @@ pub(crate) async fn set_ready(
                 ..
             }) if status.is_conflict() && conflicts < STATUS_CONFLICTS => {
                 conflicts += 1;
+                tokio::time::sleep(CONFLICT_BACKOFF * conflicts).await;
             }
             other => return other,
         }
