@@ -45,7 +45,10 @@ struct Candidate {
 /// `LeaseTimingSafe` condition).
 pub fn warn_short_ttls(ctx: &Context) {
     for le in ctx.elections.state() {
-        let Ok(config) = crate::crd::validate(&le) else {
+        let Ok(key) = super::election_key(&le) else {
+            continue;
+        };
+        let Ok(config) = ctx.validated.of(&key, &le) else {
             continue;
         };
         if config.mode != Mode::Managed {
@@ -106,7 +109,10 @@ async fn accesses(ctx: &Context) -> Vec<(ConsulClient, HashSet<ElectionKey>)> {
     type Access = (ConsulAddress, Option<String>, Option<ConsulToken>);
     let mut groups: HashMap<Access, (ConsulClient, HashSet<ElectionKey>)> = HashMap::new();
     for le in ctx.elections.state() {
-        let (Ok(config), Ok(key)) = (crate::crd::validate(&le), super::election_key(&le)) else {
+        let Ok(key) = super::election_key(&le) else {
+            continue;
+        };
+        let Ok(config) = ctx.validated.of(&key, &le) else {
             continue;
         };
         if config.mode != Mode::Managed {
@@ -175,7 +181,7 @@ async fn adopt_one(ctx: &Context, candidate: Candidate) -> bool {
     let Some(le) = ctx.elections.get(&reference) else {
         return false;
     };
-    let Ok(config) = crate::crd::validate(&le) else {
+    let Ok(config) = ctx.validated.of(&key, &le) else {
         return false;
     };
     if config.mode != Mode::Managed || ctx.sessions.view(&key).is_some() {
