@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
@@ -14,6 +13,10 @@ use serde_json::{Value, json};
 use crate::crd::{FENCING_TOKEN_ANNOTATION, LEADER_SINCE_ANNOTATION};
 use crate::election::config::LabelConfig;
 use crate::election::observe::PodView;
+
+mod cached_pod;
+
+pub use cached_pod::{Pod, PodSpec, PodStatus};
 
 /// Annotation naming the election that labelled the pod, so that a pod which stops matching
 /// is cleaned by the election that labelled it and by no other.
@@ -68,7 +71,8 @@ pub fn role_patch(uid: &str, labels: &LabelConfig, election: &str, role: PodRole
     })
 }
 
-/// Applies [`role_patch`] and returns the pod as the API server now has it.
+/// Applies [`role_patch`] and returns the pod as the API server now has it, slimmed like a
+/// cached pod ([`Pod::slim`]).
 pub async fn set_role(
     pods: &Api<Pod>,
     name: &str,
@@ -78,8 +82,11 @@ pub async fn set_role(
     role: PodRole,
 ) -> Result<Pod, kube::Error> {
     let patch = role_patch(uid, labels, election, role);
-    pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
+    let mut pod = pods
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    pod.slim();
+    Ok(pod)
 }
 
 /// Whether the pod's labels match the election's selector is decided by the caller; this
@@ -108,11 +115,7 @@ pub fn pod_view(pod: &Pod, selected: bool, label_key: &str) -> Option<PodView> {
             .is_some_and(|p| p == "Succeeded" || p == "Failed"),
         created_at,
         pod_ip: status.and_then(|s| s.pod_ip.clone()),
-        node: pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .or_else(|| annotation(CACHED_NODE_NAME)),
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         role: meta.labels.as_ref().and_then(|l| l.get(label_key)).cloned(),
         fencing_token: annotation(FENCING_TOKEN_ANNOTATION),
         leader_since: annotation(LEADER_SINCE_ANNOTATION),
@@ -132,40 +135,6 @@ pub fn labelled_by(pod: &Pod) -> Option<&str> {
 pub fn labels_of(pod: &Pod) -> &BTreeMap<String, String> {
     static EMPTY: BTreeMap<String, String> = BTreeMap::new();
     pod.metadata.labels.as_ref().unwrap_or(&EMPTY)
-}
-
-/// Where [`strip_for_cache`] keeps the pod's `spec.nodeName` (the one field of the spec the
-/// operator reads) in the cached copy. Cached copies only: never written to the API server.
-const CACHED_NODE_NAME: &str = "cache.consul-elector.internal/spec.nodeName";
-
-/// Drops what the operator never reads from a pod before it is cached: managed fields, owner
-/// references, the spec (its inline size alone is 1.4 KB a pod; the node name is kept as
-/// [`CACHED_NODE_NAME`]) and the status but for the phase, the pod IP and the Ready condition.
-/// 30,000 cached pods then take a few tens of megabytes.
-pub fn strip_for_cache(pod: &mut Pod) {
-    let meta = &mut pod.metadata;
-    meta.managed_fields = None;
-    meta.owner_references = None;
-    meta.generate_name = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
-    if let Some(node) = pod.spec.take().and_then(|spec| spec.node_name) {
-        meta.annotations
-            .get_or_insert_default()
-            .insert(CACHED_NODE_NAME.to_owned(), node);
-    }
-    if let Some(status) = pod.status.as_mut() {
-        *status = PodStatus {
-            phase: status.phase.take(),
-            pod_ip: status.pod_ip.take(),
-            conditions: status
-                .conditions
-                .take()
-                .map(|all| all.into_iter().filter(|c| c.type_ == "Ready").collect()),
-            ..PodStatus::default()
-        };
-    }
 }
 
 #[cfg(test)]
@@ -245,29 +214,5 @@ mod tests {
             v.ready_changed_at,
             Some("2026-11-21T09:30:00Z".parse().expect("ts"))
         );
-    }
-
-    #[test]
-    fn stripping_keeps_what_the_planner_reads() {
-        let mut pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "p", "uid": "u", "creationTimestamp": "2026-11-21T09:00:00Z",
-                         "labels": {"a": "b"}},
-            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
-            "status": {"podIP": "10.0.0.2", "containerStatuses": [], "phase": "Running",
-                       "hostIP": "192.168.0.1",
-                       "conditions": [
-                           {"type": "Ready", "status": "True",
-                            "lastTransitionTime": "2026-11-21T09:30:00Z"},
-                           {"type": "PodScheduled", "status": "True"}]},
-        }))
-        .expect("pod");
-        let before = pod_view(&pod, true, "elector.dev/role");
-        assert_eq!(before.as_ref().and_then(|v| v.node.as_deref()), Some("n1"));
-        strip_for_cache(&mut pod);
-        assert_eq!(pod_view(&pod, true, "elector.dev/role"), before);
-        assert!(pod.spec.is_none());
-        let status = pod.status.as_ref().expect("status");
-        assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1));
-        assert_eq!(status.host_ip, None);
     }
 }

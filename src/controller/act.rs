@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::k8s::Pod;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::Api;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
@@ -259,11 +260,7 @@ impl<'a> Round<'a> {
         )
         .await
         .map_err(Error::kube("patch pod"))?;
-        let patched = {
-            let mut pod = patched;
-            k8s::strip_for_cache(&mut pod);
-            Arc::new(pod)
-        };
+        let patched = Arc::new(patched);
         self.ctx.remember_pod(&patched);
         if matches!(role, PodRole::Follower)
             && self.pods.get(name).is_some_and(|(p, _)| {

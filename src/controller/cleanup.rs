@@ -218,11 +218,7 @@ async fn unlabel(
         )
         .await
         {
-            Ok(patched) => {
-                let mut patched = patched;
-                k8s::strip_for_cache(&mut patched);
-                ctx.remember_pod(&std::sync::Arc::new(patched));
-            }
+            Ok(patched) => ctx.remember_pod(&std::sync::Arc::new(patched)),
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
             Err(error) => return Err(Error::kube("patch pod")(error)),
         }

@@ -19,7 +19,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::Pod;
 use kube::ResourceExt;
 use kube::runtime::watcher;
 

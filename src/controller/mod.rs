@@ -45,10 +45,10 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::k8s::Pod;
 use futures::{StreamExt, TryStreamExt, future};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -63,7 +63,6 @@ use crate::consul::{ConsulClient, TokenBucket, WatchPacing};
 use crate::crd::{FINALIZER, LeaderElection, LeaderElectionStatus, Phase};
 use crate::election::config::ElectionKey;
 use crate::http::Health;
-use crate::k8s;
 use crate::leadership::{Leadership, LeadershipError, LeaseSettings};
 use crate::locks::LockWatcher;
 use crate::metrics::Metrics;
@@ -444,7 +443,7 @@ pub async fn run(
     health.set_ready("pods-cache", false);
 
     let indexes = Arc::new(index::Indexes::default());
-    // Pods: one watcher per watched namespace, stripped before caching, indexed, and merged
+    // Pods: one watcher per watched namespace, slimmed before caching, indexed, and merged
     // into one store (a relist of one namespace must not wipe the others').
     let (pod_store, pod_writer) = reflector::store::<Pod>();
     let pod_streams = scoped_apis::<Pod>(&client, &settings.watch_namespaces)
@@ -453,7 +452,7 @@ pub async fn run(
             let indexes = indexes.clone();
             let stream = watcher(api, watcher::Config::default())
                 .default_backoff()
-                .modify(k8s::strip_for_cache)
+                .modify(Pod::slim)
                 .inspect_ok({
                     let scope = scope.clone();
                     move |event| indexes.pod_event(scope.as_deref(), event)
