@@ -22,6 +22,10 @@ const OPERATOR: &str = "consul-elector";
 /// Overrides the operator's log filter (`RUST_LOG`, default `warn`), for example
 /// `info,consul_elector=debug` to see why a step failed.
 pub(crate) const LOG_FILTER_ENV: &str = "SANDBOX_OPERATOR_LOG";
+/// A command the operator is started under, split on whitespace, for example
+/// `heaptrack -o /tmp/operator` to profile its heap from its first allocation. The process
+/// statistics the benchmark driver reports are then those of the wrapper, not the operator.
+pub(crate) const WRAPPER_ENV: &str = "SANDBOX_OPERATOR_WRAPPER";
 
 /// A built operator executable.
 #[derive(Debug, Clone)]
@@ -253,7 +257,15 @@ fn spawn(
     let metrics_addr = free_loopback_addr()?;
     writeln!(stdout, "==== sandbox: operator start #{start} ====")
         .map_err(SandboxError::io(log()))?;
-    let mut command = Command::new(binary.path());
+    let wrapper = std::env::var(WRAPPER_ENV).unwrap_or_default();
+    let mut command = match wrapper.split_whitespace().collect::<Vec<_>>().split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(binary.path());
+            command
+        }
+        None => Command::new(binary.path()),
+    };
     command.arg("run");
     if !config.namespaces.is_empty() {
         command.args(["--watch-namespaces", &config.namespaces.join(",")]);

@@ -67,7 +67,39 @@ pub(super) async fn launch<'a>(
     Ok(running)
 }
 
-/// Rolls the Deployment and counts the leader transitions.
+/// Returns once the clock is past the second in which the newest pod of `namespace` was
+/// created. `creationTimestamp` has a resolution of one second, and the operator prefers the
+/// newest pod as a successor: a rollout started within the second the Deployment's first pods
+/// were created makes old and new pods tie on "newest" (the name then decides, and may pick an
+/// old pod that the rollout deletes next). A Deployment rolled at least a second after it
+/// came up, as every real one is, has no such tie.
+async fn after_the_creation_second(client: &kube::Client, namespace: &str) -> Result<(), String> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), namespace);
+    let listed = api
+        .list(&kube::api::ListParams::default())
+        .await
+        .map_err(|error| format!("listing the Deployment's pods: {error}"))?;
+    let newest = listed
+        .items
+        .iter()
+        .filter_map(|pod| pod.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        .max();
+    let Some(newest) = newest else {
+        return Ok(());
+    };
+    let next_second = newest.as_second().saturating_add(1);
+    let wait_ms = next_second
+        .saturating_mul(1000)
+        .saturating_sub(k8s_openapi::jiff::Timestamp::now().as_millisecond());
+    if let Ok(wait_ms) = u64::try_from(wait_ms) {
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+    }
+    Ok(())
+}
+
+/// Rolls the Deployment (a second or more after its pods were created) and counts the leader
+/// transitions.
 pub(super) async fn run(running: &Running<'_>, report: &mut ScenarioReport) -> Result<(), String> {
     let (namespace, name) = running.population.elections[0].clone();
     let key = (namespace.clone(), name);
@@ -76,6 +108,7 @@ pub(super) async fn run(running: &Running<'_>, report: &mut ScenarioReport) -> R
         let transitions = state.elections.get(&key).and_then(|e| e.status.transitions);
         (state.label_changes.len(), transitions)
     };
+    after_the_creation_second(&running.env.client, &namespace).await?;
     pods::rolling_update(&running.env.client, &namespace, APP, ROLLOUT_TIMEOUT)
         .await
         .map_err(|error| format!("rolling the Deployment: {error}"))?;
