@@ -10,7 +10,9 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::crd::{FENCING_TOKEN_ANNOTATION, LEADER_SINCE_ANNOTATION};
+use crate::crd::{
+    FENCING_TOKEN_ANNOTATION, HANDOVER_ANNOTATION, LEADER_SINCE_ANNOTATION, PRIORITY_ANNOTATION,
+};
 use crate::election::config::LabelConfig;
 use crate::election::observe::PodView;
 
@@ -66,22 +68,22 @@ pub fn role_patch(uid: &str, labels: &LabelConfig, election: &str, role: PodRole
                 FENCING_TOKEN_ANNOTATION: token,
                 LEADER_SINCE_ANNOTATION: since,
                 ELECTION_ANNOTATION: owner,
+                // A role change ends any planned move the handover announced.
+                HANDOVER_ANNOTATION: Value::Null,
             },
         }
     })
 }
 
-/// Applies [`role_patch`] and returns the pod as the API server now has it, slimmed like a
-/// cached pod ([`Pod::slim`]).
-pub async fn set_role(
+/// Sets (`Some`) or removes (`None`) the pod's `elector.dev/handover` annotation, for the
+/// incarnation `uid` only, and returns the pod as the API server now has it (slimmed).
+pub async fn set_handover(
     pods: &Api<Pod>,
     name: &str,
     uid: &str,
-    labels: &LabelConfig,
-    election: &str,
-    role: PodRole,
+    value: Option<&str>,
 ) -> Result<Pod, kube::Error> {
-    let patch = role_patch(uid, labels, election, role);
+    let patch = json!({"metadata": {"uid": uid, "annotations": {HANDOVER_ANNOTATION: value}}});
     let mut pod = pods
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
@@ -119,6 +121,11 @@ pub fn pod_view(pod: &Pod, selected: bool, label_key: &str) -> Option<PodView> {
         role: meta.labels.as_ref().and_then(|l| l.get(label_key)).cloned(),
         fencing_token: annotation(FENCING_TOKEN_ANNOTATION),
         leader_since: annotation(LEADER_SINCE_ANNOTATION),
+        priority: match annotations.and_then(|a| a.get(PRIORITY_ANNOTATION)) {
+            None => Some(0),
+            Some(text) => text.trim().parse().ok(),
+        },
+        handover: annotation(HANDOVER_ANNOTATION),
     })
 }
 
@@ -170,6 +177,7 @@ mod tests {
                     "elector.dev/fencing-token": "7",
                     "elector.dev/leader-since": "2026-11-21T10:00:00Z",
                     "elector.dev/election": "web",
+                    "elector.dev/handover": null,
                 },
             }})
         );

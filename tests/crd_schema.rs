@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use consul_elector::crd::{
     self, AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionSpec, LeaderElectionStatus,
-    LeaderStatus, Phase, conditions,
+    LeaderStatus, Phase, SwitchoverResult, SwitchoverStatus, conditions,
 };
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -75,6 +75,8 @@ async fn a_minimal_object_comes_back_with_every_default() {
             "labels": {"key": "elector.dev/role", "leader": "leader", "follower": "follower"},
             "candidates": {"requireReady": true},
             "failover": {"delay": "0s"},
+            "switchover": {"drainSeconds": 0},
+            "failback": {"enabled": false, "minInterval": "60s"},
             "onConsulUnavailable": "Fence",
         });
         assert_eq!(created["spec"], expected);
@@ -145,6 +147,8 @@ async fn a_fully_specified_object_round_trips() {
             "labels": {"key": "role", "leader": "primary", "follower": "replica"},
             "candidates": {"requireReady": false},
             "failover": {"delay": "1.5s"},
+            "switchover": {"drainSeconds": 300},
+            "failback": {"enabled": true, "minInterval": "5m"},
             "onConsulUnavailable": "KeepLeader",
         });
         let created = create(&api, "full", spec.clone()).await.expect("accepted");
@@ -189,6 +193,14 @@ fn schema_violations() -> Vec<(&'static str, Value)> {
         (
             "spec.failover.delay",
             spec_with("/failover/delay", json!("-1s")),
+        ),
+        (
+            "spec.switchover.drainSeconds",
+            spec_with("/switchover/drainSeconds", json!(301)),
+        ),
+        (
+            "spec.failback.minInterval",
+            spec_with("/failback/minInterval", json!("1 m")),
         ),
         ("spec.key", spec_with("/key", json!("/elector/web"))),
         ("spec.key", spec_with("/key", json!("elector//web"))),
@@ -303,13 +315,24 @@ async fn the_status_the_operator_writes_is_accepted() {
                     pod: "web-0".into(),
                     eligible: true,
                     reason: None,
+                    priority: 5,
                 },
                 CandidateStatus {
                     pod: "web-1".into(),
                     eligible: false,
                     reason: Some("NotReady".into()),
+                    priority: -1,
                 },
             ],
+            last_switchover: Some(SwitchoverStatus {
+                to: "*".into(),
+                from: Some("web-2".into()),
+                leader: Some("web-0".into()),
+                requested_at: since,
+                completed_at: Some(changed),
+                result: SwitchoverResult::Completed,
+                message: "pod web-0 leads".into(),
+            }),
             observed_generation: Some(1),
             applied: Some(AppliedSpec {
                 label_key: "elector.dev/role".into(),

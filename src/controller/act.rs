@@ -52,6 +52,8 @@ pub struct Round<'a> {
     replan: bool,
     /// The pod (UID) this reconcile labelled leader, with the token and since it wrote.
     labelled_leader: Option<(String, u64, Timestamp)>,
+    /// The election's switchover request, until this reconcile removed it.
+    switchover: Option<String>,
 }
 
 impl<'a> Round<'a> {
@@ -79,6 +81,7 @@ impl<'a> Round<'a> {
             unfinished: false,
             replan: false,
             labelled_leader: None,
+            switchover: super::switchover::request(le).map(str::to_owned),
         };
         if round.lock == LockView::Unknown {
             // Not read yet (new election) or Consul unreachable: the group's first answer if
@@ -135,8 +138,14 @@ impl<'a> Round<'a> {
                 recorded: &self.recorded,
                 lock_delay_until: self.ctx.lock_delay_until(self.key),
                 lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
+                switchover: self.switchover.as_deref(),
                 now: Timestamp::now(),
             });
+            // The next plans of this reconcile continue the same request (its `from` and
+            // `requestedAt`), as the next reconcile will from the status written at its end.
+            self.recorded
+                .last_switchover
+                .clone_from(&decided.status.last_switchover);
             let actions = decided.actions.clone();
             self.last = Some(decided);
             if actions.is_empty() {
@@ -231,11 +240,38 @@ impl<'a> Round<'a> {
                 Ok(())
             }
             Action::Acquire { session, pod } => self.acquire(&session, &pod).await,
+            Action::AnnotateHandover { pod, uid, deadline } => {
+                self.set_handover(&pod, &uid, Some(&deadline.to_string()))
+                    .await
+            }
+            Action::ClearHandover { pod, uid } => self.set_handover(&pod, &uid, None).await,
+            Action::ClearSwitchover { request } => {
+                super::switchover::clear_request(self.ctx, self.key, &request).await?;
+                self.switchover = None;
+                Ok(())
+            }
             Action::Emit(event) => {
                 self.publish(&event).await;
                 Ok(())
             }
         }
+    }
+
+    /// Sets or removes the pod's `elector.dev/handover` annotation.
+    async fn set_handover(
+        &mut self,
+        name: &str,
+        uid: &str,
+        value: Option<&str>,
+    ) -> Result<(), Error> {
+        let patched = k8s::set_handover(&self.pods_api, name, uid, value)
+            .await
+            .map_err(Error::kube("patch pod"))?;
+        let patched = Arc::new(patched);
+        self.ctx.remember_pod(&patched);
+        let selected = self.pods.get(name).is_some_and(|(_, s)| *s);
+        self.pods.insert(name.to_owned(), (patched, selected));
+        Ok(())
     }
 
     fn mark_move(&mut self) {
@@ -531,6 +567,10 @@ pub(super) fn recorded(status: &LeaderElectionStatus) -> Recorded {
         }),
         fencing_token: status.fencing_token,
         transitions: status.transitions,
+        last_switchover: status
+            .last_switchover
+            .as_ref()
+            .map(super::status::switchover_record),
     }
 }
 

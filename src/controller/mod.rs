@@ -37,6 +37,7 @@ mod observe;
 mod scoped_stream;
 mod sharing;
 mod status;
+mod switchover;
 mod takeover;
 mod validated;
 

@@ -154,6 +154,9 @@ pub async fn set_role(
             }
         }
     }
-    pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
+    let mut pod = pods
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    pod.slim();
+    Ok(pod)
 }

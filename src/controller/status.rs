@@ -13,9 +13,10 @@ use crate::Error;
 use crate::crd::conditions::{self, CONFLICT, LEASE_TIMING_SAFE, SPEC_VALID, STATUS_WRITTEN};
 use crate::crd::{
     API_VERSION, AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus,
-    Phase, SpecProblem,
+    Phase, SpecProblem, SwitchoverResult, SwitchoverStatus,
 };
 use crate::election::config::{ElectionConfig, Mode};
+use crate::election::observe::{SwitchoverOutcome, SwitchoverRecord};
 use crate::election::plan::{self, ConditionState, Plan};
 use crate::election::planner::LEADER_ELECTED;
 use crate::leadership::LeaseSettings;
@@ -74,6 +75,40 @@ fn applied(
         .unwrap_or_else(|| super::migrate::applied_of(le, config))
 }
 
+/// `status.lastSwitchover` as the planner reads it.
+pub(super) fn switchover_record(status: &SwitchoverStatus) -> SwitchoverRecord {
+    SwitchoverRecord {
+        to: status.to.clone(),
+        from: status.from.clone(),
+        leader: status.leader.clone(),
+        requested_at: status.requested_at,
+        completed_at: status.completed_at,
+        outcome: match status.result {
+            SwitchoverResult::InProgress => SwitchoverOutcome::InProgress,
+            SwitchoverResult::Completed => SwitchoverOutcome::Completed,
+            SwitchoverResult::Refused => SwitchoverOutcome::Refused,
+        },
+        message: status.message.clone(),
+    }
+}
+
+/// `status.lastSwitchover` as the planner decided it.
+fn switchover_status(record: &SwitchoverRecord) -> SwitchoverStatus {
+    SwitchoverStatus {
+        to: record.to.clone(),
+        from: record.from.clone(),
+        leader: record.leader.clone(),
+        requested_at: record.requested_at,
+        completed_at: record.completed_at,
+        result: match record.outcome {
+            SwitchoverOutcome::InProgress => SwitchoverResult::InProgress,
+            SwitchoverOutcome::Completed => SwitchoverResult::Completed,
+            SwitchoverOutcome::Refused => SwitchoverResult::Refused,
+        },
+        message: record.message.clone(),
+    }
+}
+
 /// The status as this process last wrote it, and the one `plan` decides when the pod with UID
 /// `labelled` carries the leader label.
 fn decided(
@@ -104,8 +139,10 @@ fn decided(
                 pod: c.pod.clone(),
                 eligible: c.eligible,
                 reason: c.reason.map(str::to_owned),
+                priority: c.priority,
             })
             .collect(),
+        last_switchover: state.last_switchover.as_ref().map(switchover_status),
         observed_generation: le.metadata.generation,
         // First written with the first status: until then nothing was done that an edit of
         // the spec would have to undo (see `migrate`).

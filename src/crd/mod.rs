@@ -28,11 +28,14 @@ use kube::CustomResourceExt;
 pub use install::{InstallError, install};
 pub use selector::{selector_matches, selector_string};
 pub use spec::{
-    Behavior, CandidatesSpec, ConsulSpec, FailoverSpec, LabelsSpec, LeaderElection,
+    Behavior, CandidatesSpec, ConsulSpec, FailbackSpec, FailoverSpec, LabelsSpec, LeaderElection,
     LeaderElectionSpec, Mode, PodSelector, SecretKeyRef, SelectorOperator, SelectorRequirement,
-    SessionSpec, UnavailablePolicy,
+    SessionSpec, SwitchoverSpec, UnavailablePolicy,
 };
-pub use status::{AppliedSpec, CandidateStatus, LeaderElectionStatus, LeaderStatus, Phase};
+pub use status::{
+    AppliedSpec, CandidateStatus, LeaderElectionStatus, LeaderStatus, Phase, SwitchoverResult,
+    SwitchoverStatus,
+};
 pub use validate::{SpecProblem, default_key, validate};
 
 /// API group of the resource.
@@ -50,6 +53,18 @@ pub const FINALIZER: &str = "elector.dev/cleanup";
 pub const FENCING_TOKEN_ANNOTATION: &str = "elector.dev/fencing-token";
 /// Pod annotation with the time (RFC 3339) the leader became leader.
 pub const LEADER_SINCE_ANNOTATION: &str = "elector.dev/leader-since";
+/// Annotation on a LeaderElection requesting a switchover: a pod name, or `*` for the best
+/// other eligible pod. The operator removes it once the request is decided.
+pub const SWITCHOVER_ANNOTATION: &str = "elector.dev/switchover-to";
+/// Pod annotation: the pod's priority as a successor, an integer (default 0); a negative
+/// priority means the pod never leads.
+pub const PRIORITY_ANNOTATION: &str = "elector.dev/priority";
+/// Pod annotation the operator puts on a leader before a planned move (with
+/// `spec.switchover.drainSeconds`): the RFC 3339 deadline of the move. The application may
+/// set it to [`HANDOVER_DONE`] to let the move go on before the deadline.
+pub const HANDOVER_ANNOTATION: &str = "elector.dev/handover";
+/// The value of [`HANDOVER_ANNOTATION`] with which an application says it has handed over.
+pub const HANDOVER_DONE: &str = "done";
 /// Secret annotation through which a namespace owner lets elections use the Secret as their
 /// Consul token (`spec.consul.tokenSecretRef`): a comma-separated list of election names of
 /// the Secret's namespace, or `*` for every election there. The operator does not read the

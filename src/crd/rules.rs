@@ -113,6 +113,8 @@ pub const TTL_SECONDS: (u64, u64) = (10, 86_400);
 pub const LOCK_DELAY_MAX_SECONDS: u64 = 60;
 /// Largest `failover.delay`, in seconds.
 pub const FAILOVER_DELAY_MAX_SECONDS: u64 = 86_400;
+/// `switchover.drainSeconds` upper bound.
+pub const SWITCHOVER_DRAIN_MAX_SECONDS: u32 = 300;
 
 /// A CEL validation rule of the CRD with the message users see when it fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -117,6 +117,15 @@ pub struct LeaderElectionSpec {
     #[serde(default)]
     pub failover: FailoverSpec,
 
+    /// Deliberate moves, requested by annotating the election
+    /// `elector.dev/switchover-to: <pod>` (or `"*"` for the best other eligible pod).
+    #[serde(default)]
+    pub switchover: SwitchoverSpec,
+
+    /// Moving leadership back to a pod of higher `elector.dev/priority` once it is eligible.
+    #[serde(default)]
+    pub failback: FailbackSpec,
+
     /// What happens to the leader label when Consul cannot confirm the lock. `Fence`
     /// (default): the label is removed once the lock went a whole TTL unconfirmed, so no pod
     /// believes it leads without the lock. `KeepLeader`: the label stays until Consul answers.
@@ -389,6 +398,51 @@ impl Default for FailoverSpec {
 
 fn default_failover_delay() -> String {
     "0s".to_owned()
+}
+
+/// Deliberate moves (a switchover requested with the `elector.dev/switchover-to` annotation,
+/// or a failback).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchoverSpec {
+    /// Before a planned move unlabels the leader, it is annotated
+    /// `elector.dev/handover=<deadline>` (RFC 3339) and the move waits until that deadline, at
+    /// most this many seconds (0 to 300, default 0: no wait). The application may end the wait
+    /// early by setting the annotation's value to `done`. A leader that becomes ineligible
+    /// meanwhile is replaced at once.
+    #[serde(default)]
+    #[schemars(range(max = SWITCHOVER_DRAIN_MAX_SECONDS))]
+    pub drain_seconds: u32,
+}
+
+/// Failback: moving leadership to a pod of higher `elector.dev/priority` than the leader's.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailbackSpec {
+    /// `true`: once an eligible pod has a higher priority than the leader, leadership moves to
+    /// it as a planned move. `false` (default): the leader keeps leading while it is eligible.
+    #[serde(default)]
+    pub enabled: bool,
+
+    /// The least time between the leader's election and a failback away from it, 0s to 24h
+    /// (default `60s`), so a pod whose readiness flaps does not drag leadership along.
+    #[serde(default = "default_failback_interval")]
+    #[schemars(length(max = DURATION_MAX_LENGTH), pattern(DURATION_PATTERN))]
+    #[x_kube(validation = rules::DURATION_SYNTAX, validation = rules::FAILOVER_DELAY_RANGE)]
+    pub min_interval: String,
+}
+
+impl Default for FailbackSpec {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            min_interval: default_failback_interval(),
+        }
+    }
+}
+
+fn default_failback_interval() -> String {
+    "60s".to_owned()
 }
 
 impl From<Mode> for config::Mode {

@@ -44,6 +44,11 @@ pub struct LeaderElectionStatus {
     #[x_kube(merge_strategy = ListMerge::Map(vec!["pod".into()]))]
     pub candidates: Vec<CandidateStatus>,
 
+    /// The last switchover requested with the `elector.dev/switchover-to` annotation: what was
+    /// asked, when, and how it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_switchover: Option<SwitchoverStatus>,
+
     /// The `metadata.generation` of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -137,9 +142,62 @@ pub struct CandidateStatus {
     /// Whether the pod may lead now.
     pub eligible: bool,
 
-    /// Why the pod may not lead (for example `NotReady`, `Terminating`).
+    /// Why the pod may not lead (for example `NotReady`, `Terminating`, `NeverLeader`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+
+    /// The pod's `elector.dev/priority` (0 when it has none): the eligible pod with the
+    /// highest priority is preferred as a successor; a negative one never leads.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i32,
+}
+
+fn is_zero(priority: &i32) -> bool {
+    *priority == 0
+}
+
+/// A switchover: requested with the annotation `elector.dev/switchover-to`, which the operator
+/// removes once the request is decided.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchoverStatus {
+    /// The pod asked for, or `*` for the best other eligible pod.
+    pub to: String,
+
+    /// The pod that led when the request was first seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+
+    /// The pod that leads once the move completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
+
+    /// When the operator first saw the request.
+    #[schemars(with = "Time")]
+    pub requested_at: Timestamp,
+
+    /// When the request was completed or refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Time>")]
+    pub completed_at: Option<Timestamp>,
+
+    /// `InProgress`, `Completed` or `Refused`.
+    pub result: SwitchoverResult,
+
+    /// Why it was refused, or what was done.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// How a switchover ended.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwitchoverResult {
+    /// The move is under way.
+    InProgress,
+    /// The pod asked for (or the best other one) leads.
+    Completed,
+    /// Nothing moved: the pod is unknown or not eligible, or no other pod is.
+    Refused,
 }
 
 /// What the operator acts with: the spec's labels, Consul key and Consul access as they were

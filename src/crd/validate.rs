@@ -70,10 +70,25 @@ pub fn validate(election: &LeaderElection) -> Result<ElectionConfig, Vec<SpecPro
         |d| d <= Duration::from_secs(rules::FAILOVER_DELAY_MAX_SECONDS),
         &mut problems,
     );
+    let failback_interval = check_duration(
+        "spec.failback.minInterval",
+        &spec.failback.min_interval,
+        rules::FAILOVER_DELAY_RANGE,
+        |d| d <= Duration::from_secs(rules::FAILOVER_DELAY_MAX_SECONDS),
+        &mut problems,
+    );
+    if spec.switchover.drain_seconds > rules::SWITCHOVER_DRAIN_MAX_SECONDS {
+        problems.add(
+            "spec.switchover.drainSeconds",
+            format!("must be at most {}", rules::SWITCHOVER_DRAIN_MAX_SECONDS),
+        );
+    }
     check_labels(spec, &mut problems);
 
-    match (key, ttl, lock_delay, failover_delay) {
-        (Some(key), Some(ttl), Some(lock_delay), Some(failover_delay)) if problems.0.is_empty() => {
+    match (key, ttl, lock_delay, failover_delay, failback_interval) {
+        (Some(key), Some(ttl), Some(lock_delay), Some(failover_delay), Some(failback_interval))
+            if problems.0.is_empty() =>
+        {
             Ok(ElectionConfig {
                 mode: spec.mode.into(),
                 key,
@@ -90,6 +105,8 @@ pub fn validate(election: &LeaderElection) -> Result<ElectionConfig, Vec<SpecPro
                 require_ready: spec.candidates.require_ready,
                 failover_delay,
                 on_consul_unavailable: spec.on_consul_unavailable.into(),
+                drain: Duration::from_secs(u64::from(spec.switchover.drain_seconds)),
+                failback: spec.failback.enabled.then_some(failback_interval),
             })
         }
         _ => Err(problems.0),
@@ -410,6 +427,8 @@ mod tests {
                 require_ready: true,
                 failover_delay: Duration::ZERO,
                 on_consul_unavailable: UnavailablePolicy::Fence,
+                drain: Duration::ZERO,
+                failback: None,
             }
         );
     }

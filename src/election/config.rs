@@ -75,6 +75,10 @@ pub struct ElectionConfig {
     pub failover_delay: Duration,
     /// Leader label policy while Consul does not answer.
     pub on_consul_unavailable: UnavailablePolicy,
+    /// How long a planned move (switchover, failback) waits for the leader to hand over.
+    pub drain: Duration,
+    /// Failback: `Some(least time since the leader's election)` when enabled.
+    pub failback: Option<Duration>,
 }
 
 /// Identifies one `LeaderElection` object.

@@ -1,4 +1,6 @@
-//! Which pods may lead, which may keep leading, and who succeeds (docs/design.md rules 4 and 5).
+//! Which pods may lead, which may keep leading, and who succeeds (docs/design.md rules 4 and 5,
+//! with priorities: the eligible pod of highest `elector.dev/priority` is preferred, and a pod
+//! of negative priority never leads).
 
 use std::time::Duration;
 
@@ -18,6 +20,10 @@ pub enum Ineligible {
     Finished,
     /// Its Ready condition is not True and the spec requires readiness.
     NotReady,
+    /// Its `elector.dev/priority` is negative.
+    NeverLeader,
+    /// Its `elector.dev/priority` is not an integer.
+    InvalidPriority,
 }
 
 impl Ineligible {
@@ -28,6 +34,8 @@ impl Ineligible {
             Self::Terminating => "Terminating",
             Self::Finished => "Finished",
             Self::NotReady => "NotReady",
+            Self::NeverLeader => "NeverLeader",
+            Self::InvalidPriority => "InvalidPriority",
         }
     }
 }
@@ -40,6 +48,10 @@ pub fn eligibility(pod: &PodView, config: &ElectionConfig) -> Result<(), Ineligi
         Err(Ineligible::Terminating)
     } else if pod.finished {
         Err(Ineligible::Finished)
+    } else if pod.priority.is_none() {
+        Err(Ineligible::InvalidPriority)
+    } else if pod.priority.is_some_and(|p| p < 0) {
+        Err(Ineligible::NeverLeader)
     } else if config.require_ready && !pod.ready {
         Err(Ineligible::NotReady)
     } else {
@@ -76,36 +88,28 @@ pub fn tenure(leader: &PodView, config: &ElectionConfig, now: Timestamp) -> Tenu
     }
 }
 
-/// Rule 5: the previous leader if it is eligible again, else the newest eligible pod, ties
-/// broken by name. `exclude` is a pod UID that must not be chosen (the leader being replaced).
+/// Rule 5 with priorities: among the eligible pods of the highest priority, the previous
+/// leader if it is one of them, else the newest, ties broken by name. `exclude` is a pod UID
+/// that must not be chosen (the leader being replaced).
 pub fn successor<'a>(
     pods: &'a [PodView],
     config: &ElectionConfig,
     recorded: &Recorded,
     exclude: Option<&str>,
 ) -> Option<&'a PodView> {
-    let mut eligible = pods
-        .iter()
-        .filter(|p| Some(p.uid.as_str()) != exclude && eligibility(p, config).is_ok());
-    if let Some(previous) = &recorded.leader
-        && let Some(pod) = pods.iter().find(|p| {
-            p.uid == previous.uid
-                && Some(p.uid.as_str()) != exclude
-                && eligibility(p, config).is_ok()
+    let previous = recorded.leader.as_ref().map(|l| l.uid.as_str());
+    pods.iter()
+        .filter(|p| Some(p.uid.as_str()) != exclude && eligibility(p, config).is_ok())
+        .max_by(|a, b| {
+            let rank = |p: &PodView| {
+                (
+                    p.priority.unwrap_or(0),
+                    Some(p.uid.as_str()) == previous,
+                    p.created_at,
+                )
+            };
+            rank(a).cmp(&rank(b)).then_with(|| b.name.cmp(&a.name))
         })
-    {
-        return Some(pod);
-    }
-    let first = eligible.next()?;
-    Some(eligible.fold(first, |best, p| {
-        if (p.created_at, std::cmp::Reverse(&p.name))
-            > (best.created_at, std::cmp::Reverse(&best.name))
-        {
-            p
-        } else {
-            best
-        }
-    }))
 }
 
 /// Time from `since` to `now`, zero when `since` is in the future.

@@ -35,6 +35,10 @@ pub struct PodView {
     pub fencing_token: Option<String>,
     /// Current `elector.dev/leader-since` annotation.
     pub leader_since: Option<String>,
+    /// The `elector.dev/priority` annotation: 0 when absent, `None` when it is not an integer.
+    pub priority: Option<i32>,
+    /// Current `elector.dev/handover` annotation (a planned move's deadline, or `done`).
+    pub handover: Option<String>,
 }
 
 /// The Consul lock (the election's key) as last read.
@@ -118,4 +122,36 @@ pub struct Recorded {
     pub fencing_token: Option<u64>,
     /// Number of leadership changes so far.
     pub transitions: u64,
+    /// The last switchover request and how it went.
+    pub last_switchover: Option<SwitchoverRecord>,
+}
+
+/// A switchover request as the status records it (`status.lastSwitchover`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwitchoverRecord {
+    /// The pod asked for, or `*`.
+    pub to: String,
+    /// The leader when the request was first seen.
+    pub from: Option<String>,
+    /// The leader once the move completed.
+    pub leader: Option<String>,
+    /// When the request was first seen.
+    pub requested_at: Timestamp,
+    /// When it was completed or refused.
+    pub completed_at: Option<Timestamp>,
+    /// Where it stands.
+    pub outcome: SwitchoverOutcome,
+    /// Why it was refused, or what was done.
+    pub message: String,
+}
+
+/// Where a switchover stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwitchoverOutcome {
+    /// The move is under way.
+    InProgress,
+    /// The pod asked for leads.
+    Completed,
+    /// Nothing moved.
+    Refused,
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::observe::LeaderRecord;
+use super::observe::{LeaderRecord, SwitchoverRecord};
 
 /// One step for the I/O layer, in the order of docs/design.md rule 1.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +67,29 @@ pub enum Action {
         /// When this pod became leader.
         since: Timestamp,
     },
+    /// Annotate the leader `elector.dev/handover=<deadline>` before a planned move.
+    AnnotateHandover {
+        /// Pod name.
+        pod: String,
+        /// Pod UID.
+        uid: String,
+        /// Until when the move waits for the pod to hand over.
+        deadline: Timestamp,
+    },
+    /// Remove the `elector.dev/handover` annotation from a pod that keeps leading (the planned
+    /// move was withdrawn).
+    ClearHandover {
+        /// Pod name.
+        pod: String,
+        /// Pod UID.
+        uid: String,
+    },
+    /// Remove the election's `elector.dev/switchover-to` annotation, if it still has this
+    /// value (a newer request is left alone).
+    ClearSwitchover {
+        /// The request decided.
+        request: String,
+    },
     /// Publish an event on the election (and on `pod` when given).
     Emit(ElectionEvent),
 }
@@ -89,6 +112,12 @@ pub enum EventReason {
     /// A deletion (or a move to other Consul settings) stopped waiting for Consul and left
     /// the key or the session there.
     ConsulCleanupSkipped,
+    /// A requested switchover completed.
+    SwitchoverCompleted,
+    /// A requested switchover was refused; nothing moved.
+    SwitchoverRefused,
+    /// Leadership moves back to a pod of higher priority.
+    Failback,
 }
 
 impl EventReason {
@@ -102,12 +131,18 @@ impl EventReason {
             Self::InvalidSpec => "InvalidSpec",
             Self::Conflict => "Conflict",
             Self::ConsulCleanupSkipped => "ConsulCleanupSkipped",
+            Self::SwitchoverCompleted => "SwitchoverCompleted",
+            Self::SwitchoverRefused => "SwitchoverRefused",
+            Self::Failback => "Failback",
         }
     }
 
     /// Whether the event is a Warning (otherwise Normal).
     pub fn is_warning(self) -> bool {
-        !matches!(self, Self::LeaderElected)
+        !matches!(
+            self,
+            Self::LeaderElected | Self::SwitchoverCompleted | Self::Failback
+        )
     }
 }
 
@@ -157,8 +192,10 @@ pub struct CandidateState {
     pub pod: String,
     /// May lead.
     pub eligible: bool,
-    /// Why not (`NotReady`, `Terminating`, `Finished`).
+    /// Why not (`NotReady`, `Terminating`, `Finished`, `NeverLeader`, `InvalidPriority`).
     pub reason: Option<&'static str>,
+    /// Its `elector.dev/priority` (0 when absent or not an integer).
+    pub priority: i32,
 }
 
 /// The status the election should report, computed from the same observation.
@@ -176,6 +213,8 @@ pub struct StatusState {
     pub candidates: Vec<CandidateState>,
     /// `LeaderElected` and `ConsulAvailable`.
     pub conditions: Vec<ConditionState>,
+    /// The last switchover request and how it went.
+    pub last_switchover: Option<SwitchoverRecord>,
 }
 
 /// The planner's decision for one observation.

@@ -17,13 +17,17 @@
 //!    recorded token (the key was deleted and re-created) is released and re-acquired until it
 //!    is, before any pod is labelled with it.
 
+mod moves;
+
 use std::time::Duration;
 
 use jiff::Timestamp;
 
 use super::config::{ElectionConfig, Mode, UnavailablePolicy};
-use super::eligibility::{Tenure, elapsed, eligibility, successor, tenure};
-use super::observe::{LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView};
+use super::eligibility::{Tenure, elapsed, eligibility, tenure};
+use super::observe::{
+    LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverRecord,
+};
 use super::plan::{
     Action, CandidateState, ConditionState, ElectionEvent, EventReason, Phase, Plan, StatusState,
 };
@@ -55,6 +59,9 @@ pub struct Observation<'a> {
     /// runs from here: a leader label whose lock has not been read for a whole TTL goes,
     /// however healthy the session's renewals are (rule 2 across outages and restarts).
     pub lock_confirmed_at: Timestamp,
+    /// The election's pending switchover request (`elector.dev/switchover-to`): a pod name,
+    /// or `*` for the best other eligible pod.
+    pub switchover: Option<&'a str>,
     /// The current time.
     pub now: Timestamp,
 }
@@ -96,6 +103,11 @@ struct Builder<'a> {
     phase: Phase,
     elected_reason: (&'static str, String),
     consul_ok: bool,
+    /// The pod a planned move goes to (a switchover's target), preferred over the rule-5
+    /// successor while it is eligible.
+    preferred: Option<&'a str>,
+    /// `status.lastSwitchover` once this plan has run.
+    switchover: Option<SwitchoverRecord>,
 }
 
 impl<'a> Builder<'a> {
@@ -108,6 +120,8 @@ impl<'a> Builder<'a> {
             phase: Phase::Pending,
             elected_reason: ("NoCandidates", "no selected pod is eligible".into()),
             consul_ok: !matches!(obs.lock, LockView::Unknown),
+            preferred: None,
+            switchover: obs.recorded.last_switchover.clone(),
         }
     }
 
@@ -261,6 +275,12 @@ impl<'a> Builder<'a> {
         match self.holder() {
             Holder::Us(session, token) => self.held(session, token),
             Holder::Foreign { session, value } => {
+                if let Some(request) = self.obs.switchover {
+                    self.refuse(
+                        request,
+                        "the key is held outside the operator; nothing to move".into(),
+                    );
+                }
                 self.demote_others(None);
                 if let Some(s) = self.obs.session {
                     self.drop_session(s);
@@ -273,8 +293,8 @@ impl<'a> Builder<'a> {
                 self.demote_others(None);
                 // The pod about to be elected is labelled leader once it holds the lock:
                 // labelling it follower first would be a write for nothing.
-                let next = successor(self.obs.pods, self.obs.config, self.obs.recorded, None)
-                    .map(|p| p.uid.as_str());
+                self.prefer_requested(None);
+                let next = self.next_leader(None).map(|p| p.uid.as_str());
                 self.settle_followers(next);
                 self.elect();
             }
@@ -416,12 +436,15 @@ impl<'a> Builder<'a> {
             .pod_by_uid(&session.pod_uid)
             .map(|pod| (pod, tenure(pod, self.obs.config, self.obs.now)));
         match holder {
-            Some((pod, Tenure::Keep)) => self.keep(pod, session, token),
+            Some((pod, Tenure::Keep)) => self.keep_or_move(pod, session, token),
             Some((pod, Tenure::KeepFor(remaining))) => {
                 self.requeue_after(remaining);
                 self.keep(pod, session, token);
             }
-            Some((_, Tenure::Replace(_))) | None => self.move_leader(session),
+            Some((_, Tenure::Replace(_))) | None => {
+                self.prefer_requested(None);
+                self.move_leader(session);
+            }
         }
     }
 
@@ -559,8 +582,7 @@ impl<'a> Builder<'a> {
 
     /// Chooses the successor and plans its session and acquisition.
     fn start_successor(&mut self, exclude: Option<&str>, existing: Option<&SessionView>) {
-        let Some(next) = successor(self.obs.pods, self.obs.config, self.obs.recorded, exclude)
-        else {
+        let Some(next) = self.next_leader(exclude) else {
             if let Some(s) = existing {
                 self.actions.push(Action::DestroySession {
                     session: s.id.clone(),
@@ -646,6 +668,12 @@ impl<'a> Builder<'a> {
     /// Observe mode: mirror the holder named in the key's value; never write to Consul.
     fn observe(&mut self) {
         self.phase = Phase::Observing;
+        if let Some(request) = self.obs.switchover {
+            self.refuse(
+                request,
+                "in Observe mode the applications elect; the operator moves nobody".into(),
+            );
+        }
         if let Some(session) = self.obs.session {
             self.hand_over(session);
             return;
@@ -701,6 +729,7 @@ impl<'a> Builder<'a> {
                         pod: p.name.clone(),
                         eligible: e.is_ok(),
                         reason: e.err().map(|r| r.as_str()),
+                        priority: p.priority.unwrap_or(0),
                     }
                 })
                 .collect();
@@ -763,6 +792,7 @@ impl<'a> Builder<'a> {
                 transitions,
                 candidates,
                 conditions,
+                last_switchover: self.switchover,
             },
             requeue_after: self.requeue,
         }

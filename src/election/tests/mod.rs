@@ -6,6 +6,7 @@ mod support;
 
 mod invariants;
 mod observe_mode;
+mod priorities;
 mod properties;
 mod rule1_one_leader;
 mod rule2_lock_held;
@@ -14,3 +15,4 @@ mod rule4_moves;
 mod rule5_stickiness;
 mod rule6_token;
 mod status;
+mod switchover;

@@ -480,6 +480,8 @@ impl Model {
             role: None,
             fencing_token: None,
             leader_since: None,
+            priority: Some(0),
+            handover: None,
         });
     }
 
@@ -837,6 +839,7 @@ impl Model {
             recorded,
             lock_delay_until: self.told_lock_delay,
             lock_confirmed_at: self.lock_confirmed_at(),
+            switchover: None,
             now: self.now,
         };
         let plan = plan(&obs);
@@ -935,6 +938,11 @@ impl Model {
                     }
                     _ => false,
                 }
+            }
+            Action::AnnotateHandover { .. }
+            | Action::ClearHandover { .. }
+            | Action::ClearSwitchover { .. } => {
+                unreachable!("the model neither drains nor requests switchovers: {action:?}")
             }
             Action::Release { session } => self.consul.release(session).is_ok(),
             Action::DestroySession { session } => {

@@ -20,6 +20,7 @@ fn candidates_list_every_selected_pod_sorted_with_reasons() {
         pod: pod.into(),
         eligible,
         reason,
+        priority: 0,
     };
     assert_eq!(
         plan.status.candidates,

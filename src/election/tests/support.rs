@@ -46,6 +46,8 @@ pub fn config() -> ElectionConfig {
         require_ready: true,
         failover_delay: Duration::ZERO,
         on_consul_unavailable: UnavailablePolicy::Fence,
+        drain: Duration::ZERO,
+        failback: None,
     }
 }
 
@@ -70,6 +72,8 @@ pub fn pod(name: &str) -> PodView {
         role: None,
         fencing_token: None,
         leader_since: None,
+        priority: Some(0),
+        handover: None,
     }
 }
 
@@ -85,6 +89,8 @@ pub trait PodExt: Sized {
     fn terminating(self) -> Self;
     /// Phase Succeeded or Failed.
     fn finished(self) -> Self;
+    /// Its `elector.dev/priority` (`None`: not an integer).
+    fn priority(self, priority: Option<i32>) -> Self;
     /// No longer matches the selector.
     fn unselected(self) -> Self;
     /// Another incarnation of the name.
@@ -118,6 +124,10 @@ impl PodExt for PodView {
     }
     fn finished(mut self) -> Self {
         self.finished = true;
+        self
+    }
+    fn priority(mut self, priority: Option<i32>) -> Self {
+        self.priority = priority;
         self
     }
     fn unselected(mut self) -> Self {
@@ -213,6 +223,7 @@ pub fn recorded(
         }),
         fencing_token: Some(token),
         transitions,
+        last_switchover: None,
     }
 }
 
@@ -222,6 +233,7 @@ pub fn record(status: &StatusState) -> Recorded {
         leader: status.leader.clone(),
         fencing_token: status.fencing_token,
         transitions: status.transitions,
+        last_switchover: status.last_switchover.clone(),
     }
 }
 
@@ -236,6 +248,8 @@ pub struct Scene {
     pub lock_delay_until: Option<Timestamp>,
     /// `None`: the key was read at `now`.
     pub lock_confirmed_at: Option<Timestamp>,
+    /// The election's `elector.dev/switchover-to` annotation.
+    pub switchover: Option<String>,
     pub now: Timestamp,
 }
 
@@ -250,6 +264,7 @@ impl Scene {
             recorded: Recorded::default(),
             lock_delay_until: None,
             lock_confirmed_at: None,
+            switchover: None,
             now: t(100),
         }
     }
@@ -291,6 +306,11 @@ impl Scene {
         self.now = now;
         self
     }
+    /// Requests a switchover to `to` (a pod name or `*`).
+    pub fn switchover(mut self, to: &str) -> Self {
+        self.switchover = Some(to.into());
+        self
+    }
     /// The key was last read (or this process started) at `at`.
     pub fn lock_confirmed_at(mut self, at: Timestamp) -> Self {
         self.lock_confirmed_at = Some(at);
@@ -319,6 +339,7 @@ impl Scene {
             recorded: &self.recorded,
             lock_delay_until: self.lock_delay_until,
             lock_confirmed_at: self.lock_confirmed_at.unwrap_or(self.now),
+            switchover: self.switchover.as_deref(),
             now: self.now,
         }
     }
@@ -562,12 +583,14 @@ impl World {
                 p.role = Some("follower".into());
                 p.fencing_token = None;
                 p.leader_since = None;
+                p.handover = None;
             }
             Action::Unlabel { uid, .. } => {
                 let p = self.pod_mut(uid);
                 p.role = None;
                 p.fencing_token = None;
                 p.leader_since = None;
+                p.handover = None;
             }
             Action::LabelLeader {
                 uid,
@@ -589,6 +612,7 @@ impl World {
                 p.role = Some("leader".into());
                 p.fencing_token = Some(fencing_token.to_string());
                 p.leader_since = Some(since.to_string());
+                p.handover = None;
             }
             Action::Release { session } => {
                 if let LockView::Held {
@@ -626,6 +650,15 @@ impl World {
                 }
             }
             Action::ForgetSession => self.scene.session = None,
+            Action::AnnotateHandover { uid, deadline, .. } => {
+                self.pod_mut(uid).handover = Some(deadline.to_string());
+            }
+            Action::ClearHandover { uid, .. } => self.pod_mut(uid).handover = None,
+            Action::ClearSwitchover { request } => {
+                if self.scene.switchover.as_deref() == Some(request.as_str()) {
+                    self.scene.switchover = None;
+                }
+            }
             Action::CreateSession { pod, uid } => {
                 self.created += 1;
                 self.scene.session = Some(SessionView {
