@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::sandbox::objects::{LEADER, ROLE_LABEL, election_resource};
-use crate::sandbox::observer::{ElectionState, SwitchoverState};
+use crate::sandbox::observer::{ElectionState, LastSwitchover, SwitchoverState};
 
 /// The pod label naming the election a bench pod is a candidate of (its selector).
 pub(crate) const ELECTION_LABEL: &str = "app";
@@ -181,15 +181,17 @@ impl State {
     }
 
     /// The decision on the switchover request to `to` of `election` made after change
-    /// `since` of [`Self::switchover_changes`]: the first change that shows it decided (see
-    /// [`SwitchoverState::decided`]) after one that shows the request pending. Requiring the
-    /// pending request first keeps an earlier decision on a request with the same target from
-    /// counting.
+    /// `since` of [`Self::switchover_changes`], when `before` was the election's
+    /// `status.lastSwitchover`: the first change after one that shows the request pending
+    /// that shows it decided (see [`SwitchoverState::decided`]) with a record other than
+    /// `before`. The operator may remove the annotation before it records the outcome: the
+    /// record still shown then is an earlier request's, which may have had the same target.
     pub(crate) fn switchover_decided(
         &self,
         election: &Key,
         since: usize,
         to: &str,
+        before: &LastSwitchover,
     ) -> Option<&SwitchoverChange> {
         let mut changes = self
             .switchover_changes
@@ -197,7 +199,7 @@ impl State {
             .iter()
             .filter(|c| &c.election == election);
         changes.find(|c| c.switchover.requested.as_deref() == Some(to))?;
-        changes.find(|c| c.switchover.decided(to).is_some())
+        changes.find(|c| c.switchover.decided(to).is_some() && c.switchover.last != *before)
     }
 
     fn election(&mut self, key: &Key) -> &mut ElectionEntry {
@@ -301,7 +303,7 @@ impl State {
             self.switchover_changes.push(SwitchoverChange {
                 at,
                 election: key.clone(),
-                switchover: status.switchover.clone(),
+                switchover: (*status.switchover).clone(),
             });
         }
         if changed {
@@ -590,7 +592,7 @@ mod tests {
             session: Some("s".into()),
             token: Some(token),
             transitions: Some(1),
-            switchover: SwitchoverState::default(),
+            switchover: Box::default(),
         })
     }
 
@@ -637,42 +639,48 @@ mod tests {
     }
 
     #[test]
-    fn a_switchover_counts_as_decided_only_after_its_request_was_seen() {
+    fn a_switchover_counts_as_decided_only_after_its_request_with_a_new_record() {
         let mut state = State::default();
         let t = Instant::now();
-        let with = |requested: Option<&str>, to: &str, result: &str| {
+        let record = |from: &str, result: &str| LastSwitchover {
+            to: Some("*".into()),
+            from: Some(from.into()),
+            result: Some(result.into()),
+            ..LastSwitchover::default()
+        };
+        let with = |requested: Option<&str>, last: &LastSwitchover| {
             let mut status = elected("e1-0", 3);
             if let Some(status) = status.as_mut() {
-                status.switchover = SwitchoverState {
+                *status.switchover = SwitchoverState {
                     requested: requested.map(str::to_owned),
-                    to: Some(to.into()),
-                    result: Some(result.into()),
-                    ..SwitchoverState::default()
+                    last: last.clone(),
                 };
             }
             status
         };
+        let earlier = record("e1-1", "Completed");
         state.apply_election(key("e1"), elected("e1-0", 3), t);
-        state.apply_election(key("e1"), with(None, "*", "Completed"), t);
+        state.apply_election(key("e1"), with(None, &earlier), t);
         let since = state.switchover_changes.len();
-        assert!(
-            state.switchover_decided(&key("e1"), since, "*").is_none(),
-            "an earlier request's outcome"
-        );
-        state.apply_election(key("e1"), with(Some("*"), "*", "Completed"), t);
-        state.apply_election(key("e1"), with(Some("*"), "*", "InProgress"), t);
-        assert!(state.switchover_decided(&key("e1"), since, "*").is_none());
-        state.apply_election(key("e2"), with(None, "*", "Completed"), t);
-        assert!(
-            state.switchover_decided(&key("e1"), since, "*").is_none(),
-            "another election"
-        );
-        state.apply_election(key("e1"), with(None, "*", "Completed"), t);
-        let decided = state.switchover_decided(&key("e1"), since, "*");
+        let decided = |state: &State| {
+            state
+                .switchover_decided(&key("e1"), since, "*", &earlier)
+                .map(|c| c.switchover.last.clone())
+        };
+        assert_eq!(decided(&state), None, "an earlier request's outcome");
+        state.apply_election(key("e1"), with(Some("*"), &earlier), t);
+        state.apply_election(key("e1"), with(None, &earlier), t);
         assert_eq!(
-            decided.and_then(|c| c.switchover.result.as_deref()),
-            Some("Completed")
+            decided(&state),
+            None,
+            "the annotation removed before the outcome is recorded"
         );
+        state.apply_election(key("e1"), with(None, &record("e1-0", "InProgress")), t);
+        assert_eq!(decided(&state), None, "still moving");
+        state.apply_election(key("e2"), with(None, &record("e1-0", "Completed")), t);
+        assert_eq!(decided(&state), None, "another election");
+        state.apply_election(key("e1"), with(None, &record("e1-0", "Completed")), t);
+        assert_eq!(decided(&state), Some(record("e1-0", "Completed")));
         assert_eq!(
             state.status_changes.len(),
             2,

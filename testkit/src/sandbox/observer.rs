@@ -70,8 +70,9 @@ pub(crate) struct ElectionState {
     pub(crate) token: Option<u64>,
     /// `status.transitions`.
     pub(crate) transitions: Option<u64>,
-    /// The pending switchover request and the last one decided.
-    pub(crate) switchover: SwitchoverState,
+    /// The pending switchover request and the last one decided (boxed: most elections
+    /// never see one, and watch events carry this state by value).
+    pub(crate) switchover: Box<SwitchoverState>,
 }
 
 /// A switchover as the `LeaderElection` shows it: the request annotation while it is pending,
@@ -80,24 +81,36 @@ pub(crate) struct ElectionState {
 pub(crate) struct SwitchoverState {
     /// The `elector.dev/switchover-to` annotation: a request not decided yet.
     pub(crate) requested: Option<String>,
-    /// `status.lastSwitchover.to`.
+    /// `status.lastSwitchover`.
+    pub(crate) last: LastSwitchover,
+}
+
+/// `status.lastSwitchover`: the operator's record of the latest request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct LastSwitchover {
+    /// `to`: the pod asked for, or `*`.
     pub(crate) to: Option<String>,
-    /// `status.lastSwitchover.from`: the leader when the operator first saw the request.
+    /// `from`: the leader when the operator first saw the request.
     pub(crate) from: Option<String>,
-    /// `status.lastSwitchover.leader`: the leader once completed.
+    /// `leader`: the leader once completed.
     pub(crate) leader: Option<String>,
-    /// `status.lastSwitchover.result`: `InProgress`, `Completed` or `Refused`.
+    /// `requestedAt`: when the operator first saw the request.
+    pub(crate) requested_at: Option<String>,
+    /// `result`: `InProgress`, `Completed` or `Refused`.
     pub(crate) result: Option<String>,
-    /// `status.lastSwitchover.message`.
+    /// `message`.
     pub(crate) message: Option<String>,
 }
 
 impl SwitchoverState {
     /// The last request's result once it is decided and its annotation gone, if it asked for
-    /// `to`.
+    /// `to`. The operator may remove the annotation before it records the outcome, so a
+    /// watcher that made several requests must also see the record change (see
+    /// `bench::tracker::State::switchover_decided`).
     pub(crate) fn decided(&self, to: &str) -> Option<&str> {
-        let result = self.result.as_deref().filter(|r| *r != "InProgress")?;
-        (self.requested.is_none() && self.to.as_deref() == Some(to)).then_some(result)
+        let last = &self.last;
+        let result = last.result.as_deref().filter(|r| *r != "InProgress")?;
+        (self.requested.is_none() && last.to.as_deref() == Some(to)).then_some(result)
     }
 }
 
@@ -114,14 +127,17 @@ impl ElectionState {
             session: leader.get("sessionID").and_then(text),
             token: status.get("fencingToken").and_then(Value::as_u64),
             transitions: status.get("transitions").and_then(Value::as_u64),
-            switchover: SwitchoverState {
+            switchover: Box::new(SwitchoverState {
                 requested: election.annotations().get(SWITCHOVER_ANNOTATION).cloned(),
-                to: last.get("to").and_then(text),
-                from: last.get("from").and_then(text),
-                leader: last.get("leader").and_then(text),
-                result: last.get("result").and_then(text),
-                message: last.get("message").and_then(text),
-            },
+                last: LastSwitchover {
+                    to: last.get("to").and_then(text),
+                    from: last.get("from").and_then(text),
+                    leader: last.get("leader").and_then(text),
+                    requested_at: last.get("requestedAt").and_then(text),
+                    result: last.get("result").and_then(text),
+                    message: last.get("message").and_then(text),
+                },
+            }),
         }
     }
 }
@@ -385,7 +401,7 @@ pub(crate) mod tests {
                 session: None,
                 token: Some(7),
                 transitions: Some(1),
-                switchover: SwitchoverState::default(),
+                switchover: Box::default(),
             }),
         }
     }
@@ -454,15 +470,19 @@ pub(crate) mod tests {
         assert_eq!(state.leader.as_deref(), Some("web-a"));
         assert_eq!(state.session.as_deref(), Some("s-1"));
         assert_eq!((state.token, state.transitions), (Some(12), Some(2)));
-        assert_eq!(state.switchover, SwitchoverState::default());
+        assert_eq!(*state.switchover, SwitchoverState::default());
         election.data["status"] = serde_json::json!({"lastSwitchover": {
             "to": "*", "from": "web-a", "leader": "web-b", "result": "Completed",
             "requestedAt": "2026-11-24T00:00:00Z", "message": "moved",
         }});
         let decided = ElectionState::from_object(&election).switchover;
-        assert_eq!(decided.from.as_deref(), Some("web-a"));
-        assert_eq!(decided.leader.as_deref(), Some("web-b"));
-        assert_eq!(decided.message.as_deref(), Some("moved"));
+        assert_eq!(decided.last.from.as_deref(), Some("web-a"));
+        assert_eq!(decided.last.leader.as_deref(), Some("web-b"));
+        assert_eq!(decided.last.message.as_deref(), Some("moved"));
+        assert_eq!(
+            decided.last.requested_at.as_deref(),
+            Some("2026-11-24T00:00:00Z")
+        );
         assert_eq!(decided.decided("*"), Some("Completed"));
         assert_eq!(decided.decided("web-c"), None, "another request");
         election

@@ -306,7 +306,7 @@ impl Scenario<'_> {
             SETTLE_TIMEOUT,
             |s| {
                 let switchover = &s.election.as_ref()?.switchover;
-                let leader = switchover.leader.as_deref();
+                let leader = switchover.last.leader.as_deref();
                 (switchover.decided(ANY_OTHER_POD) == Some(SWITCHOVER_COMPLETED)
                     && leader == Some(successor.as_str()))
                 .then_some(())

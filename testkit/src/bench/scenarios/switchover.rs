@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 use super::Running;
 use crate::bench::options::Sizes;
 use crate::bench::population;
+use crate::bench::report::Latencies;
 use crate::bench::report::ScenarioReport;
 use crate::bench::tracker::{Key, SwitchoverChange};
 use crate::sandbox::objects::{self, ANY_OTHER_POD, SWITCHOVER_COMPLETED, SWITCHOVER_REFUSED};
+use crate::sandbox::observer::LastSwitchover;
 
 /// Request -> new leader labelled, at most.
 const SWITCHOVER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -52,7 +54,7 @@ pub(super) async fn run(
         &labelled,
         "< 0.1 s",
     );
-    let decided = crate::bench::report::Latencies::of(&decided);
+    let decided = Latencies::of(&decided);
     report.row(
         "switchover requested -> request decided: p50",
         decided.p50,
@@ -108,13 +110,13 @@ async fn switch(
     let (namespace, name) = election;
     let target = to.unwrap_or(ANY_OTHER_POD);
     let old = running.settled_leader(election, SETTLE_TIMEOUT).await?;
-    let since = history_lengths(running);
+    let since = history_lengths(running, election);
     let requested = request(running, election, target).await?;
     let (leader, labelled) = running
-        .leader_labelled(election, &old, to, since.0, SWITCHOVER_TIMEOUT)
+        .leader_labelled(election, &old, to, since.labels, SWITCHOVER_TIMEOUT)
         .await?;
-    let decision = decision(running, election, since.1, target).await?;
-    let outcome = &decision.switchover;
+    let decision = decision(running, election, &since, target).await?;
+    let outcome = &decision.switchover.last;
     let completed = outcome.result.as_deref() == Some(SWITCHOVER_COMPLETED)
         && outcome.leader.as_deref() == Some(leader.as_str());
     if !completed {
@@ -140,9 +142,9 @@ async fn refused(
 ) -> Result<(), String> {
     let (namespace, name) = election;
     let old = running.settled_leader(election, SETTLE_TIMEOUT).await?;
-    let since = history_lengths(running);
+    let since = history_lengths(running, election);
     let requested = request(running, election, NO_SUCH_POD).await?;
-    let decision = decision(running, election, since.1, NO_SUCH_POD).await?;
+    let decision = decision(running, election, &since, NO_SUCH_POD).await?;
     report.row(
         "switchover to an unknown pod -> refused",
         Some(
@@ -155,7 +157,7 @@ async fn refused(
     );
     let (moved, leader) = {
         let state = running.tracker.state();
-        let moved = state.label_changes[since.0..]
+        let moved = state.label_changes[since.labels..]
             .iter()
             .filter(|c| &c.election == election)
             .count();
@@ -171,23 +173,40 @@ async fn refused(
         "",
         Some("0"),
     );
-    let result = decision.switchover.result.as_deref();
+    let result = decision.switchover.last.result.as_deref();
     if result != Some(SWITCHOVER_REFUSED) || moved > 0 || leader.as_deref() != Some(&old) {
         report.fail(format!(
             "{namespace}/{name}: a switchover to {NO_SUCH_POD:?} should be refused with \
              {old} still leading; recorded {:?}, {moved} role label change(s), leader now \
              {leader:?}",
-            decision.switchover
+            decision.switchover.last
         ));
     }
     Ok(())
 }
 
-/// The lengths of the label and switchover histories: what happens after a request is
-/// found after them.
-fn history_lengths(running: &Running<'_>) -> (usize, usize) {
+/// Where the histories stood before a request: what it caused is found after them.
+struct History {
+    /// The length of the label history.
+    labels: usize,
+    /// The length of the switchover history.
+    switchovers: usize,
+    /// The election's `status.lastSwitchover`.
+    record: LastSwitchover,
+}
+
+/// The histories' lengths and the election's switchover record now.
+fn history_lengths(running: &Running<'_>, election: &Key) -> History {
     let state = running.tracker.state();
-    (state.label_changes.len(), state.switchover_changes.len())
+    History {
+        labels: state.label_changes.len(),
+        switchovers: state.switchover_changes.len(),
+        record: state
+            .elections
+            .get(election)
+            .map(|e| e.status.switchover.last.clone())
+            .unwrap_or_default(),
+    }
 }
 
 /// Annotates `election` with a request to `to`; returns when the patch returned.
@@ -199,12 +218,11 @@ async fn request(running: &Running<'_>, election: &Key, to: &str) -> Result<Inst
     Ok(Instant::now())
 }
 
-/// Waits for the decision on the request to `to` of `election` made after switchover
-/// change `since`.
+/// Waits for the decision on the request to `to` of `election` made after `since`.
 async fn decision(
     running: &Running<'_>,
     election: &Key,
-    since: usize,
+    since: &History,
     to: &str,
 ) -> Result<SwitchoverChange, String> {
     let (namespace, name) = election;
@@ -216,7 +234,11 @@ async fn decision(
                  status.lastSwitchover.result Completed or Refused)"
             ),
             DECISION_TIMEOUT,
-            |state| state.switchover_decided(election, since, to).cloned(),
+            |state| {
+                state
+                    .switchover_decided(election, since.switchovers, to, &since.record)
+                    .cloned()
+            },
         )
         .await
 }
