@@ -174,7 +174,7 @@ fn eligible_follower(
         format!(
             "failback is on and {leader} has the lower priority {leader_priority}: leadership \
              moves here once failback.minInterval ({}) has passed since the last move",
-            failback.min_interval
+            failback.min_interval.as_deref().unwrap_or("60s")
         )
     } else {
         format!(
