@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 /// `kubectl elector`: inspect LeaderElections and move their leadership.
 #[derive(Parser, Debug, Clone, PartialEq, Eq)]
-#[command(name = "kubectl-elector", bin_name = "kubectl elector", version, about)]
+#[command(name = "kubectl-elector", bin_name = "kubectl elector", version)]
 pub struct Cli {
     /// The namespace (default: the kubeconfig context's, or the pod's in a cluster).
     #[arg(short, long, global = true)]
