@@ -6,7 +6,9 @@ mod harness;
 
 use std::process::Output;
 
+use consul_elector::crd::PRIORITY_ANNOTATION;
 use harness::{Elected, Harness};
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use testkit::cluster::{TestCluster, with_namespace};
 
@@ -124,6 +126,35 @@ async fn status_why_and_history_describe_the_running_election() {
                 "eligible, priority 0, but {leader} leads (stickiness: a leader keeps \
                  leading while eligible; failback is off)"
             )),
+            "{why}"
+        );
+        // A pod that must never lead is reported as such by status and why.
+        let patch = json!({"metadata": {"annotations": {PRIORITY_ANNOTATION: "-1"}}});
+        h.pods()
+            .patch(&follower, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("annotate the follower");
+        h.wait_status("web", |le| {
+            le.status.as_ref().is_some_and(|s| {
+                s.candidates
+                    .iter()
+                    .any(|c| c.pod == follower && c.reason.as_deref() == Some("NeverLeader"))
+            })
+        })
+        .await;
+        let status = json_of(&succeeded(
+            &plugin(&h, false, &["status", "web", "-o", "json"]).await,
+        ));
+        let never = status["candidates"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["pod"] == follower.as_str()))
+            .cloned()
+            .expect("the follower is a candidate");
+        assert_eq!(never["eligible"], false);
+        assert_eq!(never["priority"], -1);
+        let why = succeeded(&plugin(&h, false, &["why", "web", &follower]).await);
+        assert!(
+            why.contains("not eligible: NeverLeader (its priority -1"),
             "{why}"
         );
         let why = json_of(&succeeded(

@@ -50,11 +50,36 @@ pub struct ElectionStatus {
     /// How often leadership moved.
     pub transitions: u64,
     /// Every selected pod, whether it may lead, and its priority.
-    pub candidates: Vec<CandidateStatus>,
+    pub candidates: Vec<Candidate>,
     /// The last switchover request and its outcome.
     pub last_switchover: Option<SwitchoverStatus>,
     /// The key's holder as Consul sees it.
     pub consul: ConsulHolder,
+}
+
+/// A candidate as the output shows it: like [`CandidateStatus`], with the priority always
+/// present (the status leaves out the default 0).
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// Pod name.
+    pub pod: String,
+    /// Whether it may lead now.
+    pub eligible: bool,
+    /// Why it may not lead.
+    pub reason: Option<String>,
+    /// Its `elector.dev/priority`.
+    pub priority: i32,
+}
+
+impl From<&CandidateStatus> for Candidate {
+    fn from(c: &CandidateStatus) -> Self {
+        Self {
+            pod: c.pod.clone(),
+            eligible: c.eligible,
+            reason: c.reason.clone(),
+            priority: c.priority,
+        }
+    }
 }
 
 impl ElectionStatus {
@@ -70,7 +95,7 @@ impl ElectionStatus {
             fencing_token: status.fencing_token,
             since: status.leader.as_ref().map(|l| l.since),
             transitions: status.transitions,
-            candidates: status.candidates,
+            candidates: status.candidates.iter().map(Candidate::from).collect(),
             last_switchover: status.last_switchover,
             consul,
         }
@@ -268,6 +293,10 @@ mod tests {
         assert_eq!(value["fencingToken"], 42);
         assert_eq!(value["since"], "2024-05-01T09:57:00Z");
         assert_eq!(value["candidates"][2]["reason"], "NotReady");
+        assert_eq!(
+            value["candidates"][0]["priority"], 0,
+            "explicit, even when 0"
+        );
         assert_eq!(value["consul"]["state"], "held");
         assert_eq!(value["consul"]["lockIndex"], 42);
         assert_eq!(value["consul"]["pod"], "web-1");

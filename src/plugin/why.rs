@@ -173,8 +173,8 @@ fn eligible_follower(
     } else if priority > leader_priority {
         format!(
             "failback is on and {leader} has the lower priority {leader_priority}: leadership \
-             moves here once failback.minInterval ({}) has passed since the last move",
-            failback.min_interval.as_deref().unwrap_or("60s")
+             moves here once {leader} has led for failback.minInterval ({})",
+            failback.min_interval
         )
     } else {
         format!(
