@@ -8,6 +8,7 @@ use std::process::Output;
 
 use consul_elector::crd::PRIORITY_ANNOTATION;
 use harness::{Elected, Harness};
+use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use testkit::cluster::{TestCluster, with_namespace};
@@ -68,6 +69,7 @@ async fn status_why_and_history_describe_the_running_election() {
         let leader = elected.pod.clone();
 
         let table = succeeded(&plugin(&h, true, &["status", "web"]).await);
+        eprintln!("{table}");
         assert!(
             table.contains(&format!("Election:         {}/web\n", h.ns)),
             "{table}"
@@ -192,7 +194,7 @@ async fn status_why_and_history_describe_the_running_election() {
 async fn switchover_moves_leadership_to_the_named_pod_and_refuses_an_unknown_one() {
     with_namespace("plugin-switchover", |admin, ns| async move {
         let spec = json!({"selector": {"matchLabels": {"app": "web"}}});
-        let (h, elected) = Harness::web_elected(admin, ns, spec).await;
+        let (mut h, elected) = Harness::web_elected(admin, ns, spec).await;
         let target = a_follower(&h, &elected);
 
         let output = plugin(
@@ -242,6 +244,34 @@ async fn switchover_moves_leadership_to_the_named_pod_and_refuses_an_unknown_one
 
         let why = succeeded(&plugin(&h, false, &["why", "web", &elected.pod]).await);
         assert!(why.contains(&format!("but {target} leads")), "{why}");
+
+        // Any other pod: the operator picks one, never the current leader.
+        let any = json_of(&succeeded(
+            &plugin(&h, false, &["switchover", "web", "-o", "json"]).await,
+        ));
+        assert_eq!(any["to"], "*");
+        assert_eq!(any["result"], "Completed", "{any}");
+        let third = h.wait_elected("web", Some(&target)).await;
+        assert_eq!(any["leader"], third.pod.as_str());
+        let history = succeeded(&plugin(&h, false, &["history", "web"]).await);
+        assert!(history.contains("SwitchoverCompleted"), "{history}");
+        assert!(history.contains("SwitchoverRefused"), "{history}");
+
+        // Without an operator nothing decides: the plugin gives up at its timeout, says how to
+        // cancel, and leaves the request in place.
+        h.stop_operator().await;
+        let waited = plugin(&h, false, &["switchover", "web", "--timeout", "1s"]).await;
+        assert!(!waited.status.success());
+        let stderr = String::from_utf8_lossy(&waited.stderr);
+        assert!(stderr.contains("did not decide the switchover"), "{stderr}");
+        assert!(stderr.contains("elector.dev/switchover-to-"), "{stderr}");
+        let le = h.elections().get("web").await.expect("get election");
+        assert_eq!(
+            le.annotations()
+                .get(consul_elector::crd::SWITCHOVER_ANNOTATION)
+                .map(String::as_str),
+            Some("*")
+        );
         // The safety rule over the whole history: never two pods labelled leader.
         h.finish().await;
     })
