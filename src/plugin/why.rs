@@ -6,7 +6,8 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::crd::{
-    CandidateStatus, LeaderElection, PRIORITY_ANNOTATION, Phase, selector_matches, selector_string,
+    CandidateStatus, LeaderElection, LeaderElectionStatus, PRIORITY_ANNOTATION, Phase,
+    selector_matches, selector_string,
 };
 
 /// The answer of `why`.
@@ -45,12 +46,12 @@ pub fn explain(election: &LeaderElection, pod_name: &str, pod: Option<&Pod>) -> 
         .or_else(|| pod.and_then(annotated_priority));
     let leads = leader.as_deref() == Some(pod_name);
     let explanation = if leads {
-        leading(election, pod_name, candidate)
+        leading(election, &status, pod_name, candidate)
     } else {
         match candidate {
             None => not_a_candidate(election, pod_name, pod),
             Some(c) if !c.eligible => not_eligible(c, pod),
-            Some(c) => eligible_follower(election, c, &status.candidates),
+            Some(c) => eligible_follower(election, &status, c),
         }
     };
     Explanation {
@@ -74,8 +75,12 @@ fn annotated_priority(pod: &Pod) -> Option<i32> {
     }
 }
 
-fn leading(election: &LeaderElection, pod: &str, candidate: Option<&CandidateStatus>) -> String {
-    let status = election.status.clone().unwrap_or_default();
+fn leading(
+    election: &LeaderElection,
+    status: &LeaderElectionStatus,
+    pod: &str,
+    candidate: Option<&CandidateStatus>,
+) -> String {
     let token = status
         .fencing_token
         .map_or_else(String::new, |t| format!(", fencing token {t}"));
@@ -148,10 +153,9 @@ fn not_eligible(candidate: &CandidateStatus, pod: Option<&Pod>) -> String {
 
 fn eligible_follower(
     election: &LeaderElection,
+    status: &LeaderElectionStatus,
     candidate: &CandidateStatus,
-    candidates: &[CandidateStatus],
 ) -> String {
-    let status = election.status.clone().unwrap_or_default();
     let priority = candidate.priority;
     let Some(leader) = status.leader.as_ref().map(|l| l.pod.as_str()) else {
         let why = match status.phase {
@@ -163,7 +167,8 @@ fn eligible_follower(
         };
         return format!("eligible, priority {priority}; no pod leads now ({why}).");
     };
-    let leader_priority = candidates
+    let leader_priority = status
+        .candidates
         .iter()
         .find(|c| c.pod == leader)
         .map_or(0, |c| c.priority);
