@@ -111,6 +111,15 @@ def all_features(watch: list[str]) -> dict:
         "serviceAccount": {"annotations": {"example.com/owner": "platform"}},
         "service": {"annotations": {"example.com/scrape": "true"}},
         "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+        # Rendered only where the PrometheusRule API is served (lint's default capabilities do not).
+        "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
+        "grafanaDashboard": {
+            "enabled": True,
+            "sidecarLabel": "grafana.example.com/dashboard",
+            "sidecarLabelValue": "consul-elector",
+            "labels": {"team": "platform"},
+            "annotations": {"grafana_folder": "Operators"},
+        },
         "networkPolicy": {
             "enabled": True,
             "metricsFrom": [
