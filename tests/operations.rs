@@ -87,6 +87,12 @@ fn registered() -> BTreeMap<String, Family> {
     metrics.disagreement(Disagreement::StaleStatus);
     metrics.set_sessions(1);
     metrics.set_active(true);
+    metrics.consul_observer().observe(
+        "session renew",
+        Err("transport"),
+        Duration::from_millis(2),
+        false,
+    );
     let text = metrics.encode();
 
     let mut families: BTreeMap<String, Family> = BTreeMap::new();
