@@ -1,6 +1,6 @@
 //! A model world for the property tests: the API server's pods, a Consul that keeps
 //! `LockIndex`, sessions, TTLs and lock-delays the way Consul does
-//! (`docs/consul-http-semantics.md`), the operator's session manager (`sessions.rs`:
+//! (`docs/consul.md`), the operator's session manager (`sessions.rs`:
 //! create, destroy, forget, adopt, Alive/Unconfirmed/Lost), a clock, and a controller that
 //! reconciles the way `controller::act::Round` does: read the status once, then observe, plan
 //! and execute the actions one by one (any of which may fail, before or after taking effect)
