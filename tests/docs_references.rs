@@ -187,6 +187,7 @@ fn workspace() -> BTreeMap<String, Package> {
         .expect("a workspace members list")[1]
         .to_owned();
     let quoted = Regex::new(r#""([^"]+)""#).unwrap();
+    let name_field = Regex::new(r#"(?m)^name\s*=\s*"([^"]+)""#).unwrap();
     let mut packages = BTreeMap::new();
     for member in quoted.captures_iter(&members) {
         let dir = root.join(&member[1]);
@@ -195,8 +196,7 @@ fn workspace() -> BTreeMap<String, Package> {
             .split("\n[")
             .find(|s| s.starts_with("[package]") || s.starts_with("package]"))
             .expect("a [package] section");
-        let name = Regex::new(r#"(?m)^name\s*=\s*"([^"]+)""#)
-            .unwrap()
+        let name = name_field
             .captures(package_section)
             .expect("a package name")[1]
             .to_owned();
@@ -205,10 +205,7 @@ fn workspace() -> BTreeMap<String, Package> {
         let mut tests = BTreeSet::new();
         // Explicit targets: the `name` of each [[bin]] / [[test]] section.
         for section in text.split("\n[[").skip(1) {
-            let name = Regex::new(r#"(?m)^name\s*=\s*"([^"]+)""#)
-                .unwrap()
-                .captures(section)
-                .map(|c| c[1].to_owned());
+            let name = name_field.captures(section).map(|c| c[1].to_owned());
             match (section.split(']').next(), name) {
                 (Some("bin"), Some(name)) => {
                     bins.insert(name);
