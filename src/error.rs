@@ -47,7 +47,13 @@ impl Error {
                 _ => "KubeUnavailable",
             },
             Self::Consul(e) => e.category(),
-            Self::Finalizer(_) => "Finalizer",
+            // The step the finalizer helper wraps says what failed; only its own API calls
+            // (adding or removing the finalizer) are the helper's.
+            Self::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(error)
+                | kube::runtime::finalizer::Error::CleanupFailed(error) => error.category(),
+                _ => "Finalizer",
+            },
             Self::CleanupPending { .. } => "ConsulCleanupPending",
             Self::MissingMetadata(_) => "MissingMetadata",
         }
@@ -69,5 +75,27 @@ impl Error {
     /// Wraps a kube error with what was being done.
     pub fn kube(operation: &'static str) -> impl FnOnce(kube::Error) -> Error {
         move |source| Error::Kube { operation, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::finalizer;
+
+    use super::*;
+
+    #[test]
+    fn a_failure_inside_the_finalizer_helper_keeps_its_own_category() {
+        let wrapped = |inner| Error::Finalizer(Box::new(inner));
+        let apply = wrapped(finalizer::Error::ApplyFailed(Error::MissingMetadata(
+            "name",
+        )));
+        assert_eq!(apply.category(), "MissingMetadata");
+        let cleanup = wrapped(finalizer::Error::CleanupFailed(Error::MissingMetadata(
+            "name",
+        )));
+        assert_eq!(cleanup.category(), "MissingMetadata");
+        let own = wrapped(finalizer::Error::UnnamedObject);
+        assert_eq!(own.category(), "Finalizer");
     }
 }

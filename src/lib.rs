@@ -13,6 +13,7 @@ pub mod k8s;
 pub mod leadership;
 pub mod locks;
 pub mod metrics;
+pub mod plugin;
 pub mod sessions;
 
 /// Installs rustls's ring provider as the process-wide default crypto provider.

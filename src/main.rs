@@ -99,6 +99,7 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
         "starting consul-elector"
     );
     let metrics = Metrics::new();
+    consul.observe_requests(metrics.consul_observer());
     let health = Health::new(args.liveness_timeout);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {

@@ -17,6 +17,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::time::Instant;
 
+use crate::consul::RequestObserver;
 use crate::election::invariants::Disagreement;
 
 /// Prefix of every metric name.
@@ -85,6 +86,17 @@ struct KindLabel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ConsulRequestLabels {
+    operation: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OperationLabel {
+    operation: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct PhaseLabel {
     phase: &'static str,
 }
@@ -95,6 +107,11 @@ fn outcome_label(outcome: Result<(), &'static str>) -> &'static str {
         Ok(()) => OK,
         Err(_) => ERROR,
     }
+}
+
+/// A histogram over [`LATENCY_BUCKETS`].
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
 }
 
 /// The operator's metrics. Cheap to clone: every clone records into the same registry.
@@ -117,6 +134,33 @@ struct Inner {
     sessions: Gauge,
     disagreements: Family<KindLabel, Counter>,
     active: Gauge,
+    consul_requests: Family<ConsulRequestLabels, Counter>,
+    consul_request_duration: Family<OperationLabel, Histogram>,
+}
+
+impl RequestObserver for Metrics {
+    fn observe(
+        &self,
+        operation: &'static str,
+        outcome: Result<(), &'static str>,
+        elapsed: Duration,
+        blocking: bool,
+    ) {
+        let outcome = match outcome {
+            Ok(()) => OK,
+            Err(category) => category,
+        };
+        self.inner
+            .consul_requests
+            .get_or_create(&ConsulRequestLabels { operation, outcome })
+            .inc();
+        if !blocking {
+            self.inner
+                .consul_request_duration
+                .get_or_create(&OperationLabel { operation })
+                .observe(elapsed.as_secs_f64());
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -179,7 +223,7 @@ impl Metrics {
              rate limit allows (a burst of 100, then 20 per second)",
             events_suppressed.clone(),
         );
-        let leader_elected = Histogram::new(LATENCY_BUCKETS);
+        let leader_elected = latency_histogram();
         registry.register_with_unit(
             "leader_elected",
             "Time from deciding to move leadership to the successor being labelled leader",
@@ -224,6 +268,23 @@ impl Metrics {
             active.clone(),
         );
 
+        let consul_requests = Family::<ConsulRequestLabels, Counter>::default();
+        registry.register(
+            "consul_requests",
+            "Consul HTTP request attempts (retries count again), by operation (`kv acquire`, \
+             `session renew`, ...) and outcome (`ok` or the error category)",
+            consul_requests.clone(),
+        );
+        let consul_request_duration =
+            Family::<OperationLabel, Histogram>::new_with_constructor(latency_histogram);
+        registry.register_with_unit(
+            "consul_request_duration",
+            "Duration of Consul HTTP request attempts by operation, blocking queries apart \
+             (they last as long as Consul waits for a change)",
+            Unit::Seconds,
+            consul_request_duration.clone(),
+        );
+
         registry.register(
             "disagreements",
             "Disagreements between leader labels, the Consul lock and the status that outlived \
@@ -246,8 +307,16 @@ impl Metrics {
                 sessions,
                 disagreements,
                 active,
+                consul_requests,
+                consul_request_duration,
             }),
         }
+    }
+
+    /// This registry as an observer of Consul requests
+    /// ([`crate::consul::ConsulClient::observe_requests`]).
+    pub fn consul_observer(&self) -> Arc<dyn RequestObserver> {
+        Arc::new(self.clone())
     }
 
     /// The registry in the OpenMetrics text format, ending with `# EOF`.
@@ -429,6 +498,44 @@ mod tests {
         ] {
             assert!(text.contains(family), "{family} missing in\n{text}");
         }
+    }
+
+    #[test]
+    fn consul_requests_are_counted_by_operation_and_outcome_and_timed_unless_blocking() {
+        let metrics = Metrics::new();
+        let observer = metrics.consul_observer();
+        observer.observe("session renew", Ok(()), Duration::from_millis(2), false);
+        observer.observe(
+            "session renew",
+            Err("transport"),
+            Duration::from_secs(1),
+            false,
+        );
+        observer.observe("kv list", Ok(()), Duration::from_secs(300), true);
+        let text = metrics.encode();
+        let value = |series: &str| sample(&text, series);
+        let renew = |outcome: &str| {
+            format!(
+                r#"consul_elector_consul_requests_total{{operation="session renew",outcome="{outcome}"}}"#
+            )
+        };
+        assert_eq!(value(&renew("ok")), Some(1.0), "{text}");
+        assert_eq!(value(&renew("transport")), Some(1.0), "{text}");
+        assert_eq!(
+            value(r#"consul_elector_consul_requests_total{operation="kv list",outcome="ok"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                r#"consul_elector_consul_request_duration_seconds_count{operation="session renew"}"#
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(r#"consul_elector_consul_request_duration_seconds_count{operation="kv list"}"#),
+            None,
+            "a blocking query's wait is not a latency"
+        );
     }
 
     #[test]

@@ -10,8 +10,10 @@
 //!   file, each Service selecting the role label uses the election's label and values and
 //!   names a port the pods have, every image has a pinned tag, every ConfigMap a pod mounts is
 //!   in the file;
-//! - the programs inside the examples run: the role reader's shell loop and the leader
-//!   worker's Python worker and fencing sink are executed here against fake downward-API files;
+//! - the programs inside the examples run: the role reader's shell loop, the leader
+//!   worker's Python worker and fencing sink, the leader-only job's shell script and its
+//!   store's fenced write, and the sharded worker's shell loop are executed here against fake
+//!   downward-API files;
 //! - a real API server (the 1.20 test cluster) accepts every object in a server-side dry run,
 //!   which adds Kubernetes' own validation of Deployments and Services (CEL rules excepted:
 //!   1.20 does not enforce them, the local check above does).
@@ -37,7 +39,13 @@ use serde_json::{Value, json};
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
 
 /// The example files the documentation promises.
-const EXPECTED_FILES: [&str; 3] = ["leader-worker.yaml", "role-reader.yaml", "web.yaml"];
+const EXPECTED_FILES: [&str; 5] = [
+    "leader-only-job.yaml",
+    "leader-worker.yaml",
+    "role-reader.yaml",
+    "sharded-locks.yaml",
+    "web.yaml",
+];
 
 /// One YAML document of an example file.
 #[derive(Debug, Clone)]
@@ -497,6 +505,57 @@ fn each_election_selects_exactly_one_deployment_of_its_file() {
     }
 }
 
+/// The conflict rule (docs/design.md section 1): two elections selecting the same pod with
+/// the same label key conflict, and the younger writes nothing. No example may do that.
+#[test]
+fn elections_sharing_pods_use_distinct_label_keys() {
+    for file in example_files() {
+        let docs = documents_of(&file);
+        let deployments = deployments(&docs);
+        let mut claims: BTreeMap<(String, String), String> = BTreeMap::new();
+        for doc in docs.iter().filter(|d| d.kind() == "LeaderElection") {
+            let election: LeaderElection = doc.typed();
+            for (deployment, template) in &deployments {
+                if selector_matches(&election.spec.selector, &template_labels(template)) {
+                    let claim = (deployment.clone(), election.spec.labels.key.clone());
+                    if let Some(older) = claims.insert(claim, doc.name().to_owned()) {
+                        panic!(
+                            "{}: {older} already writes {} on the pods of {deployment}",
+                            doc.at(),
+                            election.spec.labels.key
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_sharded_example_has_one_election_per_shard_label_the_worker_reads() {
+    let docs = documents_of(&Path::new(EXAMPLES).join("sharded-locks.yaml"));
+    let keys: BTreeSet<String> = docs
+        .iter()
+        .filter(|d| d.kind() == "LeaderElection")
+        .map(|d| d.typed::<LeaderElection>().spec.labels.key)
+        .collect();
+    let container = container_args("sharded-locks.yaml", "sharded-locks");
+    let shards: usize = container
+        .env
+        .unwrap_or_default()
+        .iter()
+        .find(|e| e.name == "SHARDS")
+        .and_then(|e| e.value.as_deref())
+        .expect("SHARDS is set")
+        .parse()
+        .expect("SHARDS is a number");
+    let expected: BTreeSet<String> = (0..shards)
+        .map(|n| format!("shard.example.com/{n}"))
+        .collect();
+    assert_eq!(keys, expected, "one election per shard the worker reads");
+    assert!(shards >= 2);
+}
+
 #[test]
 fn role_services_select_the_elections_label_and_existing_ports() {
     let mut role_services = 0;
@@ -632,6 +691,16 @@ fn images_are_pinned_and_mounted_config_maps_exist() {
                     let map = config_maps.get(&source.name).unwrap_or_else(|| {
                         panic!("{name}: ConfigMap {} is not in the file", source.name)
                     });
+                    // Every key the volume picks (`items`) is in the ConfigMap.
+                    let data = map.data.clone().unwrap_or_default();
+                    for item in source.items.clone().unwrap_or_default() {
+                        assert!(
+                            data.contains_key(&item.key),
+                            "{name}: {} not in {}",
+                            item.key,
+                            source.name
+                        );
+                    }
                     // Every script a container runs from the mount is in the ConfigMap.
                     let mount = containers(&template)
                         .iter()
@@ -659,7 +728,12 @@ fn images_are_pinned_and_mounted_config_maps_exist() {
 
 #[test]
 fn role_reading_pods_get_labels_and_annotations_through_the_downward_api() {
-    for file in ["role-reader.yaml", "leader-worker.yaml"] {
+    for file in [
+        "role-reader.yaml",
+        "leader-worker.yaml",
+        "leader-only-job.yaml",
+        "sharded-locks.yaml",
+    ] {
         let docs = documents_of(&Path::new(EXAMPLES).join(file));
         let elections: Vec<LeaderElection> = docs
             .iter()
@@ -1122,4 +1196,306 @@ async fn a_real_api_server_accepts_every_example_in_a_dry_run() {
         }
     })
     .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// leader-only-job.yaml: the job's shell script and its store's fenced write.
+
+/// Runs the store's CGI program as busybox httpd would: the request in the environment, the
+/// body on stdin. Returns the status line's code and the body.
+fn store_write(cgi: &Path, data: &Path, query: &str, body: &str) -> (u16, String) {
+    use std::io::Write;
+    let mut child = Command::new("sh")
+        .arg(cgi)
+        .env("DATA_DIR", data)
+        .env("REQUEST_METHOD", "POST")
+        .env("QUERY_STRING", query)
+        .env("CONTENT_LENGTH", body.len().to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sh runs");
+    // A request refused before its body is read closes stdin early: not an error here.
+    let _ = child.stdin.take().unwrap().write_all(body.as_bytes());
+    let output = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let status = text
+        .strip_prefix("HTTP/1.0 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {text:?}"));
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    (status, body)
+}
+
+/// The job's files in a scratch directory: the store's CGI program, its data directory, a
+/// `wget` that hands the request to the CGI program (printing and exiting like busybox wget
+/// on an HTTP error), and the downward-API directory.
+struct JobBench {
+    scratch: Scratch,
+    job: PathBuf,
+    cgi: PathBuf,
+    data: PathBuf,
+    podinfo: Scratch,
+}
+
+impl JobBench {
+    /// `name`: one per test, as tests run in parallel.
+    fn new(name: &str) -> Self {
+        let scripts = config_map_data("leader-only-job.yaml", "leader-only-job-scripts");
+        let scratch = Scratch::new(name);
+        let job = scratch.0.join("job.sh");
+        let cgi = scratch.0.join("write.cgi");
+        let data = scratch.0.join("data");
+        let bin = scratch.0.join("bin");
+        std::fs::write(&job, &scripts["job.sh"]).unwrap();
+        std::fs::write(&cgi, &scripts["write.cgi"]).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::create_dir_all(&bin).unwrap();
+        let wget = r#"#!/bin/sh
+# wget -O - --post-data DATA URL, answered by the store's CGI program.
+while [ $# -gt 1 ]; do
+  case $1 in --post-data) data=$2; shift ;; esac
+  shift
+done
+out=$(printf '%s' "$data" | REQUEST_METHOD=POST QUERY_STRING="${1#*\?}" \
+  CONTENT_LENGTH=${#data} sh "$STORE_CGI" 2>/dev/null)
+status=$(printf '%s\n' "$out" | head -n 1 | tr -d '\r')
+case $status in
+  "HTTP/1.0 200"*) printf '%s\n' "$out" | tail -n 1 ;;
+  *) echo "wget: server returned error: $status" >&2; exit 1 ;;
+esac
+"#;
+        std::fs::write(bin.join("wget"), wget).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(bin.join("wget"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let podinfo = Scratch::new(&format!("{name}-podinfo"));
+        JobBench {
+            scratch,
+            job,
+            cgi,
+            data,
+            podinfo,
+        }
+    }
+
+    /// Runs the job for `runs` periods without pauses; its log lines.
+    fn run(&self, runs: u32) -> Vec<String> {
+        let path = format!(
+            "{}:{}",
+            self.scratch.0.join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let output = Command::new("sh")
+            .arg(&self.job)
+            .env("PATH", path)
+            .env("PODINFO", &self.podinfo.0)
+            .env("STORE_URL", "http://store")
+            .env("STORE_CGI", &self.cgi)
+            .env("DATA_DIR", &self.data)
+            .env("POD_NAME", "job-a")
+            .env("INTERVAL_SECONDS", "0")
+            .env("RUNS", runs.to_string())
+            .env_remove("STATUS_PORT")
+            .output()
+            .expect("sh runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The records the store kept: (token, record) per line.
+    fn records(&self) -> Vec<(u64, String)> {
+        std::fs::read_to_string(self.data.join("records"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| {
+                let (token, record) = line.split_once(' ').expect("token and record");
+                (token.parse().expect("a token"), record.to_owned())
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn the_leader_only_jobs_store_refuses_older_tokens() {
+    let bench = JobBench::new("leader-only-job-store");
+    let write = |query: &str, body: &str| store_write(&bench.cgi, &bench.data, query, body);
+    assert_eq!(write("token=5", "first").0, 200);
+    assert_eq!(write("token=5", "again").0, 200, "equal: the same leader");
+    assert_eq!(write("token=8", "newer").0, 200);
+    let (status, body) = write("token=7", "late");
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("stale fencing token 7"), "{body}");
+    assert_eq!(write("token=x", "bad").0, 400);
+    assert_eq!(write("", "none").0, 400);
+    assert_eq!(write("token=9&x=1", "more").0, 200);
+    assert_eq!(
+        bench.records(),
+        [
+            (5, "first".to_owned()),
+            (5, "again".to_owned()),
+            (8, "newer".to_owned()),
+            (9, "more".to_owned())
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(bench.data.join("highest-token"))
+            .unwrap()
+            .trim(),
+        "9"
+    );
+    assert!(!bench.data.join(".lock").exists(), "the lock is released");
+}
+
+#[test]
+fn the_leader_only_job_works_only_as_leader_and_stops_when_fenced() {
+    let bench = JobBench::new("leader-only-job");
+    let pod = &bench.podinfo;
+    let skipped = |lines: &[String], why: &str| {
+        lines
+            .iter()
+            .filter(|l| l.contains("skipped") && l.contains(why))
+            .count()
+    };
+
+    // A follower skips every run; so does a pod without the label or without the files.
+    let lines = bench.run(2);
+    assert_eq!(skipped(&lines, "role none"), 2, "{lines:?}");
+    pod.podinfo(
+        "labels",
+        &[("app", "leader-only-job"), ("elector.dev/role", "follower")],
+    );
+    pod.podinfo("annotations", &[]);
+    let lines = bench.run(3);
+    assert_eq!(skipped(&lines, "role follower"), 3, "{lines:?}");
+    assert!(bench.records().is_empty());
+
+    // A leader without its token yet does not write.
+    pod.podinfo(
+        "labels",
+        &[("app", "leader-only-job"), ("elector.dev/role", "leader")],
+    );
+    let lines = bench.run(2);
+    assert_eq!(skipped(&lines, "without a fencing token"), 2, "{lines:?}");
+    pod.podinfo("annotations", &[("elector.dev/fencing-token", "")]);
+    let lines = bench.run(1);
+    assert_eq!(skipped(&lines, "without a fencing token"), 1, "{lines:?}");
+    assert!(bench.records().is_empty());
+
+    // The leader with token 5 writes every run, each record with its token.
+    pod.podinfo(
+        "annotations",
+        &[
+            ("elector.dev/fencing-token", "5"),
+            ("elector.dev/leader-since", "2026-11-21T10:00:00Z"),
+        ],
+    );
+    let lines = bench.run(3);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("written with token 5"))
+            .count(),
+        3,
+        "{lines:?}"
+    );
+    let records = bench.records();
+    assert_eq!(records.len(), 3, "{records:?}");
+    assert!(
+        records
+            .iter()
+            .all(|(token, record)| *token == 5 && record.contains("job-a run"))
+    );
+
+    // A newer leader (token 7) writes elsewhere; this pod, still reading `leader` and token 5
+    // in its files, is refused on its next write and then stops using token 5.
+    assert_eq!(
+        store_write(&bench.cgi, &bench.data, "token=7", "job-b run 1").0,
+        200
+    );
+    let lines = bench.run(4);
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("FENCED")).count(),
+        1,
+        "{lines:?}"
+    );
+    assert_eq!(skipped(&lines, "token 5 was fenced"), 3, "{lines:?}");
+    let tokens: Vec<u64> = bench.records().iter().map(|(t, _)| *t).collect();
+    assert_eq!(tokens, [5, 5, 5, 7], "nothing written with 5 after 7");
+
+    // Elected again, with a higher token, it works again.
+    pod.podinfo("annotations", &[("elector.dev/fencing-token", "9")]);
+    let lines = bench.run(2);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("written with token 9"))
+            .count(),
+        2,
+        "{lines:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// sharded-locks.yaml: the worker learns the shards it leads from its labels.
+
+#[test]
+fn the_sharded_worker_reports_the_shards_it_leads() {
+    let scripts = config_map_data("sharded-locks.yaml", "sharded-locks-scripts");
+    let scratch = Scratch::new("sharded-locks");
+    let script = scratch.0.join("shards.sh");
+    std::fs::write(&script, &scripts["shards.sh"]).unwrap();
+    let pod = Scratch::new("sharded-locks-podinfo");
+    let report = || {
+        let output = Command::new("sh")
+            .arg(&script)
+            .env("PODINFO", &pod.0)
+            .env("POD_NAME", "sharded-locks-a")
+            .env("SHARDS", "4")
+            .env("ONCE", "1")
+            .output()
+            .expect("sh runs");
+        assert!(output.status.success());
+        let text = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        let (_, report) = text
+            .split_once(" sharded-locks-a ")
+            .unwrap_or_else(|| panic!("no report: {text:?}"));
+        report.to_owned()
+    };
+    assert_eq!(
+        report(),
+        "leads=[] follows=[] fencing-token=none token-of=none"
+    );
+    pod.podinfo(
+        "labels",
+        &[
+            ("app", "sharded-locks"),
+            ("shard.example.com/0", "leader"),
+            ("shard.example.com/1", "follower"),
+            ("shard.example.com/2", "leader"),
+            ("shard.example.com/3", "follower"),
+            // Not a shard this worker has: ignored.
+            ("shard.example.com/10", "leader"),
+            ("shard-example-com/1", "leader"),
+        ],
+    );
+    pod.podinfo(
+        "annotations",
+        &[
+            ("elector.dev/fencing-token", "12"),
+            ("elector.dev/election", "sharded-locks-2"),
+        ],
+    );
+    assert_eq!(
+        report(),
+        "leads=[0 2] follows=[1 3] fencing-token=12 token-of=sharded-locks-2"
+    );
 }

@@ -41,6 +41,11 @@ fn scripts(workflow: &Value) -> String {
 }
 
 fn check_hygiene(name: &str) {
+    check_hygiene_allowing(name, None);
+}
+
+/// [`check_hygiene`], allowing `contents: write` to the one job `writer` (a release upload).
+fn check_hygiene_allowing(name: &str, writer: Option<&str>) {
     let wf = workflow(name);
     assert_eq!(
         wf["permissions"],
@@ -50,8 +55,10 @@ fn check_hygiene(name: &str) {
     for (job, body) in wf["jobs"].as_object().unwrap() {
         if let Some(permissions) = body.get("permissions").and_then(Value::as_object) {
             for (scope, level) in permissions {
+                let allowed = scope == "contents"
+                    && (level == "read" || (level == "write" && writer == Some(job.as_str())));
                 assert!(
-                    scope == "contents" && level == "read",
+                    allowed,
                     "{name}/{job}: {scope}: {level} is more than read access"
                 );
             }
@@ -166,4 +173,21 @@ fn e2e_creates_kind_builds_the_image_and_runs_make_demo_and_make_e2e() {
     assert_eq!(built, "consul-elector:${{ env.IMAGE_TAG }}");
     assert!(!tag.is_empty());
     assert!(run.contains("IMAGE_TAG=\"$IMAGE_TAG\""), "{run}");
+}
+
+#[test]
+fn release_builds_the_operator_and_the_plugin_and_only_publish_may_write() {
+    check_hygiene_allowing("release.yml", Some("publish"));
+    let wf = workflow("release.yml");
+    let run = scripts(&wf);
+    for binary in ["--bin consul-elector", "--bin kubectl-elector"] {
+        assert!(run.contains(binary), "release.yml does not build {binary}");
+    }
+    assert!(run.contains("--locked"), "{run}");
+    assert!(run.contains("sha256sum"), "{run}");
+    assert_eq!(
+        wf["jobs"]["build"]["permissions"]["contents"], "read",
+        "the build jobs only read"
+    );
+    assert_eq!(wf["jobs"]["publish"]["needs"], "build");
 }

@@ -13,7 +13,9 @@ library), since no helm CLI exists here.
         Installs the chart into a real cluster (whose API server validates every object):
         values of the wrong type must fail with the schema's message; the default values, and
         every optional feature on (once before the ServiceMonitor CRD exists, once after),
-        install; the hardening and RBAC rules are checked on the objects Helm rendered and again
+        install (the PrometheusRule, like the ServiceMonitor, only once its API is served, holding
+        files/prometheus-rules.yaml; the dashboard ConfigMap holding dashboards/ with the Grafana
+        sidecar's label); the hardening and RBAC rules are checked on the objects Helm rendered and again
         on the objects the API server stored, and the default view/edit/admin ClusterRoles must
         have aggregated the chart's LeaderElection rules. admissionPolicy.enabled must render
         the ValidatingAdmissionPolicy (a cluster before 1.30 refuses the install naming it; its
@@ -84,6 +86,7 @@ ADMISSION_POLICY = {"admissionPolicy": {"enabled": True, "extraLabelKeys": ["app
 POLICY_KINDS = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
 
 SERVICEMONITOR_CRD = "servicemonitors.monitoring.coreos.com"
+PROMETHEUSRULE_CRD = "prometheusrules.monitoring.coreos.com"
 FIXTURE_LABEL = "consul-elector.dev/test-fixture"
 
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", *POLICY_KINDS}
@@ -111,6 +114,15 @@ def all_features(watch: list[str]) -> dict:
         "serviceAccount": {"annotations": {"example.com/owner": "platform"}},
         "service": {"annotations": {"example.com/scrape": "true"}},
         "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+        # Rendered only where the PrometheusRule API is served (lint's default capabilities do not).
+        "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
+        "grafanaDashboard": {
+            "enabled": True,
+            "sidecarLabel": "grafana.example.com/dashboard",
+            "sidecarLabelValue": "consul-elector",
+            "labels": {"team": "platform"},
+            "annotations": {"grafana_folder": "Operators"},
+        },
         "networkPolicy": {
             "enabled": True,
             "metricsFrom": [
@@ -294,20 +306,21 @@ class Cluster:
             time.sleep(0.5)
 
 
-def servicemonitor_crd() -> str:
-    """A minimal stand-in for prometheus-operator's ServiceMonitor CRD (the API only)."""
+def servicemonitor_crd(kind: str = "ServiceMonitor") -> str:
+    """A minimal stand-in for one of prometheus-operator's CRDs (the API only)."""
+    plural = kind.lower() + "s"
     return yaml.safe_dump(
         {
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
-            "metadata": {"name": SERVICEMONITOR_CRD, "labels": {FIXTURE_LABEL: "true"}},
+            "metadata": {"name": f"{plural}.monitoring.coreos.com", "labels": {FIXTURE_LABEL: "true"}},
             "spec": {
                 "group": "monitoring.coreos.com",
                 "names": {
-                    "kind": "ServiceMonitor",
-                    "listKind": "ServiceMonitorList",
-                    "plural": "servicemonitors",
-                    "singular": "servicemonitor",
+                    "kind": kind,
+                    "listKind": f"{kind}List",
+                    "plural": plural,
+                    "singular": kind.lower(),
                 },
                 "scope": "Namespaced",
                 "versions": [
@@ -591,6 +604,26 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
         checks.expect(monitor["spec"]["selector"]["matchLabels"] == selector
                       and [(x["port"], x["path"]) for x in endpoints] == [("http", "/metrics")],
                       f"{where}: the ServiceMonitor scrapes /metrics of the operator")
+    # The PrometheusRule (only where its API is served, like the ServiceMonitor) ships the rules
+    # file as it is; the dashboard ConfigMap ships the dashboard JSON with the sidecar's label.
+    rules = by_kind.get("PrometheusRule", [])
+    want_rules = e.servicemonitor and v["prometheusRule"]["enabled"]
+    checks.expect(len(rules) == (1 if want_rules else 0), f"{where}: PrometheusRule count")
+    shipped_rules = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    for rule in rules:
+        checks.expect(rule["spec"] == shipped_rules, f"{where}: the PrometheusRule holds files/prometheus-rules.yaml")
+        checks.expect(all(rule["metadata"]["labels"].get(k) == x for k, x in v["prometheusRule"]["labels"].items()),
+                      f"{where}: the PrometheusRule carries prometheusRule.labels")
+    dashboards = [o for o in by_kind.get("ConfigMap", []) if o["metadata"]["name"].endswith("-dashboard")]
+    dash = v["grafanaDashboard"]
+    checks.expect(len(dashboards) == (1 if dash["enabled"] else 0), f"{where}: dashboard ConfigMap count")
+    shipped_dashboard = json.loads((CHART / "dashboards" / "consul-elector.json").read_text())
+    for config_map in dashboards:
+        labels = config_map["metadata"]["labels"]
+        checks.expect(labels.get(dash["sidecarLabel"]) == dash["sidecarLabelValue"],
+                      f"{where}: the dashboard ConfigMap carries the sidecar label")
+        checks.expect(json.loads(config_map["data"]["consul-elector.json"]) == shipped_dashboard,
+                      f"{where}: the ConfigMap holds dashboards/consul-elector.json")
     policies = by_kind.get("NetworkPolicy", [])
     checks.expect(len(policies) == (1 if v["networkPolicy"]["enabled"] else 0), f"{where}: NetworkPolicy count")
     for policy in policies:
@@ -762,6 +795,9 @@ def run_cluster(args: argparse.Namespace) -> int:
     else:
         if labels is not None:
             cluster.kubectl("delete", "crd", SERVICEMONITOR_CRD, "--wait=true")
+        if (cluster.crd_labels(PROMETHEUSRULE_CRD) or {}).get(FIXTURE_LABEL) == "true":
+            cluster.kubectl("delete", "crd", PROMETHEUSRULE_CRD, "--wait=true")
+        if labels is not None:
             cluster.wait("the ServiceMonitor API to go",
                          lambda: "monitoring.coreos.com/v1" not in cluster.api_versions())
         # Also the release without the aggregated ClusterRoles.
@@ -769,10 +805,14 @@ def run_cluster(args: argparse.Namespace) -> int:
         e = Expect("ce-nosm", args.no_servicemonitor_namespace, nosm, servicemonitor=False,
                    pdb_version=pdb_version)
         summary["no_servicemonitor"] = check_install(
-            checks, cluster, e, nosm, ["no ServiceMonitor was created", "FOR TRIALS ONLY"])
+            checks, cluster, e, nosm,
+            ["no ServiceMonitor was created", "no PrometheusRule was created", "FOR TRIALS ONLY"])
 
     cluster.kubectl("create", "-f", "-", stdin=servicemonitor_crd())
-    cluster.wait("the ServiceMonitor API", lambda: "monitoring.coreos.com/v1" in cluster.api_versions())
+    if cluster.crd_labels(PROMETHEUSRULE_CRD) is None:
+        cluster.kubectl("create", "-f", "-", stdin=servicemonitor_crd("PrometheusRule"))
+    cluster.wait("the ServiceMonitor and PrometheusRule APIs", lambda: {SERVICEMONITOR_CRD, PROMETHEUSRULE_CRD} <= set(
+        cluster.kubectl("api-resources", "--api-group=monitoring.coreos.com", "-o", "name").stdout.split()))
 
     e = Expect("ce-default", args.default_namespace, {}, servicemonitor=False, pdb_version=pdb_version)
     summary["default"] = check_install(checks, cluster, e, {}, ["consul.address is not set"])

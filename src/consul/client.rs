@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,6 +14,7 @@ use tokio::task::AbortHandle;
 
 use super::blocking::BlockingWatch;
 use super::error::{ConsulError, ErrorContext, Result, TransportFailure};
+use super::observer::RequestObserver;
 use super::query::{QueryMeta, QueryOptions};
 use super::retry::RetryPolicy;
 use super::settings::{ConsulAddress, ConsulSettings, WatchPacing};
@@ -47,6 +48,8 @@ struct Shared {
     watch_pacing: WatchPacing,
     /// Where session requests and renewal tasks run (`None`: the caller's runtime).
     session_runtime: Option<Handle>,
+    /// Told about every request attempt, once set ([`ConsulClient::observe_requests`]).
+    observer: OnceLock<Arc<dyn RequestObserver>>,
 }
 
 /// A Consul HTTP API client. Cheap to clone; every clone and every
@@ -108,6 +111,7 @@ impl ConsulClient {
             retry: settings.retry,
             watch_pacing: settings.watch_pacing,
             session_runtime,
+            observer: OnceLock::new(),
         });
         Self::handle(
             shared,
@@ -115,6 +119,12 @@ impl ConsulClient {
             settings.datacenter.clone(),
             settings.token.clone(),
         )
+    }
+
+    /// Reports every request attempt of this client and of every handle derived from it to
+    /// `observer` (metrics). Only the first observer set is kept.
+    pub fn observe_requests(&self, observer: Arc<dyn RequestObserver>) {
+        let _ = self.shared.observer.set(observer);
     }
 
     /// A handle for another address, datacenter and/or token, sharing this client's
@@ -293,8 +303,23 @@ impl ConsulClient {
         }
     }
 
-    /// One attempt: build, send within the timeout, classify.
+    /// One attempt, reported to the observer.
     async fn attempt(&self, call: &Call) -> Result<Reply> {
+        let started = tokio::time::Instant::now();
+        let result = self.attempt_unobserved(call).await;
+        if let Some(observer) = self.shared.observer.get() {
+            observer.observe(
+                call.context.operation,
+                result.as_ref().map(|_| ()).map_err(ConsulError::category),
+                started.elapsed(),
+                call.lane == Lane::LongPoll,
+            );
+        }
+        result
+    }
+
+    /// One attempt: build, send within the timeout, classify.
+    async fn attempt_unobserved(&self, call: &Call) -> Result<Reply> {
         let request = self.build(call)?;
         let timeout = call.timeout.unwrap_or(self.shared.request_timeout);
         let transport = |failure, detail| ConsulError::Transport {

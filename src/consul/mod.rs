@@ -14,6 +14,7 @@ mod client;
 mod error;
 mod go_duration;
 mod kv;
+mod observer;
 mod query;
 mod retry;
 mod session;
@@ -29,6 +30,7 @@ pub use go_duration::{
     DurationParseError, format as format_go_duration, parse as parse_go_duration,
 };
 pub use kv::KvPair;
+pub use observer::RequestObserver;
 pub use query::{Blocking, Consistency, MAX_WAIT, QueryMeta, QueryOptions, QueryResult};
 pub use retry::RetryPolicy;
 pub use session::{ServiceCheck, SessionBehavior, SessionEntry, SessionRequest};

@@ -610,6 +610,9 @@ pub async fn run(
             // the pod's UID from the status, and writes nothing in Kubernetes): with 30,000
             // pods, waiting for the pod cache too would leave every session unrenewed for
             // the seconds that list takes.
+            if lease_held.wait_for(|held| *held).await.is_ok() {
+                takeover::keep_alive(&ctx).await;
+            }
             if lease_held.wait_for(|held| *held).await.is_ok()
                 && elections_ready.wait_for(|ready| *ready).await.is_ok()
             {

@@ -5,7 +5,11 @@
 //! ones are reached after their sessions expired (2×TTL after the previous process' last
 //! renewal), and their leaders are demoted and re-elected although nothing failed.
 //!
-//! One `GET /v1/session/list` per Consul access the managed elections use (the operator's own,
+//! First, before the elections are even listed, every session of this cluster in the
+//! operator's own Consul is renewed once ([`keep_alive`]): listing thousands of elections
+//! takes seconds, and those seconds come off the sessions' 2×TTL.
+//!
+//! Then one `GET /v1/session/list` per Consul access the managed elections use (the operator's own,
 //! and each allowed address, datacenter and token an election names) returns every session
 //! there; those named
 //! `consul-elector/<this cluster>/<namespace>/<election>/<pod>` ([`session_name`]) are
@@ -64,6 +68,50 @@ pub fn warn_short_ttls(ctx: &Context) {
             );
         }
     }
+}
+
+/// Renews every session of this cluster in the operator's own Consul once, right after this
+/// replica became active and before the elections are even listed (with thousands of
+/// elections that list takes seconds, and the previous process' last renewals are getting
+/// old). A renewal only keeps a session alive: it changes no lock and registers nothing, and
+/// only sessions whose name carries this cluster's identity are touched. [`adopt_all`]
+/// registers them once the elections are known. Returns how many were renewed.
+pub async fn keep_alive(ctx: &Context) -> usize {
+    let sessions = match ctx.consul.list_sessions(QueryOptions::default()).await {
+        Ok(reply) => reply.value,
+        Err(error) => {
+            tracing::warn!(%error, "listing Consul sessions to keep them alive failed");
+            return 0;
+        }
+    };
+    let ours: Vec<String> = this_clusters(&ctx.settings.cluster_name, &sessions)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let renewed = futures::stream::iter(ours)
+        .map(|id| {
+            let consul = ctx.consul.clone();
+            async move { consul.renew_session(&id).await.is_ok() }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .filter(|renewed| futures::future::ready(*renewed))
+        .count()
+        .await;
+    tracing::info!(
+        renewed,
+        "renewed this cluster's Consul sessions before adopting them"
+    );
+    renewed
+}
+
+/// The IDs of the sessions named for `cluster`.
+fn this_clusters<'s>(cluster: &str, sessions: &'s [SessionEntry]) -> Vec<&'s str> {
+    let prefix = format!("{SESSION_NAME_PREFIX}/{cluster}/");
+    sessions
+        .iter()
+        .filter(|s| s.name.starts_with(&prefix))
+        .map(|s| s.id.as_str())
+        .collect()
 }
 
 /// Adopts this cluster's sessions ([module docs](self)); returns how many were adopted.
@@ -239,6 +287,7 @@ mod tests {
             entry("6", "consul-elector/blue/shop/db/a/b"),
             entry("7", "someone-else"),
         ];
+        assert_eq!(this_clusters("blue", &sessions), vec!["1", "3", "4", "6"]);
         let found = candidates("blue", &sessions);
         assert_eq!(
             found.len(),

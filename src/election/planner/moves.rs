@@ -208,8 +208,10 @@ impl<'a> Builder<'a> {
             .filter(|r| r.outcome == SwitchoverOutcome::InProgress)
             .and_then(|r| r.from.as_deref());
         if request == ANY {
+            // Asked while nobody led, or the leader is no longer the one it was asked away
+            // from: whoever leads now is the answer.
             if let Some(leader) = leader
-                && from.is_some_and(|from| from != leader.name)
+                && from.is_none_or(|from| from != leader.name)
             {
                 return Target::Reached;
             }

@@ -1,6 +1,6 @@
 //! A model world for the property tests: the API server's pods, a Consul that keeps
 //! `LockIndex`, sessions, TTLs and lock-delays the way Consul does
-//! (`docs/consul-http-semantics.md`), the operator's session manager (`sessions.rs`:
+//! (`docs/consul.md`), the operator's session manager (`sessions.rs`:
 //! create, destroy, forget, adopt, Alive/Unconfirmed/Lost), a clock, and a controller that
 //! reconciles the way `controller::act::Round` does: read the status once, then observe, plan
 //! and execute the actions one by one (any of which may fail, before or after taking effect)
@@ -349,6 +349,12 @@ pub enum Event {
         require_ready: bool,
         failover_delay: u64,
     },
+    /// The pod's `elector.dev/priority` changes (negative: never leader).
+    Priority(usize, i32),
+    /// A user asks for a switchover to the pod (`None`: to `*`).
+    Switchover(Option<usize>),
+    /// The user switches failback (minimum interval in seconds) and the drain time.
+    EditMoves { failback: Option<u64>, drain: u64 },
     /// One reconcile; its `fail_at`-th action fails, before or after taking effect.
     Loop {
         fail_at: Option<usize>,
@@ -382,6 +388,8 @@ pub struct Model {
     kv_read_at: Option<Timestamp>,
     /// When this controller process started.
     started_at: Timestamp,
+    /// The election's `elector.dev/switchover-to` annotation.
+    switchover: Option<String>,
     /// Highest fencing token put on a pod, and the acquisition it belongs to.
     max_label: Option<(u64, u64)>,
     pub trace: String,
@@ -414,6 +422,7 @@ impl Model {
             told_lock_delay: None,
             kv_read_at: None,
             started_at: t(1000),
+            switchover: None,
             max_label: None,
             trace: String::new(),
             seen: BTreeMap::new(),
@@ -620,6 +629,22 @@ impl Model {
                 if let Some(p) = self.pod_at(*i) {
                     p.role = Some(leader);
                 }
+            }
+            Event::Priority(i, priority) => {
+                if let Some(p) = self.pod_at(*i) {
+                    p.priority = Some(*priority);
+                }
+            }
+            Event::Switchover(i) => {
+                let to = match i {
+                    Some(i) => self.pod_at(*i).map(|p| p.name.clone()),
+                    None => Some("*".to_owned()),
+                };
+                self.switchover = to;
+            }
+            Event::EditMoves { failback, drain } => {
+                self.config.failback = failback.map(Duration::from_secs);
+                self.config.drain = Duration::from_secs(*drain);
             }
             Event::Handover => {
                 self.apply(&Event::Restart);
@@ -839,7 +864,7 @@ impl Model {
             recorded,
             lock_delay_until: self.told_lock_delay,
             lock_confirmed_at: self.lock_confirmed_at(),
-            switchover: None,
+            switchover: self.switchover.as_deref(),
             now: self.now,
         };
         let plan = plan(&obs);
@@ -917,6 +942,7 @@ impl Model {
                         p.role = if unlabel { None } else { Some(follower) };
                         p.fencing_token = None;
                         p.leader_since = None;
+                        p.handover = None;
                         true
                     }
                     _ => false,
@@ -934,15 +960,32 @@ impl Model {
                         p.role = Some(leader);
                         p.fencing_token = Some(fencing_token.to_string());
                         p.leader_since = Some(since.to_string());
+                        p.handover = None;
                         true
                     }
                     _ => false,
                 }
             }
-            Action::AnnotateHandover { .. }
-            | Action::ClearHandover { .. }
-            | Action::ClearSwitchover { .. } => {
-                unreachable!("the model neither drains nor requests switchovers: {action:?}")
+            Action::AnnotateHandover { pod, uid, deadline } => match self.pod_by_uid(uid) {
+                Some(p) if p.name == *pod => {
+                    p.handover = Some(deadline.to_string());
+                    true
+                }
+                _ => false,
+            },
+            Action::ClearHandover { pod, uid } => match self.pod_by_uid(uid) {
+                Some(p) if p.name == *pod => {
+                    p.handover = None;
+                    true
+                }
+                _ => false,
+            },
+            Action::ClearSwitchover { request } => {
+                if self.switchover.as_deref() == Some(request.as_str()) {
+                    *self.seen.entry("switchover decided".into()).or_default() += 1;
+                    self.switchover = None;
+                }
+                true
             }
             Action::Release { session } => self.consul.release(session).is_ok(),
             Action::DestroySession { session } => {

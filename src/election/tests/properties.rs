@@ -97,6 +97,11 @@ fn world_event() -> impl Strategy<Value = Event> {
             }
         ),
         1 => i.clone().prop_map(Event::StrayLeaderLabel),
+        1 => (i.clone(), -1i32..4).prop_map(|(i, p)| Event::Priority(i, p)),
+        2 => prop::option::weighted(0.7, i.clone()).prop_map(Event::Switchover),
+        1 => (prop::option::of(0u64..30), prop_oneof![Just(0u64), 1u64..20]).prop_map(
+            |(failback, drain)| Event::EditMoves { failback, drain }
+        ),
     ]
 }
 
@@ -207,6 +212,10 @@ fn the_generator_reaches_every_interesting_situation() {
         "reason ConsulUnavailable",
         "reason NoHolder",
         "observed LabelLeader",
+        "switchover decided",
+        "ok AnnotateHandover",
+        "reason HandingOver",
+        "reason Moving",
     ] {
         assert!(
             seen.get(situation).copied().unwrap_or(0) > 0,

@@ -220,3 +220,18 @@ fn failback_moves_to_a_higher_priority_once_the_interval_has_passed() {
         "failback is off by default: a leader keeps leading while eligible"
     );
 }
+
+#[test]
+fn a_switchover_to_any_pod_asked_while_nobody_leads_completes_with_the_first_leader() {
+    let mut world = World::new(Scene::new(vec![pod("a"), pod("b").created(10)]).switchover("*"));
+    world.settle();
+    assert_eq!(world.leaders().len(), 1);
+    let record = last(&world);
+    assert_eq!(record.outcome, SwitchoverOutcome::Completed);
+    assert_eq!(record.from, None);
+    let sessions = all_actions(&world)
+        .iter()
+        .filter(|a| matches!(a, Action::CreateSession { .. }))
+        .count();
+    assert_eq!(sessions, 1, "the first leader is not moved again");
+}

@@ -1,5 +1,5 @@
 //! An in-memory emulator of Consul's HTTP API for sessions, KV locking and blocking
-//! queries, following `docs/consul-http-semantics.md` fact by fact.
+//! queries, following `docs/consul.md` fact by fact.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {

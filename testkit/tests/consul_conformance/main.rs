@@ -1,5 +1,5 @@
 //! Conformance suite for Consul's HTTP API: the 75 cases of section 13 of
-//! `docs/consul-http-semantics.md`, one test per case (`case_NN_...`).
+//! `docs/consul.md`, one test per case (`case_NN_...`).
 //!
 //! # Targets
 //! - By default every case runs against the in-process `testkit` emulator with its virtual

@@ -1,0 +1,128 @@
+//! The plugin's command line: `kubectl elector <command>` with kubectl's `-n` and `-o`.
+
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// `kubectl elector`: inspect LeaderElections and move their leadership.
+#[derive(Parser, Debug, Clone, PartialEq, Eq)]
+#[command(name = "kubectl-elector", bin_name = "kubectl elector", version)]
+pub struct Cli {
+    /// The namespace (default: the kubeconfig context's, or the pod's in a cluster).
+    #[arg(short, long, global = true)]
+    pub namespace: Option<String>,
+
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t, global = true)]
+    pub output: OutputFormat,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The plugin's commands.
+#[derive(Subcommand, Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Leader, fencing token, candidates, last switchover and the Consul holder of one
+    /// election, or of every election of the namespace.
+    Status {
+        /// The election (default: every election of the namespace).
+        election: Option<String>,
+        /// Every election of every namespace.
+        #[arg(short = 'A', long, conflicts_with = "election")]
+        all_namespaces: bool,
+    },
+    /// Moves leadership to another pod and waits until the operator decided the request.
+    Switchover {
+        /// The election.
+        election: String,
+        /// The pod to lead (default: the best other eligible pod, by priority).
+        #[arg(long)]
+        to: Option<String>,
+        /// How long to wait for the operator's decision (Go duration syntax: 60s, 2m).
+        #[arg(long, default_value = "60s", value_parser = parse_timeout)]
+        timeout: Duration,
+    },
+    /// Explains why a pod leads or does not.
+    Why {
+        /// The election.
+        election: String,
+        /// The pod.
+        pod: String,
+    },
+    /// The election's recent events, oldest first.
+    History {
+        /// The election.
+        election: String,
+    },
+}
+
+/// How results are printed.
+#[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// Aligned text for people.
+    #[default]
+    Table,
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+/// `--timeout`: a positive Go duration.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match crate::consul::parse_go_duration(text) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        Ok(_) => Err("the timeout must be positive".to_owned()),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("kubectl-elector").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn namespace_and_output_go_before_or_after_the_command() {
+        let before = parse(&["-n", "prod", "-o", "json", "status", "web"]).expect("parses");
+        let after = parse(&["status", "web", "-n", "prod", "-o", "json"]).expect("parses");
+        assert_eq!(before, after);
+        assert_eq!(before.namespace.as_deref(), Some("prod"));
+        assert_eq!(before.output, OutputFormat::Json);
+    }
+
+    #[test]
+    fn switchover_defaults_to_any_pod_within_a_minute() {
+        let cli = parse(&["switchover", "web"]).expect("parses");
+        assert_eq!(
+            cli.command,
+            Command::Switchover {
+                election: "web".into(),
+                to: None,
+                timeout: Duration::from_secs(60),
+            }
+        );
+        let cli =
+            parse(&["switchover", "web", "--to", "web-2", "--timeout", "2m"]).expect("parses");
+        assert!(matches!(
+            cli.command,
+            Command::Switchover { to: Some(ref pod), timeout, .. }
+                if pod == "web-2" && timeout == Duration::from_secs(120)
+        ));
+    }
+
+    #[test]
+    fn bad_timeouts_and_all_namespaces_with_a_name_are_refused() {
+        assert!(parse(&["switchover", "web", "--timeout", "soon"]).is_err());
+        assert!(parse(&["switchover", "web", "--timeout", "0s"]).is_err());
+        assert!(parse(&["status", "web", "-A"]).is_err());
+        assert!(parse(&["status", "-A"]).is_ok());
+        assert!(parse(&["why", "web"]).is_err(), "why needs a pod");
+        assert!(parse(&["status", "-o", "xml"]).is_err());
+    }
+}

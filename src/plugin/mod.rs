@@ -1,0 +1,143 @@
+//! The `kubectl elector` plugin: look at elections and move their leadership from a
+//! terminal. The binary (`src/bin/kubectl-elector.rs`) parses [`Cli`] and calls [`run`].
+//!
+//! - [`cli`]: the command line.
+//! - [`status`]: leader, token, candidates, last switchover, and [`consul_holder`]: the key
+//!   as Consul sees it.
+//! - [`switchover`]: the request annotation and the wait for the operator's decision.
+//! - [`why`]: why a pod leads or does not.
+//! - [`history`]: the election's events.
+//! - [`output`]: tables, JSON and YAML.
+
+pub mod cli;
+pub mod consul_holder;
+pub mod error;
+pub mod history;
+pub mod output;
+pub mod status;
+pub mod switchover;
+pub mod why;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::Api;
+
+pub use cli::{Cli, Command, OutputFormat};
+pub use error::PluginError;
+
+use crate::crd::LeaderElection;
+
+/// What a command printed and whether it reached its goal (a refused switchover did not:
+/// the process exits non-zero).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The output, for standard output.
+    pub text: String,
+    /// `false` makes the process exit non-zero.
+    pub success: bool,
+}
+
+/// Runs `cli`'s command against the cluster of the kubeconfig (or the pod's service account
+/// in a cluster).
+pub async fn run(cli: Cli) -> Result<Report, PluginError> {
+    let client = Client::try_default().await.map_err(PluginError::Client)?;
+    let namespace = cli
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let format = cli.output;
+    let now = Timestamp::now();
+    let done = |text: String| Report {
+        text,
+        success: true,
+    };
+    match cli.command {
+        Command::Status {
+            election,
+            all_namespaces,
+        } => {
+            let scope = match (&election, all_namespaces) {
+                (_, true) => status::Scope::AllNamespaces,
+                (Some(name), false) => status::Scope::One {
+                    namespace: &namespace,
+                    name,
+                },
+                (None, false) => status::Scope::Namespace(&namespace),
+            };
+            let consul = consul_holder::client_from_env();
+            let views = match &consul {
+                Ok(client_or_none) => {
+                    status::collect(client, scope, client_or_none.as_ref()).await?
+                }
+                Err(problem) => {
+                    // Kubernetes' view is still worth showing; say why Consul was not asked.
+                    let mut views = status::collect(client, scope, None).await?;
+                    for view in &mut views {
+                        view.consul = consul_holder::ConsulHolder::NotAsked {
+                            reason: format!("invalid Consul settings: {problem}"),
+                        };
+                    }
+                    views
+                }
+            };
+            let text = match (&election, format) {
+                // One named election is an object in JSON and YAML, like `kubectl get x`.
+                (Some(_), OutputFormat::Json | OutputFormat::Yaml) if views.len() == 1 => {
+                    output::render(format, &views[0], |v| v.render(now))?
+                }
+                _ => output::render(format, views.as_slice(), |v| status::render_all(v, now))?,
+            };
+            Ok(done(text))
+        }
+        Command::Switchover {
+            election,
+            to,
+            timeout,
+        } => {
+            let outcome =
+                switchover::request(client, &namespace, &election, to.as_deref(), timeout).await?;
+            let text = output::render(format, &outcome, switchover::SwitchoverOutcome::render)?;
+            Ok(Report {
+                text,
+                success: outcome.completed(),
+            })
+        }
+        Command::Why { election, pod } => {
+            let le = get_election(&client, &namespace, &election).await?;
+            let pods: Api<Pod> = Api::namespaced(client, &namespace);
+            let found = pods
+                .get_opt(&pod)
+                .await
+                .map_err(|source| PluginError::Kube {
+                    operation: format!("get pod {namespace}/{pod}"),
+                    source,
+                })?;
+            let answer = why::explain(&le, &pod, found.as_ref());
+            let text = output::render(format, &answer, |a| {
+                format!("{}: {}\n", a.pod, a.explanation)
+            })?;
+            Ok(done(text))
+        }
+        Command::History { election } => {
+            let le = get_election(&client, &namespace, &election).await?;
+            let entries = history::entries(&history::events(client, &le).await?);
+            let text = output::render(format, entries.as_slice(), |e| history::render(e, now))?;
+            Ok(done(text))
+        }
+    }
+}
+
+async fn get_election(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<LeaderElection, PluginError> {
+    let api: Api<LeaderElection> = Api::namespaced(client.clone(), namespace);
+    api.get(name)
+        .await
+        .map_err(|e| PluginError::election_call(namespace, name, "get", e))
+}
+
+#[cfg(test)]
+mod fixtures;

@@ -1,0 +1,305 @@
+//! `kubectl elector status`: each election's leader, token, candidates, last switchover and
+//! Consul holder.
+
+use jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use serde::Serialize;
+
+use super::consul_holder::{self, ConsulHolder};
+use super::error::PluginError;
+use super::output::{Table, or_dash, when};
+use crate::consul::ConsulClient;
+use crate::crd::{CandidateStatus, LeaderElection, Phase, SwitchoverStatus};
+
+/// Which elections `status` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope<'a> {
+    /// One election of a namespace.
+    One {
+        /// The namespace.
+        namespace: &'a str,
+        /// The election.
+        name: &'a str,
+    },
+    /// Every election of a namespace.
+    Namespace(&'a str),
+    /// Every election of the cluster.
+    AllNamespaces,
+}
+
+/// One election as `status` shows it.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ElectionStatus {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Where the election stands (`None`: the operator has not looked at it).
+    pub phase: Option<Phase>,
+    /// The pod that leads.
+    pub leader: Option<String>,
+    /// While none leads: the pod that led last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_leader: Option<String>,
+    /// Fencing token of the current leadership.
+    pub fencing_token: Option<u64>,
+    /// Since when the leader leads.
+    pub since: Option<Timestamp>,
+    /// How often leadership moved.
+    pub transitions: u64,
+    /// Every selected pod, whether it may lead, and its priority.
+    pub candidates: Vec<Candidate>,
+    /// The last switchover request and its outcome.
+    pub last_switchover: Option<SwitchoverStatus>,
+    /// The key's holder as Consul sees it.
+    pub consul: ConsulHolder,
+}
+
+/// A candidate as the output shows it: like [`CandidateStatus`], with the priority always
+/// present (the status leaves out the default 0).
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// Pod name.
+    pub pod: String,
+    /// Whether it may lead now.
+    pub eligible: bool,
+    /// Why it may not lead.
+    pub reason: Option<String>,
+    /// Its `elector.dev/priority`.
+    pub priority: i32,
+}
+
+impl From<&CandidateStatus> for Candidate {
+    fn from(c: &CandidateStatus) -> Self {
+        Self {
+            pod: c.pod.clone(),
+            eligible: c.eligible,
+            reason: c.reason.clone(),
+            priority: c.priority,
+        }
+    }
+}
+
+impl ElectionStatus {
+    /// The status of `election` with `consul`'s view of its key.
+    pub fn new(election: &LeaderElection, consul: ConsulHolder) -> Self {
+        let status = election.status.clone().unwrap_or_default();
+        Self {
+            namespace: election.namespace().unwrap_or_default(),
+            name: election.name_any(),
+            phase: status.phase,
+            leader: status.leader.as_ref().map(|l| l.pod.clone()),
+            last_leader: status.last_leader.as_ref().map(|l| l.pod.clone()),
+            fencing_token: status.fencing_token,
+            since: status.leader.as_ref().map(|l| l.since),
+            transitions: status.transitions,
+            candidates: status.candidates.iter().map(Candidate::from).collect(),
+            last_switchover: status.last_switchover,
+            consul,
+        }
+    }
+
+    /// The text block of the table output, ages counted from `now`.
+    pub fn render(&self, now: Timestamp) -> String {
+        let leader = match (&self.leader, &self.since, &self.last_leader) {
+            (Some(pod), Some(since), _) => format!("{pod} since {}", when(now, *since)),
+            (Some(pod), None, _) => pod.clone(),
+            (None, _, Some(last)) => format!("none (last leader {last})"),
+            (None, _, None) => "none".to_owned(),
+        };
+        let mut head = Table::default();
+        let mut line = |field: &str, value: String| head.row(vec![format!("{field}:"), value]);
+        line("Election", format!("{}/{}", self.namespace, self.name));
+        line("Phase", or_dash(self.phase.map(|p| format!("{p:?}"))));
+        line("Leader", leader);
+        line("Fencing token", or_dash(self.fencing_token));
+        line("Transitions", self.transitions.to_string());
+        line("Consul holder", self.consul.summary());
+        line(
+            "Last switchover",
+            self.last_switchover
+                .as_ref()
+                .map_or_else(|| "none".to_owned(), |s| switchover_summary(s, now)),
+        );
+        let mut out = head.render();
+        if self.candidates.is_empty() {
+            out.push_str("Candidates:       none\n");
+        } else {
+            out.push_str("Candidates:\n");
+            let mut table = Table::new(&["POD", "ELIGIBLE", "PRIORITY", "REASON"]);
+            for c in &self.candidates {
+                table.row(vec![
+                    c.pod.clone(),
+                    if c.eligible { "yes" } else { "no" }.to_owned(),
+                    c.priority.to_string(),
+                    or_dash(c.reason.as_ref()),
+                ]);
+            }
+            for row in table.render().lines() {
+                out.push_str("  ");
+                out.push_str(row);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// One line about a switchover request: result, target, the move, when, and the operator's
+/// message.
+pub fn switchover_summary(s: &SwitchoverStatus, now: Timestamp) -> String {
+    let moved = match (&s.from, &s.leader) {
+        (Some(from), Some(to)) => format!(", {from} -> {to}"),
+        (None, Some(to)) => format!(", -> {to}"),
+        _ => String::new(),
+    };
+    let message = if s.message.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", s.message)
+    };
+    format!(
+        "{:?} (to {}{moved}, requested {}){message}",
+        s.result,
+        s.to,
+        when(now, s.requested_at)
+    )
+}
+
+/// Every status of `views` as text blocks separated by blank lines.
+pub fn render_all(views: &[ElectionStatus], now: Timestamp) -> String {
+    if views.is_empty() {
+        return "No LeaderElections found.\n".to_owned();
+    }
+    views
+        .iter()
+        .map(|v| v.render(now))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Reads the elections of `scope` and, through `consul`, their keys.
+pub async fn collect(
+    client: Client,
+    scope: Scope<'_>,
+    consul: Option<&ConsulClient>,
+) -> Result<Vec<ElectionStatus>, PluginError> {
+    let elections = match scope {
+        Scope::One { namespace, name } => {
+            let api: Api<LeaderElection> = Api::namespaced(client, namespace);
+            let election = api
+                .get(name)
+                .await
+                .map_err(|e| PluginError::election_call(namespace, name, "get", e))?;
+            vec![election]
+        }
+        Scope::Namespace(namespace) => list(Api::namespaced(client, namespace), namespace).await?,
+        Scope::AllNamespaces => list(Api::all(client), "all namespaces").await?,
+    };
+    let mut views = Vec::with_capacity(elections.len());
+    for election in &elections {
+        let holder = consul_holder::read(consul, election).await;
+        views.push(ElectionStatus::new(election, holder));
+    }
+    Ok(views)
+}
+
+async fn list(api: Api<LeaderElection>, what: &str) -> Result<Vec<LeaderElection>, PluginError> {
+    let mut items = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| PluginError::Kube {
+            operation: format!("list LeaderElections in {what}"),
+            source,
+        })?
+        .items;
+    items.sort_by_key(|le| (le.namespace(), le.name_any()));
+    Ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::plugin::fixtures::{election, led_by_web_1};
+
+    fn now() -> Timestamp {
+        "2024-05-01T10:00:00Z".parse().expect("timestamp")
+    }
+
+    fn held() -> ConsulHolder {
+        ConsulHolder::Held {
+            key: "elector/prod/web/leader".into(),
+            session: "s-1".into(),
+            pod: Some("web-1".into()),
+            lock_index: 42,
+        }
+    }
+
+    #[test]
+    fn the_table_shows_leader_token_consul_switchover_and_candidates() {
+        let mut status = led_by_web_1();
+        status["lastSwitchover"] = json!({
+            "to": "web-1", "from": "web-0", "leader": "web-1",
+            "requestedAt": "2024-05-01T09:56:58Z", "completedAt": "2024-05-01T09:57:00Z",
+            "result": "Completed", "message": "moved",
+        });
+        let view = ElectionStatus::new(&election(json!({}), status), held());
+        assert_eq!(
+            view.render(now()),
+            "Election:         prod/web\n\
+             Phase:            Elected\n\
+             Leader:           web-1 since 2024-05-01T09:57:00Z (3m ago)\n\
+             Fencing token:    42\n\
+             Transitions:      3\n\
+             Consul holder:    web-1 (session s-1, lock index 42, key elector/prod/web/leader)\n\
+             Last switchover:  Completed (to web-1, web-0 -> web-1, requested \
+             2024-05-01T09:56:58Z (3m2s ago)): moved\n\
+             Candidates:\n  \
+               POD    ELIGIBLE  PRIORITY  REASON\n  \
+               web-0  yes       0         -\n  \
+               web-1  yes       0         -\n  \
+               web-2  no        0         NotReady\n"
+        );
+    }
+
+    #[test]
+    fn an_election_without_status_or_consul_says_so() {
+        let view = ElectionStatus::new(
+            &election(json!({}), json!(null)),
+            ConsulHolder::NotAsked {
+                reason: "CONSUL_HTTP_ADDR is not set".into(),
+            },
+        );
+        let text = view.render(now());
+        assert!(text.contains("Phase:            -\n"), "{text}");
+        assert!(text.contains("Leader:           none\n"), "{text}");
+        assert!(
+            text.contains("Consul holder:    not asked (CONSUL_HTTP_ADDR is not set)\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("Candidates:       none\n"), "{text}");
+        assert_eq!(render_all(&[], now()), "No LeaderElections found.\n");
+    }
+
+    #[test]
+    fn json_names_every_field_in_camel_case() {
+        let view = ElectionStatus::new(&election(json!({}), led_by_web_1()), held());
+        let value = serde_json::to_value(&view).expect("serializes");
+        assert_eq!(value["leader"], "web-1");
+        assert_eq!(value["fencingToken"], 42);
+        assert_eq!(value["since"], "2024-05-01T09:57:00Z");
+        assert_eq!(value["candidates"][2]["reason"], "NotReady");
+        assert_eq!(
+            value["candidates"][0]["priority"], 0,
+            "explicit, even when 0"
+        );
+        assert_eq!(value["consul"]["state"], "held");
+        assert_eq!(value["consul"]["lockIndex"], 42);
+        assert_eq!(value["consul"]["pod"], "web-1");
+        assert_eq!(value["lastSwitchover"], serde_json::Value::Null);
+    }
+}

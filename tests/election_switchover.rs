@@ -1,0 +1,247 @@
+//! Deliberate moves on the test cluster: a switchover requested with the
+//! `elector.dev/switchover-to` annotation (to a named pod, or `*`), refused requests, the
+//! handover drain, priorities and failback. Every move is a planned one: the old leader is
+//! demoted first and its lock released explicitly (no lock-delay), and the never-two-leaders
+//! rule is checked over the whole recorded history at the end of each test.
+
+mod harness;
+
+use consul_elector::crd::{
+    HANDOVER_ANNOTATION, HANDOVER_DONE, LeaderElection, PRIORITY_ANNOTATION, SWITCHOVER_ANNOTATION,
+    SwitchoverResult, SwitchoverStatus,
+};
+use harness::{Elected, Harness, SOON, with_role};
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use testkit::cluster::with_namespace;
+
+fn spec() -> serde_json::Value {
+    json!({"selector": {"matchLabels": {"app": "web"}}})
+}
+
+/// Asks election `web` to switch over to `to`.
+async fn request(h: &Harness, to: &str) {
+    let patch = json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: to}}});
+    h.elections()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotate the election");
+}
+
+/// Sets (or removes) annotation `key` on pod `pod`.
+async fn annotate_pod(h: &Harness, pod: &str, key: &str, value: Option<&str>) {
+    let patch = json!({"metadata": {"annotations": {key: value}}});
+    h.pods()
+        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotate the pod");
+}
+
+/// Waits until the request is decided: the annotation gone and the status' record final.
+async fn decided(h: &Harness) -> SwitchoverStatus {
+    let le = h
+        .wait_status("web", |le: &LeaderElection| {
+            let pending = le
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(SWITCHOVER_ANNOTATION));
+            let record = le.status.as_ref().and_then(|s| s.last_switchover.as_ref());
+            !pending && record.is_some_and(|r| r.result != SwitchoverResult::InProgress)
+        })
+        .await;
+    le.status
+        .and_then(|s| s.last_switchover)
+        .expect("a switchover record")
+}
+
+/// A follower of the election (not `leader`).
+fn a_follower(h: &Harness, leader: &str) -> String {
+    with_role(&h.current(), "follower")
+        .into_iter()
+        .find(|p| p != leader)
+        .expect("a follower")
+}
+
+/// Asserts the move from `old` to `new` was planned: explicit release, no lock-delay, the
+/// next token, one more transition.
+fn assert_planned_move(h: &Harness, old: &Elected, new: &Elected) {
+    assert_ne!(old.pod, new.pod);
+    assert!(
+        h.emu.session(&old.session).is_none(),
+        "old session destroyed"
+    );
+    assert_eq!(
+        h.emu.lock_delay_until(&h.key("web")),
+        None,
+        "an explicit release leaves no lock-delay"
+    );
+    assert_eq!(new.token, old.token + 1);
+    assert_eq!(new.transitions, old.transitions + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_to_a_named_pod_is_a_planned_move_and_is_recorded() {
+    with_namespace("so-named", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, spec()).await;
+        let target = a_follower(&h, &first.pod);
+        request(&h, &target).await;
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        assert_eq!(second.pod, target);
+        assert_planned_move(&h, &first, &second);
+        let record = decided(&h).await;
+        assert_eq!(record.result, SwitchoverResult::Completed);
+        assert_eq!(record.to, target);
+        assert_eq!(record.from.as_deref(), Some(first.pod.as_str()));
+        assert_eq!(record.leader.as_deref(), Some(target.as_str()));
+        assert!(
+            record
+                .completed_at
+                .is_some_and(|c| c >= record.requested_at)
+        );
+        let notes = h.wait_event("web", "SwitchoverCompleted").await;
+        assert!(notes.iter().any(|n| n.contains(&target)), "{notes:?}");
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_to_any_pod_goes_to_the_highest_priority() {
+    with_namespace("so-any", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, spec()).await;
+        let preferred = a_follower(&h, &first.pod);
+        annotate_pod(&h, &preferred, PRIORITY_ANNOTATION, Some("5")).await;
+        h.wait_status("web", |le: &LeaderElection| {
+            le.status.as_ref().is_some_and(|s| {
+                s.candidates
+                    .iter()
+                    .any(|c| c.pod == preferred && c.priority == 5)
+            })
+        })
+        .await;
+        // Stickiness: a higher priority alone does not move a healthy leader.
+        assert_eq!(h.wait_elected("web", None).await.pod, first.pod);
+        request(&h, "*").await;
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        assert_eq!(second.pod, preferred);
+        assert_planned_move(&h, &first, &second);
+        let record = decided(&h).await;
+        assert_eq!(
+            (record.result, record.leader.as_deref()),
+            (SwitchoverResult::Completed, Some(preferred.as_str()))
+        );
+        assert_eq!(
+            h.wait_elected("web", None).await.pod,
+            preferred,
+            "no bounce"
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switchovers_that_cannot_be_honoured_are_refused_and_nothing_moves() {
+    with_namespace("so-refused", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, spec()).await;
+        request(&h, "no-such-pod").await;
+        let record = decided(&h).await;
+        assert_eq!(record.result, SwitchoverResult::Refused);
+        assert!(record.message.contains("no-such-pod"), "{}", record.message);
+        h.wait_event("web", "SwitchoverRefused").await;
+
+        let never = a_follower(&h, &first.pod);
+        annotate_pod(&h, &never, PRIORITY_ANNOTATION, Some("-1")).await;
+        h.wait_status("web", |le: &LeaderElection| {
+            le.status.as_ref().is_some_and(|s| {
+                s.candidates
+                    .iter()
+                    .any(|c| c.pod == never && c.reason.as_deref() == Some("NeverLeader"))
+            })
+        })
+        .await;
+        request(&h, &never).await;
+        let record = h
+            .wait_status("web", |le: &LeaderElection| {
+                le.status
+                    .as_ref()
+                    .and_then(|s| s.last_switchover.as_ref())
+                    .is_some_and(|r| r.to == never && r.result == SwitchoverResult::Refused)
+            })
+            .await;
+        let message = record
+            .status
+            .and_then(|s| s.last_switchover)
+            .map(|r| r.message)
+            .unwrap_or_default();
+        assert!(message.contains("NeverLeader"), "{message}");
+        let now = h.wait_elected("web", None).await;
+        assert_eq!(
+            (now.pod.as_str(), now.token, now.transitions),
+            (first.pod.as_str(), first.token, first.transitions),
+            "nothing moved"
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_announces_the_move_and_the_application_can_end_it() {
+    with_namespace("so-drain", |admin, ns| async move {
+        let spec = json!({
+            "selector": {"matchLabels": {"app": "web"}},
+            "switchover": {"drainSeconds": 300},
+        });
+        let (h, first) = Harness::web_elected(admin, ns, spec).await;
+        let target = a_follower(&h, &first.pod);
+        request(&h, &target).await;
+        let leader = first.pod.clone();
+        h.wait_pods(SOON, "the leader to be told about the handover", |pods| {
+            pods.get(&leader).is_some_and(|p| {
+                p.annotations.contains_key(HANDOVER_ANNOTATION)
+                    && p.labels.get(harness::ROLE).map(String::as_str) == Some("leader")
+            })
+        })
+        .await;
+        // The application is done well before the 300 s deadline.
+        annotate_pod(&h, &first.pod, HANDOVER_ANNOTATION, Some(HANDOVER_DONE)).await;
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        assert_eq!(second.pod, target);
+        assert_planned_move(&h, &first, &second);
+        let old = first.pod.clone();
+        h.wait_pods(
+            SOON,
+            "the handover annotation to go with the role",
+            |pods| {
+                pods.get(&old)
+                    .is_some_and(|p| !p.annotations.contains_key(HANDOVER_ANNOTATION))
+            },
+        )
+        .await;
+        assert_eq!(decided(&h).await.result, SwitchoverResult::Completed);
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failback_moves_leadership_to_a_pod_of_higher_priority() {
+    with_namespace("so-failback", |admin, ns| async move {
+        let spec = json!({
+            "selector": {"matchLabels": {"app": "web"}},
+            "failback": {"enabled": true, "minInterval": "0s"},
+        });
+        let (h, first) = Harness::web_elected(admin, ns, spec).await;
+        let preferred = a_follower(&h, &first.pod);
+        annotate_pod(&h, &preferred, PRIORITY_ANNOTATION, Some("10")).await;
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        assert_eq!(second.pod, preferred);
+        assert_planned_move(&h, &first, &second);
+        let notes = h.wait_event("web", "Failback").await;
+        assert!(notes.iter().any(|n| n.contains(&preferred)), "{notes:?}");
+        h.finish().await;
+    })
+    .await;
+}
