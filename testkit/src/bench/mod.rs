@@ -66,6 +66,7 @@ pub async fn run(options: &Options) -> Result<Outcome, String> {
             "pods": sizes.pods,
             "namespaces": sizes.namespaces,
             "failovers": sizes.failovers,
+            "switchovers": sizes.switchovers,
             "steady_seconds": sizes.steady_window.as_secs_f64(),
             "quick": options.quick,
         }),

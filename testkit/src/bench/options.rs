@@ -20,16 +20,19 @@ pub enum ScenarioName {
     Failover,
     /// A Deployment of 5 replicas rolled: how many leader transitions.
     RollingUpdate,
+    /// Switchovers requested by annotation in one election at a time while the others idle.
+    Switchover,
 }
 
 impl ScenarioName {
     /// Every scenario, in the order `--quick` runs them.
-    pub const ALL: [ScenarioName; 5] = [
+    pub const ALL: [ScenarioName; 6] = [
         Self::Converge,
         Self::Steady,
         Self::Restart,
         Self::Failover,
         Self::RollingUpdate,
+        Self::Switchover,
     ];
 
     /// The name on the command line and in the report.
@@ -40,6 +43,7 @@ impl ScenarioName {
             Self::Restart => "restart",
             Self::Failover => "failover",
             Self::RollingUpdate => "rolling-update",
+            Self::Switchover => "switchover",
         }
     }
 
@@ -59,6 +63,8 @@ pub struct Sizes {
     pub namespaces: usize,
     /// Failover rounds (`failover`), each in the next election.
     pub failovers: usize,
+    /// Switchovers to any other pod (`switchover`), each in the next election.
+    pub switchovers: usize,
     /// How long `steady` counts requests.
     pub steady_window: Duration,
 }
@@ -71,6 +77,7 @@ impl Sizes {
             pods: 3,
             namespaces: 5,
             failovers: 50,
+            switchovers: 50,
             steady_window: Duration::from_secs(30),
         }
     }
@@ -82,6 +89,7 @@ impl Sizes {
             pods: 3,
             namespaces: 2,
             failovers: 6,
+            switchovers: 4,
             steady_window: Duration::from_millis(7_500),
         }
     }
@@ -112,7 +120,7 @@ and optionally a JSON file. Exits non-zero when a scenario fails its safety chec
 labelled leader in one election at one resourceVersion, a fencing token going backwards) or
 does not reach its expected state in time.
 
-scenarios: converge, steady, restart, failover, rolling-update
+scenarios: converge, steady, restart, failover, rolling-update, switchover
 
 options:
   --quick             every scenario (or the ones named) at small sizes
@@ -120,6 +128,8 @@ options:
   --pods P            candidate pods per election (default 3)
   --namespaces M      namespaces the elections are spread over (default 5; quick 2)
   --failovers K       failover rounds (default 50; quick 6)
+  --switchovers K     switchovers to any other pod (default 50; quick 4), then one to a
+                      named pod and one refused
   --steady-seconds S  how long `steady` counts requests (default 30; quick 7.5)
   --json FILE         also write the report as JSON
   -h, --help          show this help
@@ -150,6 +160,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Invocation<Option
             "--pods" => options.sizes.pods = count(&arg, &value(&arg)?)?,
             "--namespaces" => options.sizes.namespaces = count(&arg, &value(&arg)?)?,
             "--failovers" => options.sizes.failovers = count(&arg, &value(&arg)?)?,
+            "--switchovers" => options.sizes.switchovers = count(&arg, &value(&arg)?)?,
             "--steady-seconds" => options.sizes.steady_window = seconds(&arg, &value(&arg)?)?,
             "--json" => options.json = Some(PathBuf::from(value(&arg)?)),
             name => match ScenarioName::parse(name) {
@@ -220,6 +231,9 @@ mod tests {
         assert_eq!(options.scenarios, [ScenarioName::Failover]);
         assert_eq!(options.sizes.elections, 3);
         assert_eq!(options.sizes.failovers, Sizes::quick().failovers);
+        let options = run(&["switchover", "--elections", "1", "--switchovers", "9"]).unwrap();
+        assert_eq!(options.scenarios, [ScenarioName::Switchover]);
+        assert_eq!(options.sizes.switchovers, 9);
     }
 
     #[test]
@@ -228,7 +242,8 @@ mod tests {
             &[][..],
             &["converge", "--elections", "0"],
             &["converge", "--elections"],
-            &["switchover"],
+            &["failback"],
+            &["switchover", "--switchovers", "0"],
             &["steady", "--steady-seconds", "-1"],
         ] {
             assert!(run(args).is_err(), "{args:?}");

@@ -103,7 +103,7 @@ impl Population {
             objects::create_namespace(client, namespace).await?;
         }
         let pods = self.elections.iter().flat_map(|(namespace, election)| {
-            (0..self.pods).map(move |k| (namespace, election, format!("{election}-{k}"), k))
+            (0..self.pods).map(move |k| (namespace, election, pod_name(election, k), k))
         });
         stream::iter(pods)
             .map(|(namespace, election, name, k)| async move {
@@ -189,6 +189,11 @@ impl Population {
         }
         Ok(())
     }
+}
+
+/// The name of candidate `k` of `election` that [`Population::create`] makes.
+pub(crate) fn pod_name(election: &str, k: usize) -> String {
+    format!("{election}-{k}")
 }
 
 /// Creates LeaderElection `namespace/election`, selecting the pods labelled

@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::sandbox::objects::{LEADER, ROLE_LABEL, election_resource};
-use crate::sandbox::observer::ElectionState;
+use crate::sandbox::observer::{ElectionState, LastSwitchover, SwitchoverState};
 
 /// The pod label naming the election a bench pod is a candidate of (its selector).
 pub(crate) const ELECTION_LABEL: &str = "app";
@@ -51,6 +51,17 @@ impl LabelChange {
     pub(crate) fn made_leader(&self) -> bool {
         self.to.as_deref() == Some(LEADER)
     }
+}
+
+/// A change of an election's switchover request annotation or `status.lastSwitchover`.
+#[derive(Debug, Clone)]
+pub(crate) struct SwitchoverChange {
+    /// When the watch event arrived.
+    pub(crate) at: Instant,
+    /// The election.
+    pub(crate) election: Key,
+    /// What it shows now.
+    pub(crate) switchover: SwitchoverState,
 }
 
 /// A change of an election's status leader, fencing token or transitions.
@@ -117,6 +128,8 @@ pub(crate) struct State {
     pub(crate) label_changes: Vec<LabelChange>,
     /// Every status change, in arrival order.
     pub(crate) status_changes: Vec<StatusChange>,
+    /// Every switchover request and outcome change, in arrival order.
+    pub(crate) switchover_changes: Vec<SwitchoverChange>,
     /// Safety violations: two leaders at once, a fencing token going backwards.
     pub(crate) violations: Vec<String>,
     /// Times a watch had to re-list (the history may have lost versions then).
@@ -165,6 +178,28 @@ impl State {
             .values()
             .filter_map(|e| e.status.session.clone())
             .collect()
+    }
+
+    /// The decision on the switchover request to `to` of `election` made after change
+    /// `since` of [`Self::switchover_changes`], when `before` was the election's
+    /// `status.lastSwitchover`: the first change after one that shows the request pending
+    /// that shows it decided (see [`SwitchoverState::decided`]) with a record other than
+    /// `before`. The operator may remove the annotation before it records the outcome: the
+    /// record still shown then is an earlier request's, which may have had the same target.
+    pub(crate) fn switchover_decided(
+        &self,
+        election: &Key,
+        since: usize,
+        to: &str,
+        before: &LastSwitchover,
+    ) -> Option<&SwitchoverChange> {
+        let mut changes = self
+            .switchover_changes
+            .get(since..)?
+            .iter()
+            .filter(|c| &c.election == election);
+        changes.find(|c| c.switchover.requested.as_deref() == Some(to))?;
+        changes.find(|c| c.switchover.decided(to).is_some() && c.switchover.last != *before)
     }
 
     fn election(&mut self, key: &Key) -> &mut ElectionEntry {
@@ -248,6 +283,7 @@ impl State {
         let status = status.unwrap_or_default();
         let relevant = |s: &ElectionState| (s.leader.clone(), s.token, s.transitions);
         let changed = relevant(&entry.status) != relevant(&status);
+        let switchover_changed = entry.status.switchover != status.switchover;
         let mut violation = None;
         if let Some(token) = status.token {
             if token < entry.max_status_token {
@@ -263,6 +299,13 @@ impl State {
         self.existing =
             self.existing + usize::from(exists && !existed) - usize::from(existed && !exists);
         self.violations.extend(violation);
+        if switchover_changed {
+            self.switchover_changes.push(SwitchoverChange {
+                at,
+                election: key.clone(),
+                switchover: (*status.switchover).clone(),
+            });
+        }
         if changed {
             self.status_changes.push(StatusChange {
                 at,
@@ -549,6 +592,7 @@ mod tests {
             session: Some("s".into()),
             token: Some(token),
             transitions: Some(1),
+            switchover: Box::default(),
         })
     }
 
@@ -592,5 +636,55 @@ mod tests {
         state.apply_election(key("e1"), elected("e1-0", 6), t);
         assert_eq!(state.violations.len(), 3, "{:?}", state.violations);
         assert_eq!(state.status_changes.len(), 2);
+    }
+
+    #[test]
+    fn a_switchover_counts_as_decided_only_after_its_request_with_a_new_record() {
+        let mut state = State::default();
+        let t = Instant::now();
+        let record = |from: &str, result: &str| LastSwitchover {
+            to: Some("*".into()),
+            from: Some(from.into()),
+            result: Some(result.into()),
+            ..LastSwitchover::default()
+        };
+        let with = |requested: Option<&str>, last: &LastSwitchover| {
+            let mut status = elected("e1-0", 3);
+            if let Some(status) = status.as_mut() {
+                *status.switchover = SwitchoverState {
+                    requested: requested.map(str::to_owned),
+                    last: last.clone(),
+                };
+            }
+            status
+        };
+        let earlier = record("e1-1", "Completed");
+        state.apply_election(key("e1"), elected("e1-0", 3), t);
+        state.apply_election(key("e1"), with(None, &earlier), t);
+        let since = state.switchover_changes.len();
+        let decided = |state: &State| {
+            state
+                .switchover_decided(&key("e1"), since, "*", &earlier)
+                .map(|c| c.switchover.last.clone())
+        };
+        assert_eq!(decided(&state), None, "an earlier request's outcome");
+        state.apply_election(key("e1"), with(Some("*"), &earlier), t);
+        state.apply_election(key("e1"), with(None, &earlier), t);
+        assert_eq!(
+            decided(&state),
+            None,
+            "the annotation removed before the outcome is recorded"
+        );
+        state.apply_election(key("e1"), with(None, &record("e1-0", "InProgress")), t);
+        assert_eq!(decided(&state), None, "still moving");
+        state.apply_election(key("e2"), with(None, &record("e1-0", "Completed")), t);
+        assert_eq!(decided(&state), None, "another election");
+        state.apply_election(key("e1"), with(None, &record("e1-0", "Completed")), t);
+        assert_eq!(decided(&state), Some(record("e1-0", "Completed")));
+        assert_eq!(
+            state.status_changes.len(),
+            2,
+            "the status leader never changed"
+        );
     }
 }

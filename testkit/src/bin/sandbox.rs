@@ -17,9 +17,11 @@ plays a scenario, printing every change the operator makes:
   1. a LeaderElection is created: a leader is elected and labelled
   2. the leader pod is deleted: a successor is labelled
   3. the leader goes NotReady: it is replaced, then becomes Ready again
-  4. Consul is unreachable for longer than the session TTL: the leader label is removed
+  4. a switchover is requested (elector.dev/switchover-to: \"*\"): another pod leads, and
+     the operator records the request Completed
+  5. Consul is unreachable for longer than the session TTL: the leader label is removed
      (fenced); Consul comes back: the same pod leads again
-  5. the operator is killed and restarted: no label changes
+  6. the operator is killed and restarted: no label changes
 then a summary with the measured latencies. Exits non-zero when a step does not reach its
 expected state in time (the message says which).
 

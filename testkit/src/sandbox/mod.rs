@@ -4,9 +4,9 @@
 //! It builds the real `consul-elector` binary, starts the test cluster (a real kube-apiserver
 //! and kube-controller-manager v1.20.2), the Consul emulator on the real clock and the pod
 //! simulator, installs the CRD the binary prints, creates a Deployment `web` of 3 pods and
-//! runs the operator as a child process. Then a scenario of five steps (initial election,
-//! leader pod deleted, leader NotReady, Consul unreachable for longer than the TTL, operator
-//! killed and restarted) prints a timeline of every observed change and a summary with the
+//! runs the operator as a child process. Then a scenario of six steps (initial election,
+//! leader pod deleted, leader NotReady, switchover requested, Consul unreachable for longer
+//! than the TTL, operator killed and restarted) prints a timeline of every observed change and a summary with the
 //! measured latencies and the safety check of docs/design.md rule 1 over every recorded pod
 //! version.
 //!
@@ -16,7 +16,7 @@
 //! - `objects`: the CRD, the namespace and the `LeaderElection`;
 //! - `observer`: watches of the pods and the election, snapshots and waits;
 //! - `timeline`: the printed rows and colours;
-//! - `scenario`: the five steps; `report`: the measurements and the summary.
+//! - `scenario`: the six steps; `report`: the measurements and the summary.
 
 pub(crate) mod objects;
 pub(crate) mod observer;

@@ -1,5 +1,5 @@
 //! The Kubernetes objects of the sandbox: the CRD (from the operator's own `crd` output), the
-//! namespace, and the `LeaderElection` the scenario creates.
+//! namespace, the `LeaderElection` the scenario creates, and the switchover request on it.
 //!
 //! testkit does not link the consul-elector crate, so the few names of the product used here
 //! are spelled out; they are the CRD's defaults (docs/design.md §1).
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, ObjectMeta, PostParams};
+use kube::api::{ApiResource, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -29,6 +29,15 @@ pub(crate) const LEADER: &str = "leader";
 pub(crate) const FOLLOWER: &str = "follower";
 /// Prefix of the annotations the operator writes (fencing token, leader-since).
 pub(crate) const OPERATOR_ANNOTATION_PREFIX: &str = "elector.dev/";
+/// The annotation that asks the operator to move an election's leadership: a pod's name, or
+/// [`ANY_OTHER_POD`].
+pub(crate) const SWITCHOVER_ANNOTATION: &str = "elector.dev/switchover-to";
+/// [`SWITCHOVER_ANNOTATION`]'s value for "any other eligible pod, best by priority".
+pub(crate) const ANY_OTHER_POD: &str = "*";
+/// `status.lastSwitchover.result` of a request that moved the leadership.
+pub(crate) const SWITCHOVER_COMPLETED: &str = "Completed";
+/// `status.lastSwitchover.result` of a request the operator turned down (nothing moved).
+pub(crate) const SWITCHOVER_REFUSED: &str = "Refused";
 /// Session TTL of the sandbox's election: Consul's minimum, so the outage step is short.
 pub(crate) const SESSION_TTL: Duration = Duration::from_secs(10);
 /// How long the API server gets to establish the CRD.
@@ -140,6 +149,30 @@ pub(crate) async fn create_election(client: &Client) -> Result<(), SandboxError>
     Ok(())
 }
 
+/// Asks the operator to move the leadership of election `namespace/name` to pod `to` (or
+/// [`ANY_OTHER_POD`]): a merge patch of [`SWITCHOVER_ANNOTATION`], as
+/// `kubectl annotate leaderelection <name> elector.dev/switchover-to=<to>` writes it.
+pub(crate) async fn request_switchover(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    to: &str,
+) -> Result<(), SandboxError> {
+    let patch = switchover_patch(to);
+    elections(client.clone(), namespace)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(api_error(format!(
+            "requesting a switchover of LeaderElection {namespace}/{name} to {to:?}"
+        )))?;
+    Ok(())
+}
+
+/// The merge patch that sets [`SWITCHOVER_ANNOTATION`] to `to`.
+fn switchover_patch(to: &str) -> serde_json::Value {
+    json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: to}}})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +190,14 @@ mod tests {
         assert!(
             le.data["spec"].get("onConsulUnavailable").is_none(),
             "Fence by default"
+        );
+    }
+
+    #[test]
+    fn a_switchover_request_touches_only_its_annotation() {
+        assert_eq!(
+            switchover_patch(ANY_OTHER_POD),
+            json!({"metadata": {"annotations": {"elector.dev/switchover-to": "*"}}})
         );
     }
 

@@ -20,7 +20,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::SandboxError;
-use super::objects::{self, APP, FOLLOWER, LEADER, NAMESPACE, REPLICAS, ROLE_LABEL};
+use super::objects::{
+    self, APP, FOLLOWER, LEADER, NAMESPACE, REPLICAS, ROLE_LABEL, SWITCHOVER_ANNOTATION,
+};
 use super::timeline::Timeline;
 
 /// How long the first lists of pods and elections may take.
@@ -68,6 +70,48 @@ pub(crate) struct ElectionState {
     pub(crate) token: Option<u64>,
     /// `status.transitions`.
     pub(crate) transitions: Option<u64>,
+    /// The pending switchover request and the last one decided (boxed: most elections
+    /// never see one, and watch events carry this state by value).
+    pub(crate) switchover: Box<SwitchoverState>,
+}
+
+/// A switchover as the `LeaderElection` shows it: the request annotation while it is pending,
+/// and `status.lastSwitchover`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SwitchoverState {
+    /// The `elector.dev/switchover-to` annotation: a request not decided yet.
+    pub(crate) requested: Option<String>,
+    /// `status.lastSwitchover`.
+    pub(crate) last: LastSwitchover,
+}
+
+/// `status.lastSwitchover`: the operator's record of the latest request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct LastSwitchover {
+    /// `to`: the pod asked for, or `*`.
+    pub(crate) to: Option<String>,
+    /// `from`: the leader when the operator first saw the request.
+    pub(crate) from: Option<String>,
+    /// `leader`: the leader once completed.
+    pub(crate) leader: Option<String>,
+    /// `requestedAt`: when the operator first saw the request.
+    pub(crate) requested_at: Option<String>,
+    /// `result`: `InProgress`, `Completed` or `Refused`.
+    pub(crate) result: Option<String>,
+    /// `message`.
+    pub(crate) message: Option<String>,
+}
+
+impl SwitchoverState {
+    /// The last request's result once it is decided and its annotation gone, if it asked for
+    /// `to`. The operator may remove the annotation before it records the outcome, so a
+    /// watcher that made several requests must also see the record change (see
+    /// `bench::tracker::State::switchover_decided`).
+    pub(crate) fn decided(&self, to: &str) -> Option<&str> {
+        let last = &self.last;
+        let result = last.result.as_deref().filter(|r| *r != "InProgress")?;
+        (self.requested.is_none() && last.to.as_deref() == Some(to)).then_some(result)
+    }
 }
 
 impl ElectionState {
@@ -76,12 +120,24 @@ impl ElectionState {
         let status = election.data.get("status").unwrap_or(&Value::Null);
         let text = |value: &Value| value.as_str().map(str::to_owned);
         let leader = status.get("leader").unwrap_or(&Value::Null);
+        let last = status.get("lastSwitchover").unwrap_or(&Value::Null);
         Self {
             phase: status.get("phase").and_then(text),
             leader: leader.get("pod").and_then(text),
             session: leader.get("sessionID").and_then(text),
             token: status.get("fencingToken").and_then(Value::as_u64),
             transitions: status.get("transitions").and_then(Value::as_u64),
+            switchover: Box::new(SwitchoverState {
+                requested: election.annotations().get(SWITCHOVER_ANNOTATION).cloned(),
+                last: LastSwitchover {
+                    to: last.get("to").and_then(text),
+                    from: last.get("from").and_then(text),
+                    leader: last.get("leader").and_then(text),
+                    requested_at: last.get("requestedAt").and_then(text),
+                    result: last.get("result").and_then(text),
+                    message: last.get("message").and_then(text),
+                },
+            }),
         }
     }
 }
@@ -345,6 +401,7 @@ pub(crate) mod tests {
                 session: None,
                 token: Some(7),
                 transitions: Some(1),
+                switchover: Box::default(),
             }),
         }
     }
@@ -413,7 +470,37 @@ pub(crate) mod tests {
         assert_eq!(state.leader.as_deref(), Some("web-a"));
         assert_eq!(state.session.as_deref(), Some("s-1"));
         assert_eq!((state.token, state.transitions), (Some(12), Some(2)));
+        assert_eq!(*state.switchover, SwitchoverState::default());
+        election.data["status"] = serde_json::json!({"lastSwitchover": {
+            "to": "*", "from": "web-a", "leader": "web-b", "result": "Completed",
+            "requestedAt": "2026-11-24T00:00:00Z", "message": "moved",
+        }});
+        let decided = ElectionState::from_object(&election).switchover;
+        assert_eq!(decided.last.from.as_deref(), Some("web-a"));
+        assert_eq!(decided.last.leader.as_deref(), Some("web-b"));
+        assert_eq!(decided.last.message.as_deref(), Some("moved"));
+        assert_eq!(
+            decided.last.requested_at.as_deref(),
+            Some("2026-11-24T00:00:00Z")
+        );
+        assert_eq!(decided.decided("*"), Some("Completed"));
+        assert_eq!(decided.decided("web-c"), None, "another request");
+        election
+            .annotations_mut()
+            .insert(SWITCHOVER_ANNOTATION.into(), "*".into());
+        let pending = ElectionState::from_object(&election).switchover;
+        assert_eq!(pending.requested.as_deref(), Some("*"));
+        assert_eq!(pending.decided("*"), None, "the annotation is still there");
+        election.annotations_mut().clear();
+        election.data["status"]["lastSwitchover"]["result"] = "InProgress".into();
+        let moving = ElectionState::from_object(&election).switchover;
+        assert_eq!(moving.decided("*"), None, "still moving");
         election.data["status"] = serde_json::json!({"phase": 3, "leader": "web-a"});
+        assert_eq!(
+            ElectionState::from_object(&election),
+            ElectionState::default()
+        );
+        election.data["status"] = serde_json::json!({"lastSwitchover": "web-b"});
         assert_eq!(
             ElectionState::from_object(&election),
             ElectionState::default()

@@ -25,6 +25,8 @@ pub(crate) struct Report {
     pub(crate) deletion_failover: Option<Duration>,
     /// Leader set NotReady → successor labelled.
     pub(crate) not_ready_failover: Option<Duration>,
+    /// Switchover requested → new leader labelled.
+    pub(crate) switchover: Option<Duration>,
     /// Consul unreachable → leader label removed.
     pub(crate) fenced_after: Option<Duration>,
     /// Consul reachable again → the same pod labelled leader.
@@ -70,6 +72,11 @@ impl Report {
             "failover, leader NotReady",
             measured(self.not_ready_failover),
             "NotReady -> successor labelled",
+        );
+        line(
+            "switchover",
+            measured(self.switchover),
+            "switchover-to: \"*\" requested -> new leader labelled",
         );
         line(
             "fenced, Consul unreachable",

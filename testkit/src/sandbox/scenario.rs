@@ -1,4 +1,4 @@
-//! The scenario: five steps, each changing one thing and waiting for the state docs/design.md
+//! The scenario: six steps, each changing one thing and waiting for the state docs/design.md
 //! promises, measuring how long the operator took. The first step that does not reach its
 //! state in time ends the scenario; the report says which and what was seen instead.
 
@@ -10,7 +10,8 @@ use kube::Api;
 use kube::api::DeleteParams;
 
 use super::objects::{
-    self, FOLLOWER, NAMESPACE, OPERATOR_ANNOTATION_PREFIX, ROLE_LABEL, SESSION_TTL,
+    self, ANY_OTHER_POD, APP, FOLLOWER, NAMESPACE, OPERATOR_ANNOTATION_PREFIX, ROLE_LABEL,
+    SESSION_TTL, SWITCHOVER_ANNOTATION, SWITCHOVER_COMPLETED,
 };
 use super::observer::Snapshot;
 use super::report::{Report, StepFailure};
@@ -89,6 +90,7 @@ impl Scenario<'_> {
         let leader = self.initial_election().await?;
         let leader = self.delete_leader(&leader).await?;
         let leader = self.leader_not_ready(&leader).await?;
+        let leader = self.switchover(&leader).await?;
         self.consul_outage(&leader).await?;
         self.operator_restart(&leader).await
     }
@@ -267,10 +269,63 @@ impl Scenario<'_> {
         Ok(successor)
     }
 
-    async fn consul_outage(&mut self, leader: &str) -> Result<(), StepFailure> {
-        const STEP: &str = "4 Consul down";
+    async fn switchover(&mut self, leader: &str) -> Result<String, StepFailure> {
+        const STEP: &str = "4 switchover";
         self.begin(
             4,
+            STEP,
+            &format!(
+                "a switchover is requested: LeaderElection {APP} annotated \
+                 {SWITCHOVER_ANNOTATION}: \"{ANY_OTHER_POD}\""
+            ),
+        );
+        objects::request_switchover(&self.sandbox.client, NAMESPACE, APP, ANY_OTHER_POD)
+            .await
+            .map_err(|error| StepFailure {
+                step: STEP,
+                reason: error.to_string(),
+            })?;
+        let requested = Instant::now();
+        let (labelled, successor) = self.successor(STEP, leader).await?;
+        let latency = labelled.saturating_duration_since(requested);
+        self.report.switchover = Some(latency);
+        self.passed(&format!(
+            "{} labelled leader {} after the request (token {}); {} stays Ready as a \
+             {FOLLOWER}",
+            short(&successor),
+            duration(latency),
+            self.token(),
+            short(leader)
+        ));
+        self.expect(
+            STEP,
+            &format!(
+                "the annotation removed and status.lastSwitchover {SWITCHOVER_COMPLETED} with \
+                 leader {successor}"
+            ),
+            SETTLE_TIMEOUT,
+            |s| {
+                let switchover = &s.election.as_ref()?.switchover;
+                let leader = switchover.last.leader.as_deref();
+                (switchover.decided(ANY_OTHER_POD) == Some(SWITCHOVER_COMPLETED)
+                    && leader == Some(successor.as_str()))
+                .then_some(())
+            },
+        )
+        .await?;
+        self.passed(&format!(
+            "the request is decided: the operator removed the annotation and recorded \
+             lastSwitchover {SWITCHOVER_COMPLETED} ({} -> {})",
+            short(leader),
+            short(&successor)
+        ));
+        Ok(successor)
+    }
+
+    async fn consul_outage(&mut self, leader: &str) -> Result<(), StepFailure> {
+        const STEP: &str = "5 Consul down";
+        self.begin(
+            5,
             STEP,
             &format!(
                 "Consul becomes unreachable (every connection dropped) for longer than the TTL \
@@ -312,7 +367,7 @@ impl Scenario<'_> {
             duration(fenced_after)
         ));
 
-        const BACK: &str = "4 Consul back";
+        const BACK: &str = "5 Consul back";
         self.act(BACK, "Consul is reachable again");
         let back = Instant::now();
         let labelled = self
@@ -355,9 +410,9 @@ impl Scenario<'_> {
     }
 
     async fn operator_restart(&mut self, leader: &str) -> Result<(), StepFailure> {
-        const STEP: &str = "5 operator killed";
+        const STEP: &str = "6 operator killed";
         self.begin(
-            5,
+            6,
             STEP,
             "the operator is killed (SIGKILL) and started again",
         );
@@ -395,7 +450,7 @@ impl Scenario<'_> {
             .operator
             .restart()
             .map_err(|error| fail(error.to_string()))?;
-        const RESTARTED: &str = "5 restarted";
+        const RESTARTED: &str = "6 restarted";
         self.act(
             RESTARTED,
             &format!(

@@ -5,6 +5,8 @@
 //!      TIME  STEP               LEADER  TOKEN  PHASE     PODS (role label; ! not Ready, ~ terminating)
 //!   +3.513s  1 elect            b2x7q   3      Elected   b2x7q:leader    k9d4m:follower  w5zt8:follower
 //! ```
+//!
+//! A switchover request not decided yet follows the pods as `switchover-to: <pod or *>`.
 
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -171,8 +173,12 @@ fn state_columns(snapshot: &Snapshot, style: Style) -> String {
         "-" => style.dim(s),
         _ => style.warn(s),
     });
+    let request = election
+        .and_then(|e| e.switchover.requested.as_deref())
+        .map(|to| format!("  {}", style.warn(&format!("switchover-to: {to}"))))
+        .unwrap_or_default();
     format!(
-        "{leader}  {}  {phase} {}",
+        "{leader}  {}  {phase} {}{request}",
         cell(&token, TOKEN_WIDTH, |s| s.to_owned()),
         pod_cells(snapshot, style)
     )
@@ -252,6 +258,18 @@ mod tests {
         assert!(
             row.ends_with("b2x7q:leader    k9d4m:follower! w5zt8:-~"),
             "{row}"
+        );
+        if let Some(election) = snap.election.as_mut() {
+            election.switchover.requested = Some("*".into());
+        }
+        let row = timeline.row(&snap, "4 switchover").unwrap();
+        assert!(row.ends_with("w5zt8:-~  switchover-to: *"), "{row}");
+        if let Some(election) = snap.election.as_mut() {
+            election.switchover.requested = None;
+        }
+        assert!(
+            timeline.row(&snap, "4 switchover").is_some(),
+            "the request decided"
         );
     }
 

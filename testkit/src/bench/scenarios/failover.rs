@@ -33,18 +33,7 @@ pub(super) async fn run(
     for round in 0..sizes.failovers {
         let election = &elections[round % elections.len()];
         let (namespace, name) = election;
-        let old = running
-            .tracker
-            .wait(
-                &format!("{namespace}/{name} settled"),
-                SETTLE_TIMEOUT,
-                |state| {
-                    let entry = state.elections.get(election)?;
-                    let leader = entry.settled_leader()?;
-                    (entry.pods == running.population.pods).then(|| leader.to_owned())
-                },
-            )
-            .await?;
+        let old = running.settled_leader(election, SETTLE_TIMEOUT).await?;
         let from = running.tracker.state().label_changes.len();
         let make_not_ready = round % 2 == 1;
         let requested = Instant::now();
@@ -54,18 +43,8 @@ pub(super) async fn run(
             population::delete_pod(client, namespace, &old).await
         };
         acted.map_err(|error| error.to_string())?;
-        let labelled = running
-            .tracker
-            .wait(
-                &format!("a pod of {namespace}/{name} other than {old} labelled leader"),
-                FAILOVER_TIMEOUT,
-                |state| {
-                    state.label_changes[from..]
-                        .iter()
-                        .find(|c| &c.election == election && c.made_leader() && c.pod != old)
-                        .map(|c| c.at)
-                },
-            )
+        let (_, labelled) = running
+            .leader_labelled(election, &old, None, from, FAILOVER_TIMEOUT)
             .await?;
         let latency = labelled.saturating_duration_since(requested);
         let restored = if make_not_ready {

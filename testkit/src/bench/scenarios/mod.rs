@@ -7,6 +7,7 @@ mod failover;
 mod restart;
 mod rolling_update;
 mod steady;
+mod switchover;
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use super::environment::Environment;
 use super::options::{ScenarioName, Sizes};
 use super::population::Population;
 use super::report::ScenarioReport;
-use super::tracker::Tracker;
+use super::tracker::{Key, Tracker};
 use super::usage::{Baseline, Usage};
 use crate::pods::PodSimulator;
 use crate::sandbox::objects::LEADER;
@@ -61,6 +62,7 @@ pub(crate) async fn run(
         ScenarioName::Restart => restart::run(&mut running, &mut report).await,
         ScenarioName::Failover => failover::run(&running, sizes, &mut report).await,
         ScenarioName::RollingUpdate => rolling_update::run(&running, &mut report).await,
+        ScenarioName::Switchover => switchover::run(&running, sizes, &mut report).await,
     };
     if let Err(failure) = outcome {
         report.fail(format!(
@@ -179,6 +181,53 @@ impl<'a> Running<'a> {
     /// How many elections there are.
     pub(crate) fn elections(&self) -> usize {
         self.population.elections.len()
+    }
+
+    /// Waits until `election` is settled with all its pods and returns its leader.
+    pub(crate) async fn settled_leader(
+        &self,
+        election: &Key,
+        timeout: Duration,
+    ) -> Result<String, String> {
+        let (namespace, name) = election;
+        self.tracker
+            .wait(&format!("{namespace}/{name} settled"), timeout, |state| {
+                let entry = state.elections.get(election)?;
+                let leader = entry.settled_leader()?;
+                (entry.pods == self.population.pods).then(|| leader.to_owned())
+            })
+            .await
+    }
+
+    /// Waits until a pod of `election` other than `old` is labelled leader by a change after
+    /// the first `since` of the label history (`Some(pod)`: that pod); returns the pod and
+    /// when its watch event arrived.
+    pub(crate) async fn leader_labelled(
+        &self,
+        election: &Key,
+        old: &str,
+        pod: Option<&str>,
+        since: usize,
+        timeout: Duration,
+    ) -> Result<(String, Instant), String> {
+        let (namespace, name) = election;
+        let expected = match pod {
+            Some(pod) => format!("pod {pod} of {namespace}/{name} labelled leader"),
+            None => format!("a pod of {namespace}/{name} other than {old} labelled leader"),
+        };
+        self.tracker
+            .wait(&expected, timeout, |state| {
+                state.label_changes[since..]
+                    .iter()
+                    .find(|c| {
+                        &c.election == election
+                            && c.made_leader()
+                            && c.pod != old
+                            && pod.is_none_or(|pod| c.pod == pod)
+                    })
+                    .map(|c| (c.pod.clone(), c.at))
+            })
+            .await
     }
 
     /// Leader labels removed since `since` (a leader label replaced by anything, or its
