@@ -37,22 +37,25 @@ async fn annotate_pod(h: &Harness, pod: &str, key: &str, value: Option<&str>) {
         .expect("annotate the pod");
 }
 
-/// Waits until the request is decided: the annotation gone and the status' record final.
-async fn decided(h: &Harness) -> SwitchoverStatus {
+/// Waits until the request for `to` is decided, and checks that the first version of the
+/// election without the request annotation already carries its final record: whoever waits
+/// for the annotation to go must never read the previous request's outcome.
+async fn decided(h: &Harness, to: &str) -> SwitchoverStatus {
     let le = h
         .wait_status("web", |le: &LeaderElection| {
-            let pending = le
-                .metadata
+            !le.metadata
                 .annotations
                 .as_ref()
-                .is_some_and(|a| a.contains_key(SWITCHOVER_ANNOTATION));
-            let record = le.status.as_ref().and_then(|s| s.last_switchover.as_ref());
-            !pending && record.is_some_and(|r| r.result != SwitchoverResult::InProgress)
+                .is_some_and(|a| a.contains_key(SWITCHOVER_ANNOTATION))
         })
         .await;
-    le.status
+    let record = le
+        .status
         .and_then(|s| s.last_switchover)
-        .expect("a switchover record")
+        .expect("the outcome is recorded before the request is removed");
+    assert_eq!(record.to, to, "{record:?}");
+    assert_ne!(record.result, SwitchoverResult::InProgress, "{record:?}");
+    record
 }
 
 /// A follower of the election (not `leader`).
@@ -89,9 +92,8 @@ async fn a_switchover_to_a_named_pod_is_a_planned_move_and_is_recorded() {
         let second = h.wait_elected("web", Some(&first.pod)).await;
         assert_eq!(second.pod, target);
         assert_planned_move(&h, &first, &second);
-        let record = decided(&h).await;
+        let record = decided(&h, &target).await;
         assert_eq!(record.result, SwitchoverResult::Completed);
-        assert_eq!(record.to, target);
         assert_eq!(record.from.as_deref(), Some(first.pod.as_str()));
         assert_eq!(record.leader.as_deref(), Some(target.as_str()));
         assert!(
@@ -126,7 +128,7 @@ async fn a_switchover_to_any_pod_goes_to_the_highest_priority() {
         let second = h.wait_elected("web", Some(&first.pod)).await;
         assert_eq!(second.pod, preferred);
         assert_planned_move(&h, &first, &second);
-        let record = decided(&h).await;
+        let record = decided(&h, "*").await;
         assert_eq!(
             (record.result, record.leader.as_deref()),
             (SwitchoverResult::Completed, Some(preferred.as_str()))
@@ -146,7 +148,7 @@ async fn switchovers_that_cannot_be_honoured_are_refused_and_nothing_moves() {
     with_namespace("so-refused", |admin, ns| async move {
         let (h, first) = Harness::web_elected(admin, ns, spec()).await;
         request(&h, "no-such-pod").await;
-        let record = decided(&h).await;
+        let record = decided(&h, "no-such-pod").await;
         assert_eq!(record.result, SwitchoverResult::Refused);
         assert!(record.message.contains("no-such-pod"), "{}", record.message);
         h.wait_event("web", "SwitchoverRefused").await;
@@ -162,19 +164,9 @@ async fn switchovers_that_cannot_be_honoured_are_refused_and_nothing_moves() {
         })
         .await;
         request(&h, &never).await;
-        let record = h
-            .wait_status("web", |le: &LeaderElection| {
-                le.status
-                    .as_ref()
-                    .and_then(|s| s.last_switchover.as_ref())
-                    .is_some_and(|r| r.to == never && r.result == SwitchoverResult::Refused)
-            })
-            .await;
-        let message = record
-            .status
-            .and_then(|s| s.last_switchover)
-            .map(|r| r.message)
-            .unwrap_or_default();
+        let record = decided(&h, &never).await;
+        assert_eq!(record.result, SwitchoverResult::Refused);
+        let message = record.message;
         assert!(message.contains("NeverLeader"), "{message}");
         let now = h.wait_elected("web", None).await;
         assert_eq!(
@@ -220,7 +212,10 @@ async fn a_drain_announces_the_move_and_the_application_can_end_it() {
             },
         )
         .await;
-        assert_eq!(decided(&h).await.result, SwitchoverResult::Completed);
+        assert_eq!(
+            decided(&h, &target).await.result,
+            SwitchoverResult::Completed
+        );
         h.finish().await;
     })
     .await;

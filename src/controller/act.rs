@@ -246,6 +246,9 @@ impl<'a> Round<'a> {
             }
             Action::ClearHandover { pod, uid } => self.set_handover(&pod, &uid, None).await,
             Action::ClearSwitchover { request } => {
+                if let Some(record) = &self.recorded.last_switchover {
+                    super::status::record_switchover(self.le, self.ctx, record).await?;
+                }
                 super::switchover::clear_request(self.ctx, self.key, &request).await?;
                 self.switchover = None;
                 Ok(())

@@ -64,6 +64,22 @@ pub async fn record_token(
     patch_if_changed(le, ctx, &current, new, Write::Record).await
 }
 
+/// Writes how a switchover request was decided (`status.lastSwitchover`) before the request
+/// annotation is removed, so whoever waits for the annotation to go finds the outcome at the
+/// same moment, never the previous request's.
+pub async fn record_switchover(
+    le: &LeaderElection,
+    ctx: &Context,
+    record: &SwitchoverRecord,
+) -> Result<(), Error> {
+    let current = ctx.current_status(le);
+    let new = LeaderElectionStatus {
+        last_switchover: Some(switchover_status(record)),
+        ..current.clone()
+    };
+    patch_if_changed(le, ctx, &current, new, Write::Record).await
+}
+
 /// What the status records as applied: the record, or for a new election what it acts with.
 fn applied(
     le: &LeaderElection,
