@@ -245,6 +245,9 @@ impl<'a> Round<'a> {
                     .await
             }
             Action::ClearHandover { pod, uid } => self.set_handover(&pod, &uid, None).await,
+            Action::RecordSwitchover(record) => {
+                super::status::record_switchover(self.le, self.ctx, &record).await
+            }
             Action::ClearSwitchover { request } => {
                 if let Some(record) = &self.recorded.last_switchover {
                     super::status::record_switchover(self.le, self.ctx, record).await?;

@@ -84,6 +84,10 @@ pub enum Action {
         /// Pod UID.
         uid: String,
     },
+    /// Write a switchover's record (`status.lastSwitchover`) before the move it starts: the
+    /// pod it moves away from must survive a lost end-of-reconcile status write, or a `*`
+    /// request would move leadership again from the pod it just moved to.
+    RecordSwitchover(SwitchoverRecord),
     /// Remove the election's `elector.dev/switchover-to` annotation, if it still has this
     /// value (a newer request is left alone).
     ClearSwitchover {

@@ -60,7 +60,10 @@ impl<'a> Builder<'a> {
         };
         self.record_request(request);
         match self.target(request, leader) {
-            Target::MoveTo(pod) => self.preferred = Some(pod.uid.as_str()),
+            Target::MoveTo(pod) => {
+                self.persist_request();
+                self.preferred = Some(pod.uid.as_str());
+            }
             Target::Reached => {}
             Target::Refused(message) => self.refuse(request, message),
         }
@@ -134,6 +137,9 @@ impl<'a> Builder<'a> {
         next: &'a PodView,
         cause: Cause,
     ) {
+        if matches!(cause, Cause::Switchover) {
+            self.persist_request();
+        }
         if let Some(wait) = self.handover_wait(leader) {
             self.keep(leader, session, token);
             if self.leader.is_some() {
@@ -263,6 +269,15 @@ impl<'a> Builder<'a> {
             outcome: SwitchoverOutcome::InProgress,
             message: String::new(),
         });
+    }
+
+    /// Writes the request's record ahead of the move unless the status already has it.
+    fn persist_request(&mut self) {
+        if let Some(record) = &self.switchover
+            && self.obs.recorded.last_switchover.as_ref() != Some(record)
+        {
+            self.actions.push(Action::RecordSwitchover(record.clone()));
+        }
     }
 
     /// `pod` leads as `request` asked: record it, say so, remove the request.

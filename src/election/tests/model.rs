@@ -804,12 +804,16 @@ impl Model {
     /// persisting the token before (or with) the leader label.
     pub fn reconcile(&mut self, fail_at: Option<usize>, after_effect: bool) -> LoopResult {
         self.tick_sessions();
-        let recorded = self.recorded.clone();
+        let mut recorded = self.recorded.clone();
         let mut index = 0;
         let mut last = None;
         let mut complete = false;
         'rounds: for _ in 0..16 {
             let plan = self.plan_once(&recorded);
+            // As the controller's round does: the next plans continue the same request.
+            recorded
+                .last_switchover
+                .clone_from(&plan.status.last_switchover);
             if plan.actions.is_empty() {
                 complete = true;
                 last = Some(plan);
@@ -980,6 +984,11 @@ impl Model {
                 }
                 _ => false,
             },
+            Action::RecordSwitchover(record) => {
+                // Written at once, like the controller's write-ahead status patch.
+                self.recorded.last_switchover = Some(record.clone());
+                true
+            }
             Action::ClearSwitchover { request } => {
                 if self.switchover.as_deref() == Some(request.as_str()) {
                     *self.seen.entry("switchover decided".into()).or_default() += 1;

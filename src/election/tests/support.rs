@@ -654,6 +654,9 @@ impl World {
                 self.pod_mut(uid).handover = Some(deadline.to_string());
             }
             Action::ClearHandover { uid, .. } => self.pod_mut(uid).handover = None,
+            Action::RecordSwitchover(record) => {
+                self.scene.recorded.last_switchover = Some(record.clone());
+            }
             Action::ClearSwitchover { request } => {
                 if self.scene.switchover.as_deref() == Some(request.as_str()) {
                     self.scene.switchover = None;

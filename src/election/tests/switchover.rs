@@ -34,9 +34,15 @@ fn clear(request: &str) -> Action {
 fn a_switchover_to_a_named_pod_moves_leadership_there_and_clears_the_request() {
     let mut world = World::new(Scene::elected("a", &["b", "c"], 5).switchover("b"));
     let first = world.step();
+    let record =
+        |r: &Action| matches!(r, Action::RecordSwitchover(r) if r.from.as_deref() == Some("a"));
+    assert!(
+        record(&first.actions[0]),
+        "the record is written first: {first:#?}"
+    );
     assert_eq!(
-        steps(&first),
-        vec![follower("a"), release("s1"), destroy("s1"), create("b")],
+        steps(&first)[1..],
+        [follower("a"), release("s1"), destroy("s1"), create("b")],
         "demote, release explicitly (no lock-delay), then the new pod's session"
     );
     assert_eq!(last(&world).outcome, SwitchoverOutcome::InProgress);
@@ -129,8 +135,8 @@ fn with_a_drain_time_the_leader_is_told_first_and_the_move_waits_for_it() {
     );
     let first = world.step();
     assert_eq!(
-        steps(&first),
-        vec![Action::AnnotateHandover {
+        steps(&first)[1..],
+        [Action::AnnotateHandover {
             pod: "a".into(),
             uid: uid("a"),
             deadline: t(130),
@@ -169,7 +175,7 @@ fn an_application_may_end_the_drain_early() {
             a
         });
     let plan = scene.plan();
-    assert_eq!(steps(&plan)[..2], [follower("a"), release("s1")]);
+    assert_eq!(steps(&plan)[1..3], [follower("a"), release("s1")]);
 }
 
 #[test]
@@ -219,6 +225,33 @@ fn failback_moves_to_a_higher_priority_once_the_interval_has_passed() {
         steps(&without).is_empty(),
         "failback is off by default: a leader keeps leading while eligible"
     );
+}
+
+#[test]
+fn a_lost_status_write_does_not_move_a_star_switchover_twice() {
+    // The status written at the end of each reconcile is lost; only the write-ahead record
+    // of the move survives. The `*` request must still complete with one move.
+    let mut world = World::new(Scene::elected("a", &["b"], 5).switchover("*"));
+    for _ in 0..10 {
+        let persisted = world.scene.recorded.clone();
+        let plan = world.step();
+        let written = world.scene.recorded.last_switchover.clone();
+        world.scene.recorded = persisted;
+        if plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::RecordSwitchover(_)))
+        {
+            world.scene.recorded.last_switchover = written;
+        }
+    }
+    assert_eq!(world.leaders(), vec!["b".to_owned()]);
+    assert_eq!(world.scene.switchover, None);
+    let sessions = all_actions(&world)
+        .iter()
+        .filter(|a| matches!(a, Action::CreateSession { .. }))
+        .count();
+    assert_eq!(sessions, 1, "one move: {:#?}", world.history);
 }
 
 #[test]
