@@ -206,7 +206,7 @@ async fn switchover_moves_leadership_to_the_named_pod_and_refuses_an_unknown_one
         let outcome = json_of(&succeeded(&output));
         assert_eq!(outcome["result"], "Completed", "{outcome}");
         assert_eq!(outcome["leader"], target.as_str());
-        assert_eq!(outcome["from"], elected.pod.as_str());
+        assert_eq!(outcome["from"], elected.pod.as_str(), "{outcome}");
         let seconds = outcome["elapsedSeconds"].as_f64().expect("elapsed");
         eprintln!("switchover through the plugin took {seconds:.3}s");
         let now = h.wait_elected("web", Some(&elected.pod)).await;

@@ -98,12 +98,16 @@ pub fn outcome(
     decided: &SwitchoverStatus,
     elapsed: Duration,
 ) -> SwitchoverOutcome {
-    let leader = election
-        .status
-        .as_ref()
-        .and_then(|s| s.leader.as_ref())
-        .map(|l| l.pod.clone())
-        .or_else(|| decided.leader.clone());
+    // The record names the pod that leads once the move completed; it is written before the
+    // request annotation is removed, while `status.leader` may still show the old leader
+    // until the reconcile's own status write.
+    let leader = decided.leader.clone().or_else(|| {
+        election
+            .status
+            .as_ref()
+            .and_then(|s| s.leader.as_ref())
+            .map(|l| l.pod.clone())
+    });
     SwitchoverOutcome {
         namespace: election.namespace().unwrap_or_default(),
         election: election.name_any(),
