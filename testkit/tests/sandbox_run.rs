@@ -28,12 +28,14 @@ fn the_sandbox_scenario_passes_end_to_end() {
     assert!(output.status.success(), "{context}");
     for expected in [
         "[1] initial election",
-        "[5] the operator is killed (SIGKILL) and started again",
+        "[4] a switchover is requested",
+        "[6] the operator is killed (SIGKILL) and started again",
         "Summary",
         "initial election",
         "failover, leader pod deleted",
         "failover, leader NotReady",
         "fenced, Consul unreachable",
+        "switchover-to: \"*\" requested -> new leader labelled",
         "no label changed across the restart",
         "at most one leader at every observed pod version: yes",
         "operator log: ",
