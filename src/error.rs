@@ -30,6 +30,21 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// A status write was refused because the status is not the one it was based on: its
+    /// fencing token moved since this process last read or wrote it (another writer, such as
+    /// a replica that took over). Nothing was written; the next reconcile starts from the
+    /// status as it is.
+    #[error("status changed elsewhere (expected fencing token {expected}): {source}")]
+    StatusStale {
+        /// The fencing token the write expected, or `none`.
+        expected: String,
+        /// The API server's refusal.
+        #[source]
+        source: kube::Error,
+    },
+    /// A status could not be encoded as a patch (never for a status the operator built).
+    #[error("cannot encode the status: {0}")]
+    InvalidStatus(String),
     /// The object has no namespace or name (never for a namespaced object from the API).
     #[error("the LeaderElection has no {0}")]
     MissingMetadata(&'static str),
@@ -44,8 +59,11 @@ impl Error {
                 kube::Error::Api(s) if s.is_not_found() => "KubeNotFound",
                 kube::Error::Api(s) if s.is_forbidden() => "KubeForbidden",
                 kube::Error::Api(_) => "KubeApiError",
+                kube::Error::Service(e) if e.is::<crate::write_gate::NotActive>() => "NotActive",
                 _ => "KubeUnavailable",
             },
+            Self::StatusStale { .. } => "StatusStale",
+            Self::InvalidStatus(_) => "InvalidStatus",
             Self::Consul(e) => e.category(),
             // The step the finalizer helper wraps says what failed; only its own API calls
             // (adding or removing the finalizer) are the helper's.

@@ -9,7 +9,7 @@ use consul_elector::config::{Cli, Command, RunArgs, init_tracing};
 use consul_elector::consul::{ConsulClient, ConsulSettings};
 use consul_elector::controller::{self, Settings};
 use consul_elector::http::{self, Health};
-use consul_elector::leadership::LeaseSettings;
+use consul_elector::leadership::{LeaseSettings, WallClock};
 use consul_elector::metrics::Metrics;
 
 fn main() -> ExitCode {
@@ -73,13 +73,18 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let client = match kube::Client::try_default().await {
-        Ok(client) => client,
+    let kube = match kube::Config::infer()
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|config| controller::KubeClients::from_config(config).map_err(|e| e.to_string()))
+    {
+        Ok(kube) => kube,
         Err(error) => {
             tracing::error!(%error, "cannot build a Kubernetes client");
             return ExitCode::FAILURE;
         }
     };
+    let client = kube.client.clone();
     let cluster_name = match cluster_identity::resolve(&client, args.cluster_name.clone()).await {
         Ok(name) => name,
         Err(error) => {
@@ -138,6 +143,7 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
         identity: args.instance_name.clone(),
         duration: args.lease_duration,
         renew_deadline: args.lease_renew_deadline,
+        wall_clock: WallClock::system(),
     };
     if let Err(error) = lease.validate() {
         tracing::error!(%error, "invalid lease settings");
@@ -153,7 +159,7 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
         lease,
         consul_cleanup_bound: controller::CONSUL_CLEANUP_BOUND,
     };
-    match controller::run(client, consul, settings, metrics, health, stopped()).await {
+    match controller::run(kube, consul, settings, metrics, health, stopped()).await {
         Ok(()) => {
             let _ = server.await;
             ExitCode::SUCCESS

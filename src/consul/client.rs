@@ -20,6 +20,7 @@ use super::retry::RetryPolicy;
 use super::settings::{ConsulAddress, ConsulSettings, WatchPacing};
 use super::token::ConsulToken;
 use super::transport::{AddressTransport, Lane, TransportConfig, TransportRegistry};
+use crate::write_gate::{NotActive, WriteGate};
 
 /// Header carrying the ACL token.
 const TOKEN_HEADER: &str = "x-consul-token";
@@ -50,6 +51,8 @@ struct Shared {
     session_runtime: Option<Handle>,
     /// Told about every request attempt, once set ([`ConsulClient::observe_requests`]).
     observer: OnceLock<Arc<dyn RequestObserver>>,
+    /// Checked before every write, once set ([`ConsulClient::gate_writes`]).
+    gate: OnceLock<WriteGate>,
 }
 
 /// A Consul HTTP API client. Cheap to clone; every clone and every
@@ -112,6 +115,7 @@ impl ConsulClient {
             watch_pacing: settings.watch_pacing,
             session_runtime,
             observer: OnceLock::new(),
+            gate: OnceLock::new(),
         });
         Self::handle(
             shared,
@@ -125,6 +129,13 @@ impl ConsulClient {
     /// `observer` (metrics). Only the first observer set is kept.
     pub fn observe_requests(&self, observer: Arc<dyn RequestObserver>) {
         let _ = self.shared.observer.set(observer);
+    }
+
+    /// Checks `gate` immediately before every write (any request but a GET) of this client and
+    /// of every handle derived from it, and bounds each attempt by the time the gate has left
+    /// (docs/design.md rule 8). Only the first gate set is kept.
+    pub fn gate_writes(&self, gate: WriteGate) {
+        let _ = self.shared.gate.set(gate);
     }
 
     /// A handle for another address, datacenter and/or token, sharing this client's
@@ -318,7 +329,7 @@ impl ConsulClient {
         result
     }
 
-    /// One attempt: build, send within the timeout, classify.
+    /// One attempt: build, check the write gate, send within the timeout, classify.
     async fn attempt_unobserved(&self, call: &Call) -> Result<Reply> {
         let request = self.build(call)?;
         let timeout = call.timeout.unwrap_or(self.shared.request_timeout);
@@ -327,13 +338,28 @@ impl ConsulClient {
             failure,
             detail,
         };
-        let response = tokio::time::timeout(timeout, self.transport.send(call.lane, request))
+        let not_active = |reason| ConsulError::NotActive {
+            context: call.context.clone(),
+            reason,
+        };
+        // A write is checked immediately before it is sent, and bounded by the time the gate
+        // has left: no write, and no retry of one, outlives this replica's Lease deadline.
+        let gate = match self.shared.gate.get() {
+            Some(gate) if call.method != Method::GET => Some(gate.remaining().map_err(not_active)?),
+            _ => None,
+        };
+        let bounded = gate.map_or(timeout, |left| left.min(timeout));
+        let response = tokio::time::timeout(bounded, self.transport.send(call.lane, request))
             .await
             .map_err(|_| {
-                transport(
-                    TransportFailure::Timeout,
-                    format!("no complete response within {timeout:?}"),
-                )
+                if gate.is_some_and(|left| left <= timeout) {
+                    not_active(NotActive::Cancelled)
+                } else {
+                    transport(
+                        TransportFailure::Timeout,
+                        format!("no complete response within {timeout:?}"),
+                    )
+                }
             })?
             .map_err(|(failure, detail)| transport(failure, detail))?;
         let status = response.status();

@@ -155,6 +155,16 @@ pub enum ConsulError {
         /// The decoder's message.
         detail: String,
     },
+    /// This replica may not write (it does not hold the operator's Lease, or its deadline
+    /// passed while the request was in flight): the write was not sent, or was cancelled.
+    /// Not retryable.
+    #[error("consul {context}: {reason}")]
+    NotActive {
+        /// The refused request.
+        context: ErrorContext,
+        /// Refused before sending, or cancelled in flight.
+        reason: crate::write_gate::NotActive,
+    },
     /// Any other status.
     #[error("consul {context}: unexpected response: HTTP {status}: {body}")]
     Unexpected {
@@ -183,6 +193,7 @@ impl ConsulError {
             Self::InvalidRequest { .. } => "invalid_request",
             Self::Configuration { .. } => "configuration",
             Self::Decode { .. } => "decode",
+            Self::NotActive { .. } => "not_active",
             Self::Unexpected { .. } => "unexpected",
         }
     }
@@ -234,6 +245,7 @@ impl ConsulError {
             | Self::InvalidRequest { context, .. }
             | Self::Configuration { context, .. }
             | Self::Decode { context, .. }
+            | Self::NotActive { context, .. }
             | Self::Unexpected { context, .. } => context,
         }
     }

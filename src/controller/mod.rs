@@ -68,6 +68,7 @@ use crate::leadership::{Leadership, LeadershipError, LeaseSettings};
 use crate::locks::LockWatcher;
 use crate::metrics::Metrics;
 use crate::sessions::SessionManager;
+use crate::write_gate::{self, WriteGate};
 
 /// How many plan/act rounds one reconcile may run (a move takes three; raising a re-created
 /// key's LockIndex takes one per step).
@@ -252,6 +253,17 @@ impl Context {
         remembered.unwrap_or_else(|| le.status.clone().unwrap_or_default())
     }
 
+    /// Whether this process remembers a status it wrote for `le` (then the object has one).
+    fn remembers_status(&self, le: &LeaderElection) -> bool {
+        let Ok(key) = election_key(le) else {
+            return false;
+        };
+        self.statuses.lock().is_ok_and(|map| {
+            map.get(&key)
+                .is_some_and(|(uid, _, _)| le.metadata.uid.as_ref() == Some(uid))
+        })
+    }
+
     /// Records `pod` as this process just wrote it.
     fn remember_pod(&self, pod: &Arc<Pod>) {
         if let (Some(uid), Ok(mut map)) = (pod.metadata.uid.clone(), self.pods_written.lock()) {
@@ -419,20 +431,55 @@ fn acted_on(le: &LeaderElection) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// The operator's Kubernetes clients.
+#[derive(Clone)]
+pub struct KubeClients {
+    /// Everything but the Lease: its writes pass [`Self::gate`].
+    pub client: Client,
+    /// The Lease's own client: no gate, and no retry layer (its loop has its own timeouts).
+    pub lease: Client,
+    /// The gate `client` was built with (see [`write_gate::gated_client`]).
+    pub gate: WriteGate,
+}
+
+impl KubeClients {
+    /// Both clients for `config`, with a new (closed) gate.
+    pub fn from_config(config: kube::Config) -> Result<Self, kube::Error> {
+        let gate = WriteGate::closed();
+        let config = write_gate::without_retries(config);
+        let client = write_gate::gated_client(
+            kube::client::ClientBuilder::try_from(config.clone())?,
+            &gate,
+        );
+        let lease = Client::try_from(config)?;
+        Ok(KubeClients {
+            client,
+            lease,
+            gate,
+        })
+    }
+}
+
 /// Runs the controller until `shutdown` resolves. Readiness and liveness are reported
 /// through `health`; the function returns when the controller has stopped (after releasing
 /// the Lease if this replica held it), or with an error as soon as the Lease cannot be set up
 /// or was lost (then nothing more is written).
 pub async fn run(
-    client: Client,
+    kube: KubeClients,
     consul: ConsulClient,
     settings: Settings,
     metrics: Metrics,
     health: Health,
     shutdown: impl future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), LeadershipError> {
-    let mut leadership = Leadership::new(client.clone(), settings.lease.clone()).await?;
-    let (lease_tx, lease_held) = watch::channel(false);
+    let KubeClients {
+        client,
+        lease: lease_client,
+        gate,
+    } = kube;
+    let mut leadership = Leadership::new(lease_client, settings.lease.clone())?;
+    consul.gate_writes(gate.clone());
+    let lease_held = gate.opened();
     let (may_write_tx, may_write) = watch::channel(false);
     let (all_tx, all_rx) = mpsc::unbounded_channel::<()>();
     let (changes_tx, changes_rx) = mpsc::unbounded_channel::<ElectionKey>();
@@ -644,7 +691,7 @@ pub async fn run(
         });
     let lost = tokio::select! {
         () = run => None,
-        error = leadership.hold(&lease_tx) => Some(error),
+        error = leadership.hold(&gate) => Some(error),
         () = async { readiness.await; future::pending::<()>().await } => None,
         () = housekeeping => None,
         () = checker => None,
@@ -662,6 +709,7 @@ pub async fn run(
     if *lease_held.borrow() {
         leadership.release().await;
     }
+    gate.close();
     health.mark_stopped("controller stopped");
     Ok(())
 }

@@ -12,8 +12,8 @@ use super::Context;
 use crate::Error;
 use crate::crd::conditions::{self, CONFLICT, LEASE_TIMING_SAFE, SPEC_VALID, STATUS_WRITTEN};
 use crate::crd::{
-    API_VERSION, AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus,
-    Phase, SpecProblem, SwitchoverResult, SwitchoverStatus,
+    AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus, Phase,
+    SpecProblem, SwitchoverResult, SwitchoverStatus,
 };
 use crate::election::config::{ElectionConfig, Mode};
 use crate::election::observe::{SwitchoverOutcome, SwitchoverRecord};
@@ -400,19 +400,31 @@ async fn patch_if_changed(
         ctx.client.clone(),
         &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
     );
-    let patch = json!({
-        "apiVersion": API_VERSION,
-        "kind": "LeaderElection",
-        "status": &new,
-    });
+    let status_exists = le.status.is_some() || ctx.remembers_status(le);
+    let patch = conditional_status_patch(old.fencing_token, status_exists, &new)?;
     let written = api
         .patch_status(
             &le.name_any(),
-            &PatchParams::apply(&ctx.settings.field_manager).force(),
-            &Patch::Apply(&patch),
+            &PatchParams {
+                field_manager: Some(ctx.settings.field_manager.clone()),
+                ..PatchParams::default()
+            },
+            &Patch::<()>::Json(patch),
         )
         .await
-        .map_err(Error::kube("patch status"));
+        .map_err(|source| match &source {
+            // The test operation failed: the status is not the one this write was based on.
+            kube::Error::Api(status) if status.code == 422 || status.code == 409 => {
+                ctx.remember_status(le, None);
+                Error::StatusStale {
+                    expected: old
+                        .fencing_token
+                        .map_or_else(|| "none".to_owned(), |t| t.to_string()),
+                    source,
+                }
+            }
+            _ => Error::kube("patch status")(source),
+        });
     let key = super::election_key(le)?;
     match written {
         Ok(written) => {
@@ -433,6 +445,27 @@ async fn patch_if_changed(
             Err(error)
         }
     }
+}
+
+/// The status write: a JSON patch that replaces the whole status only if the fencing token is
+/// still `believed` (docs/design.md rule 6: a deposed replica's late write, based on an older
+/// token, is refused by the API server instead of moving the token backwards). Without a
+/// believed token the patch tests that the token is absent (or, when no status exists yet,
+/// that there is no status).
+fn conditional_status_patch(
+    believed: Option<u64>,
+    status_exists: bool,
+    new: &LeaderElectionStatus,
+) -> Result<json_patch::Patch, Error> {
+    let test = match believed {
+        Some(token) => json!({"op": "test", "path": "/status/fencingToken", "value": token}),
+        None if status_exists => {
+            json!({"op": "test", "path": "/status/fencingToken", "value": null})
+        }
+        None => json!({"op": "test", "path": "/status", "value": null}),
+    };
+    let patch = json!([test, {"op": "add", "path": "/status", "value": new}]);
+    serde_json::from_value(patch).map_err(|error| Error::InvalidStatus(error.to_string()))
 }
 
 /// After this many status writes failed in a row, a Warning event says so (once per run of

@@ -22,11 +22,13 @@ use kube::runtime::watcher;
 use testkit::pods::wait_for;
 
 use consul_elector::consul::{ConsulAddress, ConsulClient, ConsulSettings};
+use consul_elector::controller::KubeClients;
 use consul_elector::controller::{self, Settings};
 use consul_elector::crd::LeaderElection;
 use consul_elector::http::Health;
-use consul_elector::leadership::{LeadershipError, LeaseSettings};
+use consul_elector::leadership::{LeadershipError, LeaseSettings, WallClock};
 use consul_elector::metrics::Metrics;
+use consul_elector::write_gate::{self, WriteGate};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
@@ -181,7 +183,6 @@ pub struct Harness {
     /// Faults between the operator and the API server (none unless a test adds some).
     pub kube_faults: KubeFaults,
     operator: Option<Operator>,
-    sa_client: Client,
     sa_config: kube::Config,
     operator_consul: OperatorConsul,
     cluster_name: String,
@@ -256,7 +257,6 @@ impl Harness {
         let sim = PodSimulator::start(admin.clone(), &ns, options.sim).await;
         let kube_faults = KubeFaults::new(7);
         let sa_config = operator_config(cluster, &admin, &ns, options.secret_access).await;
-        let sa_client = kube_faults.client(sa_config.clone()).await;
         Harness {
             admin,
             ns,
@@ -265,7 +265,6 @@ impl Harness {
             recorder,
             kube_faults,
             operator: None,
-            sa_client,
             sa_config,
             operator_consul: options.operator_consul,
             cluster_name: options.cluster_name,
@@ -278,7 +277,12 @@ impl Harness {
     pub async fn start_operator(&mut self) {
         assert!(self.operator.is_none(), "operator already running");
         let token = self.operator_consul.token.clone();
-        let operator = self.spawn(self.sa_client.clone(), "test", token);
+        let operator = self.spawn(
+            &self.kube_faults.clone(),
+            "test",
+            token,
+            WallClock::system(),
+        );
         self.operator = Some(operator);
     }
 
@@ -292,12 +296,46 @@ impl Harness {
         faults: &KubeFaults,
         token: Option<String>,
     ) -> Operator {
-        let client = faults.client(self.sa_config.clone()).await;
-        self.spawn(client, instance, token)
+        self.spawn(faults, instance, token, WallClock::system())
+    }
+
+    /// [`spawn_replica`](Self::spawn_replica) whose Lease timestamps are written with
+    /// `wall_clock` (a clock that is off, or steps).
+    pub async fn spawn_replica_with_clock(
+        &self,
+        instance: &str,
+        faults: &KubeFaults,
+        token: Option<String>,
+        wall_clock: WallClock,
+    ) -> Operator {
+        self.spawn(faults, instance, token, wall_clock)
+    }
+
+    /// The operator's clients (the gated one and the Lease's), both through `faults`.
+    fn kube_clients(&self, faults: &KubeFaults) -> KubeClients {
+        consul_elector::install_crypto_provider();
+        let gate = WriteGate::closed();
+        let config = write_gate::without_retries(self.sa_config.clone());
+        let builder = || {
+            kube::client::ClientBuilder::try_from(config.clone())
+                .expect("kube client")
+                .with_layer(&faults.layer())
+        };
+        KubeClients {
+            client: write_gate::gated_client(builder(), &gate),
+            lease: builder().build(),
+            gate,
+        }
     }
 
     /// Runs `controller::run` in a task with the harness' settings.
-    fn spawn(&self, client: Client, instance: &str, token: Option<String>) -> Operator {
+    fn spawn(
+        &self,
+        faults: &KubeFaults,
+        instance: &str,
+        token: Option<String>,
+        wall_clock: WallClock,
+    ) -> Operator {
         let url = self.emu.url();
         let mut settings = ConsulSettings::from_env(|name| match name {
             "CONSUL_HTTP_ADDR" => Some(url.clone()),
@@ -330,11 +368,12 @@ impl Harness {
                 identity: instance.into(),
                 duration: LEASE_DURATION,
                 renew_deadline: LEASE_RENEW_DEADLINE,
+                wall_clock,
             },
             consul_cleanup_bound: self.consul_cleanup_bound,
         };
         let task = tokio::spawn(controller::run(
-            client,
+            self.kube_clients(faults),
             consul,
             settings,
             metrics.clone(),

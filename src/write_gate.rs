@@ -1,0 +1,334 @@
+//! The write gate: whether this replica may write right now, checked immediately before every
+//! write to the API server and to Consul, on the monotonic clock (docs/design.md rule 8).
+//!
+//! [`crate::leadership`] opens the gate until a deadline: the monotonic instant at which the
+//! last successful Lease renewal was *sent*, plus the renew deadline. A standby takes the Lease
+//! no earlier than the Lease duration after it *observed* that renewal, on its own monotonic
+//! clock, so the active replica stops writing `duration - renew_deadline` before anybody else
+//! may start. Only clock *rates* enter that argument: a wall clock stepped backwards or
+//! forwards moves no deadline, and a process paused past its deadline (SIGSTOP, a frozen VM)
+//! finds the gate closed when it resumes, because the monotonic clock ran on meanwhile.
+//!
+//! Every write request is bounded by the time left: the kube client's [`GateLayer`] and the
+//! Consul client refuse a write once the deadline has passed and cancel one still in flight at
+//! the deadline, retries included (the retry layer sits outside the gate, so each attempt is
+//! checked again). Reads are never gated: a standby keeps its caches warm.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Method, Request};
+use kube::client::{Body, ClientBuilder};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tower::{BoxError, Layer, Service};
+
+/// Stored deadline meaning "closed".
+const CLOSED: u64 = 0;
+
+/// Whether, and until when, this replica may write. Cheap to clone; every clone is the same
+/// gate.
+#[derive(Clone)]
+pub struct WriteGate {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The instant deadlines are counted from.
+    base: Instant,
+    /// Nanoseconds after `base` until which writes are allowed; [`CLOSED`] when they are not.
+    deadline: AtomicU64,
+    /// Whether the gate has been opened and not yet closed for good (for tasks that wait
+    /// for this replica to become active).
+    active: watch::Sender<bool>,
+}
+
+/// A write was refused (or cancelled) because this replica may not write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotActive {
+    /// The gate was closed when the write was about to be sent.
+    #[error("this replica is not the active one (it does not hold the Lease): write refused")]
+    Refused,
+    /// The write was still in flight when the deadline passed; it was cancelled.
+    #[error("the write was still in flight at this replica's Lease deadline: cancelled")]
+    Cancelled,
+}
+
+impl fmt::Debug for WriteGate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteGate")
+            .field("remaining", &self.remaining().ok())
+            .finish()
+    }
+}
+
+impl Default for WriteGate {
+    fn default() -> Self {
+        Self::closed()
+    }
+}
+
+impl WriteGate {
+    /// A gate that refuses every write until [`open_until`](Self::open_until).
+    pub fn closed() -> Self {
+        let (active, _) = watch::channel(false);
+        WriteGate {
+            inner: Arc::new(Inner {
+                base: Instant::now(),
+                deadline: AtomicU64::new(CLOSED),
+                active,
+            }),
+        }
+    }
+
+    /// Allows writes until `deadline` (a later call may move it either way).
+    pub fn open_until(&self, deadline: Instant) {
+        let nanos = deadline
+            .checked_duration_since(self.inner.base)
+            .map_or(CLOSED, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+            .max(1);
+        self.inner.deadline.store(nanos, Ordering::SeqCst);
+        self.inner.active.send_if_modified(|active| {
+            let changed = !*active;
+            *active = true;
+            changed
+        });
+    }
+
+    /// Refuses every write from now on.
+    pub fn close(&self) {
+        self.inner.deadline.store(CLOSED, Ordering::SeqCst);
+        self.inner.active.send_replace(false);
+    }
+
+    /// The time left until the deadline, read on the monotonic clock now; an error when the
+    /// gate is closed or the deadline has passed.
+    pub fn remaining(&self) -> Result<Duration, NotActive> {
+        self.remaining_at(Instant::now())
+    }
+
+    /// [`remaining`](Self::remaining) as of `now`.
+    pub fn remaining_at(&self, now: Instant) -> Result<Duration, NotActive> {
+        let nanos = self.inner.deadline.load(Ordering::SeqCst);
+        if nanos == CLOSED {
+            return Err(NotActive::Refused);
+        }
+        let deadline = self.inner.base + Duration::from_nanos(nanos);
+        match deadline.checked_duration_since(now) {
+            Some(left) if !left.is_zero() => Ok(left),
+            _ => Err(NotActive::Refused),
+        }
+    }
+
+    /// Whether the gate has been opened (and not closed since): it may still have expired.
+    pub fn opened(&self) -> watch::Receiver<bool> {
+        self.inner.active.subscribe()
+    }
+
+    /// Runs the write `request` if the gate is open, cancelling it when the deadline passes
+    /// before it completes.
+    pub async fn bound<T, E>(
+        &self,
+        request: impl Future<Output = Result<T, E>>,
+    ) -> Result<Result<T, E>, NotActive> {
+        let left = self.remaining()?;
+        tokio::time::timeout(left, request)
+            .await
+            .map_err(|_| NotActive::Cancelled)
+    }
+
+    /// The tower layer that gates the writes of a kube client.
+    pub fn layer(&self) -> GateLayer {
+        GateLayer { gate: self.clone() }
+    }
+}
+
+/// Gates every request of a kube client but GETs (reads, lists and watches): see the module
+/// documentation.
+#[derive(Clone)]
+pub struct GateLayer {
+    gate: WriteGate,
+}
+
+impl<S> Layer<S> for GateLayer {
+    type Service = GateService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        GateService {
+            inner,
+            gate: self.gate.clone(),
+        }
+    }
+}
+
+/// The service of [`GateLayer`].
+#[derive(Clone)]
+pub struct GateService<S> {
+    inner: S,
+    gate: WriteGate,
+}
+
+impl<S, B> Service<Request<B>> for GateService<S>
+where
+    S: Service<Request<B>, Error = BoxError>,
+    S::Response: Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        if request.method() == Method::GET {
+            return Box::pin(self.inner.call(request));
+        }
+        // Checked here, immediately before the request is handed to the connection.
+        match self.gate.remaining() {
+            Err(refused) => Box::pin(std::future::ready(Err(BoxError::from(refused)))),
+            Ok(left) => {
+                let response = self.inner.call(request);
+                Box::pin(async move {
+                    match tokio::time::timeout(left, response).await {
+                        Ok(result) => result,
+                        Err(_) => Err(BoxError::from(NotActive::Cancelled)),
+                    }
+                })
+            }
+        }
+    }
+}
+
+/// Requests that may wait for the gated stack at once (the buffer that lets the retry layer
+/// clone it).
+const BUFFERED_REQUESTS: usize = 1024;
+
+/// The kube client the controller writes with: `builder` (kube's stack for a config whose
+/// `default_retry` is off, see [`without_retries`]) wrapped in the write gate, and kube's
+/// server-aware retries outside the gate, so every attempt is checked and bounded. Must be
+/// called within a tokio runtime (the buffer between them runs as a task).
+pub fn gated_client<S, B>(builder: ClientBuilder<S>, gate: &WriteGate) -> kube::Client
+where
+    S: Service<Request<Body>, Response = http::Response<B>, Error = BoxError> + Send + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    builder
+        .with_layer(&gate.layer())
+        .with_layer(&tower::buffer::BufferLayer::new(BUFFERED_REQUESTS))
+        .with_layer(&tower::retry::RetryLayer::new(
+            kube::client::retry::RetryPolicy::server_retry(),
+        ))
+        .build()
+}
+
+/// `config` without kube's built-in retry layer: [`gated_client`] adds it outside the gate,
+/// and the Lease's own client retries in its loop, within its own timeouts.
+pub fn without_retries(mut config: kube::Config) -> kube::Config {
+    config.default_retry = false;
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closed_until_opened_and_closed_after_the_deadline() {
+        let gate = WriteGate::closed();
+        let now = Instant::now();
+        assert_eq!(gate.remaining_at(now), Err(NotActive::Refused));
+        gate.open_until(now + Duration::from_secs(2));
+        assert_eq!(gate.remaining_at(now), Ok(Duration::from_secs(2)));
+        assert_eq!(
+            gate.remaining_at(now + Duration::from_millis(1500)),
+            Ok(Duration::from_millis(500))
+        );
+        assert_eq!(
+            gate.remaining_at(now + Duration::from_secs(2)),
+            Err(NotActive::Refused)
+        );
+        // A process resumed long after its deadline finds the gate closed.
+        assert_eq!(
+            gate.remaining_at(now + Duration::from_secs(3600)),
+            Err(NotActive::Refused)
+        );
+        gate.close();
+        assert_eq!(gate.remaining_at(now), Err(NotActive::Refused));
+        assert!(!*gate.opened().borrow());
+    }
+
+    #[test]
+    fn a_deadline_already_past_keeps_the_gate_closed() {
+        let gate = WriteGate::closed();
+        let now = Instant::now();
+        gate.open_until(now);
+        assert_eq!(gate.remaining_at(now), Err(NotActive::Refused));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_in_flight_at_the_deadline_is_cancelled() {
+        let gate = WriteGate::closed();
+        gate.open_until(Instant::now() + Duration::from_secs(1));
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok::<_, ()>(())
+        };
+        assert_eq!(gate.bound(slow).await, Err(NotActive::Cancelled));
+        let fast = async { Ok::<_, ()>(7) };
+        assert_eq!(gate.bound(fast).await, Err(NotActive::Refused));
+    }
+
+    /// An inner service that records the requests that reached it.
+    #[derive(Clone, Default)]
+    struct Recording {
+        seen: Arc<std::sync::Mutex<Vec<Method>>>,
+    }
+
+    impl Service<Request<()>> for Recording {
+        type Response = ();
+        type Error = BoxError;
+        type Future = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: Request<()>) -> Self::Future {
+            if let Ok(mut seen) = self.seen.lock() {
+                seen.push(request.method().clone());
+            }
+            Box::pin(std::future::ready(Ok(())))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_layer_lets_reads_through_and_refuses_writes_of_a_closed_gate() {
+        let gate = WriteGate::closed();
+        let inner = Recording::default();
+        let mut service = gate.layer().layer(inner.clone());
+        let request = |method: Method| Request::builder().method(method).body(()).unwrap();
+        assert!(service.call(request(Method::GET)).await.is_ok());
+        let refused = service.call(request(Method::PATCH)).await.unwrap_err();
+        assert_eq!(
+            refused.downcast_ref::<NotActive>(),
+            Some(&NotActive::Refused)
+        );
+        gate.open_until(Instant::now() + Duration::from_secs(10));
+        assert!(service.call(request(Method::PATCH)).await.is_ok());
+        assert_eq!(
+            *inner.seen.lock().unwrap(),
+            vec![Method::GET, Method::PATCH],
+            "the refused write never reached the connection"
+        );
+    }
+}
