@@ -8,7 +8,7 @@ mod harness;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use consul_elector::leadership::LeadershipError;
+use consul_elector::leadership::{LeadershipError, WallClock};
 use harness::{Elected, Harness, HarnessOptions, LEASE_DURATION, Operator, OperatorConsul, SOON};
 use serde_json::json;
 use testkit::cluster::with_namespace;
@@ -365,6 +365,111 @@ async fn a_crash_after_the_token_was_recorded_keeps_the_leader_on_restart() {
             let other = h.recorder.label_history(pod, harness::ROLE);
             assert!(!other.contains(&leader), "{pod} never led: {other:?}");
         }
+        h.finish().await;
+    })
+    .await;
+}
+
+/// The writes (anything but get, list and watch, and not to the Lease) a replica's fault layer
+/// handed on to the API server, with when.
+fn forwarded_writes(faults: &KubeFaults) -> Vec<(Instant, String)> {
+    faults
+        .forwarded()
+        .into_iter()
+        .filter(|f| !matches!(f.request.verb, Some(Verb::Get | Verb::List | Verb::Watch)))
+        .filter(|f| f.request.resource.as_deref() != Some("leases"))
+        .map(|f| {
+            let r = f.request;
+            (f.at, format!("{:?} {:?} {:?}", r.verb, r.resource, r.name))
+        })
+        .collect()
+}
+
+/// The API server answers the active replica slowly (every request, the Lease's included,
+/// waits longer than the Lease duration before it is executed) while a move is due: the
+/// standby takes over, and not one write of the deposed replica reaches the API server after
+/// the standby's first write (docs/design.md rule 8). A request whose client gave up while it
+/// waited is never executed, as in the API server's own queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_api_server_lets_no_write_of_the_deposed_replica_through_after_the_standby_starts() {
+    with_namespace("ha-slow", |admin, ns| async move {
+        let mut h = harness(admin, ns).await;
+        let (standby, standby_faults, first) = active_and_standby(&mut h).await;
+        let slow = LEASE_DURATION * 3;
+        h.kube_faults
+            .add(KubeFault::new(KubeFaultAction::Latency(slow)));
+        // A move is due: the active replica starts it, and every write of it waits.
+        h.pods()
+            .delete(&first.pod, &Default::default())
+            .await
+            .expect("delete the leader");
+        wait_active(&h, &standby, LEASE_DURATION + SOON).await;
+        let deposed = h.take_operator();
+        let exit = deposed.wait_exit(slow + SOON).await;
+        assert!(
+            matches!(exit, Err(LeadershipError::Lost { .. })),
+            "the slowed replica gave up its Lease: {exit:?}"
+        );
+        h.set_operator(standby);
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        assert!(second.token > first.token);
+        // The deposed replica has stopped: what its layer handed on is final.
+        let standby_first = forwarded_writes(&standby_faults)
+            .first()
+            .map(|(at, _)| *at)
+            .expect("the standby wrote");
+        let late: Vec<String> = forwarded_writes(&h.kube_faults)
+            .into_iter()
+            .filter(|(at, _)| *at >= standby_first)
+            .map(|(at, what)| format!("{what} {:?} after", at - standby_first))
+            .collect();
+        assert_eq!(
+            late,
+            Vec::<String>::new(),
+            "writes of the deposed replica executed after the standby's first write"
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
+/// The active replica's wall clock is an hour behind (so is every `renewTime` it writes into
+/// the Lease): the standby times the Lease by what it sees change, on its own monotonic clock,
+/// and does not take over while the active one renews; the active one keeps writing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_clock_an_hour_behind_lets_no_standby_take_over() {
+    with_namespace("ha-clock", |admin, ns| async move {
+        let mut h = harness(admin, ns).await;
+        h.deployment("web", 3).await;
+        let hour = jiff::SignedDuration::from_hours(1);
+        let behind = WallClock::from_fn(move || jiff::Timestamp::now() - hour);
+        let active_faults = KubeFaults::new(12);
+        let active = h
+            .spawn_replica_with_clock("behind", &active_faults, Some(TOKEN_A.into()), behind)
+            .await;
+        wait_active(&h, &active, SOON).await;
+        let standby_faults = KubeFaults::new(13);
+        let standby = h
+            .spawn_replica("standby", &standby_faults, Some(TOKEN_B.into()))
+            .await;
+        h.election("web", json!({"selector": {"matchLabels": {"app": "web"}}}))
+            .await;
+        h.set_operator(active);
+        let first = h.wait_elected("web", None).await;
+        // Three Lease durations: a standby reading renewTime would have taken over at once.
+        let took_over = h
+            .poll_until(LEASE_DURATION * 3, || standby.is_active())
+            .await;
+        assert!(!took_over, "the standby took the Lease of a live holder");
+        assert!(h.operator().is_active(), "the active replica still writes");
+        assert_eq!(
+            forwarded_writes(&standby_faults),
+            Vec::new(),
+            "standby writes"
+        );
+        h.touch_and_wait_reconcile("web").await;
+        assert_eq!(h.wait_elected("web", None).await, first, "no leader change");
+        standby.stop(SOON).await;
         h.finish().await;
     })
     .await;

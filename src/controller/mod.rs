@@ -30,6 +30,7 @@
 mod act;
 mod cleanup;
 mod consul_access;
+mod fresh_caches;
 mod index;
 mod invariants;
 mod migrate;
@@ -669,6 +670,9 @@ pub async fn run(
             if lease_held.wait_for(|held| *held).await.is_ok()
                 && caches.wait_for(|ready| *ready).await.is_ok()
             {
+                // Decide nothing on caches older than this moment (rule 8).
+                let caught_up = fresh_caches::catch_up(&ctx).await;
+                tracing::info!(?caught_up, "caches as new as a fresh list: writing");
                 if let Ok(mut started) = ctx.started_at.lock() {
                     *started = Timestamp::now();
                 }

@@ -84,12 +84,16 @@ where
             .get(http::header::ACCEPT)
             .and_then(|accept| accept.to_str().ok())
             .is_some_and(|accept| accept.contains("as=PartialObjectMetadata"));
-        let (info, action) =
+        let (info, seen, action) =
             self.faults
                 .decide(request.method(), uri.path(), uri.query(), metadata_only);
         let inner = Arc::clone(&self.inner);
+        let faults = self.faults.clone();
         Box::pin(async move {
-            let forward = |request| forward(inner, request);
+            let forward = |request| {
+                faults.note_forwarded(seen);
+                forward(inner, request)
+            };
             match action {
                 None => Ok(forward(request).await?.map(FaultBody::passthrough)),
                 Some(FaultAction::Status {

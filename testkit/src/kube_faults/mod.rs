@@ -62,6 +62,18 @@ struct Table {
     rng: StdRng,
     injected: Vec<Injection>,
     seen: Vec<SeenRequest>,
+    forwarded: Vec<Forwarded>,
+}
+
+/// A request the layer handed on to the API server (after any latency it injected), and when.
+/// A request whose caller gave up during the injected latency is never forwarded, as a
+/// request cancelled while it waits in the API server's queue is never executed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Forwarded {
+    /// The request.
+    pub request: SeenRequest,
+    /// When it was handed on.
+    pub at: std::time::Instant,
 }
 
 /// Identifies a rule added with [`KubeFaults::add`].
@@ -252,6 +264,7 @@ impl KubeFaults {
                 rng: StdRng::seed_from_u64(seed),
                 injected: Vec::new(),
                 seen: Vec::new(),
+                forwarded: Vec::new(),
             })),
         }
     }
@@ -305,6 +318,19 @@ impl KubeFaults {
         self.lock().seen.clone()
     }
 
+    /// Every request the layer handed on to the API server so far, in order.
+    pub fn forwarded(&self) -> Vec<Forwarded> {
+        self.lock().forwarded.clone()
+    }
+
+    /// Records that `request` is being handed on now.
+    fn note_forwarded(&self, request: SeenRequest) {
+        self.lock().forwarded.push(Forwarded {
+            request,
+            at: std::time::Instant::now(),
+        });
+    }
+
     /// Classifies a request, logs it and picks the fault to inject, if any (logging it).
     fn decide(
         &self,
@@ -312,7 +338,7 @@ impl KubeFaults {
         path: &str,
         query: Option<&str>,
         metadata_only: bool,
-    ) -> (RequestInfo, Option<FaultAction>) {
+    ) -> (RequestInfo, SeenRequest, Option<FaultAction>) {
         let request = RequestInfo::parse(method, path, query);
         let mut table = self.lock();
         let Table {
@@ -322,18 +348,19 @@ impl KubeFaults {
             seen,
             ..
         } = &mut *table;
-        seen.push(SeenRequest {
+        let this = SeenRequest {
             verb: request.verb,
             resource: request.resource.clone(),
             namespace: request.namespace.clone(),
             name: request.name.clone(),
             metadata_only,
-        });
+        };
+        seen.push(this.clone());
         let fired = rules
             .iter_mut()
             .find(|(_, rule)| rule.matches(&request) && rule.draw(rng));
         let Some((&id, rule)) = fired else {
-            return (request, None);
+            return (request, this, None);
         };
         let action = rule.action.clone();
         if let Some(times) = &mut rule.times {
@@ -348,7 +375,7 @@ impl KubeFaults {
             resource: request.resource.clone(),
             path: path.to_string(),
         });
-        (request, Some(action))
+        (request, this, Some(action))
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -364,7 +391,7 @@ mod tests {
         let (path, query) = uri
             .split_once('?')
             .map_or((uri, None), |(p, q)| (p, Some(q)));
-        faults.decide(&method, path, query, false).1
+        faults.decide(&method, path, query, false).2
     }
 
     const PATCH_POD: &str = "/api/v1/namespaces/ns/pods/a?&fieldManager=m";
