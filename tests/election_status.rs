@@ -93,8 +93,9 @@ async fn the_status_keeps_up_after_candidates_come_and_go() {
             .await
             .expect("delete follower");
         candidates_follow_the_pods(&h).await;
-        // Every status write is the operator's server-side apply: no other manager owns any
-        // part of the status. (1.20 does not record the subresource; the fields tell.)
+        // Every status write is the operator's conditional JSON patch (it tests the fencing
+        // token first): no other manager owns any part of the status. (1.20 does not record
+        // the subresource; the fields tell.)
         let le = h.elections().get("web").await.expect("election");
         let managers: Vec<(String, String)> = le
             .metadata
@@ -115,7 +116,7 @@ async fn the_status_keeps_up_after_candidates_come_and_go() {
             .collect();
         assert_eq!(
             managers,
-            vec![("consul-elector".to_owned(), "Apply".to_owned())],
+            vec![("consul-elector".to_owned(), "Update".to_owned())],
             "status managers"
         );
         h.finish().await;

@@ -1,5 +1,6 @@
-//! Writing the election's status (server-side apply on the status subresource, only when it
-//! changed) and the Warning events of elections that cannot act.
+//! Writing the election's status (a JSON patch of the status subresource that first tests the
+//! fencing token the write was based on, only when the status changed) and the Warning events
+//! of elections that cannot act.
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};

@@ -392,6 +392,50 @@ impl Harness {
         }
     }
 
+    /// Binds user `user` to the operator's roles (the chart's rules and its Lease rule), as
+    /// the ServiceAccount is: an operator process acting as `user` has exactly its rights.
+    pub async fn grant_user(&self, user: &str) {
+        let subject = Subject {
+            kind: "User".into(),
+            name: user.into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Subject::default()
+        };
+        let cluster_role = format!("consul-elector-{}", self.ns);
+        let binding = ClusterRoleBinding {
+            metadata: ObjectMeta {
+                name: Some(format!("{cluster_role}-{user}")),
+                ..ObjectMeta::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: cluster_role,
+            },
+            subjects: Some(vec![subject.clone()]),
+        };
+        Api::<ClusterRoleBinding>::all(self.admin.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("cluster role binding for the user");
+        let lease_binding = RoleBinding {
+            metadata: ObjectMeta {
+                name: Some(format!("consul-elector-lease-{user}")),
+                ..ObjectMeta::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: "consul-elector-lease".into(),
+            },
+            subjects: Some(vec![subject]),
+        };
+        Api::<RoleBinding>::namespaced(self.admin.clone(), &self.ns)
+            .create(&PostParams::default(), &lease_binding)
+            .await
+            .expect("lease role binding for the user");
+    }
+
     /// Kills the operator as a crash would: no graceful shutdown, nothing released.
     pub async fn kill_operator(&mut self) {
         self.operator.take().expect("operator running").kill().await;

@@ -10,14 +10,17 @@ use super::ClusterError;
 /// Name of the cluster, user and context in the kubeconfig.
 const NAME: &str = "testkit";
 
-/// Writes a kubeconfig to `path` for `server` (trusting the PEM bundle `ca_pem`) and `token`.
+/// Writes a kubeconfig to `path` for `server` (trusting the PEM bundle `ca_pem`) and `token`,
+/// impersonating `user` when given.
 pub(crate) fn write(
     path: &Path,
     server: &str,
     ca_pem: &[u8],
     token: &str,
+    user: Option<&str>,
 ) -> Result<(), ClusterError> {
     let ca_data = STANDARD.encode(ca_pem);
+    let impersonate = user.map_or_else(String::new, |user| format!("\n    as: {user}"));
     let text = format!(
         "apiVersion: v1
 kind: Config
@@ -29,7 +32,7 @@ clusters:
 users:
 - name: {NAME}
   user:
-    token: {token}
+    token: {token}{impersonate}
 contexts:
 - name: {NAME}
   context:

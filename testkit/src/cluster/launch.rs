@@ -142,6 +142,7 @@ impl Plan<'_> {
             &cluster.server_url,
             &ca_pem,
             &cluster.admin_token,
+            None,
         )?;
         // The admin client proves that the token, the certificate and storage all work.
         let admin = cluster.client().await;
@@ -180,6 +181,9 @@ impl Plan<'_> {
     /// kube-apiserver, serving `/readyz`.
     async fn apiserver(&self) -> Result<ManagedProcess, ClusterError> {
         let credentials = self.credentials;
+        let policy = self.dir.join(super::audit::POLICY_FILE);
+        std::fs::write(&policy, super::audit::POLICY)
+            .map_err(ClusterError::io(format!("writing {}", policy.display())))?;
         let args = [
             format!("--etcd-servers={}", self.etcd_url()),
             format!("--cert-dir={}", self.path("certs")),
@@ -199,6 +203,11 @@ impl Plan<'_> {
                 credentials.sa_key.display()
             ),
             "--disable-admission-plugins=ServiceAccount".into(),
+            // Every write, written before its response is sent: tests tell who wrote what,
+            // and when, from the API server's own record.
+            format!("--audit-policy-file={}", policy.display()),
+            format!("--audit-log-path={}", self.path(super::audit::LOG_FILE)),
+            "--audit-log-mode=blocking".into(),
         ];
         let url = format!("https://127.0.0.1:{}", self.ports.apiserver);
         self.start(

@@ -7,6 +7,7 @@
 //! collection, namespace deletion, service-account tokens and ClusterRole aggregation are the
 //! real controllers.
 
+pub mod audit;
 mod binaries;
 mod credentials;
 mod kubeconfig;
@@ -198,6 +199,27 @@ impl TestCluster {
     /// The admin kubeconfig (certificate-authority-data and bearer token), usable by kubectl.
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// Writes to `path` a kubeconfig that authenticates as admin and acts as `user`
+    /// (`Impersonate-User`): the API server authorizes its requests with `user`'s RBAC
+    /// bindings, and its audit log names `user` as the writer.
+    pub fn write_kubeconfig_as(&self, path: &Path, user: &str) -> Result<(), ClusterError> {
+        let ca_file = self.dir.path().join("certs").join("apiserver.crt");
+        let ca_pem = std::fs::read(&ca_file)
+            .map_err(ClusterError::io(format!("reading {}", ca_file.display())))?;
+        kubeconfig::write(
+            path,
+            &self.server_url,
+            &ca_pem,
+            &self.admin_token,
+            Some(user),
+        )
+    }
+
+    /// Every write the API server has recorded in its audit log so far.
+    pub fn audit_writes(&self) -> std::io::Result<Vec<audit::AuditWrite>> {
+        audit::read(&self.dir.path().join(audit::LOG_FILE))
     }
 
     /// `https://127.0.0.1:<port>` of the apiserver.
