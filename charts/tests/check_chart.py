@@ -69,7 +69,7 @@ EXPECTED_RULES = {
 }
 SECRET_RULE = {("", "secrets"): ["get"]}
 # The operator's own Lease (which replica writes): a Role in the release namespace only.
-LEASE_RULE = {("coordination.k8s.io", "leases"): ["create", "get", "update"]}
+LEASE_RULE = {("coordination.k8s.io", "leases"): ["create", "get", "patch", "update"]}
 # Without clusterName the operator reads the kube-system namespace's UID, and nothing else.
 IDENTITY_RULE = {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}
 
@@ -536,7 +536,7 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
         )
     lease_rules = yaml.safe_load((CHART / "files" / "rbac-lease-rules.yaml").read_text())
     checks.expect(rules_table(lease_rules) == LEASE_RULE,
-                  f"{where}: the Lease rule is get, create and update on leases: {lease_rules}")
+                  f"{where}: the Lease rule is get, create, update and patch on leases: {lease_rules}")
     lease_roles = named("Role", "-lease")
     lease_bindings = named("RoleBinding", "-lease")
     checks.expect(len(lease_roles) == 1 and len(lease_bindings) == 1,
