@@ -680,6 +680,23 @@ impl<'a> Builder<'a> {
         }
         let holder = match self.obs.lock {
             LockView::Unknown => {
+                // Rule 2 as in Managed mode: with Fence, a mirrored leader label goes once the
+                // key has gone unread for a whole TTL (the spec's: the application's own
+                // session is not the operator's to know).
+                let ttl = self.obs.config.session.ttl;
+                if self.obs.config.on_consul_unavailable == UnavailablePolicy::Fence {
+                    if self.key_unread_too_long(ttl) {
+                        self.fence_all();
+                        self.settle_followers(None);
+                        self.phase = Phase::Fenced;
+                        self.elected_reason = (
+                            "Fenced",
+                            "no lock can be confirmed while Consul does not answer".into(),
+                        );
+                        return;
+                    }
+                    self.requeue_at_unread_deadline(ttl);
+                }
                 self.keep_one_label();
                 self.settle_followers(None);
                 self.elected_reason = ("ConsulUnavailable", "Consul does not answer".into());

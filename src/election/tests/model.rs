@@ -1205,8 +1205,9 @@ impl Model {
             }
         }
         // While the key cannot be read, a label whose lock is gone stays at most a TTL after
-        // the last read (Fence), and never once the session is known lost (any policy).
-        if self.config.mode == Mode::Managed && self.consul.kv_reachable().is_err() {
+        // the last read (Fence; in Observe mode too), and never once the session is known lost
+        // (any policy).
+        if self.consul.kv_reachable().is_err() {
             let lost = self
                 .registered
                 .as_ref()

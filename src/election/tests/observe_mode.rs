@@ -240,3 +240,32 @@ fn a_value_with_a_cluster_is_mirrored_like_one_without() {
     let s = scene(vec![pod("a"), pod("b")], with_cluster);
     assert_eq!(steps(&s.plan())[0], label_leader("a", 2, t(100)));
 }
+
+/// Observe mode is fenced like Managed mode (rule 2): a mirrored leader label whose key cannot
+/// be read goes a TTL (`spec.session.ttl`) after the key was last read, unless the spec says
+/// `KeepLeader`; until then the next look is planned for that moment.
+#[test]
+fn a_mirrored_label_goes_a_ttl_after_the_key_was_last_read() {
+    let unreadable = scene(
+        vec![pod("a").follower(), pod("b").leader(7, t(0))],
+        LockView::Unknown,
+    );
+
+    let fresh = unreadable.clone().lock_confirmed_at(t(95)).plan();
+    assert!(steps(&fresh).is_empty(), "{:?}", fresh.actions);
+    assert_eq!(fresh.requeue_after, Some(secs(10)));
+
+    let stale = unreadable.clone().lock_confirmed_at(t(85)).plan();
+    assert_eq!(steps(&stale), vec![follower("b")]);
+    assert_eq!(stale.status.phase, Phase::Fenced);
+    assert_no_consul(&stale);
+
+    let kept = unreadable
+        .config(ElectionConfig {
+            on_consul_unavailable: crate::election::config::UnavailablePolicy::KeepLeader,
+            ..observe()
+        })
+        .lock_confirmed_at(t(85))
+        .plan();
+    assert!(steps(&kept).is_empty(), "{:?}", kept.actions);
+}
