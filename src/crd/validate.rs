@@ -240,6 +240,11 @@ fn check_key(election: &LeaderElection, problems: &mut Problems) -> Option<Strin
     problems.check(!key.ends_with('/'), FIELD, rules::KEY_NO_TRAILING_SLASH);
     problems.check(!key.contains("//"), FIELD, rules::KEY_NO_EMPTY_SEGMENT);
     problems.check(!key.contains(".."), FIELD, rules::KEY_NO_DOT_DOT);
+    problems.check(
+        !key.split('/').any(|segment| segment == "."),
+        FIELD,
+        rules::KEY_NO_DOT_SEGMENT,
+    );
     problems.check(!key.contains(' '), FIELD, rules::KEY_NO_SPACE);
     problems.check(
         key.chars()
@@ -549,18 +554,20 @@ mod tests {
             "elector/shop/web/leader",
             "a.b/c_d/e-f,g",
             ".hidden/x",
-            "a/./b",
+            "a/.b./c",
             "x.",
         ] {
             accepted(&with("/key", json!(good)));
         }
-        let cases: [(&str, &[CelRule]); 9] = [
+        let cases: [(&str, &[CelRule]); 11] = [
             ("", &[rules::KEY_NOT_EMPTY]),
             ("/elector/x", &[rules::KEY_NO_LEADING_SLASH]),
             ("elector/x/", &[rules::KEY_NO_TRAILING_SLASH]),
             ("elector//x", &[rules::KEY_NO_EMPTY_SEGMENT]),
             ("elector/../x", &[rules::KEY_NO_DOT_DOT]),
             ("a..b", &[rules::KEY_NO_DOT_DOT]),
+            ("elector/./x", &[rules::KEY_NO_DOT_SEGMENT]),
+            (".", &[rules::KEY_NO_DOT_SEGMENT]),
             ("elector/my key", &[rules::KEY_NO_SPACE]),
             ("elector/*", &[rules::KEY_CHARACTERS]),
             (
@@ -581,6 +588,24 @@ mod tests {
             "must be at most 512 characters long",
         );
         accepted(&with("/key", json!("k".repeat(512))));
+    }
+
+    /// Consul's HTTP server cleans `.` and `..` segments out of the request path (and the
+    /// client refuses such keys), so a key with one could never be used: refused up front.
+    #[test]
+    fn dot_segments_are_refused() {
+        for key in ["elector/ns/./x", "./x", "x/.", "."] {
+            rejected(
+                &with("/key", json!(key)),
+                "spec.key",
+                rules::KEY_NO_DOT_SEGMENT.message,
+            );
+        }
+        rejected(
+            &with("/key", json!("elector/ns/../other/leader")),
+            "spec.key",
+            rules::KEY_NO_DOT_DOT.message,
+        );
     }
 
     #[test]
