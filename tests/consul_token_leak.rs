@@ -224,6 +224,7 @@ async fn the_running_operator_never_shows_a_token() {
                 operator_consul: harness::OperatorConsul {
                     token: Some(OPERATOR.to_owned()),
                     allowed_addresses: vec![tenant_consul.url()],
+                    ..harness::OperatorConsul::default()
                 },
                 ..harness::HarnessOptions::default()
             },

@@ -245,7 +245,8 @@ pub struct ConsulSpec {
     )]
     pub address: Option<String>,
 
-    /// Consul datacenter (`?dc=`).
+    /// Consul datacenter (`?dc=`). With the operator's own token (no `tokenSecretRef`), only
+    /// the operator's datacenter or one its admin allowed (`--consul-allowed-datacenters`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = DATACENTER_MAX_LENGTH), pattern(DATACENTER_PATTERN))]
     pub datacenter: Option<String>,

@@ -279,8 +279,7 @@ fn check_consul(spec: &LeaderElectionSpec, problems: &mut Problems) {
         }
     }
     if let Some(datacenter) = &consul.datacenter
-        && (!syntax::is_datacenter(datacenter)
-            || datacenter.len() > count(rules::DATACENTER_MAX_LENGTH))
+        && !is_datacenter_name(datacenter)
     {
         problems.add("spec.consul.datacenter", rules::DATACENTER_MESSAGE);
     }
@@ -299,6 +298,12 @@ fn check_consul(spec: &LeaderElectionSpec, problems: &mut Problems) {
             problems.add("spec.consul.tokenSecretRef.key", rules::SECRET_KEY_MESSAGE);
         }
     }
+}
+
+/// Whether `name` is a datacenter name as `spec.consul.datacenter` accepts it
+/// ([`rules::DATACENTER_PATTERN`], at most [`rules::DATACENTER_MAX_LENGTH`] characters).
+pub fn is_datacenter_name(name: &str) -> bool {
+    syntax::is_datacenter(name) && name.len() <= count(rules::DATACENTER_MAX_LENGTH)
 }
 
 /// The duration in `text` if it is well formed and `in_range` holds.
