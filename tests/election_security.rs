@@ -89,6 +89,21 @@ async fn harness_with(
     h
 }
 
+/// Waits until election `name` is `Invalid` with `SpecValid=False`, reason `InvalidSpec`, and
+/// returns the condition's message.
+async fn refused(h: &Harness, name: &str) -> String {
+    let le = h
+        .wait_status(name, |le| phase(le).as_deref() == Some("Invalid"))
+        .await;
+    let valid = condition(&le, "SpecValid").expect("SpecValid");
+    assert_eq!(
+        (valid.status.as_str(), valid.reason.as_str()),
+        ("False", "InvalidSpec"),
+        "{name}"
+    );
+    valid.message
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_address_the_admin_did_not_allow_is_never_contacted() {
     with_namespace("sec-ssrf", |admin, ns| async move {
@@ -99,18 +114,12 @@ async fn an_address_the_admin_did_not_allow_is_never_contacted() {
         h.election("web", elsewhere(&users_host.url())).await;
         h.election("api", elsewhere_as_api(&bare)).await;
         for name in ["web", "api"] {
-            let le = h
-                .wait_status(name, |le| phase(le).as_deref() == Some("Invalid"))
-                .await;
-            let valid = condition(&le, "SpecValid").expect("SpecValid");
-            assert_eq!(valid.status, "False");
-            assert_eq!(valid.reason, "InvalidSpec");
+            let message = refused(&h, name).await;
             assert!(
-                valid.message.contains("spec.consul.address")
-                    && valid.message.contains("--consul-allowed-addresses")
-                    && valid.message.contains(&users_host.addr().to_string()),
-                "{}",
-                valid.message
+                message.contains("spec.consul.address")
+                    && message.contains("--consul-allowed-addresses")
+                    && message.contains(&users_host.addr().to_string()),
+                "{message}"
             );
             let notes = h.wait_event(name, "InvalidSpec").await;
             assert!(notes.iter().any(|n| n.contains("spec.consul.address")));
@@ -215,16 +224,12 @@ async fn another_namespaces_key_is_out_of_reach_of_the_operators_token() {
                 spec["labels"] = json!({"key": ROLE});
             }
             h.election(name, spec).await;
-            let le = h
-                .wait_status(name, |le| phase(le).as_deref() == Some("Invalid"))
-                .await;
-            let valid = condition(&le, "SpecValid").expect("SpecValid");
+            let message = refused(&h, name).await;
             assert!(
-                valid.message.contains("spec.key")
-                    && valid.message.contains(&format!("elector/{}/", h.ns))
-                    && valid.message.contains("tokenSecretRef"),
-                "{}",
-                valid.message
+                message.contains("spec.key")
+                    && message.contains(&format!("elector/{}/", h.ns))
+                    && message.contains("tokenSecretRef"),
+                "{message}"
             );
             h.touch_and_wait_reconcile(name).await;
         }
@@ -256,20 +261,12 @@ async fn a_datacenter_the_admin_did_not_allow_is_refused_for_the_operators_token
         let mut web = elsewhere(&h.emu.url());
         web["consul"] = json!({"datacenter": "dc1"});
         h.election("web", web).await;
-        let le = h
-            .wait_status("web", |le| phase(le).as_deref() == Some("Invalid"))
-            .await;
-        let valid = condition(&le, "SpecValid").expect("SpecValid");
-        assert_eq!(
-            (valid.status.as_str(), valid.reason.as_str()),
-            ("False", "InvalidSpec")
-        );
+        let message = refused(&h, "web").await;
         assert!(
-            valid.message.contains("spec.consul.datacenter")
-                && valid.message.contains("--consul-allowed-datacenters")
-                && valid.message.contains("\"dc1\""),
-            "{}",
-            valid.message
+            message.contains("spec.consul.datacenter")
+                && message.contains("--consul-allowed-datacenters")
+                && message.contains("\"dc1\""),
+            "{message}"
         );
         let notes = h.wait_event("web", "InvalidSpec").await;
         assert!(notes.iter().any(|n| n.contains("spec.consul.datacenter")));
