@@ -15,6 +15,7 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::util::{SubscriberInitExt, TryInitError};
 
 use crate::consul::{ConsulAddress, MAX_WAIT, parse_go_duration};
+use crate::crd::is_datacenter_name;
 
 /// Help text shown after the `run` options.
 const CONSUL_ENV_HELP: &str = "\
@@ -128,6 +129,21 @@ pub struct RunArgs {
     )]
     pub consul_allowed_addresses: AllowedAddresses,
 
+    /// Consul datacenters, besides the operator's own (`CONSUL_DATACENTER`, or its agent's when
+    /// unset), that an election may name in `spec.consul.datacenter` while using the
+    /// operator's own token, comma-separated. Empty (the default) refuses every other
+    /// datacenter to that token. An election with a token of its own (`tokenSecretRef`) may
+    /// name any datacenter: Consul's ACLs then decide.
+    #[arg(
+        long,
+        env = "CONSUL_ELECTOR_ALLOWED_DATACENTERS",
+        value_name = "DC1,DC2",
+        default_value = "",
+        hide_default_value = true,
+        value_parser = parse_datacenters
+    )]
+    pub consul_allowed_datacenters: AllowedDatacenters,
+
     /// This cluster's identity, carried in the names of the operator's Consul sessions and in
     /// the values of its keys, so that two clusters sharing one Consul never adopt or release
     /// each other's locks. Defaults to the UID of the `kube-system` namespace, which is stable
@@ -197,26 +213,36 @@ impl Namespaces {
     }
 }
 
-/// Parses `ns1,ns2`: names are trimmed, empty entries skipped, duplicates dropped, and each
-/// name must be a valid namespace name (an RFC 1123 label).
-fn parse_namespaces(text: &str) -> Result<Namespaces, String> {
-    let mut names: Vec<String> = Vec::new();
-    for name in text
-        .split(',')
-        .map(str::trim)
-        .filter(|name| !name.is_empty())
-    {
-        if !is_rfc1123_label(name) {
-            return Err(format!(
-                "{name:?} is not a namespace name (lowercase letters, digits and '-', \
-                 starting and ending with a letter or digit, at most 63 characters)"
-            ));
-        }
-        if !names.iter().any(|known| known == name) {
-            names.push(name.to_owned());
+/// Parses a comma-separated list: entries are trimmed, empty ones skipped, each parsed by
+/// `parse`, duplicates (after parsing) dropped; the first entry `parse` refuses is the error.
+fn parse_list<T: PartialEq>(
+    text: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
+    let mut items: Vec<T> = Vec::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let item = parse(entry)?;
+        if !items.contains(&item) {
+            items.push(item);
         }
     }
-    Ok(Namespaces(names))
+    Ok(items)
+}
+
+/// Parses `ns1,ns2` (see [`parse_list`]): each name must be a valid namespace name (an RFC
+/// 1123 label).
+fn parse_namespaces(text: &str) -> Result<Namespaces, String> {
+    parse_list(text, |name| {
+        if is_rfc1123_label(name) {
+            Ok(name.to_owned())
+        } else {
+            Err(format!(
+                "{name:?} is not a namespace name (lowercase letters, digits and '-', \
+                 starting and ending with a letter or digit, at most 63 characters)"
+            ))
+        }
+    })
+    .map(Namespaces)
 }
 
 /// Whether `name` is an RFC 1123 DNS label, the syntax of namespace names.
@@ -239,17 +265,36 @@ impl AllowedAddresses {
     }
 }
 
-/// Parses `addr1,addr2` the way `CONSUL_HTTP_ADDR` is parsed (`https://` means TLS; a bare
-/// `host:port` is plain HTTP). Empty entries are skipped and duplicates dropped.
+/// Parses `addr1,addr2` (see [`parse_list`]) the way `CONSUL_HTTP_ADDR` is parsed
+/// (`https://` means TLS; a bare `host:port` is plain HTTP).
 fn parse_addresses(text: &str) -> Result<AllowedAddresses, String> {
-    let mut addresses: Vec<ConsulAddress> = Vec::new();
-    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let address = ConsulAddress::parse(entry, false)?;
-        if !addresses.contains(&address) {
-            addresses.push(address);
-        }
+    parse_list(text, |entry| ConsulAddress::parse(entry, false)).map(AllowedAddresses)
+}
+
+/// The Consul datacenters elections may name with the operator's own token besides its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowedDatacenters(Vec<String>);
+
+impl AllowedDatacenters {
+    /// The datacenter names, in the order given, without duplicates.
+    pub fn names(&self) -> &[String] {
+        &self.0
     }
-    Ok(AllowedAddresses(addresses))
+}
+
+/// Parses `dc1,dc2` (see [`parse_list`]): each name must be a datacenter name as
+/// `spec.consul.datacenter` accepts it. Names are compared exactly, as given.
+fn parse_datacenters(text: &str) -> Result<AllowedDatacenters, String> {
+    parse_list(text, |name| {
+        if is_datacenter_name(name) {
+            Ok(name.to_owned())
+        } else {
+            Err(format!(
+                "{name:?} is not a datacenter name (1 to 64 letters, digits, '-' or '_')"
+            ))
+        }
+    })
+    .map(AllowedDatacenters)
 }
 
 /// A cluster name: it becomes one segment of a Consul session name, so no '/'.
@@ -362,7 +407,7 @@ mod tests {
     use super::*;
 
     /// Every `run` option and its environment variable.
-    const ENV_VARS: [(&str, &str); 14] = [
+    const ENV_VARS: [(&str, &str); 15] = [
         ("metrics_addr", "ELECTOR_METRICS_ADDR"),
         ("watch_namespaces", "ELECTOR_WATCH_NAMESPACES"),
         ("log_format", "ELECTOR_LOG_FORMAT"),
@@ -374,6 +419,10 @@ mod tests {
         (
             "consul_allowed_addresses",
             "CONSUL_ELECTOR_ALLOWED_ADDRESSES",
+        ),
+        (
+            "consul_allowed_datacenters",
+            "CONSUL_ELECTOR_ALLOWED_DATACENTERS",
         ),
         ("cluster_name", "CONSUL_ELECTOR_CLUSTER_NAME"),
         ("lease_name", "ELECTOR_LEASE_NAME"),
@@ -429,6 +478,7 @@ mod tests {
                 liveness_timeout: Duration::from_secs(60),
                 instance_name: hostname(),
                 consul_allowed_addresses: AllowedAddresses::default(),
+                consul_allowed_datacenters: AllowedDatacenters::default(),
                 cluster_name: None,
                 lease_name: "consul-elector".to_owned(),
                 lease_namespace: None,
@@ -461,6 +511,8 @@ mod tests {
             "consul-elector-0",
             "--consul-allowed-addresses",
             "https://consul.other:8501, consul.third:8500,,http://consul.third:8500",
+            "--consul-allowed-datacenters",
+            " dc2,eu_West-1,, dc2",
             "--cluster-name",
             "eu-west-1.prod",
             "--lease-name",
@@ -486,6 +538,10 @@ mod tests {
                 consul_allowed_addresses: AllowedAddresses(vec![
                     ConsulAddress::parse("https://consul.other:8501", false).expect("address"),
                     ConsulAddress::parse("http://consul.third:8500", false).expect("address"),
+                ]),
+                consul_allowed_datacenters: AllowedDatacenters(vec![
+                    "dc2".to_owned(),
+                    "eu_West-1".to_owned(),
                 ]),
                 cluster_name: Some("eu-west-1.prod".to_owned()),
                 lease_name: "elector-ha".to_owned(),
@@ -520,6 +576,14 @@ mod tests {
             (
                 ["--consul-allowed-addresses", "consul:8500/v1"],
                 "only scheme, host and port",
+            ),
+            (
+                ["--consul-allowed-datacenters", "dc2,dc 3"],
+                "\"dc 3\" is not a datacenter name",
+            ),
+            (
+                ["--consul-allowed-datacenters", "dc/2"],
+                "is not a datacenter name",
             ),
             (["--cluster-name", "a/b"], "is not a cluster name"),
             (["--cluster-name", "Prod"], "is not a cluster name"),
@@ -610,6 +674,7 @@ mod tests {
                     consul_allowed_addresses: AllowedAddresses(vec![
                         ConsulAddress::parse("consul.b:8500", false).expect("address"),
                     ]),
+                    consul_allowed_datacenters: AllowedDatacenters(vec!["dc2".to_owned()]),
                     cluster_name: Some("blue".to_owned()),
                     lease_name: "blue-lease".to_owned(),
                     lease_namespace: Some("elector".to_owned()),
@@ -636,6 +701,7 @@ mod tests {
             ("ELECTOR_LIVENESS_TIMEOUT", "1500ms"),
             ("POD_NAME", "elector-7"),
             ("CONSUL_ELECTOR_ALLOWED_ADDRESSES", "consul.b:8500"),
+            ("CONSUL_ELECTOR_ALLOWED_DATACENTERS", "dc2"),
             ("CONSUL_ELECTOR_CLUSTER_NAME", "blue"),
             ("ELECTOR_LEASE_NAME", "blue-lease"),
             ("POD_NAMESPACE", "elector"),

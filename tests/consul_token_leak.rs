@@ -224,6 +224,7 @@ async fn the_running_operator_never_shows_a_token() {
                 operator_consul: harness::OperatorConsul {
                     token: Some(OPERATOR.to_owned()),
                     allowed_addresses: vec![tenant_consul.url()],
+                    ..harness::OperatorConsul::default()
                 },
                 ..harness::HarnessOptions::default()
             },
@@ -281,6 +282,8 @@ async fn the_running_operator_never_shows_a_token() {
             "status",
             &serde_json::to_string(&elections.items).expect("serialize"),
         );
+        // Events are published after the status they report: wait for one before listing.
+        h.wait_event("own", "LeaderElected").await;
         let events: kube::Api<k8s_openapi::api::events::v1::Event> =
             kube::Api::namespaced(h.admin.clone(), &h.ns);
         let events = events.list(&Default::default()).await.expect("events");

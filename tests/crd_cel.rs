@@ -194,6 +194,17 @@ fn cases() -> Vec<Case> {
             &[json!("elector/../x"), json!("a..b")],
         ),
         case(
+            rules::KEY_NO_DOT_SEGMENT,
+            "/key",
+            &[json!("a.b/.c/d."), json!(".hidden/x")],
+            &[
+                json!("elector/ns/./x"),
+                json!("./x"),
+                json!("x/."),
+                json!("."),
+            ],
+        ),
+        case(
             rules::KEY_NO_SPACE,
             "/key",
             &[json!("a,b_c-d")],

@@ -205,6 +205,8 @@ fn schema_violations() -> Vec<(&'static str, Value)> {
         ("spec.key", spec_with("/key", json!("/elector/web"))),
         ("spec.key", spec_with("/key", json!("elector//web"))),
         ("spec.key", spec_with("/key", json!("elector/../web"))),
+        ("spec.key", spec_with("/key", json!("elector/./web"))),
+        ("spec.key", spec_with("/key", json!("elector/web/."))),
         ("spec.key", spec_with("/key", json!("elector/my web"))),
         ("spec.key", spec_with("/key", json!("elector/*"))),
         ("spec.key", spec_with("/key", json!("elector/web/"))),

@@ -219,6 +219,7 @@ async fn changing_the_consul_address_leaves_the_old_consul_clean() {
             operator_consul: OperatorConsul {
                 token: None,
                 allowed_addresses: vec![other.url()],
+                ..OperatorConsul::default()
             },
             ..HarnessOptions::default()
         };

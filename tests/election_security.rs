@@ -56,6 +56,21 @@ async fn harness(
     allowed: Vec<String>,
     secret_access: bool,
 ) -> Harness {
+    let consul = OperatorConsul {
+        allowed_addresses: allowed,
+        ..OperatorConsul::default()
+    };
+    harness_with(admin, ns, consul, secret_access).await
+}
+
+/// [`harness`] with the operator's Consul configuration `consul`, its token always
+/// [`OPERATOR_TOKEN`].
+async fn harness_with(
+    admin: kube::Client,
+    ns: String,
+    consul: OperatorConsul,
+    secret_access: bool,
+) -> Harness {
     let mut h = Harness::with_options(
         admin,
         ns,
@@ -63,7 +78,7 @@ async fn harness(
             secret_access,
             operator_consul: OperatorConsul {
                 token: Some(OPERATOR_TOKEN.to_owned()),
-                allowed_addresses: allowed,
+                ..consul
             },
             ..HarnessOptions::default()
         },
@@ -72,6 +87,21 @@ async fn harness(
     h.deployment("web", 2).await;
     h.start_operator().await;
     h
+}
+
+/// Waits until election `name` is `Invalid` with `SpecValid=False`, reason `InvalidSpec`, and
+/// returns the condition's message.
+async fn refused(h: &Harness, name: &str) -> String {
+    let le = h
+        .wait_status(name, |le| phase(le).as_deref() == Some("Invalid"))
+        .await;
+    let valid = condition(&le, "SpecValid").expect("SpecValid");
+    assert_eq!(
+        (valid.status.as_str(), valid.reason.as_str()),
+        ("False", "InvalidSpec"),
+        "{name}"
+    );
+    valid.message
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,18 +114,12 @@ async fn an_address_the_admin_did_not_allow_is_never_contacted() {
         h.election("web", elsewhere(&users_host.url())).await;
         h.election("api", elsewhere_as_api(&bare)).await;
         for name in ["web", "api"] {
-            let le = h
-                .wait_status(name, |le| phase(le).as_deref() == Some("Invalid"))
-                .await;
-            let valid = condition(&le, "SpecValid").expect("SpecValid");
-            assert_eq!(valid.status, "False");
-            assert_eq!(valid.reason, "InvalidSpec");
+            let message = refused(&h, name).await;
             assert!(
-                valid.message.contains("spec.consul.address")
-                    && valid.message.contains("--consul-allowed-addresses")
-                    && valid.message.contains(&users_host.addr().to_string()),
-                "{}",
-                valid.message
+                message.contains("spec.consul.address")
+                    && message.contains("--consul-allowed-addresses")
+                    && message.contains(&users_host.addr().to_string()),
+                "{message}"
             );
             let notes = h.wait_event(name, "InvalidSpec").await;
             assert!(notes.iter().any(|n| n.contains("spec.consul.address")));
@@ -200,16 +224,12 @@ async fn another_namespaces_key_is_out_of_reach_of_the_operators_token() {
                 spec["labels"] = json!({"key": ROLE});
             }
             h.election(name, spec).await;
-            let le = h
-                .wait_status(name, |le| phase(le).as_deref() == Some("Invalid"))
-                .await;
-            let valid = condition(&le, "SpecValid").expect("SpecValid");
+            let message = refused(&h, name).await;
             assert!(
-                valid.message.contains("spec.key")
-                    && valid.message.contains(&format!("elector/{}/", h.ns))
-                    && valid.message.contains("tokenSecretRef"),
-                "{}",
-                valid.message
+                message.contains("spec.key")
+                    && message.contains(&format!("elector/{}/", h.ns))
+                    && message.contains("tokenSecretRef"),
+                "{message}"
             );
             h.touch_and_wait_reconcile(name).await;
         }
@@ -225,6 +245,74 @@ async fn another_namespaces_key_is_out_of_reach_of_the_operators_token() {
             0,
             "the operator wrote to Consul: {stats:?}"
         );
+        h.finish().await;
+    })
+    .await;
+}
+
+/// `spec.consul.datacenter` with the operator's own token: only the operator's datacenter and
+/// those its admin allowed (`--consul-allowed-datacenters`; the harness' operator names no
+/// datacenter of its own, so every named one needs the list). With a token of the election's
+/// own, any datacenter: Consul's ACLs decide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_datacenter_the_admin_did_not_allow_is_refused_for_the_operators_token() {
+    with_namespace("sec-dc", |admin, ns| async move {
+        let h = harness(admin, ns, Vec::new(), true).await;
+        let mut web = elsewhere(&h.emu.url());
+        web["consul"] = json!({"datacenter": "dc1"});
+        h.election("web", web).await;
+        let message = refused(&h, "web").await;
+        assert!(
+            message.contains("spec.consul.datacenter")
+                && message.contains("--consul-allowed-datacenters")
+                && message.contains("\"dc1\""),
+            "{message}"
+        );
+        let notes = h.wait_event("web", "InvalidSpec").await;
+        assert!(notes.iter().any(|n| n.contains("spec.consul.datacenter")));
+        assert!(h.emu.kv_entry(&h.key("web")).is_none());
+
+        // The same datacenter with a token of the election's own.
+        h.token_secret("tenant-token", TENANT_TOKEN, "api").await;
+        let mut api = elsewhere_as_api(&h.emu.url());
+        api["consul"] = json!({
+            "datacenter": "dc1",
+            "tokenSecretRef": {"name": "tenant-token", "key": "token"},
+        });
+        h.election("api", api).await;
+        h.wait_status("api", |le| status_leader(le).is_some()).await;
+        let le = h.elections().get("api").await.expect("election");
+        assert!(has_condition(&le, "SpecValid", "True"));
+        assert!(h.emu.stats().requests_with_token(TENANT_TOKEN) > 0);
+        assert!(
+            h.recorder
+                .versions()
+                .iter()
+                .all(|v| !v.labels.contains_key(ROLE)),
+            "no pod was ever labelled by web"
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_datacenter_the_admin_allowed_may_be_used_with_the_operators_token() {
+    with_namespace("sec-dc-allowed", |admin, ns| async move {
+        let consul = OperatorConsul {
+            allowed_datacenters: vec!["dc2".to_owned(), "dc1".to_owned()],
+            ..OperatorConsul::default()
+        };
+        let h = harness_with(admin, ns, consul, false).await;
+        let mut web = elsewhere(&h.emu.url());
+        web["consul"] = json!({"datacenter": "dc1"});
+        h.election("web", web).await;
+        let elected = h.wait_elected("web", None).await;
+        let le = h.elections().get("web").await.expect("election");
+        assert!(has_condition(&le, "SpecValid", "True"));
+        let entry = h.emu.kv_entry(&h.key("web")).expect("the key in dc1");
+        assert_eq!(entry.session.as_deref(), Some(elected.session.as_str()));
+        assert!(h.emu.stats().requests_with_token(OPERATOR_TOKEN) > 0);
         h.finish().await;
     })
     .await;

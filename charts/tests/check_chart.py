@@ -103,6 +103,7 @@ def all_features(watch: list[str]) -> dict:
         "clusterName": "chart-features",
         "consul": {
             "allowedAddresses": ["https://consul.team-a.example:8501", "consul.team-b.example:8500"],
+            "allowedDatacenters": ["dc2", "eu-west_1"],
             "datacenter": "dc1",
             "tlsServerName": "server.dc1.consul",
             "caCert": {"secretName": "consul-ca"},
@@ -163,6 +164,7 @@ WRONG_VALUES = [
     ({"lockWatchWait": "60"}, "at '/lockWatchWait': '60' does not match pattern"),
     ({"clusterName": "Prod"}, "at '/clusterName': 'Prod' does not match pattern"),
     ({"consul": {"allowedAddresses": "consul:8500"}}, "at '/consul/allowedAddresses': got string, want array"),
+    ({"consul": {"allowedDatacenters": ["dc 2"]}}, "at '/consul/allowedDatacenters/0': 'dc 2' does not match pattern"),
     ({"logFormat": "xml"}, "at '/logFormat': value must be one of 'plain', 'json'"),
     ({"watchNamespace": ["shop"]}, "additional properties 'watchNamespace' not allowed"),
 ]
@@ -490,9 +492,11 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
         address = f"http://{dev_service}.{e.namespace}.svc:8500"
     checks.expect(env.get("CONSUL_HTTP_ADDR", {}).get("value", "") == address,
                   f"{where}: CONSUL_HTTP_ADDR is {address!r}")
-    allowed = ",".join(v["consul"]["allowedAddresses"])
-    checks.expect(env.get("CONSUL_ELECTOR_ALLOWED_ADDRESSES", {}).get("value", "") == allowed,
-                  f"{where}: CONSUL_ELECTOR_ALLOWED_ADDRESSES is {allowed!r}")
+    for variable, value in [("CONSUL_ELECTOR_ALLOWED_ADDRESSES", "allowedAddresses"),
+                            ("CONSUL_ELECTOR_ALLOWED_DATACENTERS", "allowedDatacenters")]:
+        allowed = ",".join(v["consul"][value])
+        checks.expect(env.get(variable, {}).get("value", "") == allowed,
+                      f"{where}: {variable} is {allowed!r}")
     checks.expect(env.get("CONSUL_ELECTOR_CLUSTER_NAME", {}).get("value", "") == v["clusterName"],
                   f"{where}: CONSUL_ELECTOR_CLUSTER_NAME is {v['clusterName']!r}")
 

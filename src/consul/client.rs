@@ -44,6 +44,8 @@ struct Shared {
     root_address: ConsulAddress,
     /// Other addresses handles may be derived for.
     allowed_addresses: Vec<ConsulAddress>,
+    /// Other datacenters elections may name with the operator's own token.
+    allowed_datacenters: Vec<String>,
     request_timeout: Duration,
     retry: RetryPolicy,
     watch_pacing: WatchPacing,
@@ -110,6 +112,7 @@ impl ConsulClient {
             registry,
             root_address: settings.address.clone(),
             allowed_addresses: settings.allowed_addresses.clone(),
+            allowed_datacenters: settings.allowed_datacenters.clone(),
             request_timeout: settings.request_timeout,
             retry: settings.retry,
             watch_pacing: settings.watch_pacing,
@@ -185,6 +188,12 @@ impl ConsulClient {
     /// settings' `allowed_addresses`.
     pub fn allows(&self, address: &ConsulAddress) -> bool {
         *address == self.shared.root_address || self.shared.allowed_addresses.contains(address)
+    }
+
+    /// The datacenters, besides the root client's, that the admin allowed elections to name
+    /// while using the operator's own token (the settings' `allowed_datacenters`).
+    pub fn allowed_datacenters(&self) -> &[String] {
+        &self.shared.allowed_datacenters
     }
 
     /// How many Consul addresses currently have a connection pool (a pool is freed, and its

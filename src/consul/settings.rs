@@ -230,6 +230,10 @@ pub struct ConsulSettings {
     /// Addresses besides `address` that per-election overrides may name (see
     /// [`super::ConsulClient::with_overrides`]); empty refuses every other address.
     pub allowed_addresses: Vec<ConsulAddress>,
+    /// Datacenters besides `datacenter` that per-election overrides may name while using the
+    /// operator's own token (see [`super::ConsulClient::allowed_datacenters`]); empty refuses
+    /// every other datacenter to that token.
+    pub allowed_datacenters: Vec<String>,
 }
 
 impl Default for ConsulSettings {
@@ -251,6 +255,7 @@ impl Default for ConsulSettings {
             retry: RetryPolicy::default(),
             watch_pacing: WatchPacing::default(),
             allowed_addresses: Vec::new(),
+            allowed_datacenters: Vec::new(),
         }
     }
 }

@@ -12,7 +12,10 @@
 //!   and its data only after the opt-in was seen;
 //! - with the operator's own token an election may only use keys under
 //!   `elector/<its namespace>/`, so one namespace cannot take, release or read another's lock
-//!   through the operator's privileges; other keys need a token of the election's own.
+//!   through the operator's privileges; other keys need a token of the election's own;
+//! - with the operator's own token an election may only name the operator's own datacenter or
+//!   one the admin allowed (`--consul-allowed-datacenters`); a token of the election's own may
+//!   name any, and Consul's ACLs decide.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -26,6 +29,7 @@ use crate::crd::{LeaderElection, SECRET_ALLOWED_ELECTIONS_ANNOTATION, SpecProble
 const ADDRESS_FIELD: &str = "spec.consul.address";
 const SECRET_FIELD: &str = "spec.consul.tokenSecretRef";
 const KEY_FIELD: &str = "spec.key";
+const DATACENTER_FIELD: &str = "spec.consul.datacenter";
 
 /// Why an election has no usable Consul client.
 pub enum AccessProblem {
@@ -62,6 +66,7 @@ pub async fn client_for(
     let own_address = address.as_ref().is_none_or(|a| a == ctx.consul.address());
     if token.is_none() && own_address {
         namespace_key(le, key)?;
+        operator_datacenter(spec.datacenter.as_deref(), &ctx.consul)?;
     }
     ctx.consul
         .with_overrides(Overrides {
@@ -87,6 +92,36 @@ fn allowed_address(raw: &str, consul: &ConsulClient) -> Result<ConsulAddress, Ac
         ));
     }
     Ok(address)
+}
+
+/// Checks that the operator's own token may be sent to `requested` (`None`: the operator's
+/// default datacenter).
+fn operator_datacenter(
+    requested: Option<&str>,
+    consul: &ConsulClient,
+) -> Result<(), AccessProblem> {
+    let own = consul.datacenter();
+    let allowed = consul.allowed_datacenters();
+    match requested {
+        Some(datacenter) if !datacenter_allowed(datacenter, own, allowed) => Err(invalid(
+            DATACENTER_FIELD,
+            format!(
+                "{datacenter:?} is not a Consul datacenter this operator's own token may be \
+                 used in: only its own ({}) and the datacenters its admin allowed \
+                 (--consul-allowed-datacenters, Helm value consul.allowedDatacenters); name a \
+                 token of your own in spec.consul.tokenSecretRef to use another",
+                own.map_or_else(|| "its agent's".to_owned(), |dc| format!("{dc:?}"))
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Whether an election may name `datacenter` with the operator's own token: the operator's own
+/// datacenter (`own`; `None` is its agent's, which has no name here) or one of `allowed`.
+/// Names are compared exactly: a spelling the admin did not list is refused.
+fn datacenter_allowed(datacenter: &str, own: Option<&str>, allowed: &[String]) -> bool {
+    own == Some(datacenter) || allowed.iter().any(|listed| listed == datacenter)
 }
 
 /// The keys an election may use with the operator's own token: `elector/<namespace>/...`.
@@ -193,7 +228,7 @@ async fn read_token(
 
 #[cfg(test)]
 mod tests {
-    use super::{namespace_prefix, secret_allows};
+    use super::{datacenter_allowed, namespace_prefix, secret_allows};
     use crate::crd::default_key;
 
     #[test]
@@ -202,6 +237,27 @@ mod tests {
         assert!(default_key("shop", "web").starts_with(&prefix));
         assert!(!default_key("shop-2", "web").starts_with(&prefix));
         assert!(!default_key("sho", "web").starts_with(&prefix));
+    }
+
+    #[test]
+    fn the_operators_token_goes_to_its_own_and_the_allowed_datacenters_only() {
+        let allowed = ["dc2".to_owned(), "eu-west".to_owned()];
+        assert!(datacenter_allowed("dc1", Some("dc1"), &[]));
+        assert!(datacenter_allowed("dc2", Some("dc1"), &allowed));
+        assert!(datacenter_allowed("eu-west", None, &allowed));
+        assert!(!datacenter_allowed("dc3", Some("dc1"), &allowed));
+        assert!(
+            !datacenter_allowed("dc1", None, &[]),
+            "the agent's has no name"
+        );
+        assert!(
+            !datacenter_allowed("DC2", Some("dc1"), &allowed),
+            "exact names"
+        );
+        assert!(
+            !datacenter_allowed("dc", Some("dc1"), &allowed),
+            "no prefixes"
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub use status::{
     AppliedSpec, CandidateStatus, LeaderElectionStatus, LeaderStatus, Phase, SwitchoverResult,
     SwitchoverStatus,
 };
-pub use validate::{SpecProblem, default_key, validate};
+pub use validate::{SpecProblem, default_key, is_datacenter_name, validate};
 
 /// API group of the resource.
 pub const GROUP: &str = "elector.dev";

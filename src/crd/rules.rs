@@ -59,10 +59,9 @@ regex!(
     "^(0|([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+)$"
 );
 
-/// A Consul KV key: segments of `A-Z a-z 0-9 _ , - .` separated by single `/`, without `..`
-/// and without a leading or trailing `/`.
-pub const CONSUL_KEY_PATTERN: &str =
-    "^([.]?([-A-Za-z0-9_,][.]?)+|[.])(/([.]?([-A-Za-z0-9_,][.]?)+|[.]))*$";
+/// A Consul KV key: segments of `A-Z a-z 0-9 _ , - .` separated by single `/`, without `..`,
+/// without a segment that is just `.`, and without a leading or trailing `/`.
+pub const CONSUL_KEY_PATTERN: &str = "^[.]?([-A-Za-z0-9_,][.]?)+(/[.]?([-A-Za-z0-9_,][.]?)+)*$";
 
 regex!(
     /// The characters a Consul key may contain, plus the space (which has its own rule).
@@ -206,6 +205,13 @@ pub const KEY_NO_DOT_DOT: CelRule = CelRule {
     message: "must not contain '..'",
 };
 
+/// `key`: no `.` segment. Consul's HTTP server cleans the request path (`a/./b` is `a/b`), so
+/// such a key could never be addressed as written; the operator's client refuses it.
+pub const KEY_NO_DOT_SEGMENT: CelRule = CelRule {
+    rule: "!self.matches('(^|/)[.](/|$)')",
+    message: "must not have '.' as a path segment (such as a/./b): Consul's HTTP server removes it from the request path, so the key could not be used as written",
+};
+
 /// `key`: no space.
 pub const KEY_NO_SPACE: CelRule = CelRule {
     rule: "!self.contains(' ')",
@@ -267,6 +273,7 @@ pub const ALL_CEL_RULES: &[CelRule] = &[
     KEY_NO_TRAILING_SLASH,
     KEY_NO_EMPTY_SEGMENT,
     KEY_NO_DOT_DOT,
+    KEY_NO_DOT_SEGMENT,
     KEY_NO_SPACE,
     KEY_CHARACTERS,
     DURATION_SYNTAX,

@@ -77,8 +77,8 @@ pub struct LeaderElectionSpec {
 
     /// The Consul KV key of the lock. Default: `elector/<namespace>/<name>/leader`. Segments of
     /// letters, digits, `-`, `_`, `.` and `,` separated by single `/`; no leading or trailing
-    /// `/`, no `..`. Changing it on a running election releases the old key (and destroys the
-    /// session) before the new one is acquired.
+    /// `/`, no `..`, no segment that is just `.`. Changing it on a running election releases
+    /// the old key (and destroys the session) before the new one is acquired.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = CONSUL_KEY_MAX_LENGTH), pattern(CONSUL_KEY_PATTERN))]
     #[x_kube(
@@ -87,6 +87,7 @@ pub struct LeaderElectionSpec {
         validation = rules::KEY_NO_TRAILING_SLASH,
         validation = rules::KEY_NO_EMPTY_SEGMENT,
         validation = rules::KEY_NO_DOT_DOT,
+        validation = rules::KEY_NO_DOT_SEGMENT,
         validation = rules::KEY_NO_SPACE,
         validation = rules::KEY_CHARACTERS
     )]
@@ -244,7 +245,8 @@ pub struct ConsulSpec {
     )]
     pub address: Option<String>,
 
-    /// Consul datacenter (`?dc=`).
+    /// Consul datacenter (`?dc=`). With the operator's own token (no `tokenSecretRef`), only
+    /// the operator's datacenter or one its admin allowed (`--consul-allowed-datacenters`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = DATACENTER_MAX_LENGTH), pattern(DATACENTER_PATTERN))]
     pub datacenter: Option<String>,

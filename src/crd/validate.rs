@@ -240,6 +240,11 @@ fn check_key(election: &LeaderElection, problems: &mut Problems) -> Option<Strin
     problems.check(!key.ends_with('/'), FIELD, rules::KEY_NO_TRAILING_SLASH);
     problems.check(!key.contains("//"), FIELD, rules::KEY_NO_EMPTY_SEGMENT);
     problems.check(!key.contains(".."), FIELD, rules::KEY_NO_DOT_DOT);
+    problems.check(
+        !key.split('/').any(|segment| segment == "."),
+        FIELD,
+        rules::KEY_NO_DOT_SEGMENT,
+    );
     problems.check(!key.contains(' '), FIELD, rules::KEY_NO_SPACE);
     problems.check(
         key.chars()
@@ -274,8 +279,7 @@ fn check_consul(spec: &LeaderElectionSpec, problems: &mut Problems) {
         }
     }
     if let Some(datacenter) = &consul.datacenter
-        && (!syntax::is_datacenter(datacenter)
-            || datacenter.len() > count(rules::DATACENTER_MAX_LENGTH))
+        && !is_datacenter_name(datacenter)
     {
         problems.add("spec.consul.datacenter", rules::DATACENTER_MESSAGE);
     }
@@ -294,6 +298,12 @@ fn check_consul(spec: &LeaderElectionSpec, problems: &mut Problems) {
             problems.add("spec.consul.tokenSecretRef.key", rules::SECRET_KEY_MESSAGE);
         }
     }
+}
+
+/// Whether `name` is a datacenter name as `spec.consul.datacenter` accepts it
+/// ([`rules::DATACENTER_PATTERN`], at most [`rules::DATACENTER_MAX_LENGTH`] characters).
+pub fn is_datacenter_name(name: &str) -> bool {
+    syntax::is_datacenter(name) && name.len() <= count(rules::DATACENTER_MAX_LENGTH)
 }
 
 /// The duration in `text` if it is well formed and `in_range` holds.
@@ -549,18 +559,20 @@ mod tests {
             "elector/shop/web/leader",
             "a.b/c_d/e-f,g",
             ".hidden/x",
-            "a/./b",
+            "a/.b./c",
             "x.",
         ] {
             accepted(&with("/key", json!(good)));
         }
-        let cases: [(&str, &[CelRule]); 9] = [
+        let cases: [(&str, &[CelRule]); 11] = [
             ("", &[rules::KEY_NOT_EMPTY]),
             ("/elector/x", &[rules::KEY_NO_LEADING_SLASH]),
             ("elector/x/", &[rules::KEY_NO_TRAILING_SLASH]),
             ("elector//x", &[rules::KEY_NO_EMPTY_SEGMENT]),
             ("elector/../x", &[rules::KEY_NO_DOT_DOT]),
             ("a..b", &[rules::KEY_NO_DOT_DOT]),
+            ("elector/./x", &[rules::KEY_NO_DOT_SEGMENT]),
+            (".", &[rules::KEY_NO_DOT_SEGMENT]),
             ("elector/my key", &[rules::KEY_NO_SPACE]),
             ("elector/*", &[rules::KEY_CHARACTERS]),
             (
@@ -581,6 +593,24 @@ mod tests {
             "must be at most 512 characters long",
         );
         accepted(&with("/key", json!("k".repeat(512))));
+    }
+
+    /// Consul's HTTP server cleans `.` and `..` segments out of the request path (and the
+    /// client refuses such keys), so a key with one could never be used: refused up front.
+    #[test]
+    fn dot_segments_are_refused() {
+        for key in ["elector/ns/./x", "./x", "x/.", "."] {
+            rejected(
+                &with("/key", json!(key)),
+                "spec.key",
+                rules::KEY_NO_DOT_SEGMENT.message,
+            );
+        }
+        rejected(
+            &with("/key", json!("elector/ns/../other/leader")),
+            "spec.key",
+            rules::KEY_NO_DOT_DOT.message,
+        );
     }
 
     #[test]

@@ -150,6 +150,8 @@ pub struct OperatorConsul {
     pub token: Option<String>,
     /// `--consul-allowed-addresses`.
     pub allowed_addresses: Vec<String>,
+    /// `--consul-allowed-datacenters`.
+    pub allowed_datacenters: Vec<String>,
 }
 
 impl Default for HarnessOptions {
@@ -349,6 +351,7 @@ impl Harness {
             .iter()
             .map(|a| ConsulAddress::parse(a, false).expect("allowed address"))
             .collect();
+        settings.allowed_datacenters = self.operator_consul.allowed_datacenters.clone();
         let consul = ConsulClient::new(&settings).expect("consul client");
         let (stop, stop_rx) = watch::channel(false);
         let health = Health::new(Duration::from_secs(60));
