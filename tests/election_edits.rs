@@ -196,7 +196,15 @@ async fn old_session_replaced(h: &Harness, first: &harness::Elected, key: &str) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changing_the_datacenter_recreates_the_session() {
     with_namespace("ed-dc", |admin, ns| async move {
-        let (h, first) = Harness::web_elected(admin, ns, web()).await;
+        // The operator's own token may go to dc1 only because the admin allowed it.
+        let options = HarnessOptions {
+            operator_consul: OperatorConsul {
+                allowed_datacenters: vec!["dc1".into()],
+                ..OperatorConsul::default()
+            },
+            ..HarnessOptions::default()
+        };
+        let (h, first) = Harness::web_elected_with(admin, ns, options, web()).await;
         let key = h.key("web");
         h.patch_spec("web", json!({"consul": {"datacenter": "dc1"}}))
             .await;
@@ -282,6 +290,48 @@ async fn an_unusable_new_consul_access_keeps_the_old_leader_and_lock() {
         h.patch_spec("web", json!({"consul": null})).await;
         let now = h.wait_elected("web", None).await;
         assert_eq!(now, first);
+        h.finish().await;
+    })
+    .await;
+}
+
+/// A new `session.ttl` is applied to the session that holds the lock: the session is replaced
+/// in a planned move (leader label off, old session released and destroyed, a new one with
+/// the new TTL acquires, the label comes back), never left running with the old TTL while the
+/// Fence window and the Lease-timing check already count with the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_ttl_replaces_the_held_session_in_a_planned_move() {
+    with_namespace("ed-ttl", |admin, ns| async move {
+        let spec = json!({
+            "selector": {"matchLabels": {"app": "web"}},
+            "session": {"ttl": "10s"},
+        });
+        let (h, first) = Harness::web_elected(admin, ns, spec).await;
+        assert_eq!(
+            h.emu.session(&first.session).map(|s| s.ttl),
+            Some("10s".to_owned())
+        );
+        h.patch_spec("web", json!({"session": {"ttl": "30s"}}))
+            .await;
+        let ttl_of_holder = || {
+            let holder = h.emu.kv_entry(&h.key("web"))?.session?;
+            h.emu.session(&holder).map(|s| s.ttl)
+        };
+        let replaced = h
+            .poll_until(PROMPTLY, || ttl_of_holder().as_deref() == Some("30s"))
+            .await;
+        assert!(
+            replaced,
+            "the lock is held by a session with the new TTL: {:?}",
+            ttl_of_holder()
+        );
+        let second = h.wait_elected("web", None).await;
+        assert_ne!(second.session, first.session);
+        assert!(second.token > first.token, "a new acquisition, a new token");
+        assert!(
+            h.emu.session(&first.session).is_none(),
+            "the old session was destroyed"
+        );
         h.finish().await;
     })
     .await;

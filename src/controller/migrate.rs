@@ -23,10 +23,12 @@
 
 use super::{Context, cleanup, election_key, status};
 use crate::Error;
+use crate::consul::format_go_duration;
 use crate::crd::{
-    AppliedSpec, ConsulSpec, LabelsSpec, LeaderElection, LeaderElectionSpec, SecretKeyRef,
+    AppliedSession, AppliedSpec, ConsulSpec, LabelsSpec, LeaderElection, LeaderElectionSpec,
+    SecretKeyRef,
 };
-use crate::election::config::ElectionConfig;
+use crate::election::config::{Behavior, ElectionConfig, Mode};
 
 /// What the spec of `le`, validated as `config`, makes the operator act with.
 pub fn applied_of(le: &LeaderElection, config: &ElectionConfig) -> AppliedSpec {
@@ -41,6 +43,15 @@ pub fn applied_of(le: &LeaderElection, config: &ElectionConfig) -> AppliedSpec {
         datacenter: consul.and_then(|c| c.datacenter.clone()),
         token_secret_name: token.map(|t| t.name.clone()),
         token_secret_key: token.map(|t| t.key.clone()),
+        session: (config.mode == Mode::Managed).then(|| AppliedSession {
+            ttl: format_go_duration(config.session.ttl),
+            lock_delay: format_go_duration(config.session.lock_delay),
+            behavior: match config.session.behavior {
+                Behavior::Release => "release",
+                Behavior::Delete => "delete",
+            }
+            .to_owned(),
+        }),
     }
 }
 
@@ -71,14 +82,19 @@ pub fn with_applied(spec: &LeaderElectionSpec, applied: &AppliedSpec) -> LeaderE
 }
 
 /// Whether acting with `new` after `old` needs the old labels, key and session gone first:
-/// any change but the leader and follower values (rewritten in place under the same key).
+/// any change but the leader and follower values (rewritten in place under the same key), and
+/// new session settings (Consul keeps a session's TTL, lock-delay and behavior for its life,
+/// so the held session is replaced). A record without session settings (made by an earlier
+/// version, or in Observe mode) is not a change of them.
 fn needs_withdrawal(old: &AppliedSpec, new: &AppliedSpec) -> bool {
+    let session_changed = matches!((&old.session, &new.session), (Some(a), Some(b)) if a != b);
     let values_only = AppliedSpec {
         leader: new.leader.clone(),
         follower: new.follower.clone(),
+        session: new.session.clone(),
         ..old.clone()
     };
-    values_only != *new
+    session_changed || values_only != *new
 }
 
 /// Before the operator acts on `le` with `config`: when the status records other labels, key
@@ -150,6 +166,35 @@ mod tests {
         assert_eq!(restored.key, old.spec.key);
         assert_eq!(restored.consul, old.spec.consul);
         assert_eq!(restored.selector, new.spec.selector);
+    }
+
+    #[test]
+    fn new_session_settings_replace_the_session_but_a_record_without_them_does_not() {
+        let web = |session: serde_json::Value| {
+            applied(&election(serde_json::json!({
+                "selector": {"matchLabels": {"app": "web"}},
+                "session": session,
+            })))
+        };
+        let old = web(serde_json::json!({"ttl": "10s"}));
+        assert!(needs_withdrawal(
+            &old,
+            &web(serde_json::json!({"ttl": "30s"}))
+        ));
+        assert!(needs_withdrawal(
+            &old,
+            &web(serde_json::json!({"ttl": "10s", "behavior": "Delete"}))
+        ));
+        // The same durations written differently are the same settings.
+        assert!(!needs_withdrawal(
+            &old,
+            &web(serde_json::json!({"ttl": "10000ms"}))
+        ));
+        let earlier_version = AppliedSpec {
+            session: None,
+            ..old.clone()
+        };
+        assert!(!needs_withdrawal(&earlier_version, &old));
     }
 
     #[test]

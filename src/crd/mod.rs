@@ -33,8 +33,8 @@ pub use spec::{
     SessionSpec, SwitchoverSpec, UnavailablePolicy,
 };
 pub use status::{
-    AppliedSpec, CandidateStatus, LeaderElectionStatus, LeaderStatus, Phase, SwitchoverResult,
-    SwitchoverStatus,
+    AppliedSession, AppliedSpec, CandidateStatus, LeaderElectionStatus, LeaderStatus, Phase,
+    SwitchoverResult, SwitchoverStatus,
 };
 pub use validate::{SpecProblem, default_key, is_datacenter_name, validate};
 

@@ -225,4 +225,21 @@ pub struct AppliedSpec {
     /// `spec.consul.tokenSecretRef.key`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_secret_key: Option<String>,
+    /// The settings of the operator's session (Managed mode; absent when recorded by an
+    /// earlier version, or in Observe mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<AppliedSession>,
+}
+
+/// The settings a session is created with, as Go durations in canonical form: Consul keeps
+/// them for the session's life, so a change needs a new session.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedSession {
+    /// `spec.session.ttl`.
+    pub ttl: String,
+    /// `spec.session.lockDelay`.
+    pub lock_delay: String,
+    /// `spec.session.behavior`.
+    pub behavior: String,
 }
