@@ -9,8 +9,8 @@ mod common;
 use std::time::Duration;
 
 use consul_elector::crd::{
-    self, AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionSpec, LeaderElectionStatus,
-    LeaderStatus, Phase, SwitchoverResult, SwitchoverStatus, conditions,
+    self, AppliedSession, AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionSpec,
+    LeaderElectionStatus, LeaderStatus, Phase, SwitchoverResult, SwitchoverStatus, conditions,
 };
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -345,6 +345,11 @@ async fn the_status_the_operator_writes_is_accepted() {
                 datacenter: Some("dc1".into()),
                 token_secret_name: Some("consul-token".into()),
                 token_secret_key: Some("token".into()),
+                session: Some(AppliedSession {
+                    ttl: "15s".into(),
+                    lock_delay: "15s".into(),
+                    behavior: "release".into(),
+                }),
             }),
             conditions: vec![Condition {
                 type_: conditions::LEADER_ELECTED.into(),
