@@ -254,33 +254,35 @@ fn is_rfc1123_label(name: &str) -> bool {
         && name.chars().all(|c| alphanumeric(c) || c == '-')
 }
 
-/// The Consul addresses elections may name besides the operator's own.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AllowedAddresses(Vec<ConsulAddress>);
+/// An allowlist the admin gives on the command line: the entries in the order given, without
+/// duplicates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowList<T>(Vec<T>);
 
-impl AllowedAddresses {
-    /// The addresses, in the order given, without duplicates.
-    pub fn addresses(&self) -> &[ConsulAddress] {
+impl<T> Default for AllowList<T> {
+    fn default() -> Self {
+        AllowList(Vec::new())
+    }
+}
+
+impl<T> AllowList<T> {
+    /// The entries, in the order given, without duplicates.
+    pub fn entries(&self) -> &[T] {
         &self.0
     }
 }
+
+/// The Consul addresses elections may name besides the operator's own.
+pub type AllowedAddresses = AllowList<ConsulAddress>;
 
 /// Parses `addr1,addr2` (see [`parse_list`]) the way `CONSUL_HTTP_ADDR` is parsed
 /// (`https://` means TLS; a bare `host:port` is plain HTTP).
 fn parse_addresses(text: &str) -> Result<AllowedAddresses, String> {
-    parse_list(text, |entry| ConsulAddress::parse(entry, false)).map(AllowedAddresses)
+    parse_list(text, |entry| ConsulAddress::parse(entry, false)).map(AllowList)
 }
 
 /// The Consul datacenters elections may name with the operator's own token besides its own.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AllowedDatacenters(Vec<String>);
-
-impl AllowedDatacenters {
-    /// The datacenter names, in the order given, without duplicates.
-    pub fn names(&self) -> &[String] {
-        &self.0
-    }
-}
+pub type AllowedDatacenters = AllowList<String>;
 
 /// Parses `dc1,dc2` (see [`parse_list`]): each name must be a datacenter name as
 /// `spec.consul.datacenter` accepts it. Names are compared exactly, as given.
@@ -294,7 +296,7 @@ fn parse_datacenters(text: &str) -> Result<AllowedDatacenters, String> {
             ))
         }
     })
-    .map(AllowedDatacenters)
+    .map(AllowList)
 }
 
 /// A cluster name: it becomes one segment of a Consul session name, so no '/'.
@@ -535,11 +537,11 @@ mod tests {
                 lock_watch_wait: Duration::from_secs(90),
                 liveness_timeout: Duration::from_secs(120),
                 instance_name: "consul-elector-0".to_owned(),
-                consul_allowed_addresses: AllowedAddresses(vec![
+                consul_allowed_addresses: AllowList(vec![
                     ConsulAddress::parse("https://consul.other:8501", false).expect("address"),
                     ConsulAddress::parse("http://consul.third:8500", false).expect("address"),
                 ]),
-                consul_allowed_datacenters: AllowedDatacenters(vec![
+                consul_allowed_datacenters: AllowList(vec![
                     "dc2".to_owned(),
                     "eu_West-1".to_owned(),
                 ]),
@@ -671,10 +673,10 @@ mod tests {
                     lock_watch_wait: Duration::from_secs(5),
                     liveness_timeout: Duration::from_millis(1500),
                     instance_name: "elector-7".to_owned(),
-                    consul_allowed_addresses: AllowedAddresses(vec![
+                    consul_allowed_addresses: AllowList(vec![
                         ConsulAddress::parse("consul.b:8500", false).expect("address"),
                     ]),
-                    consul_allowed_datacenters: AllowedDatacenters(vec!["dc2".to_owned()]),
+                    consul_allowed_datacenters: AllowList(vec!["dc2".to_owned()]),
                     cluster_name: Some("blue".to_owned()),
                     lease_name: "blue-lease".to_owned(),
                     lease_namespace: Some("elector".to_owned()),

@@ -61,8 +61,8 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
     }
     let consul = match ConsulSettings::from_process_env()
         .map(|mut settings| {
-            settings.allowed_addresses = args.consul_allowed_addresses.addresses().to_vec();
-            settings.allowed_datacenters = args.consul_allowed_datacenters.names().to_vec();
+            settings.allowed_addresses = args.consul_allowed_addresses.entries().to_vec();
+            settings.allowed_datacenters = args.consul_allowed_datacenters.entries().to_vec();
             settings
         })
         .map_err(|e| e.to_string())
