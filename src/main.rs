@@ -8,6 +8,7 @@ use consul_elector::cluster_identity;
 use consul_elector::config::{Cli, Command, RunArgs, init_tracing};
 use consul_elector::consul::{ConsulClient, ConsulSettings};
 use consul_elector::controller::{self, Settings};
+use consul_elector::election::config::Owner;
 use consul_elector::http::{self, Health};
 use consul_elector::leadership::{LeaseSettings, WallClock};
 use consul_elector::metrics::Metrics;
@@ -156,7 +157,10 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
         instance: args.instance_name,
         lock_watch_wait: args.lock_watch_wait,
         concurrency: 16,
-        cluster_name,
+        owner: Owner::new(
+            cluster_name,
+            Owner::install_of_lease(&lease.namespace, &lease.name),
+        ),
         lease,
         consul_cleanup_bound: controller::CONSUL_CLEANUP_BOUND,
     };

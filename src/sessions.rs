@@ -55,7 +55,7 @@ use tokio::task::AbortHandle;
 use tokio::time::{Instant, sleep_until};
 
 use crate::consul::{ConsulClient, ConsulError, ErrorContext, SessionBehavior, SessionRequest};
-use crate::election::config::{Behavior, ElectionKey, SessionConfig};
+use crate::election::config::{Behavior, ElectionKey, Owner, SessionConfig};
 use crate::election::observe::{SessionHealth, SessionView};
 
 /// Pause after a renewal that failed with anything but a 404 (as Go's `RenewPeriodic`).
@@ -70,12 +70,12 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 /// First segment of every session name the operator writes.
 pub const SESSION_NAME_PREFIX: &str = "consul-elector";
 
-/// The Consul session name of the session created in cluster `cluster` for `pod` in
-/// `election`: `consul-elector/<cluster>/<namespace>/<election>/<pod>`.
-pub fn session_name(cluster: &str, election: &ElectionKey, pod: &str) -> String {
+/// The Consul session name of the session `owner` created for `pod` in `election`:
+/// `consul-elector/<cluster>/<install>/<namespace>/<election>/<pod>`.
+pub fn session_name(owner: &Owner, election: &ElectionKey, pod: &str) -> String {
     format!(
-        "{SESSION_NAME_PREFIX}/{cluster}/{}/{}/{pod}",
-        election.namespace, election.name
+        "{SESSION_NAME_PREFIX}/{}/{}/{}/{}/{pod}",
+        owner.cluster, owner.install, election.namespace, election.name
     )
 }
 
@@ -88,32 +88,37 @@ pub enum Found {
     InStatus,
 }
 
-/// The pod a session named `name` was created for, when this operator (in cluster `cluster`)
-/// may adopt it for `election`; `None` when it must leave the session alone.
+/// The pod a session named `name` was created for, when `owner` may adopt it for `election`;
+/// `None` when it must leave the session alone.
 ///
-/// Accepted: this cluster's name for this election ([`session_name`]). The name earlier
-/// versions wrote, without the cluster (`consul-elector/<namespace>/<election>/<pod>`), is
-/// accepted only for a session found in the status: another cluster's operator (or anybody)
-/// can hold the key with a session so named, but only this cluster's operator records
-/// session IDs in this election's status, so an upgrade keeps its leader.
+/// Accepted wherever found: `owner`'s own name for this election ([`session_name`]). The
+/// names earlier versions wrote, without the install
+/// (`consul-elector/<cluster>/<namespace>/<election>/<pod>`) or without the cluster too
+/// (`consul-elector/<namespace>/<election>/<pod>`), are accepted only for a session found in
+/// the status: anybody (another install, another cluster's operator, an application) can hold
+/// the key with a session so named, but only the operator records session IDs in this
+/// election's status, so an upgrade keeps its leader. A current name of another install is
+/// never accepted.
 ///
-/// Namespaces, election and pod names contain no `/`, so the last three segments of a name
-/// are always namespace, election and pod, and no other cluster's name can pass for ours.
+/// Namespaces, election and pod names contain no `/` and an install name (with its `.`) is
+/// never a namespace, so the segments of a name cannot be read two ways.
 pub fn adoptable_pod<'n>(
     name: &'n str,
-    cluster: &str,
+    owner: &Owner,
     election: &ElectionKey,
     found: Found,
 ) -> Option<&'n str> {
     let scope = format!("{}/{}/", election.namespace, election.name);
     let rest = name.strip_prefix(SESSION_NAME_PREFIX)?.strip_prefix('/')?;
-    let pod = match rest
-        .strip_prefix(cluster)
-        .and_then(|r| r.strip_prefix('/'))
-        .and_then(|r| r.strip_prefix(scope.as_str()))
-    {
+    let segment = |text: &'n str, head: &str| text.strip_prefix(head)?.strip_prefix('/');
+    let current = segment(rest, &owner.cluster)
+        .and_then(|r| segment(r, &owner.install))
+        .and_then(|r| r.strip_prefix(scope.as_str()));
+    let pod = match current {
         Some(pod) => pod,
-        None if found == Found::InStatus => rest.strip_prefix(scope.as_str())?,
+        None if found == Found::InStatus => segment(rest, &owner.cluster)
+            .and_then(|r| r.strip_prefix(scope.as_str()))
+            .or_else(|| rest.strip_prefix(scope.as_str()))?,
         None => return None,
     };
     (!pod.is_empty() && !pod.contains('/')).then_some(pod)
@@ -125,7 +130,7 @@ pub fn adoptable_pod<'n>(
 pub async fn adoptable_session(
     client: &ConsulClient,
     id: &str,
-    cluster: &str,
+    owner: &Owner,
     election: &ElectionKey,
     found: Found,
 ) -> Result<Option<String>, ConsulError> {
@@ -136,7 +141,7 @@ pub async fn adoptable_session(
     else {
         return Ok(None);
     };
-    let pod = adoptable_pod(&info.name, cluster, election, found);
+    let pod = adoptable_pod(&info.name, owner, election, found);
     if pod.is_none() {
         tracing::info!(
             election = %election,
@@ -256,13 +261,13 @@ impl SessionManager {
         &self,
         election: &ElectionKey,
         client: &ConsulClient,
-        cluster: &str,
+        owner: &Owner,
         pod: &str,
         pod_uid: &str,
         config: &SessionConfig,
     ) -> Result<String, ConsulError> {
         self.destroy(election, client).await?;
-        let request = SessionRequest::new(session_name(cluster, election, pod))
+        let request = SessionRequest::new(session_name(owner, election, pod))
             .ttl(config.ttl)
             .lock_delay(config.lock_delay)
             .behavior(match config.behavior {
@@ -646,20 +651,24 @@ mod tests {
         );
     }
 
+    fn owner(cluster: &str) -> Owner {
+        Owner::new(cluster, "ops.consul-elector")
+    }
+
     #[test]
-    fn the_name_carries_cluster_namespace_election_and_pod() {
+    fn the_name_carries_cluster_install_namespace_election_and_pod() {
         assert_eq!(
-            session_name("east", &web(), "web-0"),
-            "consul-elector/east/shop/web/web-0"
+            session_name(&owner("east"), &web(), "web-0"),
+            "consul-elector/east/ops.consul-elector/shop/web/web-0"
         );
     }
 
     #[test]
-    fn this_clusters_name_for_this_election_is_adopted_wherever_found() {
-        let name = session_name("east", &web(), "web-0");
+    fn this_installs_name_for_this_election_is_adopted_wherever_found() {
+        let name = session_name(&owner("east"), &web(), "web-0");
         for found in BOTH {
             assert_eq!(
-                adoptable_pod(&name, "east", &web(), found),
+                adoptable_pod(&name, &owner("east"), &web(), found),
                 Some("web-0"),
                 "{found:?}"
             );
@@ -667,28 +676,39 @@ mod tests {
     }
 
     #[test]
-    fn another_clusters_session_is_never_adopted() {
-        let name = session_name("west", &web(), "web-0");
-        for found in BOTH {
-            assert_eq!(
-                adoptable_pod(&name, "east", &web(), found),
-                None,
-                "{found:?}"
-            );
+    fn another_clusters_or_another_installs_session_is_never_adopted() {
+        let other_install = Owner::new("east", "team-b.consul-elector");
+        for name in [
+            session_name(&owner("west"), &web(), "web-0"),
+            session_name(&other_install, &web(), "web-0"),
+        ] {
+            for found in BOTH {
+                assert_eq!(
+                    adoptable_pod(&name, &owner("east"), &web(), found),
+                    None,
+                    "{name} ({found:?})"
+                );
+            }
         }
     }
 
     #[test]
-    fn the_legacy_name_is_adopted_only_from_the_status() {
-        let legacy = "consul-elector/shop/web/web-0";
-        assert_eq!(
-            adoptable_pod(legacy, "east", &web(), Found::InStatus),
-            Some("web-0")
-        );
-        assert_eq!(
-            adoptable_pod(legacy, "east", &web(), Found::HoldingKey),
-            None
-        );
+    fn the_names_of_earlier_versions_are_adopted_only_from_the_status() {
+        for earlier in [
+            "consul-elector/shop/web/web-0",
+            "consul-elector/east/shop/web/web-0",
+        ] {
+            assert_eq!(
+                adoptable_pod(earlier, &owner("east"), &web(), Found::InStatus),
+                Some("web-0"),
+                "{earlier}"
+            );
+            assert_eq!(
+                adoptable_pod(earlier, &owner("east"), &web(), Found::HoldingKey),
+                None,
+                "{earlier}"
+            );
+        }
     }
 
     #[test]
@@ -698,13 +718,15 @@ mod tests {
             name: "api".into(),
         };
         let names = [
-            session_name("east", &other, "web-0"),
+            session_name(&owner("east"), &other, "web-0"),
             "consul-elector/shop/api/web-0".to_owned(),
+            "consul-elector/east/shop/api/web-0".to_owned(),
             // Another cluster whose name ends like ours, or starts with it.
-            session_name("north-east", &web(), "web-0"),
-            session_name("east/shop", &web(), "web-0"),
+            session_name(&owner("north-east"), &web(), "web-0"),
+            session_name(&owner("east/shop"), &web(), "web-0"),
             // Our prefix followed by more segments, or by nothing.
-            "consul-elector/east/shop/web/web-0/extra".to_owned(),
+            "consul-elector/east/ops.consul-elector/shop/web/web-0/extra".to_owned(),
+            "consul-elector/east/ops.consul-elector/shop/web/".to_owned(),
             "consul-elector/east/shop/web/".to_owned(),
             "consul-elector/shop/web/".to_owned(),
             "intruder".to_owned(),
@@ -713,7 +735,7 @@ mod tests {
         for name in &names {
             for found in BOTH {
                 assert_eq!(
-                    adoptable_pod(name, "east", &web(), found),
+                    adoptable_pod(name, &owner("east"), &web(), found),
                     None,
                     "{name} ({found:?})"
                 );
@@ -723,16 +745,21 @@ mod tests {
 
     #[test]
     fn a_cluster_name_that_looks_like_a_namespace_is_no_loophole() {
-        // Cluster "shop" and the legacy name of election shop/web: the legacy form has one
-        // segment fewer than any current name, so neither passes for the other.
+        // Cluster "shop" and the legacy name of election shop/web: the legacy form has fewer
+        // segments than any current name, so neither passes for the other.
         let legacy_of_web_in_shop = "consul-elector/shop/web/web-0";
         assert_eq!(
-            adoptable_pod(legacy_of_web_in_shop, "shop", &web(), Found::HoldingKey),
+            adoptable_pod(
+                legacy_of_web_in_shop,
+                &owner("shop"),
+                &web(),
+                Found::HoldingKey
+            ),
             None
         );
-        let current = session_name("shop", &web(), "web-0");
+        let current = session_name(&owner("shop"), &web(), "web-0");
         assert_eq!(
-            adoptable_pod(&current, "shop", &web(), Found::HoldingKey),
+            adoptable_pod(&current, &owner("shop"), &web(), Found::HoldingKey),
             Some("web-0")
         );
     }

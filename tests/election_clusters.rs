@@ -89,7 +89,10 @@ async fn two_clusters_on_one_consul_never_take_each_others_lock() {
         let key = a.key("web");
         assert_eq!(
             session_name(&a, &first.session),
-            format!("consul-elector/{CLUSTER_A}/{ns}/web/{}", first.pod)
+            format!(
+                "consul-elector/{CLUSTER_A}/{ns}.consul-elector/{ns}/web/{}",
+                first.pod
+            )
         );
         assert_eq!(key_value(&a, &key)["cluster"], CLUSTER_A);
         assert_eq!(key_value(&a, &key)["pod"], first.pod.as_str());
@@ -169,7 +172,10 @@ async fn two_clusters_on_one_consul_never_take_each_others_lock() {
             );
         }
         // Only cluster A's session exists: B never created one, nor destroyed A's.
-        let expected = format!("consul-elector/{CLUSTER_A}/{ns}/web/{}", first.pod);
+        let expected = format!(
+            "consul-elector/{CLUSTER_A}/{ns}.consul-elector/{ns}/web/{}",
+            first.pod
+        );
         assert_eq!(a.session_names().await, vec![expected]);
         assert_eq!(key_value(&a, &key)["cluster"], CLUSTER_A);
 
@@ -244,7 +250,10 @@ async fn an_outside_session_is_left_alone(
         assert_ne!(elected.session, outside);
         assert_eq!(
             session_name(&h, &elected.session),
-            format!("consul-elector/test-cluster/{ns}/web/{}", elected.pod)
+            format!(
+                "consul-elector/test-cluster/{ns}.consul-elector/{ns}/web/{}",
+                elected.pod
+            )
         );
         assert_eq!(key_value(&h, &key)["cluster"], "test-cluster");
         assert!(h.emu.session(&outside).is_some(), "never destroyed");
@@ -259,6 +268,21 @@ async fn a_session_with_the_name_of_an_earlier_version_holding_the_key_is_not_ad
         "clusters-legacy",
         |ns, pod| format!("consul-elector/{ns}/web/{pod}"),
         |ns, pod, uid| json!({"pod": pod, "namespace": ns, "uid": uid, "election": "web"}),
+    )
+    .await;
+}
+
+/// A session named as this cluster's operator named sessions before installs had names,
+/// holding the key: anybody can create a session so named (an outside client, or another
+/// install of an earlier version), so holding the key does not make it adoptable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_forged_with_this_clusters_name_holding_the_key_is_not_adopted() {
+    an_outside_session_is_left_alone(
+        "clusters-forged",
+        |ns, pod| format!("consul-elector/test-cluster/{ns}/web/{pod}"),
+        |ns, pod, uid| {
+            json!({"pod": pod, "namespace": ns, "uid": uid, "election": "web", "cluster": "test-cluster"})
+        },
     )
     .await;
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use consul_elector::consul::{ConsulClient, ConsulSettings, RetryPolicy, SessionRequest};
-use consul_elector::election::config::{Behavior, ElectionKey, SessionConfig};
+use consul_elector::election::config::{Behavior, ElectionKey, Owner, SessionConfig};
 use consul_elector::election::observe::{SessionHealth, SessionView};
 use consul_elector::sessions::{SessionManager, session_name};
 use jiff::Timestamp;
@@ -20,7 +20,10 @@ use support::{election, next_report, pending_reports, tokio_clock_emulator};
 
 const TTL: Duration = Duration::from_secs(10);
 /// The cluster the sessions are created in.
-const CLUSTER: &str = "east";
+/// The operator these sessions are named for.
+fn owner() -> Owner {
+    Owner::new("east", "ops.consul-elector")
+}
 
 fn config() -> SessionConfig {
     SessionConfig {
@@ -82,7 +85,7 @@ impl Fixture {
             .create(
                 election,
                 &self.consul,
-                CLUSTER,
+                &owner(),
                 pod,
                 &format!("uid-{pod}"),
                 &config(),
@@ -120,7 +123,7 @@ async fn create_registers_a_ttl_session_and_renews_it_every_half_ttl() {
 
     let stored = f.emu.session(&id).unwrap();
     assert_eq!(stored.name, "consul-elector/east/shop/web/web-0");
-    assert_eq!(stored.name, session_name(CLUSTER, &web, "web-0"));
+    assert_eq!(stored.name, session_name(&owner(), &web, "web-0"));
     assert_eq!(stored.ttl, "10s");
     assert_eq!(stored.lock_delay, Duration::from_secs(3));
     assert_eq!(stored.behavior, SessionBehavior::Delete);
@@ -321,7 +324,7 @@ async fn adopting_a_session_that_is_gone_registers_nothing() {
     let web = election("web");
     let id = f
         .consul
-        .create_session(&SessionRequest::new(session_name(CLUSTER, &web, "web-0")).ttl(TTL))
+        .create_session(&SessionRequest::new(session_name(&owner(), &web, "web-0")).ttl(TTL))
         .await
         .unwrap();
     f.consul.destroy_session(&id).await.unwrap();
@@ -342,7 +345,7 @@ async fn adoption_follows_the_ttl_consul_reports() {
     let ttl = Duration::from_secs(30);
     let id = f
         .consul
-        .create_session(&SessionRequest::new(session_name(CLUSTER, &web, "web-0")).ttl(ttl))
+        .create_session(&SessionRequest::new(session_name(&owner(), &web, "web-0")).ttl(ttl))
         .await
         .unwrap();
     assert!(
@@ -478,7 +481,7 @@ async fn a_renewal_hanging_past_its_budget_is_reported_behind_schedule() {
     .unwrap();
     let web = election("web");
     f.manager
-        .create(&web, &patient, CLUSTER, "web-0", "uid-web-0", &config())
+        .create(&web, &patient, &owner(), "web-0", "uid-web-0", &config())
         .await
         .unwrap();
     let created = f.emu.now();
@@ -528,7 +531,7 @@ fn renewals_go_on_while_the_callers_runtime_is_busy() {
         let manager = SessionManager::new(tx);
         let web = election("web");
         manager
-            .create(&web, &consul, CLUSTER, "web-0", "uid-web-0", &config())
+            .create(&web, &consul, &owner(), "web-0", "uid-web-0", &config())
             .await
             .unwrap();
         // Busy without yielding until the first renewal arrives, or long after it was due.

@@ -140,6 +140,7 @@ impl<'a> Round<'a> {
                 lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
                 switchover: self.switchover.as_deref(),
                 now: Timestamp::now(),
+                owner: &self.ctx.settings.owner,
             });
             // The next plans of this reconcile continue the same request (its `from` and
             // `requestedAt`), as the next reconcile will from the status written at its end.
@@ -231,7 +232,7 @@ impl<'a> Round<'a> {
                     .create(
                         self.key,
                         self.consul,
-                        &self.ctx.settings.cluster_name,
+                        &self.ctx.settings.owner,
                         &pod,
                         &uid,
                         &self.config.session,
@@ -254,6 +255,13 @@ impl<'a> Round<'a> {
                 }
                 super::switchover::clear_request(self.ctx, self.key, &request).await?;
                 self.switchover = None;
+                Ok(())
+            }
+            // Said once per stretch of standing back, not at every reconcile.
+            Action::Emit(event)
+                if event.reason == EventReason::ManagedElsewhere
+                    && !self.ctx.stands_back(self.key, true) =>
+            {
                 Ok(())
             }
             Action::Emit(event) => {
@@ -449,7 +457,8 @@ impl<'a> Round<'a> {
             "podIP": found.as_ref().and_then(|p| p.status.as_ref()?.pod_ip.clone()),
             "node": found.as_ref().and_then(|p| p.spec.as_ref()?.node_name.clone()),
             "election": self.key.name,
-            "cluster": self.ctx.settings.cluster_name,
+            "cluster": self.ctx.settings.owner.cluster,
+            "install": self.ctx.settings.owner.install,
             "since": Timestamp::now().to_string(),
         });
         serde_json::to_vec(&value).unwrap_or_default()
@@ -525,7 +534,7 @@ impl<'a> Round<'a> {
         value: Option<&[u8]>,
     ) -> Option<(String, String, String)> {
         let pod = self.adoptable(session, Found::HoldingKey).await?;
-        let cluster = self.ctx.settings.cluster_name.as_str();
+        let cluster = self.ctx.settings.owner.cluster.as_str();
         let uid = value
             .and_then(holder_from_value)
             .filter(|h| h.pod == pod && h.cluster.as_deref().is_none_or(|c| c == cluster))
@@ -551,8 +560,8 @@ impl<'a> Round<'a> {
     /// found as `found` ([`adoptable_session`]). Reads the session without renewing it; `None`
     /// when Consul does not have it or cannot be asked.
     async fn adoptable(&self, session: &str, found: Found) -> Option<String> {
-        let cluster = &self.ctx.settings.cluster_name;
-        adoptable_session(self.consul, session, cluster, self.key, found)
+        let owner = &self.ctx.settings.owner;
+        adoptable_session(self.consul, session, owner, self.key, found)
             .await
             .unwrap_or_else(|error| {
                 tracing::warn!(election = %self.key, session, %error, "reading a session to adopt failed");

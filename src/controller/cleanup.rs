@@ -43,8 +43,7 @@ async fn recorded_session_if_ours(
     key: &ElectionKey,
     ctx: &Context,
 ) -> Result<Option<String>, Error> {
-    let cluster = &ctx.settings.cluster_name;
-    let ours = adoptable_session(consul, &id, cluster, key, Found::InStatus).await?;
+    let ours = adoptable_session(consul, &id, &ctx.settings.owner, key, Found::InStatus).await?;
     Ok(ours.map(|_| id))
 }
 

@@ -113,6 +113,7 @@ fn check(
             lock: &lock,
             session: session.as_ref(),
             recorded: &recorded,
+            owner: &ctx.settings.owner,
         };
         for kind in disagreements(&snapshot) {
             found.push((key.clone(), kind, le.clone()));

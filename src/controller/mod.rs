@@ -63,7 +63,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::Error;
 use crate::consul::{ConsulClient, TokenBucket, WatchPacing};
 use crate::crd::{FINALIZER, LeaderElection, LeaderElectionStatus, Phase};
-use crate::election::config::ElectionKey;
+use crate::election::config::{ElectionKey, Owner};
 use crate::http::Health;
 use crate::leadership::{Leadership, LeadershipError, LeaseSettings};
 use crate::locks::LockWatcher;
@@ -113,9 +113,10 @@ pub struct Settings {
     pub lock_watch_wait: Duration,
     /// Reconciles running at once.
     pub concurrency: u16,
-    /// This cluster's identity (see [`crate::cluster_identity`]), carried in session names
-    /// and key values so that clusters sharing one Consul never take each other's locks.
-    pub cluster_name: String,
+    /// This cluster's identity (see [`crate::cluster_identity`]) and this install's, carried
+    /// in session names and key values so that neither clusters sharing one Consul nor two
+    /// installs in one cluster ever take each other's locks.
+    pub owner: Owner,
     /// The Lease that chooses the one replica that writes.
     pub lease: LeaseSettings,
     /// How long a deletion retries Consul before giving up (see [`CONSUL_CLEANUP_BOUND`]).
@@ -172,6 +173,9 @@ pub struct Context {
     statuses: Mutex<HashMap<ElectionKey, RememberedStatus>>,
     /// Status writes that failed in a row per election, with the last error's category.
     status_failures: Mutex<HashMap<ElectionKey, (u32, &'static str)>>,
+    /// The elections this install stands back from (another install serves them): their
+    /// `ManagedElsewhere` event is published once per stretch, not at every reconcile.
+    standing_back: Mutex<std::collections::HashSet<ElectionKey>>,
     /// The operator-wide event rate limit (see [`EVENT_RATE`]).
     event_budget: Mutex<TokenBucket>,
     /// Pods as this process last patched them, by UID, until the cache has caught up: the
@@ -263,6 +267,19 @@ impl Context {
             map.get(&key)
                 .is_some_and(|(uid, _, _)| le.metadata.uid.as_ref() == Some(uid))
         })
+    }
+
+    /// Records whether this install stands back from `key` now; whether that is new.
+    fn stands_back(&self, key: &ElectionKey, now: bool) -> bool {
+        let Ok(mut set) = self.standing_back.lock() else {
+            return now;
+        };
+        if now {
+            set.insert(key.clone())
+        } else {
+            set.remove(key);
+            false
+        }
     }
 
     /// Records `pod` as this process just wrote it.
@@ -591,6 +608,7 @@ pub async fn run(
         statuses: Mutex::new(HashMap::new()),
         status_failures: Mutex::new(HashMap::new()),
         pods_written: Mutex::new(HashMap::new()),
+        standing_back: Mutex::new(std::collections::HashSet::new()),
         event_budget: Mutex::new(TokenBucket::new(EVENT_RATE, tokio::time::Instant::now())),
     });
 
@@ -856,7 +874,14 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let mut round = act::Round::new(le, &key, &config, &consul, ctx).await;
     let outcome = round.run(MAX_ROUNDS).await;
     let labelled = round.labelled_leader_uid();
-    status::write(le, ctx, &config, labelled.as_deref(), round.last_plan()).await?;
+    // Standing back for another install (rule 8): the status is that install's to write.
+    let standing_back = round
+        .last_plan()
+        .is_some_and(|plan| plan.managed_elsewhere.is_some());
+    if !standing_back {
+        ctx.stands_back(&key, false);
+        status::write(le, ctx, &config, labelled.as_deref(), round.last_plan()).await?;
+    }
     outcome?;
     if round.unfinished() {
         return Ok(Action::requeue(Duration::ZERO));

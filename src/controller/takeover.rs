@@ -12,7 +12,7 @@
 //! Then one `GET /v1/session/list` per Consul access the managed elections use (the operator's own,
 //! and each allowed address, datacenter and token an election names) returns every session
 //! there; those named
-//! `consul-elector/<this cluster>/<namespace>/<election>/<pod>` ([`session_name`]) are
+//! `consul-elector/<this cluster>/<this install>/<namespace>/<election>/<pod>` ([`session_name`]) are
 //! candidates. An election with exactly one candidate gets it adopted (renewed at once, then
 //! every TTL/2) for its pod, whose UID comes from the status when it names that pod, else
 //! from the pod cache. An election with several candidates (a move was interrupted), or whose
@@ -30,7 +30,7 @@ use kube::runtime::reflector::ObjectRef;
 use super::{Context, consul_access};
 use crate::consul::{ConsulAddress, ConsulClient, ConsulToken, QueryOptions, SessionEntry};
 use crate::crd::LeaderElection;
-use crate::election::config::{ElectionKey, Mode};
+use crate::election::config::{ElectionKey, Mode, Owner};
 use crate::sessions::{Found, SESSION_NAME_PREFIX, adoptable_pod};
 
 /// Adoptions (each one renewal, plus a Secret read for elections with their own token) in
@@ -84,7 +84,7 @@ pub async fn keep_alive(ctx: &Context) -> usize {
             return 0;
         }
     };
-    let ours: Vec<String> = this_clusters(&ctx.settings.cluster_name, &sessions)
+    let ours: Vec<String> = this_installs(&ctx.settings.owner, &sessions)
         .into_iter()
         .map(str::to_owned)
         .collect();
@@ -104,15 +104,27 @@ pub async fn keep_alive(ctx: &Context) -> usize {
     renewed
 }
 
-/// The IDs of the sessions named for `cluster`.
-fn this_clusters<'s>(cluster: &str, sessions: &'s [SessionEntry]) -> Vec<&'s str> {
-    let prefix = format!("{SESSION_NAME_PREFIX}/{cluster}/");
+/// The IDs of the sessions named for `owner`, and those named for its cluster by an earlier
+/// version (without an install: they may be this install's from before an upgrade, and a
+/// renewal only keeps them alive; they are adopted only from the status).
+fn this_installs<'s>(owner: &Owner, sessions: &'s [SessionEntry]) -> Vec<&'s str> {
+    let ours = format!("{SESSION_NAME_PREFIX}/{}/{}/", owner.cluster, owner.install);
+    let cluster = format!("{SESSION_NAME_PREFIX}/{}/", owner.cluster);
     sessions
         .iter()
-        .filter(|s| s.name.starts_with(&prefix))
+        .filter(|s| {
+            s.name.starts_with(&ours)
+                || s.name
+                    .strip_prefix(&cluster)
+                    .is_some_and(|rest| rest.split('/').count() == EARLIER_SEGMENTS)
+        })
         .map(|s| s.id.as_str())
         .collect()
 }
+
+/// Segments after the cluster in a session name of an earlier version:
+/// `<namespace>/<election>/<pod>`.
+const EARLIER_SEGMENTS: usize = 3;
 
 /// Adopts this cluster's sessions ([module docs](self)); returns how many were adopted.
 /// Failures are logged: the reconciles adopt what is left.
@@ -122,7 +134,7 @@ pub async fn adopt_all(ctx: &Context) -> usize {
     for (consul, elections) in accesses(ctx).await {
         match consul.list_sessions(QueryOptions::default()).await {
             Ok(reply) => found_all.extend(
-                candidates(&ctx.settings.cluster_name, &reply.value)
+                candidates(&ctx.settings.owner, &reply.value)
                     .into_iter()
                     .filter(|candidate| elections.contains(&candidate.key)),
             ),
@@ -188,9 +200,9 @@ async fn accesses(ctx: &Context) -> Vec<(ConsulClient, HashSet<ElectionKey>)> {
     groups.into_values().collect()
 }
 
-/// The sessions named for this cluster, one per election that has exactly one.
-fn candidates(cluster: &str, sessions: &[SessionEntry]) -> Vec<Candidate> {
-    let prefix = format!("{SESSION_NAME_PREFIX}/{cluster}/");
+/// The sessions named for this install, one per election that has exactly one.
+fn candidates(owner: &Owner, sessions: &[SessionEntry]) -> Vec<Candidate> {
+    let prefix = format!("{SESSION_NAME_PREFIX}/{}/{}/", owner.cluster, owner.install);
     let mut by_election: HashMap<ElectionKey, Vec<&SessionEntry>> = HashMap::new();
     for session in sessions {
         let Some(rest) = session.name.strip_prefix(&prefix) else {
@@ -212,7 +224,7 @@ fn candidates(cluster: &str, sessions: &[SessionEntry]) -> Vec<Candidate> {
             let [session] = found.as_slice() else {
                 return None;
             };
-            let pod = adoptable_pod(&session.name, cluster, &key, Found::HoldingKey)?.to_owned();
+            let pod = adoptable_pod(&session.name, owner, &key, Found::HoldingKey)?.to_owned();
             Some(Candidate {
                 session: session.id.clone(),
                 key,
@@ -277,18 +289,27 @@ mod tests {
     }
 
     #[test]
-    fn only_this_clusters_unambiguous_sessions_are_candidates() {
+    fn only_this_installs_unambiguous_sessions_are_candidates() {
         let sessions = [
-            entry("1", "consul-elector/blue/shop/web/web-0"),
-            entry("2", "consul-elector/green/shop/web/web-1"),
-            entry("3", "consul-elector/blue/shop/api/api-0"),
-            entry("4", "consul-elector/blue/shop/api/api-1"),
+            entry("1", "consul-elector/blue/ops.ce/shop/web/web-0"),
+            entry("2", "consul-elector/green/ops.ce/shop/web/web-1"),
+            entry("3", "consul-elector/blue/ops.ce/shop/api/api-0"),
+            entry("4", "consul-elector/blue/ops.ce/shop/api/api-1"),
             entry("5", "consul-elector/shop/web/web-2"),
-            entry("6", "consul-elector/blue/shop/db/a/b"),
+            entry("6", "consul-elector/blue/ops.ce/shop/db/a/b"),
             entry("7", "someone-else"),
+            // Another install in the same cluster: never renewed, never adopted.
+            entry("8", "consul-elector/blue/team.ce/shop/queue/queue-0"),
+            // This cluster's name of an earlier version: kept alive, adopted only from the
+            // status (by the reconcile).
+            entry("9", "consul-elector/blue/shop/queue/queue-1"),
         ];
-        assert_eq!(this_clusters("blue", &sessions), vec!["1", "3", "4", "6"]);
-        let found = candidates("blue", &sessions);
+        let owner = Owner::new("blue", "ops.ce");
+        assert_eq!(
+            this_installs(&owner, &sessions),
+            vec!["1", "3", "4", "6", "9"]
+        );
+        let found = candidates(&owner, &sessions);
         assert_eq!(
             found.len(),
             1,

@@ -81,6 +81,34 @@ pub struct ElectionConfig {
     pub failback: Option<Duration>,
 }
 
+/// Who the operator is: the Kubernetes cluster it runs in, and its install (one release of
+/// the chart, named after its Lease: `<namespace>.<name>`) there. Carried by every session
+/// name and key value it writes, so that neither another cluster nor another install in the
+/// same cluster is ever mistaken for it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner {
+    /// The cluster name.
+    pub cluster: String,
+    /// The install's name.
+    pub install: String,
+}
+
+impl Owner {
+    /// The owner named `cluster` and `install`.
+    pub fn new(cluster: impl Into<String>, install: impl Into<String>) -> Self {
+        Owner {
+            cluster: cluster.into(),
+            install: install.into(),
+        }
+    }
+
+    /// The install named after its Lease, `<lease namespace>.<lease name>` (a namespace has
+    /// no `.`, so no two Leases give the same name, and it is one segment of a session name).
+    pub fn install_of_lease(namespace: &str, name: &str) -> String {
+        format!("{namespace}.{name}")
+    }
+}
+
 /// Identifies one `LeaderElection` object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ElectionKey {

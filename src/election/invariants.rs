@@ -5,8 +5,9 @@
 //! move (a lock acquired an instant before its pod is labelled); the caller reports one only
 //! when it outlives a reconcile.
 
-use super::config::Mode;
+use super::config::{Mode, Owner};
 use super::observe::{LockView, PodView, Recorded, SessionHealth, SessionView};
+use super::planner::served_elsewhere;
 
 /// A way the pods, the lock and the status disagree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -57,10 +58,15 @@ pub struct Snapshot<'a> {
     pub session: Option<&'a SessionView>,
     /// What the status says.
     pub recorded: &'a Recorded,
+    /// This operator: an election another install serves is not its to judge.
+    pub owner: &'a Owner,
 }
 
 /// The disagreements in `snapshot`, each kind once, in a fixed order.
 pub fn disagreements(snapshot: &Snapshot<'_>) -> Vec<Disagreement> {
+    if served_elsewhere(snapshot.lock, snapshot.owner, snapshot.pods).is_some() {
+        return Vec::new();
+    }
     let labelled: Vec<&PodView> = snapshot
         .pods
         .iter()

@@ -122,6 +122,9 @@ pub enum EventReason {
     SwitchoverRefused,
     /// Leadership moves back to a pod of higher priority.
     Failback,
+    /// Another install of the operator in this cluster serves the election: this one stands
+    /// back and writes nothing.
+    ManagedElsewhere,
 }
 
 impl EventReason {
@@ -138,6 +141,7 @@ impl EventReason {
             Self::SwitchoverCompleted => "SwitchoverCompleted",
             Self::SwitchoverRefused => "SwitchoverRefused",
             Self::Failback => "Failback",
+            Self::ManagedElsewhere => "ManagedElsewhere",
         }
     }
 
@@ -230,4 +234,8 @@ pub struct Plan {
     pub status: StatusState,
     /// Look again after this long even if nothing changes (failover delay, lock-delay).
     pub requeue_after: Option<Duration>,
+    /// Another install of the operator in this cluster (`<cluster>/<install>`) serves the
+    /// election: this one writes neither pods nor the status (the status is the serving
+    /// install's), and takes over only once that install's session no longer holds the key.
+    pub managed_elsewhere: Option<String>,
 }

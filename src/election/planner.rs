@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::config::{ElectionConfig, Mode, UnavailablePolicy};
+use super::config::{ElectionConfig, Mode, Owner, UnavailablePolicy};
 use super::eligibility::{Tenure, elapsed, eligibility, tenure};
 use super::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverRecord,
@@ -64,6 +64,9 @@ pub struct Observation<'a> {
     pub switchover: Option<&'a str>,
     /// The current time.
     pub now: Timestamp,
+    /// Who this operator is (its cluster and install), to tell a key held by another install
+    /// of the operator in this cluster from one held by anybody else.
+    pub owner: &'a Owner,
 }
 
 /// Decides what to do next for one election.
@@ -108,6 +111,8 @@ struct Builder<'a> {
     preferred: Option<&'a str>,
     /// `status.lastSwitchover` once this plan has run.
     switchover: Option<SwitchoverRecord>,
+    /// Another install serving the election, when this one stands back.
+    managed_elsewhere: Option<String>,
 }
 
 impl<'a> Builder<'a> {
@@ -122,6 +127,7 @@ impl<'a> Builder<'a> {
             consul_ok: !matches!(obs.lock, LockView::Unknown),
             preferred: None,
             switchover: obs.recorded.last_switchover.clone(),
+            managed_elsewhere: None,
         }
     }
 
@@ -275,6 +281,10 @@ impl<'a> Builder<'a> {
         match self.holder() {
             Holder::Us(session, token) => self.held(session, token),
             Holder::Foreign { session, value } => {
+                if let Some(other) = self.another_install() {
+                    self.stand_back(other);
+                    return;
+                }
                 if let Some(request) = self.obs.switchover {
                     self.refuse(
                         request,
@@ -347,6 +357,36 @@ impl<'a> Builder<'a> {
                 self.elected_reason = ("ConsulUnavailable", "Consul does not answer".into());
             }
         }
+    }
+
+    /// The other install of the operator serving this election, if any (see
+    /// [`served_elsewhere`]).
+    fn another_install(&self) -> Option<String> {
+        served_elsewhere(self.obs.lock, self.obs.owner, self.obs.pods)
+    }
+
+    /// Another install serves the election (rule 8: one writer): write nothing, drop a
+    /// session of this install's own if it has one, and say so. The key held by the other
+    /// install's session wakes this election again when it changes.
+    fn stand_back(&mut self, other: String) {
+        if let Some(s) = self.obs.session {
+            self.drop_session(s);
+        }
+        self.emit(
+            EventReason::ManagedElsewhere,
+            None,
+            format!(
+                "install {other} of the operator serves this election; this install ({}/{}) \
+                 stands back until that install's session no longer holds the key",
+                self.obs.owner.cluster, self.obs.owner.install
+            ),
+        );
+        self.phase = Phase::Pending;
+        self.elected_reason = (
+            "ManagedElsewhere",
+            format!("install {other} of the operator serves this election"),
+        );
+        self.managed_elsewhere = Some(other);
     }
 
     /// Whether the key has gone unread for at least `ttl` (see
@@ -801,6 +841,7 @@ impl<'a> Builder<'a> {
             },
         ];
         Plan {
+            managed_elsewhere: self.managed_elsewhere,
             actions: self.actions,
             status: StatusState {
                 phase: self.phase,
@@ -826,6 +867,27 @@ fn demotion(pod: &PodView) -> Action {
     }
 }
 
+/// The other install of the operator (`<cluster>/<install>`) that holds `lock`, when its key
+/// value names a pod of this Kubernetes cluster (one whose UID is among `pods`): that install
+/// elects among the same pods, so this one must write nothing for the election. `None` for
+/// this install's own value, and for values without an install (earlier versions,
+/// applications), which are handled as any other holder.
+pub fn served_elsewhere(lock: &LockView, owner: &Owner, pods: &[PodView]) -> Option<String> {
+    let LockView::Held { value, .. } = lock else {
+        return None;
+    };
+    let holder = value.as_deref().and_then(holder_from_value)?;
+    let install = holder.install?;
+    let cluster = holder.cluster.unwrap_or_default();
+    if cluster == owner.cluster && install == owner.install {
+        return None;
+    }
+    let uid = holder.uid?;
+    pods.iter()
+        .any(|p| p.uid == uid)
+        .then(|| format!("{cluster}/{install}"))
+}
+
 /// Who a key value written in the operator's JSON format names as holder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyHolder {
@@ -836,6 +898,8 @@ pub struct KeyHolder {
     /// The Kubernetes cluster of the operator that wrote the value, when the value has one
     /// (earlier versions and applications may not write it).
     pub cluster: Option<String>,
+    /// The install of the operator that wrote the value, when the value has one.
+    pub install: Option<String>,
 }
 
 /// Reads `pod` (and `uid` and `cluster`, when present) from a key value written in the
@@ -847,6 +911,7 @@ pub fn holder_from_value(value: &[u8]) -> Option<KeyHolder> {
         pod: v.get("pod")?.as_str()?.to_owned(),
         uid: text("uid"),
         cluster: text("cluster"),
+        install: text("install"),
     })
 }
 

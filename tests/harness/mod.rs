@@ -25,6 +25,7 @@ use consul_elector::consul::{ConsulAddress, ConsulClient, ConsulSettings};
 use consul_elector::controller::KubeClients;
 use consul_elector::controller::{self, Settings};
 use consul_elector::crd::LeaderElection;
+use consul_elector::election::config::Owner;
 use consul_elector::http::Health;
 use consul_elector::leadership::{LeadershipError, LeaseSettings, WallClock};
 use consul_elector::metrics::Metrics;
@@ -49,6 +50,8 @@ pub const RBAC_RULES: &str = include_str!("../../charts/consul-elector/files/rba
 /// The chart's Lease rule (a Role in the operator's namespace).
 pub const RBAC_LEASE_RULES: &str =
     include_str!("../../charts/consul-elector/files/rbac-lease-rules.yaml");
+/// The Lease of the harness' install of the operator.
+const LEASE: &str = "consul-elector";
 /// Lease timing of the operators under test (seconds): short, so that failovers are quick.
 pub const LEASE_DURATION: Duration = Duration::from_secs(3);
 /// Renew deadline of the operators under test.
@@ -284,6 +287,7 @@ impl Harness {
             "test",
             token,
             WallClock::system(),
+            LEASE,
         );
         self.operator = Some(operator);
     }
@@ -298,7 +302,20 @@ impl Harness {
         faults: &KubeFaults,
         token: Option<String>,
     ) -> Operator {
-        self.spawn(faults, instance, token, WallClock::system())
+        self.spawn(faults, instance, token, WallClock::system(), LEASE)
+    }
+
+    /// A replica of another install of the operator in the same cluster: its own Lease
+    /// `lease` (so it is active at once, next to this harness' operator), otherwise like
+    /// [`spawn_replica`](Self::spawn_replica).
+    pub async fn spawn_install(
+        &self,
+        instance: &str,
+        faults: &KubeFaults,
+        token: Option<String>,
+        lease: &str,
+    ) -> Operator {
+        self.spawn(faults, instance, token, WallClock::system(), lease)
     }
 
     /// [`spawn_replica`](Self::spawn_replica) whose Lease timestamps are written with
@@ -310,7 +327,7 @@ impl Harness {
         token: Option<String>,
         wall_clock: WallClock,
     ) -> Operator {
-        self.spawn(faults, instance, token, wall_clock)
+        self.spawn(faults, instance, token, wall_clock, LEASE)
     }
 
     /// The operator's clients (the gated one and the Lease's), both through `faults`.
@@ -337,6 +354,7 @@ impl Harness {
         instance: &str,
         token: Option<String>,
         wall_clock: WallClock,
+        lease: &str,
     ) -> Operator {
         let url = self.emu.url();
         let mut settings = ConsulSettings::from_env(|name| match name {
@@ -364,9 +382,12 @@ impl Harness {
             instance: instance.into(),
             lock_watch_wait: Duration::from_secs(60),
             concurrency: 4,
-            cluster_name: self.cluster_name.clone(),
+            owner: Owner::new(
+                self.cluster_name.clone(),
+                Owner::install_of_lease(&self.ns, lease),
+            ),
             lease: LeaseSettings {
-                name: "consul-elector".into(),
+                name: lease.into(),
                 namespace: self.ns.clone(),
                 identity: instance.into(),
                 duration: LEASE_DURATION,

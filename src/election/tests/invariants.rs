@@ -13,6 +13,7 @@ fn check(scene: &Scene) -> Vec<Disagreement> {
         lock: &scene.lock,
         session: scene.session.as_ref(),
         recorded: &scene.recorded,
+        owner: &scene.owner,
     })
 }
 

@@ -4,6 +4,7 @@
 mod model;
 mod support;
 
+mod installs;
 mod invariants;
 mod observe_mode;
 mod priorities;

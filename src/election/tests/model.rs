@@ -20,7 +20,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::support::{record, t};
-use crate::election::config::{Behavior, ElectionConfig, Mode, UnavailablePolicy};
+use crate::election::config::{Behavior, ElectionConfig, Mode, Owner, UnavailablePolicy};
 use crate::election::eligibility::{elapsed, eligibility};
 use crate::election::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView,
@@ -860,6 +860,7 @@ impl Model {
             self.kv_read_at = Some(self.now);
         }
         let session = self.session_view();
+        let owner = Owner::new("model-cluster", "ops.consul-elector");
         let obs = Observation {
             config: &self.config,
             pods: &pods,
@@ -870,6 +871,7 @@ impl Model {
             lock_confirmed_at: self.lock_confirmed_at(),
             switchover: self.switchover.as_deref(),
             now: self.now,
+            owner: &owner,
         };
         let plan = plan(&obs);
         let _ = writeln!(

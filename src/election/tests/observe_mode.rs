@@ -204,6 +204,7 @@ fn the_value_parser_reads_pod_uid_and_cluster() {
         pod: pod.into(),
         uid: uid.map(str::to_owned),
         cluster: cluster.map(str::to_owned),
+        install: None,
     };
     assert_eq!(
         holder_from_value(&value_for("p", "u")),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::election::config::{
-    Behavior, ElectionConfig, LabelConfig, Mode, SessionConfig, UnavailablePolicy,
+    Behavior, ElectionConfig, LabelConfig, Mode, Owner, SessionConfig, UnavailablePolicy,
 };
 use crate::election::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView,
@@ -251,6 +251,8 @@ pub struct Scene {
     /// The election's `elector.dev/switchover-to` annotation.
     pub switchover: Option<String>,
     pub now: Timestamp,
+    /// This operator: cluster `test-cluster`, install `ops.consul-elector`.
+    pub owner: Owner,
 }
 
 impl Scene {
@@ -266,6 +268,7 @@ impl Scene {
             lock_confirmed_at: None,
             switchover: None,
             now: t(100),
+            owner: Owner::new("test-cluster", "ops.consul-elector"),
         }
     }
 
@@ -341,6 +344,7 @@ impl Scene {
             lock_confirmed_at: self.lock_confirmed_at.unwrap_or(self.now),
             switchover: self.switchover.as_deref(),
             now: self.now,
+            owner: &self.owner,
         }
     }
 
