@@ -51,6 +51,24 @@ fn assert_tokens_never_go_back(h: &Harness) {
     }
 }
 
+/// How many times a pod version gained the leader label (a pod's first version with it, or
+/// one after a version without it).
+fn leader_labellings(h: &Harness) -> u64 {
+    let mut versions = h.recorder.versions();
+    versions.sort_by_key(|v| v.resource_version);
+    let mut leading = std::collections::BTreeSet::new();
+    let mut gained = 0;
+    for v in versions {
+        let leader = v.labels.get(ROLE).map(String::as_str) == Some("leader") && !v.deleting;
+        if leader && leading.insert(v.uid.clone()) {
+            gained += 1;
+        } else if !leader {
+            leading.remove(&v.uid);
+        }
+    }
+    gained
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_installs_never_fight_and_the_second_takes_over_when_the_first_is_gone() {
     with_namespace("installs", |admin, ns| async move {
@@ -115,6 +133,11 @@ async fn two_installs_never_fight_and_the_second_takes_over_when_the_first_is_go
             "the standing install says so once, not at every reconcile: {patches:?}"
         );
         assert_tokens_never_go_back(&h);
+        assert_eq!(
+            leader_labellings(&h),
+            DELETIONS + 1,
+            "each leader labelled once: no install took another's leader label off"
+        );
 
         // The serving install goes away (a crash: its session stays until Consul expires it,
         // 2 x TTL); the other takes over then, not before.

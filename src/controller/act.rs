@@ -130,6 +130,7 @@ impl<'a> Round<'a> {
             let mut views = observe::views(&self.pods, self.config);
             self.shared_views(&mut views);
             let session = self.ctx.sessions.view(self.key);
+            let stood_back = self.ctx.stood_back(self.key);
             let decided = plan(&Observation {
                 config: self.config,
                 pods: &views,
@@ -141,6 +142,7 @@ impl<'a> Round<'a> {
                 switchover: self.switchover.as_deref(),
                 now: Timestamp::now(),
                 owner: &self.ctx.settings.owner,
+                stood_back: stood_back.as_ref(),
             });
             // The next plans of this reconcile continue the same request (its `from` and
             // `requestedAt`), as the next reconcile will from the status written at its end.

@@ -64,6 +64,7 @@ use crate::Error;
 use crate::consul::{ConsulClient, TokenBucket, WatchPacing};
 use crate::crd::{FINALIZER, LeaderElection, LeaderElectionStatus, Phase};
 use crate::election::config::{ElectionKey, Owner};
+use crate::election::plan::StoodBack;
 use crate::http::Health;
 use crate::leadership::{Leadership, LeadershipError, LeaseSettings};
 use crate::locks::LockWatcher;
@@ -176,6 +177,8 @@ pub struct Context {
     /// The elections this install stands back from (another install serves them): their
     /// `ManagedElsewhere` event is published once per stretch, not at every reconcile.
     standing_back: Mutex<std::collections::HashSet<ElectionKey>>,
+    /// What the last plan of each election said about standing back, passed to the next.
+    stood_back: Mutex<HashMap<ElectionKey, StoodBack>>,
     /// The operator-wide event rate limit (see [`EVENT_RATE`]).
     event_budget: Mutex<TokenBucket>,
     /// Pods as this process last patched them, by UID, until the cache has caught up: the
@@ -279,6 +282,21 @@ impl Context {
         } else {
             set.remove(key);
             false
+        }
+    }
+
+    /// What this install's last decision for `key` said about standing back.
+    fn stood_back(&self, key: &ElectionKey) -> Option<StoodBack> {
+        self.stood_back.lock().ok()?.get(key).cloned()
+    }
+
+    /// Remembers what a decision for `key` said about standing back.
+    fn remember_stood_back(&self, key: &ElectionKey, stood: Option<StoodBack>) {
+        if let Ok(mut map) = self.stood_back.lock() {
+            match stood {
+                Some(stood) => map.insert(key.clone(), stood),
+                None => map.remove(key),
+            };
         }
     }
 
@@ -609,6 +627,7 @@ pub async fn run(
         status_failures: Mutex::new(HashMap::new()),
         pods_written: Mutex::new(HashMap::new()),
         standing_back: Mutex::new(std::collections::HashSet::new()),
+        stood_back: Mutex::new(HashMap::new()),
         event_budget: Mutex::new(TokenBucket::new(EVENT_RATE, tokio::time::Instant::now())),
     });
 
@@ -875,9 +894,11 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let outcome = round.run(MAX_ROUNDS).await;
     let labelled = round.labelled_leader_uid();
     // Standing back for another install (rule 8): the status is that install's to write.
-    let standing_back = round
+    let stood = round
         .last_plan()
-        .is_some_and(|plan| plan.managed_elsewhere.is_some());
+        .and_then(|plan| plan.managed_elsewhere.clone());
+    let standing_back = stood.is_some();
+    ctx.remember_stood_back(&key, stood);
     if !standing_back {
         ctx.stands_back(&key, false);
         status::write(le, ctx, &config, labelled.as_deref(), round.last_plan()).await?;

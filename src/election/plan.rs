@@ -234,8 +234,24 @@ pub struct Plan {
     pub status: StatusState,
     /// Look again after this long even if nothing changes (failover delay, lock-delay).
     pub requeue_after: Option<Duration>,
-    /// Another install of the operator in this cluster (`<cluster>/<install>`) serves the
-    /// election: this one writes neither pods nor the status (the status is the serving
-    /// install's), and takes over only once that install's session no longer holds the key.
-    pub managed_elsewhere: Option<String>,
+    /// Another install of the operator in this cluster serves the election: this one writes
+    /// neither pods nor the status (the status is the serving install's), and takes over only
+    /// once that install's session no longer holds the key. The caller remembers it and passes
+    /// it back with the next observation.
+    pub managed_elsewhere: Option<StoodBack>,
 }
+
+/// This install stands back for another one (see [`Plan::managed_elsewhere`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoodBack {
+    /// The serving install, `<cluster>/<install>`.
+    pub other: String,
+    /// Since when the key has looked free while standing back (the other install's move in
+    /// progress, or the install gone): it is acquired only once it stayed free for
+    /// [`TAKEOVER_GRACE`].
+    pub key_free_since: Option<Timestamp>,
+}
+
+/// How long a key must stay free before an install that stood back takes it: a move of the
+/// serving install frees it for milliseconds, a serving install that is gone for good.
+pub const TAKEOVER_GRACE: Duration = Duration::from_secs(2);

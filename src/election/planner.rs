@@ -30,6 +30,7 @@ use super::observe::{
 };
 use super::plan::{
     Action, CandidateState, ConditionState, ElectionEvent, EventReason, Phase, Plan, StatusState,
+    StoodBack, TAKEOVER_GRACE,
 };
 
 /// Condition type: a pod is labelled leader and holds the lock.
@@ -67,6 +68,11 @@ pub struct Observation<'a> {
     /// Who this operator is (its cluster and install), to tell a key held by another install
     /// of the operator in this cluster from one held by anybody else.
     pub owner: &'a Owner,
+    /// This install stood back for another one at its last decision for this election: a key
+    /// that looks free now may be that install's move in progress (or a stale view of one), so
+    /// it is taken only once it stayed free for [`TAKEOVER_GRACE`], and nothing is demoted or
+    /// relabelled before this install holds the lock itself.
+    pub stood_back: Option<&'a StoodBack>,
 }
 
 /// Decides what to do next for one election.
@@ -112,7 +118,7 @@ struct Builder<'a> {
     /// `status.lastSwitchover` once this plan has run.
     switchover: Option<SwitchoverRecord>,
     /// Another install serving the election, when this one stands back.
-    managed_elsewhere: Option<String>,
+    managed_elsewhere: Option<StoodBack>,
 }
 
 impl<'a> Builder<'a> {
@@ -300,12 +306,35 @@ impl<'a> Builder<'a> {
                 self.elected_reason = ("LockHeldElsewhere", held_elsewhere(session, value));
             }
             Holder::Nobody => {
-                self.demote_others(None);
+                if let Some(stood) = self.obs.stood_back {
+                    let since = stood.key_free_since.unwrap_or(self.obs.now);
+                    let free_for = elapsed(since, self.obs.now);
+                    if free_for < TAKEOVER_GRACE {
+                        self.requeue_after(TAKEOVER_GRACE - free_for);
+                        self.phase = Phase::Pending;
+                        self.elected_reason = (
+                            "ManagedElsewhere",
+                            format!(
+                                "install {} of the operator serves this election",
+                                stood.other
+                            ),
+                        );
+                        self.managed_elsewhere = Some(StoodBack {
+                            other: stood.other.clone(),
+                            key_free_since: Some(since),
+                        });
+                        return;
+                    }
+                } else {
+                    self.demote_others(None);
+                }
                 // The pod about to be elected is labelled leader once it holds the lock:
                 // labelling it follower first would be a write for nothing.
                 self.prefer_requested(None);
                 let next = self.next_leader(None).map(|p| p.uid.as_str());
-                self.settle_followers(next);
+                if self.obs.stood_back.is_none() {
+                    self.settle_followers(next);
+                }
                 self.elect();
             }
             Holder::Unknown => {
@@ -386,7 +415,10 @@ impl<'a> Builder<'a> {
             "ManagedElsewhere",
             format!("install {other} of the operator serves this election"),
         );
-        self.managed_elsewhere = Some(other);
+        self.managed_elsewhere = Some(StoodBack {
+            other,
+            key_free_since: None,
+        });
     }
 
     /// Whether the key has gone unread for at least `ttl` (see

@@ -6,7 +6,7 @@
 
 use super::support::*;
 use crate::election::observe::LockView;
-use crate::election::plan::{Action, EventReason, Phase};
+use crate::election::plan::{Action, EventReason, Phase, StoodBack, TAKEOVER_GRACE};
 use crate::election::planner::LEADER_ELECTED;
 
 /// The key held by `session` with a value written by install `install` of cluster `cluster`
@@ -45,7 +45,7 @@ fn another_install_holding_the_key_for_a_pod_here_is_left_alone() {
         plan.actions
     );
     assert_eq!(
-        plan.managed_elsewhere.as_deref(),
+        plan.managed_elsewhere.map(|s| s.other).as_deref(),
         Some("test-cluster/team.consul-elector")
     );
     assert_eq!(plan.status.phase, Phase::Pending);
@@ -107,4 +107,47 @@ fn a_value_of_this_install_is_not_another_install() {
         ))
         .plan();
     assert_eq!(plan.managed_elsewhere, None);
+}
+
+#[test]
+fn after_standing_back_a_free_key_is_taken_only_once_it_stayed_free() {
+    // The other install is mid-move (or this install's view of the key is stale): the pod it
+    // labelled keeps its label, and the key is left alone for the grace period.
+    let scene = Scene::new(vec![
+        pod("a").leader(9, t(0)),
+        pod("b"),
+        pod("c").follower(),
+    ])
+    .lock(LockView::Free { lock_index: 9 });
+    let stood = |since: Option<i64>| {
+        let mut s = scene.clone();
+        s.stood_back = Some(StoodBack {
+            other: "test-cluster/team.consul-elector".into(),
+            key_free_since: since.map(t),
+        });
+        s
+    };
+    let first_look = stood(None).plan();
+    assert!(steps(&first_look).is_empty(), "{:?}", first_look.actions);
+    assert_eq!(
+        first_look.managed_elsewhere.and_then(|s| s.key_free_since),
+        Some(t(100)),
+        "the key free since now"
+    );
+    assert_eq!(first_look.requeue_after, Some(TAKEOVER_GRACE));
+    let within = stood(Some(99)).plan();
+    assert!(steps(&within).is_empty(), "{:?}", within.actions);
+    // Free for the whole grace: taken, and nothing relabelled before it is held.
+    let taken = stood(Some(98)).plan();
+    assert_eq!(taken.managed_elsewhere, None);
+    assert!(
+        steps(&taken)
+            .iter()
+            .all(|a| matches!(a, Action::CreateSession { .. } | Action::Acquire { .. })),
+        "only a session and an acquisition: {:?}",
+        taken.actions
+    );
+    assert!(!steps(&taken).is_empty());
+    // Without the stand-back, the usual order: demote first.
+    assert_eq!(steps(&scene.plan()).first(), Some(&follower("a")));
 }

@@ -872,6 +872,7 @@ impl Model {
             switchover: self.switchover.as_deref(),
             now: self.now,
             owner: &owner,
+            stood_back: None,
         };
         let plan = plan(&obs);
         let _ = writeln!(

@@ -253,6 +253,8 @@ pub struct Scene {
     pub now: Timestamp,
     /// This operator: cluster `test-cluster`, install `ops.consul-elector`.
     pub owner: Owner,
+    /// What its last decision said about standing back for another install.
+    pub stood_back: Option<crate::election::plan::StoodBack>,
 }
 
 impl Scene {
@@ -269,6 +271,7 @@ impl Scene {
             switchover: None,
             now: t(100),
             owner: Owner::new("test-cluster", "ops.consul-elector"),
+            stood_back: None,
         }
     }
 
@@ -345,6 +348,7 @@ impl Scene {
             switchover: self.switchover.as_deref(),
             now: self.now,
             owner: &self.owner,
+            stood_back: self.stood_back.as_ref(),
         }
     }
 
