@@ -184,3 +184,60 @@ async fn outside_changes_to_the_key_are_seen_at_once() {
     })
     .await;
 }
+
+/// An election whose Consul access became unusable (its token Secret withdrew the opt-in)
+/// cannot be planned for, and after an operator restart nothing renews its session: rule 2
+/// applies to it like to any other, so its leader label goes a TTL after the restart instead
+/// of staying forever while the lock lapses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_election_is_fenced_a_ttl_after_a_restart() {
+    with_namespace("fence-unusable", |admin, ns| async move {
+        let options = harness::HarnessOptions {
+            secret_access: true,
+            ..harness::HarnessOptions::default()
+        };
+        let mut h = Harness::with_options(admin, ns, options).await;
+        h.deployment("web", 3).await;
+        h.token_secret("own-token", "election-token", "web").await;
+        h.start_operator().await;
+        let mut spec = web();
+        spec["consul"] = json!({"tokenSecretRef": {"name": "own-token", "key": "token"}});
+        h.election("web", spec).await;
+        let first = h.wait_elected("web", None).await;
+
+        // The Secret withdraws its opt-in, then the operator restarts.
+        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(h.admin.clone(), &h.ns);
+        let withdrawn = json!({"metadata": {"annotations": {
+            consul_elector::crd::SECRET_ALLOWED_ELECTIONS_ANNOTATION: "another-election",
+        }}});
+        secrets
+            .patch(
+                "own-token",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&withdrawn),
+            )
+            .await
+            .expect("withdraw the opt-in");
+        h.kill_operator().await;
+        let restarted = Instant::now();
+        h.start_operator().await;
+        h.wait_status("web", |le| phase(le).as_deref() == Some("Invalid"))
+            .await;
+        let fenced = h
+            .pods_become(TTL + SLACK + SLACK, |pods| {
+                with_role(pods, "leader").is_empty()
+            })
+            .await;
+        assert!(
+            fenced,
+            "{} kept the leader label {:?} after a restart that can renew nothing",
+            first.pod,
+            restarted.elapsed()
+        );
+        let after = restarted.elapsed();
+        assert!(after >= TTL - SLACK, "not before a TTL: {after:?}");
+        h.finish().await;
+    })
+    .await;
+}

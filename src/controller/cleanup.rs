@@ -24,10 +24,12 @@ use kube::{Resource, ResourceExt};
 use super::act::LOCK_FLAGS;
 use super::{Context, consul_access, election_key, observe, sharing};
 use crate::Error;
-use crate::consul::ConsulClient;
+use crate::consul::{ConsulClient, parse_go_duration};
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
 use crate::election::config::{ElectionKey, LabelConfig, Mode};
+use crate::election::observe::SessionHealth;
 use crate::election::plan::EventReason;
+use crate::election::unusable::{UnusableLabel, unusable_label};
 use crate::k8s::{self, PodRole};
 use crate::sessions::{Found, adoptable_session};
 
@@ -173,6 +175,42 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
     settle_consul(le, &key, ctx, withdrawal).await?;
     ctx.remember_status(le, None);
     Ok(Action::await_change())
+}
+
+/// The session TTL an election's lock is held with when the operator cannot act on the
+/// election: the one recorded in `status.applied`, else the session's, else the default.
+const DEFAULT_TTL: Duration = Duration::from_secs(15);
+
+/// Rule 2 for an election the operator cannot act on (invalid spec, unusable Consul access;
+/// see [`crate::election::unusable`]): its leader label goes once the lock went unconfirmed
+/// for a TTL. Returns when to look again, if the label stays for now.
+pub async fn fence_unusable(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    ctx: &Context,
+) -> Result<Option<Duration>, Error> {
+    let session = ctx.sessions.view(key);
+    let now = Timestamp::now();
+    let (renewing, confirmed_at) = match session.as_ref().map(|s| s.health) {
+        Some(SessionHealth::Alive { .. }) => (true, now),
+        Some(SessionHealth::Unconfirmed { renewed_at }) => (false, renewed_at),
+        Some(SessionHealth::Lost) | None => (false, ctx.started_at()),
+    };
+    let footprint = Footprint::of(le, ctx);
+    let ttl = ctx
+        .current_status(le)
+        .applied
+        .and_then(|applied| applied.session)
+        .and_then(|s| parse_go_duration(&s.ttl).ok())
+        .or(session.map(|s| s.ttl))
+        .unwrap_or(DEFAULT_TTL);
+    match unusable_label(renewing, confirmed_at, now, ttl) {
+        UnusableLabel::Keep(recheck) => Ok(recheck),
+        UnusableLabel::Fence => {
+            unlabel(le, ctx, &footprint.labelled, true).await?;
+            Ok(None)
+        }
+    }
 }
 
 /// Gives every pod `le` labelled no role; with `only_leaders`, only the pods that may carry a

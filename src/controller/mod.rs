@@ -192,11 +192,14 @@ impl Context {
     /// The last moment `key`'s lock was known as cached (see
     /// [`crate::election::planner::Observation::lock_confirmed_at`]).
     fn lock_confirmed_at(&self, key: &ElectionKey) -> Timestamp {
-        let started = self
-            .started_at
+        self.locks.read_at(key).unwrap_or_else(|| self.started_at())
+    }
+
+    /// When this replica started deciding (became active).
+    fn started_at(&self) -> Timestamp {
+        self.started_at
             .lock()
-            .map_or_else(|poison| *poison.into_inner(), |at| *at);
-        self.locks.read_at(key).unwrap_or(started)
+            .map_or_else(|poison| *poison.into_inner(), |at| *at)
     }
 
     /// Status writes of `key` that failed in a row, with the last error's category.
@@ -846,7 +849,10 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         Ok(config) => config,
         Err(problems) => {
             status::invalid(le, ctx, &problems[..]).await?;
-            return Ok(Action::requeue(INVALID_REQUEUE));
+            let recheck = cleanup::fence_unusable(le, &key, ctx).await?;
+            return Ok(Action::requeue(
+                recheck.map_or(INVALID_REQUEUE, |d| d.min(INVALID_REQUEUE)),
+            ));
         }
     };
     if let Some(older) = observe::conflicting_election(ctx, le, &config) {
@@ -881,7 +887,10 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         Ok(client) => client,
         Err(consul_access::AccessProblem::Invalid(problem)) => {
             status::invalid(le, ctx, &[problem]).await?;
-            return Ok(Action::requeue(SECRET_REQUEUE));
+            let recheck = cleanup::fence_unusable(le, &key, ctx).await?;
+            return Ok(Action::requeue(
+                recheck.map_or(SECRET_REQUEUE, |d| d.min(SECRET_REQUEUE)),
+            ));
         }
         Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
     };
