@@ -104,27 +104,17 @@ pub async fn keep_alive(ctx: &Context) -> usize {
     renewed
 }
 
-/// The IDs of the sessions named for `owner`, and those named for its cluster by an earlier
-/// version (without an install: they may be this install's from before an upgrade, and a
-/// renewal only keeps them alive; they are adopted only from the status).
+/// The IDs of the sessions named for `owner` (sessions of earlier versions, named without an
+/// install, are adopted from the statuses by [`adopt_all`], never renewed on their name alone:
+/// anybody can name a session so).
 fn this_installs<'s>(owner: &Owner, sessions: &'s [SessionEntry]) -> Vec<&'s str> {
     let ours = format!("{SESSION_NAME_PREFIX}/{}/{}/", owner.cluster, owner.install);
-    let cluster = format!("{SESSION_NAME_PREFIX}/{}/", owner.cluster);
     sessions
         .iter()
-        .filter(|s| {
-            s.name.starts_with(&ours)
-                || s.name
-                    .strip_prefix(&cluster)
-                    .is_some_and(|rest| rest.split('/').count() == EARLIER_SEGMENTS)
-        })
+        .filter(|s| s.name.starts_with(&ours))
         .map(|s| s.id.as_str())
         .collect()
 }
-
-/// Segments after the cluster in a session name of an earlier version:
-/// `<namespace>/<election>/<pod>`.
-const EARLIER_SEGMENTS: usize = 3;
 
 /// Adopts this cluster's sessions ([module docs](self)); returns how many were adopted.
 /// Failures are logged: the reconciles adopt what is left.
@@ -133,11 +123,16 @@ pub async fn adopt_all(ctx: &Context) -> usize {
     let mut found_all = Vec::new();
     for (consul, elections) in accesses(ctx).await {
         match consul.list_sessions(QueryOptions::default()).await {
-            Ok(reply) => found_all.extend(
-                candidates(&ctx.settings.owner, &reply.value)
-                    .into_iter()
-                    .filter(|candidate| elections.contains(&candidate.key)),
-            ),
+            Ok(reply) => {
+                let named = candidates(&ctx.settings.owner, &reply.value);
+                let recorded = recorded_candidates(ctx, &elections, &named, &reply.value);
+                found_all.extend(
+                    named
+                        .into_iter()
+                        .filter(|candidate| elections.contains(&candidate.key))
+                        .chain(recorded),
+                );
+            }
             Err(error) => tracing::warn!(
                 consul = %consul.address(),
                 %error,
@@ -234,6 +229,36 @@ fn candidates(owner: &Owner, sessions: &[SessionEntry]) -> Vec<Candidate> {
         .collect()
 }
 
+/// For the `elections` without a candidate in `named`: the session their status records, when
+/// Consul still has it under a name an earlier version of this cluster's operator gave it
+/// (adoptable only because the status, which only the operator writes, records it).
+fn recorded_candidates(
+    ctx: &Context,
+    elections: &HashSet<ElectionKey>,
+    named: &[Candidate],
+    sessions: &[SessionEntry],
+) -> Vec<Candidate> {
+    let by_id: HashMap<&str, &SessionEntry> = sessions.iter().map(|s| (s.id.as_str(), s)).collect();
+    let covered: HashSet<&ElectionKey> = named.iter().map(|c| &c.key).collect();
+    elections
+        .iter()
+        .filter(|key| !covered.contains(key))
+        .filter_map(|key| {
+            let reference = ObjectRef::<LeaderElection>::new(&key.name).within(&key.namespace);
+            let le = ctx.elections.get(&reference)?;
+            let status = ctx.current_status(&le);
+            let leader = status.leader.as_ref()?;
+            let session = by_id.get(leader.session_id.as_deref()?)?;
+            let pod = adoptable_pod(&session.name, &ctx.settings.owner, key, Found::InStatus)?;
+            (pod == leader.pod).then(|| Candidate {
+                key: key.clone(),
+                session: session.id.clone(),
+                pod: pod.to_owned(),
+            })
+        })
+        .collect()
+}
+
 /// Adopts one candidate if its election is managed, valid and still knows the pod.
 async fn adopt_one(ctx: &Context, candidate: Candidate) -> bool {
     let Candidate { key, session, pod } = candidate;
@@ -300,15 +325,11 @@ mod tests {
             entry("7", "someone-else"),
             // Another install in the same cluster: never renewed, never adopted.
             entry("8", "consul-elector/blue/team.ce/shop/queue/queue-0"),
-            // This cluster's name of an earlier version: kept alive, adopted only from the
-            // status (by the reconcile).
+            // This cluster's name of an earlier version: adopted only from the status.
             entry("9", "consul-elector/blue/shop/queue/queue-1"),
         ];
         let owner = Owner::new("blue", "ops.ce");
-        assert_eq!(
-            this_installs(&owner, &sessions),
-            vec!["1", "3", "4", "6", "9"]
-        );
+        assert_eq!(this_installs(&owner, &sessions), vec!["1", "3", "4", "6"]);
         let found = candidates(&owner, &sessions);
         assert_eq!(
             found.len(),
