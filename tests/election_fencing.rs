@@ -241,3 +241,56 @@ async fn an_unusable_election_is_fenced_a_ttl_after_a_restart() {
     })
     .await;
 }
+
+/// A token Secret that withdraws its opt-in while the operator runs: the operator stops using
+/// that token at once (no renewal of the session with it any more) and, since the lock then
+/// lapses, takes the leader label off a TTL after the last renewal (rule 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawn_token_is_no_longer_used_and_the_label_goes() {
+    with_namespace("fence-withdrawn", |admin, ns| async move {
+        let options = harness::HarnessOptions {
+            secret_access: true,
+            ..harness::HarnessOptions::default()
+        };
+        let mut h = Harness::with_options(admin, ns, options).await;
+        h.deployment("web", 3).await;
+        h.token_secret("own-token", "election-token", "web").await;
+        h.start_operator().await;
+        let mut spec = web();
+        spec["consul"] = json!({"tokenSecretRef": {"name": "own-token", "key": "token"}});
+        h.election("web", spec).await;
+        let first = h.wait_elected("web", None).await;
+
+        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(h.admin.clone(), &h.ns);
+        let withdrawn = json!({"metadata": {"annotations": {
+            consul_elector::crd::SECRET_ALLOWED_ELECTIONS_ANNOTATION: "another-election",
+        }}});
+        secrets
+            .patch(
+                "own-token",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&withdrawn),
+            )
+            .await
+            .expect("withdraw the opt-in");
+        // Any change of the election makes the operator look at its access again.
+        h.touch("web").await;
+        h.wait_status("web", |le| phase(le).as_deref() == Some("Invalid"))
+            .await;
+        let noticed = h.emu.stats().requests_with_token("election-token");
+        let fenced = h
+            .pods_become(TTL + SLACK + SLACK, |pods| {
+                with_role(pods, "leader").is_empty()
+            })
+            .await;
+        assert!(fenced, "{} kept the leader label", first.pod);
+        assert_eq!(
+            h.emu.stats().requests_with_token("election-token"),
+            noticed,
+            "the withdrawn token was used after the operator noticed"
+        );
+        h.finish().await;
+    })
+    .await;
+}

@@ -184,14 +184,25 @@ const DEFAULT_TTL: Duration = Duration::from_secs(15);
 /// Rule 2 for an election the operator cannot act on (invalid spec, unusable Consul access;
 /// see [`crate::election::unusable`]): its leader label goes once the lock went unconfirmed
 /// for a TTL. Returns when to look again, if the label stays for now.
+///
+/// With `in_use_refused` (the Consul access the session was created with is the one now
+/// refused: a token Secret that withdrew its opt-in or is gone, an address or datacenter no
+/// longer allowed), that access is not used any more: the session is no longer renewed and the
+/// key no longer watched, so the label goes a TTL after the session's last renewal.
 pub async fn fence_unusable(
     le: &LeaderElection,
     key: &ElectionKey,
     ctx: &Context,
+    in_use_refused: bool,
 ) -> Result<Option<Duration>, Error> {
     let session = ctx.sessions.view(key);
+    if in_use_refused {
+        ctx.sessions.forget(key);
+        ctx.locks.unwatch(key);
+    }
     let now = Timestamp::now();
     let (renewing, confirmed_at) = match session.as_ref().map(|s| s.health) {
+        Some(SessionHealth::Alive { renewed_at }) if in_use_refused => (false, renewed_at),
         Some(SessionHealth::Alive { .. }) => (true, now),
         Some(SessionHealth::Unconfirmed { renewed_at }) => (false, renewed_at),
         Some(SessionHealth::Lost) | None => (false, ctx.started_at()),

@@ -81,6 +81,31 @@ pub fn with_applied(spec: &LeaderElectionSpec, applied: &AppliedSpec) -> LeaderE
     }
 }
 
+/// Whether the Consul access the spec of `le` names (address, datacenter, token Secret) is
+/// the one the operator acts with (`status.applied`): then a refusal of it means the access in
+/// use was withdrawn, not that a new one cannot be used yet.
+pub fn access_in_use(le: &LeaderElection, ctx: &Context, config: &ElectionConfig) -> bool {
+    let Some(recorded) = ctx.current_status(le).applied else {
+        return true;
+    };
+    same_access(&recorded, &applied_of(le, config))
+}
+
+/// Whether `a` and `b` name the same Consul access.
+fn same_access(a: &AppliedSpec, b: &AppliedSpec) -> bool {
+    (
+        &a.consul_address,
+        &a.datacenter,
+        &a.token_secret_name,
+        &a.token_secret_key,
+    ) == (
+        &b.consul_address,
+        &b.datacenter,
+        &b.token_secret_name,
+        &b.token_secret_key,
+    )
+}
+
 /// Whether acting with `new` after `old` needs the old labels, key and session gone first:
 /// any change but the leader and follower values (rewritten in place under the same key), and
 /// new session settings (Consul keeps a session's TTL, lock-delay and behavior for its life,

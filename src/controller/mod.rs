@@ -82,6 +82,9 @@ const INVALID_REQUEUE: Duration = Duration::from_secs(300);
 /// Requeue of an election whose token Secret is missing or unreadable: Secrets are not
 /// watched (the operator may only `get` the one it needs), so look again soon, but calmly.
 const SECRET_REQUEUE: Duration = Duration::from_secs(30);
+/// The longest an election using a token Secret goes without a look at that Secret: the
+/// operator stops using a token within this long of its Secret withdrawing the opt-in.
+const SECRET_RECHECK: Duration = Duration::from_secs(60);
 /// Requeue of an election waiting for a younger conflicting one to take its leader label off.
 const YIELD_WAIT: Duration = Duration::from_secs(1);
 /// Periodic re-check of a healthy election (Consul and pod changes trigger it anyway).
@@ -849,7 +852,7 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         Ok(config) => config,
         Err(problems) => {
             status::invalid(le, ctx, &problems[..]).await?;
-            let recheck = cleanup::fence_unusable(le, &key, ctx).await?;
+            let recheck = cleanup::fence_unusable(le, &key, ctx, false).await?;
             return Ok(Action::requeue(
                 recheck.map_or(INVALID_REQUEUE, |d| d.min(INVALID_REQUEUE)),
             ));
@@ -887,7 +890,8 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         Ok(client) => client,
         Err(consul_access::AccessProblem::Invalid(problem)) => {
             status::invalid(le, ctx, &[problem]).await?;
-            let recheck = cleanup::fence_unusable(le, &key, ctx).await?;
+            let in_use = migrate::access_in_use(le, ctx, &config);
+            let recheck = cleanup::fence_unusable(le, &key, ctx, in_use).await?;
             return Ok(Action::requeue(
                 recheck.map_or(SECRET_REQUEUE, |d| d.min(SECRET_REQUEUE)),
             ));
@@ -916,9 +920,18 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     if round.unfinished() {
         return Ok(Action::requeue(Duration::ZERO));
     }
-    let requeue = round
+    let mut requeue = round
         .last_plan()
         .and_then(|p| p.requeue_after)
         .map_or(RESYNC, |d| d.min(RESYNC));
+    if le
+        .spec
+        .consul
+        .as_ref()
+        .is_some_and(|c| c.token_secret_ref.is_some())
+    {
+        // Secrets are not watched: a withdrawn opt-in is seen at the next look.
+        requeue = requeue.min(SECRET_RECHECK);
+    }
     Ok(Action::requeue(requeue))
 }
