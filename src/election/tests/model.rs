@@ -68,6 +68,10 @@ pub struct Consul {
     pub kv_up: bool,
     /// The session endpoints answer (a partial outage: false while the KV still answers).
     pub sessions_up: bool,
+    /// The operator's KV requests hang without an answer (a stalled long poll): the
+    /// controller keeps its last cached view of the key and its writes fail, while outside
+    /// clients and the session endpoints work.
+    pub kv_stalled: bool,
     pub key: Option<Key>,
     pub sessions: BTreeMap<String, ConsulSession>,
     /// When the key's lock-delay ends.
@@ -86,6 +90,7 @@ impl Consul {
             up: true,
             kv_up: true,
             sessions_up: true,
+            kv_stalled: false,
             key: None,
             sessions: BTreeMap::new(),
             lock_delay_until: None,
@@ -100,7 +105,7 @@ impl Consul {
     }
 
     fn kv_reachable(&self) -> Result<(), Failed> {
-        if self.up && self.kv_up {
+        if self.up && self.kv_up && !self.kv_stalled {
             Ok(())
         } else {
             Err(Failed)
@@ -319,6 +324,8 @@ pub enum Event {
     KvDown,
     /// The KV endpoints answer again.
     KvUp,
+    /// The operator's KV requests stall (see [`Consul::kv_stalled`]); `KvUp` ends it.
+    KvStall,
     /// Consul's session endpoints fail while its KV answers.
     SessionsDown,
     /// The session endpoints answer again.
@@ -386,6 +393,8 @@ pub struct Model {
     told_lock_delay: Option<Timestamp>,
     /// When this controller process last read the key (the lock watch's last answer).
     kv_read_at: Option<Timestamp>,
+    /// The key as this controller process last read it (its lock watch's cache).
+    cached_lock: LockView,
     /// When this controller process started.
     started_at: Timestamp,
     /// The election's `elector.dev/switchover-to` annotation.
@@ -421,6 +430,7 @@ impl Model {
             recorded: Recorded::default(),
             told_lock_delay: None,
             kv_read_at: None,
+            cached_lock: LockView::Unknown,
             started_at: t(1000),
             switchover: None,
             max_label: None,
@@ -564,7 +574,19 @@ impl Model {
                         .or_default() += 1;
                 }
             }
-            Event::KvUp => self.consul.kv_up = true,
+            Event::KvUp => {
+                self.consul.kv_up = true;
+                self.consul.kv_stalled = false;
+            }
+            Event::KvStall => {
+                self.consul.kv_stalled = true;
+                if !self.leaders().is_empty() {
+                    *self
+                        .seen
+                        .entry("kv stalled under a leader".into())
+                        .or_default() += 1;
+                }
+            }
             Event::SessionsDown => self.consul.sessions_up = false,
             Event::SessionsUp => {
                 self.consul.sessions_up = true;
@@ -675,6 +697,7 @@ impl Model {
             Event::Restart => {
                 self.registered = None;
                 self.kv_read_at = None;
+                self.cached_lock = LockView::Unknown;
                 self.started_at = now;
                 self.told_lock_delay = None;
                 self.adopt = self
@@ -855,10 +878,14 @@ impl Model {
     /// Observes the world (with the status read at the start of the reconcile) and plans.
     fn plan_once(&mut self, recorded: &Recorded) -> Plan {
         let pods = self.observed_pods();
-        let lock = self.consul.lock_view();
-        if lock != LockView::Unknown {
-            self.kv_read_at = Some(self.now);
+        // A stalled watch brings no answer: the cached view stays, however old.
+        if !self.consul.kv_stalled {
+            self.cached_lock = self.consul.lock_view();
+            if self.cached_lock != LockView::Unknown {
+                self.kv_read_at = Some(self.now);
+            }
         }
+        let lock = self.cached_lock.clone();
         let session = self.session_view();
         let owner = Owner::new("model-cluster", "ops.consul-elector");
         let obs = Observation {
@@ -1207,9 +1234,9 @@ impl Model {
                 ));
             }
         }
-        // While the key cannot be read, a label whose lock is gone stays at most a TTL after
-        // the last read (Fence; in Observe mode too), and never once the session is known lost
-        // (any policy).
+        // While the key cannot be read, or its watch stalls (the cached view, however old,
+        // still says held), a label whose lock is gone stays at most a TTL after the last read
+        // (Fence; in Observe mode too), and never once the session is known lost (any policy).
         if self.consul.kv_reachable().is_err() {
             let lost = self
                 .registered
