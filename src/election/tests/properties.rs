@@ -237,7 +237,8 @@ fn a_stalled_watch_hides_an_outside_change_for_at_most_a_ttl() {
         after_effect: false,
     };
     for keep_leader in [false, true] {
-        for outside in [Event::DeleteKey, Event::ForeignAcquire(1)] {
+        let taken = [Event::DeleteKey, Event::ForeignAcquire(1)];
+        for outside in [&taken[..1], &taken[..]] {
             let config = ElectionConfig {
                 on_consul_unavailable: match keep_leader {
                     true => UnavailablePolicy::KeepLeader,
@@ -253,7 +254,9 @@ fn a_stalled_watch_hides_an_outside_change_for_at_most_a_ttl() {
                 model.apply(&loop_once);
             }
             model.apply(&Event::KvStall);
-            model.apply(&outside);
+            for event in outside {
+                model.apply(event);
+            }
             for _ in 0..20 {
                 model.apply(&Event::Advance(1));
                 model.apply(&loop_once);
