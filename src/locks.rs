@@ -920,7 +920,12 @@ async fn one_answer(
     pace: &mut watch::Receiver<Pace>,
     confirm_by: &mut Option<tokio::time::Instant>,
 ) -> Outcome {
-    let wait = watch.options().blocking.map(|b| b.wait);
+    // Only a query that blocks is worth replacing: a non-blocking read answers at once.
+    let wait = watch
+        .options()
+        .blocking
+        .filter(|b| b.index > 0)
+        .map(|b| b.wait);
     let query = watch.next(|options| link.target.scope.read(client, options));
     tokio::pin!(query);
     loop {
