@@ -83,8 +83,10 @@ pub struct RunArgs {
     )]
     pub field_manager: String,
 
-    /// How long one Consul blocking query on a lock key waits for a change (Go duration, at
-    /// most 10m).
+    /// How long one Consul blocking query on the lock keys waits for a change (Go duration, at
+    /// most 10m). A query's wait is also capped at 2/5 of the shortest session TTL among the
+    /// elections it watches, so that Consul confirms every key well within a TTL (rule 2
+    /// fences a leader whose key went a whole TTL without an answer).
     #[arg(
         long,
         env = "ELECTOR_LOCK_WATCH_WAIT",

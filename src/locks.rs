@@ -50,6 +50,16 @@
 //! An answer from a server that knows no cluster leader counts as a failure: its data cannot
 //! be confirmed.
 //!
+//! # Confirmations
+//! Rule 2 counts a key's confirmation from the last answer covering it ([`LockWatcher::read_at`]),
+//! not from the last change: a cached "held" view whose query stalled may hide a deletion.
+//! So every group's queries wait at most [`effective_wait`] (2/5 of the shortest session TTL
+//! among its elections, or `--lock-watch-wait` if shorter): a healthy Consul answers every
+//! query, changed or not, within 0.425 of that TTL. A group whose answer is a whole TTL
+//! late reports its elections once (the planner fences them), and all of them again when
+//! the next answer arrives. When an election with a shorter TTL joins, the query under way
+//! is replaced at once by one with the shorter wait.
+//!
 //! # Direct reads
 //! [`LockWatcher::current`] gives a new election its view without a read of its own when
 //! its group has answered, or answers within 2 seconds: only while the group's reads fail
@@ -77,8 +87,8 @@ use tokio::sync::{mpsc::UnboundedSender, watch};
 use tokio::task::AbortHandle;
 
 use crate::consul::{
-    ConsulAddress, ConsulClient, ConsulError, ConsulToken, IndexChange, KvPair, QueryOptions,
-    QueryResult, RetryPolicy,
+    BlockingWatch, ConsulAddress, ConsulClient, ConsulError, ConsulToken, IndexChange, KvPair,
+    QueryOptions, QueryResult, RetryPolicy,
 };
 use crate::election::config::ElectionKey;
 use crate::election::observe::LockView;
@@ -98,6 +108,37 @@ const BACKOFF: RetryPolicy = RetryPolicy {
     base_delay: Duration::from_secs(1),
     max_delay: Duration::from_secs(30),
 };
+
+/// The shortest wait a group's blocking queries use, whatever the TTLs (Consul's TTLs are at
+/// least 10 s, so [`effective_wait`] never goes below 4 s for them).
+const MIN_WAIT: Duration = Duration::from_secs(1);
+
+/// The wait of a group's blocking queries: `configured` (`--lock-watch-wait`), capped at
+/// 2/5 of the shortest session TTL among the group's elections.
+///
+/// Rule 2 counts a key's confirmation from the last answer covering it and fences a leader
+/// whose key went a whole TTL without one, so on a healthy Consul every group must answer
+/// well within a TTL even when nothing changes. Consul answers an unchanged blocking query
+/// after `wait` plus up to `wait / 16` of jitter: with this cap, after at most
+/// 0.425 × TTL (4.25 s for Consul's shortest TTL, 10 s), leaving more than half a TTL for one
+/// slow or lost answer and its retry before anything is fenced. Groups of long-TTL elections
+/// keep the longer configured wait, and so their lower steady-state traffic.
+pub fn effective_wait(configured: Duration, shortest_ttl: Option<Duration>) -> Duration {
+    match shortest_ttl {
+        Some(ttl) => configured.min(ttl * 2 / 5).max(MIN_WAIT),
+        None => configured,
+    }
+}
+
+/// How a group's query is paced: what its task reads before every query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pace {
+    /// The wait of its blocking queries ([`effective_wait`]).
+    wait: Duration,
+    /// The shortest TTL of its elections: an answer later than this after the previous one
+    /// leaves their views unconfirmed (see [`GroupLink::unconfirmed`]).
+    ttl: Option<Duration>,
+}
 
 /// The longest one (blocking) read of a group may take with the client's timeouts and
 /// retries, with room to spare: a task silent for longer is stuck.
@@ -253,6 +294,16 @@ struct Group {
     id: u64,
     /// Each member election and its key.
     members: HashMap<ElectionKey, String>,
+    /// Each member's session TTL, and the shortest of them.
+    ttls: HashMap<ElectionKey, Duration>,
+    shortest_ttl: Option<Duration>,
+    /// The pace of the query task; changed when the shortest TTL changes.
+    pace: watch::Sender<Pace>,
+    /// `--lock-watch-wait`.
+    configured_wait: Duration,
+    /// An answer was overdue and the members were told their views went unconfirmed: the
+    /// next answer reports them all again.
+    overdue: bool,
     /// The last answer, by key; `None` until the first successful read (or a merge brought
     /// the caches of the groups it replaced) and while reads fail.
     cache: Option<HashMap<String, Slot>>,
@@ -286,11 +337,20 @@ impl Group {
             target: target.clone(),
             id,
         };
+        let pace = watch::Sender::new(Pace {
+            wait: inner.wait,
+            ttl: None,
+        });
         // Spawned under the state lock, so the task finds its group when it first answers.
-        let task = tokio::spawn(run_group(link, client.clone(), inner.wait));
+        let task = tokio::spawn(run_group(link, client.clone(), pace.subscribe()));
         Group {
             id,
             members: HashMap::new(),
+            ttls: HashMap::new(),
+            shortest_ttl: None,
+            pace,
+            configured_wait: inner.wait,
+            overdue: false,
             cache: None,
             inherited: Vec::new(),
             early: HashMap::new(),
@@ -300,6 +360,44 @@ impl Group {
             due: tokio::time::Instant::now() + query_budget(inner.wait),
             task: task.abort_handle(),
         }
+    }
+
+    /// Adds or updates `election` with `key` and its session `ttl`, shortening the query's
+    /// wait when the group's shortest TTL shrinks. O(1) unless the member with the shortest
+    /// TTL lengthened it.
+    fn join(&mut self, election: &ElectionKey, key: &str, ttl: Duration) {
+        self.members.insert(election.clone(), key.to_owned());
+        let old = self.ttls.insert(election.clone(), ttl);
+        if old == Some(ttl) {
+            return;
+        }
+        let shortest = match self.shortest_ttl {
+            Some(shortest) if ttl <= shortest => Some(ttl),
+            Some(shortest) if old != Some(shortest) => Some(shortest),
+            _ => self.ttls.values().min().copied(),
+        };
+        self.set_shortest_ttl(shortest);
+    }
+
+    /// Removes `election`.
+    fn leave(&mut self, election: &ElectionKey) {
+        self.members.remove(election);
+        if self.ttls.remove(election) == self.shortest_ttl {
+            self.set_shortest_ttl(self.ttls.values().min().copied());
+        }
+    }
+
+    fn set_shortest_ttl(&mut self, shortest: Option<Duration>) {
+        self.shortest_ttl = shortest;
+        let pace = Pace {
+            wait: effective_wait(self.configured_wait, shortest),
+            ttl: shortest,
+        };
+        self.pace.send_if_modified(|current| {
+            let changed = *current != pace;
+            *current = pace;
+            changed
+        });
     }
 
     /// Whether the group's own first answer is still to come (and no read failed yet).
@@ -332,6 +430,12 @@ impl Group {
     fn inherit(&mut self, old: Group, old_prefix: String) {
         old.task.abort();
         self.members.extend(old.members);
+        self.ttls.extend(old.ttls);
+        let shortest = match (self.shortest_ttl, old.shortest_ttl) {
+            (Some(ours), Some(theirs)) => Some(ours.min(theirs)),
+            (ours, theirs) => ours.or(theirs),
+        };
+        self.set_shortest_ttl(shortest);
         if let Some(old_cache) = old.cache {
             let covered = match old.inherited.is_empty() {
                 true => vec![old_prefix],
@@ -461,7 +565,7 @@ impl State {
             return;
         };
         if let Some(group) = self.groups.get_mut(&target) {
-            group.members.remove(election);
+            group.leave(election);
             if group.members.is_empty() {
                 group.task.abort();
                 self.groups.remove(&target);
@@ -538,11 +642,13 @@ impl LockWatcher {
         }
     }
 
-    /// Watches `key` for `election` through `client`. Idempotent; watching another key, or
-    /// through a client with another address, datacenter or token, moves the election to
-    /// that key's group (stopping the old group's query if it was the last member). Must be
-    /// called within a tokio runtime (a new group spawns its query task).
-    pub fn watch(&self, election: &ElectionKey, client: &ConsulClient, key: &str) {
+    /// Watches `key` for `election`, whose session TTL is `ttl`, through `client`.
+    /// Idempotent; watching another key, or through a client with another address,
+    /// datacenter or token, moves the election to that key's group (stopping the old group's
+    /// query if it was the last member). The group's queries wait at most
+    /// [`effective_wait`] for its shortest TTL. Must be called within a tokio runtime (a new
+    /// group spawns its query task).
+    pub fn watch(&self, election: &ElectionKey, client: &ConsulClient, key: &str, ttl: Duration) {
         let access = Access::of(client);
         let mut state = self.inner.state();
         if let Some(target) = state.elections.get(election)
@@ -550,8 +656,8 @@ impl LockWatcher {
             && target.scope.covers(key)
             && let Some((group, _)) = state.group_of(election)
         {
-            // Same query; at most the key within its scope changed.
-            group.members.insert(election.clone(), key.to_owned());
+            // Same query; at most the key within its scope, or the TTL, changed.
+            group.join(election, key, ttl);
             return;
         }
         state.leave(election);
@@ -574,7 +680,7 @@ impl LockWatcher {
             }
         };
         if let Some(group) = state.groups.get_mut(&target) {
-            group.members.insert(election.clone(), key.to_owned());
+            group.join(election, key, ttl);
             state.elections.insert(election.clone(), target);
         }
     }
@@ -748,7 +854,11 @@ impl GroupLink {
                         .iter()
                         .any(|prefix| key.starts_with(prefix.as_str()))
             };
-            let changed = changed_members(&group.members, previous.as_ref(), known, &cache);
+            let changed = match std::mem::take(&mut group.overdue) {
+                // Their views went unconfirmed meanwhile: each is confirmed (or not) again.
+                true => group.members.keys().cloned().collect(),
+                false => changed_members(&group.members, previous.as_ref(), known, &cache),
+            };
             group.cache = Some(cache);
             group.reads.send_modify(|reads| *reads += 1);
             changed
@@ -760,6 +870,19 @@ impl GroupLink {
         self.with_group(|group| {
             group.due = due;
             Vec::new()
+        })
+    }
+
+    /// An answer is overdue by a TTL of the group's: reports every member whose view the
+    /// cache still holds (their views are no longer confirmed; the planner decides), once
+    /// per overdue answer.
+    fn unconfirmed(&self) -> bool {
+        self.with_group(|group| match group.cache.is_some() && !group.overdue {
+            true => {
+                group.overdue = true;
+                group.members.keys().cloned().collect()
+            }
+            false => Vec::new(),
         })
     }
 
@@ -777,21 +900,84 @@ impl GroupLink {
     }
 }
 
+/// How waiting for one answer of a group's query ended.
+enum Outcome {
+    /// The query ended.
+    Ended(Result<(QueryResult<Vec<KvPair>>, IndexChange), ConsulError>),
+    /// The wait was shortened: the query was dropped, a new one starts.
+    Restart,
+    /// The group or the watcher is gone.
+    Stop,
+}
+
+/// Runs one query of the group, telling the members once their views go unconfirmed
+/// (nothing answered by `confirm_by`, which is then cleared) and dropping the query when the
+/// pace's wait shortens (an election with a shorter TTL joined).
+async fn one_answer(
+    link: &GroupLink,
+    client: &ConsulClient,
+    watch: &mut BlockingWatch,
+    pace: &mut watch::Receiver<Pace>,
+    confirm_by: &mut Option<tokio::time::Instant>,
+) -> Outcome {
+    // Only a query that blocks is worth replacing: a non-blocking read answers at once.
+    let wait = watch
+        .options()
+        .blocking
+        .filter(|b| b.index > 0)
+        .map(|b| b.wait);
+    let query = watch.next(|options| link.target.scope.read(client, options));
+    tokio::pin!(query);
+    loop {
+        let overdue = async {
+            match *confirm_by {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            result = &mut query => return Outcome::Ended(result),
+            () = overdue => {
+                if !link.unconfirmed() {
+                    return Outcome::Stop;
+                }
+                *confirm_by = None;
+            }
+            Ok(()) = pace.changed() => {
+                if wait.is_some_and(|wait| pace.borrow().wait < wait) {
+                    return Outcome::Restart;
+                }
+            }
+        }
+    }
+}
+
 /// The blocking-query loop of one group; runs until the group is removed (then it is
 /// aborted) or the watcher is dropped.
-async fn run_group(link: GroupLink, client: ConsulClient, wait: Duration) {
-    let mut watch = client.watch(wait);
+async fn run_group(link: GroupLink, client: ConsulClient, mut pace: watch::Receiver<Pace>) {
+    let mut watch = client.watch(pace.borrow_and_update().wait);
     let mut failures: u32 = 0;
+    // When the members' views go unconfirmed unless an answer arrives first: a TTL of the
+    // group's after the last answer (or the task's start).
+    let mut confirm_by: Option<tokio::time::Instant> = None;
     loop {
-        if !link.expect_progress_by(tokio::time::Instant::now() + query_budget(wait)) {
+        let current = *pace.borrow_and_update();
+        watch.set_wait(current.wait);
+        let now = tokio::time::Instant::now();
+        confirm_by = confirm_by.or(current.ttl.map(|ttl| now + ttl));
+        if !link.expect_progress_by(now + query_budget(current.wait)) {
             return;
         }
-        let result = watch
-            .next(|options| link.target.scope.read(&client, options))
-            .await;
+        let result = match one_answer(&link, &client, &mut watch, &mut pace, &mut confirm_by).await
+        {
+            Outcome::Ended(result) => result,
+            Outcome::Restart => continue,
+            Outcome::Stop => return,
+        };
         let retry_after = match result {
             Ok((answer, change)) if answer.meta.known_leader => {
                 failures = 0;
+                confirm_by = current.ttl.map(|ttl| tokio::time::Instant::now() + ttl);
                 if !link.answered(answer, change) {
                     return;
                 }
@@ -817,7 +1003,8 @@ async fn run_group(link: GroupLink, client: ConsulClient, wait: Duration) {
         watch.reset();
         let delay = BACKOFF.delay(failures, retry_after, &mut rand::rng());
         failures = failures.saturating_add(1);
-        if !link.expect_progress_by(tokio::time::Instant::now() + delay + query_budget(wait)) {
+        let due = tokio::time::Instant::now() + delay + query_budget(current.wait);
+        if !link.expect_progress_by(due) {
             return;
         }
         tokio::time::sleep(delay).await;
@@ -864,6 +1051,14 @@ mod tests {
         Group {
             id: 0,
             members: HashMap::new(),
+            ttls: HashMap::new(),
+            shortest_ttl: None,
+            pace: watch::Sender::new(Pace {
+                wait: Duration::from_secs(60),
+                ttl: None,
+            }),
+            configured_wait: Duration::from_secs(60),
+            overdue: false,
             cache,
             inherited: Vec::new(),
             early,
@@ -903,6 +1098,68 @@ mod tests {
             IndexChange::Advanced,
         );
         assert_eq!(fingerprint(next.get("e/a/x")), Some((12, None)));
+    }
+
+    #[test]
+    fn the_wait_leaves_room_for_an_answer_well_within_every_ttl() {
+        let secs = Duration::from_secs;
+        assert_eq!(effective_wait(secs(60), None), secs(60));
+        assert_eq!(effective_wait(secs(60), Some(secs(10))), secs(4));
+        assert_eq!(effective_wait(secs(60), Some(secs(15))), secs(6));
+        assert_eq!(effective_wait(secs(60), Some(secs(150))), secs(60));
+        assert_eq!(effective_wait(secs(2), Some(secs(15))), secs(2));
+        assert_eq!(effective_wait(secs(60), Some(Duration::ZERO)), MIN_WAIT);
+        // Consul's longest answer (wait plus wait/16 of jitter) stays under TTL/2 for every
+        // TTL Consul accepts.
+        for ttl in (10..=86_400).step_by(7).map(secs) {
+            let wait = effective_wait(secs(600), Some(ttl));
+            assert!(wait + wait / 16 < ttl / 2, "ttl {ttl:?}: wait {wait:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_shortest_ttl_of_the_members_paces_the_group() {
+        let secs = Duration::from_secs;
+        let mut g = group(None, HashMap::new());
+        let pace = g.pace.subscribe();
+        g.join(&election("a"), "k/a", secs(30));
+        assert_eq!(g.shortest_ttl, Some(secs(30)));
+        assert_eq!(pace.borrow().wait, secs(12));
+        g.join(&election("b"), "k/b", secs(10));
+        g.join(&election("c"), "k/c", secs(20));
+        assert_eq!(
+            *pace.borrow(),
+            Pace {
+                wait: secs(4),
+                ttl: Some(secs(10))
+            }
+        );
+        // The shortest lengthens its TTL: the next shortest paces.
+        g.join(&election("b"), "k/b", secs(40));
+        assert_eq!(g.shortest_ttl, Some(secs(20)));
+        g.leave(&election("c"));
+        assert_eq!(g.shortest_ttl, Some(secs(30)));
+        g.leave(&election("a"));
+        g.leave(&election("b"));
+        assert_eq!(
+            *pace.borrow(),
+            Pace {
+                wait: secs(60),
+                ttl: None
+            }
+        );
+        // A merge paces by the shortest of both.
+        let mut other = group(None, HashMap::new());
+        other.join(&election("d"), "k/d", secs(15));
+        g.join(&election("e"), "k/e", secs(25));
+        g.inherit(other, "k/".to_owned());
+        assert_eq!(
+            *pace.borrow(),
+            Pace {
+                wait: secs(6),
+                ttl: Some(secs(15))
+            }
+        );
     }
 
     #[test]

@@ -98,6 +98,46 @@ async fn a_key_unreadable_for_a_ttl_fences_although_the_session_renews() {
     .await;
 }
 
+/// The operator's blocking queries on the namespace's keys stall in the network (no answer, no
+/// error) while the session renews and the key is deleted from outside: the cached "held" view
+/// must age out after one TTL without an answer covering the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_watch_fences_a_ttl_after_its_last_answer() {
+    with_namespace("fe-stall", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, web()).await;
+        let key = h.key("web");
+        // Every later read of the namespace's keys hangs far past any client timeout.
+        let stall = h.emu.add_fault(Fault {
+            method: Some(http::Method::GET),
+            ..Fault::always(
+                Endpoint::KvPrefix(format!("elector/{}/", h.ns)),
+                FaultAction::Latency(Duration::from_secs(600)),
+            )
+        });
+        // The pending long poll answers this write; its successor stalls.
+        let last_answer = Instant::now();
+        wake_the_watch(&h).await;
+        h.app_delete_key(&key).await;
+        h.emu.reset_stats();
+        let stayed = label_gone(&h, &first.pod, last_answer).await;
+        eprintln!("watch stalled, key deleted, session renewing: label removed after {stayed:?}");
+        assert!(
+            stayed <= TTL + SLACK,
+            "the label stayed {stayed:?} after the watch's last answer (TTL {TTL:?})"
+        );
+        assert!(
+            h.emu.stats().requests_to("session.renew") >= 1,
+            "the session kept renewing meanwhile"
+        );
+        // Consul answers again: a leader is elected anew, with a higher token.
+        h.emu.remove_fault(stall);
+        let again = h.wait_elected("web", None).await;
+        assert!(again.token > first.token);
+        h.finish().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_during_an_outage_fences_a_ttl_after_the_start() {
     with_namespace("fe-restart", |admin, ns| async move {

@@ -22,6 +22,8 @@ use support::{REPORT_GUARD, election, next_report, pending_reports, tokio_clock_
 
 /// How long the watcher's blocking queries wait.
 const WAIT: Duration = Duration::from_secs(60);
+/// The elections' session TTL: long enough that the queries keep waiting [`WAIT`].
+const TTL: Duration = Duration::from_secs(150);
 
 /// The default key of an election.
 fn default_key(election: &ElectionKey) -> String {
@@ -53,7 +55,7 @@ impl Fixture {
     async fn watch_defaults(&mut self, elections: &[ElectionKey], queries: usize) {
         for election in elections {
             self.watcher
-                .watch(election, &self.consul, &default_key(election));
+                .watch(election, &self.consul, &default_key(election), TTL);
         }
         self.parked_at_least(queries).await;
         let reported: BTreeSet<ElectionKey> =
@@ -224,11 +226,12 @@ async fn queries_are_one_per_prefix_slashless_key_and_token() {
         election("e"),
     );
     let other_token = common::with_token(&f.consul, "another-token");
-    f.watcher.watch(&a, &f.consul, "elector/shop/a/leader");
-    f.watcher.watch(&b, &f.consul, "custom/shop/b/leader");
-    f.watcher.watch(&c, &f.consul, "custom/c");
-    f.watcher.watch(&d, &f.consul, "plain-key");
-    f.watcher.watch(&e, &other_token, "elector/shop/e/leader");
+    f.watcher.watch(&a, &f.consul, "elector/shop/a/leader", TTL);
+    f.watcher.watch(&b, &f.consul, "custom/shop/b/leader", TTL);
+    f.watcher.watch(&c, &f.consul, "custom/c", TTL);
+    f.watcher.watch(&d, &f.consul, "plain-key", TTL);
+    f.watcher
+        .watch(&e, &other_token, "elector/shop/e/leader", TTL);
     f.emu.wait_for_blocked_queries(4).await;
     assert_eq!(f.parked().await, 4);
     let first: BTreeSet<ElectionKey> = pending_reports(&mut f.reports).into_iter().collect();
@@ -329,11 +332,11 @@ async fn moving_an_election_to_another_key_re_registers_it() {
     let mut f = Fixture::new().await;
     let web = election("web");
     f.watch_defaults(std::slice::from_ref(&web), 1).await;
-    f.watcher.watch(&web, &f.consul, &default_key(&web));
+    f.watcher.watch(&web, &f.consul, &default_key(&web), TTL);
     assert_eq!(pending_reports(&mut f.reports), vec![], "idempotent");
 
     f.consul.kv_put("custom/web", b"1", 0).await.unwrap();
-    f.watcher.watch(&web, &f.consul, "custom/web");
+    f.watcher.watch(&web, &f.consul, "custom/web", TTL);
     // The new group's first read reports the election; the old query has stopped.
     assert_eq!(f.only_report().await, web);
     assert!(matches!(f.watcher.lock(&web), LockView::Free { .. }));
@@ -346,7 +349,7 @@ async fn moving_an_election_to_another_key_re_registers_it() {
     assert_eq!(pending_reports(&mut f.reports), vec![]);
 
     // Another key under the same prefix keeps the same query.
-    f.watcher.watch(&web, &f.consul, "custom/other");
+    f.watcher.watch(&web, &f.consul, "custom/other", TTL);
     assert!(matches!(f.watcher.lock(&web), LockView::Free { .. }));
     f.consul.kv_put("custom/other", b"2", 0).await.unwrap();
     assert_eq!(f.only_report().await, web);
@@ -434,7 +437,8 @@ async fn a_new_election_under_an_answered_group_reads_nothing() {
     settle().await;
     f.emu.reset_stats();
 
-    f.watcher.watch(&all[2], &f.consul, &default_key(&all[2]));
+    f.watcher
+        .watch(&all[2], &f.consul, &default_key(&all[2]), TTL);
     let view = f
         .watcher
         .current(&all[2], &f.consul, &default_key(&all[2]))
@@ -448,7 +452,8 @@ async fn a_new_election_under_an_answered_group_reads_nothing() {
 /// all reconciles ask for their first view at once.
 async fn cold_start(f: &Fixture, elections: &[ElectionKey]) -> Vec<LockView> {
     for election in elections {
-        f.watcher.watch(election, &f.consul, &default_key(election));
+        f.watcher
+            .watch(election, &f.consul, &default_key(election), TTL);
     }
     let views = elections.iter().map(|election| async {
         f.watcher
@@ -510,7 +515,7 @@ async fn a_merge_keeps_every_view_and_reports_only_the_newcomer() {
     // One namespace more than the budget: two neighbours merge.
     let newcomer = in_namespace("ns-100", "app-0");
     f.watcher
-        .watch(&newcomer, &f.consul, &default_key(&newcomer));
+        .watch(&newcomer, &f.consul, &default_key(&newcomer), TTL);
     assert_eq!(f.watcher.queries(), LONG_POLLS_PER_ADDRESS);
     for election in &all {
         assert_ne!(f.watcher.lock(election), LockView::Unknown, "{election}");
@@ -576,7 +581,7 @@ async fn a_first_view_survives_a_merge_of_its_group_without_a_direct_read() {
             FaultAction::NoLeaderError,
         )),
     ];
-    f.watcher.watch(&x, &f.consul, &default_key(&x));
+    f.watcher.watch(&x, &f.consul, &default_key(&x), TTL);
     let first_view = {
         let watcher = f.watcher.clone();
         let consul = f.consul.clone();
@@ -586,14 +591,89 @@ async fn a_first_view_survives_a_merge_of_its_group_without_a_direct_read() {
     tokio::task::yield_now().await;
     // x's arrival merged ns-3, ns-30 and ns-31: fill the budget again.
     let filler = in_namespace("aa-0", "a");
-    f.watcher.watch(&filler, &f.consul, &default_key(&filler));
+    f.watcher
+        .watch(&filler, &f.consul, &default_key(&filler), TTL);
     assert_eq!(f.watcher.queries(), LONG_POLLS_PER_ADDRESS);
     // y's namespace is x's closest neighbour: their groups merge while x waits.
-    f.watcher.watch(&y, &f.consul, &default_key(&y));
+    f.watcher.watch(&y, &f.consul, &default_key(&y), TTL);
     assert_eq!(f.watcher.queries(), LONG_POLLS_PER_ADDRESS);
     let view = first_view.await.unwrap();
     assert_eq!(view.unwrap(), LockView::Absent);
     for fault in faults {
         f.emu.remove_fault(fault);
     }
+}
+
+/// A group's queries wait at most 2/5 of its shortest TTL, so a quiet key is confirmed by an
+/// answer well within every TTL; an election with a shorter TTL shortens the query under way.
+#[tokio::test(start_paused = true)]
+async fn the_shortest_ttl_bounds_the_wait_of_a_groups_queries() {
+    let mut f = Fixture::new().await;
+    let all = elections(2);
+    f.watch_defaults(&all[..1], 1).await;
+    f.emu.reset_stats();
+    // TTL 150 s: the configured 60 s wait; nothing answers for the next 50 s.
+    tokio::time::sleep(Duration::from_secs(50)).await;
+    assert_eq!(f.emu.stats().requests_to("kv.get"), 0);
+    // A 10 s TTL joins: the query under way is replaced by one waiting 4 s.
+    f.watcher.watch(
+        &all[1],
+        &f.consul,
+        &default_key(&all[1]),
+        Duration::from_secs(10),
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        f.emu.stats().requests_to("kv.get"),
+        1,
+        "one new query at once"
+    );
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let queries = f.emu.stats().requests_to("kv.get");
+    assert!(
+        (5..=7).contains(&queries),
+        "one answer every 4 s over 21 s, got {queries}"
+    );
+    assert_eq!(
+        pending_reports(&mut f.reports),
+        vec![],
+        "quiet answers report nothing"
+    );
+}
+
+/// A query that stalls (the server never answers) leaves the cached views in place, but its
+/// elections are reported once a TTL has passed since the last answer, before the client's
+/// own timeout would fail the read, so the planner can fence them.
+#[tokio::test(start_paused = true)]
+async fn an_answer_a_ttl_late_reports_the_group() {
+    let mut f = Fixture::new().await;
+    let web = election("web");
+    let ttl = Duration::from_secs(10);
+    f.watcher.watch(&web, &f.consul, &default_key(&web), ttl);
+    f.parked_at_least(1).await;
+    assert_eq!(f.only_report().await, web);
+    f.acquire(&default_key(&web)).await;
+    assert_eq!(f.only_report().await, web);
+    f.parked_at_least(1).await;
+    // The next query hangs in the network for longer than any timeout.
+    f.emu.add_fault(Fault {
+        method: Some(http::Method::GET),
+        ..Fault::always(
+            Endpoint::Kv,
+            FaultAction::Latency(Duration::from_secs(3600)),
+        )
+    });
+    // The parked query answers at the end of its 4 s wait: the last answer.
+    let parked_since = tokio::time::Instant::now();
+    assert_eq!(next_report(&mut f.reports).await, web);
+    let late = parked_since.elapsed();
+    assert!(
+        late + Duration::from_secs(1) >= ttl
+            && late <= Duration::from_secs(4) + ttl + Duration::from_secs(1),
+        "reported {late:?} after the last query parked"
+    );
+    assert!(
+        matches!(f.watcher.lock(&web), LockView::Held { .. }),
+        "the view is kept; the planner decides"
+    );
 }

@@ -179,6 +179,11 @@ impl BlockingWatch {
         }
     }
 
+    /// Makes later queries wait up to `wait` (a query under way keeps its own).
+    pub fn set_wait(&mut self, wait: Duration) {
+        self.wait = wait;
+    }
+
     /// Forgets the index (for example after the caller lost track of the data).
     pub fn reset(&mut self) {
         self.index.reset();

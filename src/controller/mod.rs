@@ -902,7 +902,8 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     // once the new access is known to be usable, so that a mistyped Secret name does not
     // take the leader away).
     migrate::migrate(le, ctx, &config).await?;
-    ctx.locks.watch(&key, &consul, &config.key);
+    ctx.locks
+        .watch(&key, &consul, &config.key, config.session.ttl);
     let mut round = act::Round::new(le, &key, &config, &consul, ctx).await;
     let outcome = round.run(MAX_ROUNDS).await;
     let labelled = round.labelled_leader_uid();

@@ -7,7 +7,8 @@
 //!    destroy, create, (next plan) acquire, (next plan) label";
 //! 2. a labelled leader holds the lock: the leader label is only planned for the pod of the
 //!    operator's session while Consul shows that session holding the key; a session that
-//!    Consul no longer confirms loses the label (`Fence`) unless the spec says `KeepLeader`;
+//!    Consul no longer confirms, or a key view no answer has confirmed for a whole TTL, loses
+//!    the label (`Fence`) unless the spec says `KeepLeader`;
 //! 3. nothing changes when the lock, the session and the labels already agree (an operator
 //!    restart that adopted its sessions plans nothing);
 //! 4. a leader that stops being eligible is demoted and released explicitly; a lock-delay is
@@ -54,11 +55,12 @@ pub struct Observation<'a> {
     /// Until when an acquisition is probably refused by a lock-delay (estimated by the caller
     /// from the moment it saw the lock invalidated).
     pub lock_delay_until: Option<Timestamp>,
-    /// The last moment the lock was known to be held as the status says: the last successful
-    /// read of the key by this process, or, before any, the moment this process started
-    /// deciding (a restart cannot know more). While the key cannot be read, the Fence clock
-    /// runs from here: a leader label whose lock has not been read for a whole TTL goes,
-    /// however healthy the session's renewals are (rule 2 across outages and restarts).
+    /// The last moment the lock was known to be held as the status says: the arrival of the
+    /// last answer covering the key (its watch's or a direct read), or, before any, the moment
+    /// this process started deciding (a restart cannot know more). The Fence clock runs from
+    /// here: a leader label whose lock has not been confirmed for a whole TTL goes, however
+    /// healthy the session's renewals are and whatever [`Observation::lock`] last said (a
+    /// cached "held" view ages: rule 2 across outages, stalled watches and restarts).
     pub lock_confirmed_at: Timestamp,
     /// The election's pending switchover request (`elector.dev/switchover-to`): a pod name,
     /// or `*` for the best other eligible pod.
@@ -533,21 +535,25 @@ impl<'a> Builder<'a> {
             self.unconfirmed_leader(pod, token, note);
             return;
         }
+        if self.key_unread_too_long(session.ttl) {
+            // No answer covering the key for a whole TTL, whether the key cannot be read or
+            // its cached view still says held (a stalled blocking query hides a deletion or
+            // a takeover as well as an error does): the lock is not confirmed. Renewals prove
+            // the session, not that it still holds the key.
+            let note = format!(
+                "the key of pod {}'s lock has not been confirmed for a whole TTL; leader label \
+                 removed",
+                pod.name
+            );
+            self.unconfirmed_leader(pod, token, note);
+            return;
+        }
         if matches!(self.obs.lock, LockView::Unknown) {
             // The key cannot be read, so the lock cannot be confirmed (it may have been
             // deleted or taken meanwhile, and `token` only comes from the status): a label
             // the pod already carries stays while the key was read less than a TTL ago, but
             // no pod is labelled leader, nor re-labelled with another token, until Consul
-            // answers. Renewals prove the session, not that it still holds the key.
-            if self.key_unread_too_long(session.ttl) {
-                let note = format!(
-                    "the key of pod {}'s lock has not been readable for a whole TTL; leader \
-                     label removed",
-                    pod.name
-                );
-                self.unconfirmed_leader(pod, token, note);
-                return;
-            }
+            // answers.
             self.requeue_at_unread_deadline(session.ttl);
             self.settle_followers(Some(&pod.uid));
             if pod.role.as_deref() == Some(self.leader_value()) {
@@ -564,8 +570,21 @@ impl<'a> Builder<'a> {
             self.bump_lock_index(session, pod);
             return;
         }
+        self.look_again_if_confirmations_lag(session.ttl);
         self.label_leader(pod, token);
         self.settle_followers(Some(&pod.uid));
+    }
+
+    /// With `Fence`, plans the next look for the moment a held view would go a whole `ttl`
+    /// unconfirmed, once its last confirmation is older than half of it: a healthy watch
+    /// confirms every key well within `ttl / 2` (see [`crate::locks::effective_wait`]), so
+    /// this costs nothing in steady state, and it catches a watch that stalls after a
+    /// direct read confirmed the key.
+    fn look_again_if_confirmations_lag(&mut self, ttl: Duration) {
+        let fence = self.obs.config.on_consul_unavailable == UnavailablePolicy::Fence;
+        if fence && elapsed(self.obs.lock_confirmed_at, self.obs.now) >= ttl / 2 {
+            self.requeue_at_unread_deadline(ttl);
+        }
     }
 
     /// Rule 6: a fresh acquisition whose LockIndex is not above the recorded token.
@@ -750,12 +769,18 @@ impl<'a> Builder<'a> {
             self.hand_over(session);
             return;
         }
-        let holder = match self.obs.lock {
+        let ttl = self.obs.config.session.ttl;
+        let lock = match self.obs.lock {
+            // A mirrored holder needs the same confirmation as the operator's own lock.
+            LockView::Held { .. } if self.key_unread_too_long(ttl) => &LockView::Unknown,
+            lock => lock,
+        };
+        self.consul_ok = !matches!(lock, LockView::Unknown);
+        let holder = match lock {
             LockView::Unknown => {
                 // Rule 2 as in Managed mode: with Fence, a mirrored leader label goes once the
                 // key has gone unread for a whole TTL (the spec's: the application's own
                 // session is not the operator's to know).
-                let ttl = self.obs.config.session.ttl;
                 if self.obs.config.on_consul_unavailable == UnavailablePolicy::Fence {
                     if self.key_unread_too_long(ttl) {
                         self.fence_all();

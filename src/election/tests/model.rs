@@ -68,6 +68,10 @@ pub struct Consul {
     pub kv_up: bool,
     /// The session endpoints answer (a partial outage: false while the KV still answers).
     pub sessions_up: bool,
+    /// The operator's KV requests hang without an answer (a stalled long poll): the
+    /// controller keeps its last cached view of the key and its writes fail, while outside
+    /// clients and the session endpoints work.
+    pub kv_stalled: bool,
     pub key: Option<Key>,
     pub sessions: BTreeMap<String, ConsulSession>,
     /// When the key's lock-delay ends.
@@ -86,6 +90,7 @@ impl Consul {
             up: true,
             kv_up: true,
             sessions_up: true,
+            kv_stalled: false,
             key: None,
             sessions: BTreeMap::new(),
             lock_delay_until: None,
@@ -94,13 +99,22 @@ impl Consul {
         }
     }
 
+    /// Runs `f` as a client other than the operator: the operator's stalled KV requests
+    /// ([`Consul::kv_stalled`]) do not stall it.
+    fn as_outside_client<T>(&mut self, f: impl FnOnce(&mut Consul) -> T) -> T {
+        let stalled = std::mem::replace(&mut self.kv_stalled, false);
+        let result = f(self);
+        self.kv_stalled = stalled;
+        result
+    }
+
     /// Every endpoint answers (what an outside actor needs in this model).
     fn all_up(&self) -> bool {
         self.up && self.kv_up && self.sessions_up
     }
 
     fn kv_reachable(&self) -> Result<(), Failed> {
-        if self.up && self.kv_up {
+        if self.up && self.kv_up && !self.kv_stalled {
             Ok(())
         } else {
             Err(Failed)
@@ -319,6 +333,8 @@ pub enum Event {
     KvDown,
     /// The KV endpoints answer again.
     KvUp,
+    /// The operator's KV requests stall (see [`Consul::kv_stalled`]); `KvUp` ends it.
+    KvStall,
     /// Consul's session endpoints fail while its KV answers.
     SessionsDown,
     /// The session endpoints answer again.
@@ -386,6 +402,8 @@ pub struct Model {
     told_lock_delay: Option<Timestamp>,
     /// When this controller process last read the key (the lock watch's last answer).
     kv_read_at: Option<Timestamp>,
+    /// The key as this controller process last read it (its lock watch's cache).
+    cached_lock: LockView,
     /// When this controller process started.
     started_at: Timestamp,
     /// The election's `elector.dev/switchover-to` annotation.
@@ -421,6 +439,7 @@ impl Model {
             recorded: Recorded::default(),
             told_lock_delay: None,
             kv_read_at: None,
+            cached_lock: LockView::Unknown,
             started_at: t(1000),
             switchover: None,
             max_label: None,
@@ -557,14 +576,16 @@ impl Model {
             }
             Event::KvDown => {
                 self.consul.kv_up = false;
-                if !self.leaders().is_empty() {
-                    *self
-                        .seen
-                        .entry("kv down under a leader".into())
-                        .or_default() += 1;
-                }
+                self.seen_under_a_leader("kv down under a leader");
             }
-            Event::KvUp => self.consul.kv_up = true,
+            Event::KvUp => {
+                self.consul.kv_up = true;
+                self.consul.kv_stalled = false;
+            }
+            Event::KvStall => {
+                self.consul.kv_stalled = true;
+                self.seen_under_a_leader("kv stalled under a leader");
+            }
             Event::SessionsDown => self.consul.sessions_up = false,
             Event::SessionsUp => {
                 self.consul.sessions_up = true;
@@ -602,7 +623,10 @@ impl Model {
                         )
                         .expect("up");
                     let value = serde_json::json!({"pod": name, "uid": uid}).to_string();
-                    if self.consul.acquire(&id, now, value.into_bytes()) != Ok(true) {
+                    let acquired = self
+                        .consul
+                        .as_outside_client(|c| c.acquire(&id, now, value.into_bytes()));
+                    if acquired != Ok(true) {
                         self.consul.sessions.remove(&id);
                     }
                 }
@@ -612,7 +636,9 @@ impl Model {
                     && let Some(h) = self.consul.holder().map(str::to_owned)
                     && self.consul.sessions.get(&h).is_some_and(|s| s.foreign)
                 {
-                    self.consul.release(&h).expect("up");
+                    self.consul
+                        .as_outside_client(|c| c.release(&h))
+                        .expect("up");
                     self.consul.destroy(&h, now).expect("up");
                 }
             }
@@ -675,6 +701,7 @@ impl Model {
             Event::Restart => {
                 self.registered = None;
                 self.kv_read_at = None;
+                self.cached_lock = LockView::Unknown;
                 self.started_at = now;
                 self.told_lock_delay = None;
                 self.adopt = self
@@ -689,6 +716,13 @@ impl Model {
             } => {
                 self.reconcile(*fail_at, *after_effect);
             }
+        }
+    }
+
+    /// Counts `situation` (for the generator's coverage test) when a pod leads.
+    fn seen_under_a_leader(&mut self, situation: &str) {
+        if !self.leaders().is_empty() {
+            *self.seen.entry(situation.into()).or_default() += 1;
         }
     }
 
@@ -855,10 +889,14 @@ impl Model {
     /// Observes the world (with the status read at the start of the reconcile) and plans.
     fn plan_once(&mut self, recorded: &Recorded) -> Plan {
         let pods = self.observed_pods();
-        let lock = self.consul.lock_view();
-        if lock != LockView::Unknown {
-            self.kv_read_at = Some(self.now);
+        // A stalled watch brings no answer: the cached view stays, however old.
+        if !self.consul.kv_stalled {
+            self.cached_lock = self.consul.lock_view();
+            if self.cached_lock != LockView::Unknown {
+                self.kv_read_at = Some(self.now);
+            }
         }
+        let lock = self.cached_lock.clone();
         let session = self.session_view();
         let owner = Owner::new("model-cluster", "ops.consul-elector");
         let obs = Observation {
@@ -1207,9 +1245,9 @@ impl Model {
                 ));
             }
         }
-        // While the key cannot be read, a label whose lock is gone stays at most a TTL after
-        // the last read (Fence; in Observe mode too), and never once the session is known lost
-        // (any policy).
+        // While the key cannot be read, or its watch stalls (the cached view, however old,
+        // still says held), a label whose lock is gone stays at most a TTL after the last read
+        // (Fence; in Observe mode too), and never once the session is known lost (any policy).
         if self.consul.kv_reachable().is_err() {
             let lost = self
                 .registered

@@ -78,6 +78,7 @@ fn world_event() -> impl Strategy<Value = Event> {
         2 => Just(Event::ConsulUp),
         1 => Just(Event::KvDown),
         2 => Just(Event::KvUp),
+        1 => Just(Event::KvStall),
         1 => Just(Event::SessionsDown),
         2 => Just(Event::SessionsUp),
         1 => Just(Event::DestroyOurSession),
@@ -211,6 +212,7 @@ fn the_generator_reaches_every_interesting_situation() {
         "reason RaisingFencingToken",
         "reason ConsulUnavailable",
         "reason NoHolder",
+        "kv stalled under a leader",
         "observed LabelLeader",
         "switchover decided",
         "ok AnnotateHandover",
@@ -221,5 +223,45 @@ fn the_generator_reaches_every_interesting_situation() {
             seen.get(situation).copied().unwrap_or(0) > 0,
             "the generator never produced {situation:?}: {seen:#?}"
         );
+    }
+}
+
+/// The situation a random run rarely composes: the watch stalls under a leader, the key is
+/// deleted or taken from outside while the session keeps renewing, and time passes. The
+/// model's rule-2 check (a label without its lock outlives no Fence window, counted from the
+/// last answer) runs after every action of every loop.
+#[test]
+fn a_stalled_watch_hides_an_outside_change_for_at_most_a_ttl() {
+    let loop_once = Event::Loop {
+        fail_at: None,
+        after_effect: false,
+    };
+    for keep_leader in [false, true] {
+        let taken = [Event::DeleteKey, Event::ForeignAcquire(1)];
+        for outside in [&taken[..1], &taken[..]] {
+            let config = ElectionConfig {
+                on_consul_unavailable: match keep_leader {
+                    true => UnavailablePolicy::KeepLeader,
+                    false => UnavailablePolicy::Fence,
+                },
+                ..config()
+            };
+            let knobs = Knobs {
+                tell_lock_delay: true,
+            };
+            let mut model = Model::new(config, knobs, &[(true, 20), (true, 10)]);
+            for _ in 0..3 {
+                model.apply(&loop_once);
+            }
+            model.apply(&Event::KvStall);
+            for event in outside {
+                model.apply(event);
+            }
+            for _ in 0..20 {
+                model.apply(&Event::Advance(1));
+                model.apply(&loop_once);
+            }
+            model.quiesce();
+        }
     }
 }

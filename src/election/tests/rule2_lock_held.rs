@@ -448,3 +448,67 @@ fn a_known_lost_session_fences_at_once_even_while_the_key_is_unreadable() {
         assert_eq!(plan.status.phase, Phase::Fenced);
     }
 }
+
+/// The key's cached view still says held by the operator's session, but no answer covering
+/// the key has arrived for a whole TTL (a blocking query stalled in the network while the
+/// session renews): the view may hide a deletion or a takeover, so it confirms nothing.
+#[test]
+fn a_held_view_no_answer_confirmed_for_a_ttl_fences() {
+    let held_view = Scene::elected("a", &["b"], 5);
+
+    // Confirmed recently: nothing to do, and no extra look while confirmations are prompt.
+    let fresh = held_view.clone().lock_confirmed_at(t(97)).plan();
+    assert!(fresh.actions.is_empty(), "{:?}", fresh.actions);
+    assert_eq!(fresh.requeue_after, None);
+
+    // Confirmed more than TTL/2 ago: still leads, and looks again when the TTL runs out.
+    let lagging = held_view.clone().lock_confirmed_at(t(91)).plan();
+    assert!(lagging.actions.is_empty(), "{:?}", lagging.actions);
+    assert_eq!(lagging.status.phase, Phase::Elected);
+    assert_eq!(lagging.requeue_after, Some(secs(6)));
+
+    // A whole TTL (15 s) without a confirmation: Fence takes the label away.
+    let stale = held_view.clone().lock_confirmed_at(t(85)).plan();
+    assert_eq!(steps(&stale), vec![follower("a")]);
+    assert!(
+        consul_steps(&stale).is_empty(),
+        "nothing is written to Consul"
+    );
+    assert_eq!(stale.status.phase, Phase::Fenced);
+    assert_eq!(
+        events(&stale),
+        vec![(EventReason::ConsulUnavailable, Some("a".into()))]
+    );
+    assert!(!condition(&stale.status, CONSUL_AVAILABLE).status);
+
+    // KeepLeader keeps it, without extra looks.
+    let kept = held_view
+        .clone()
+        .config(keep_leader())
+        .lock_confirmed_at(t(85))
+        .plan();
+    assert!(steps(&kept).is_empty(), "{:?}", kept.actions);
+    assert_eq!(kept.status.phase, Phase::Elected);
+    let lagging_kept = held_view
+        .config(keep_leader())
+        .lock_confirmed_at(t(91))
+        .plan();
+    assert_eq!(lagging_kept.requeue_after, None);
+}
+
+/// A fenced leader whose stale view still says held is not labelled again until an answer
+/// confirms the key; then, as after any fence, it leads again with a higher token (rule 6:
+/// once its label is gone, an equal LockIndex may name a re-created key).
+#[test]
+fn a_fenced_stale_view_waits_for_a_confirming_answer() {
+    let fenced = Scene::new(vec![pod("a").follower(), pod("b").follower()])
+        .lock(held("s1", 5, "a"))
+        .session(Some(session("s1", "a")))
+        .recorded(recorded("a", "s1", 5, t(0), 0));
+    let still_stale = fenced.clone().lock_confirmed_at(t(80)).plan();
+    assert!(steps(&still_stale).is_empty(), "{:?}", still_stale.actions);
+    assert_eq!(still_stale.status.phase, Phase::Fenced);
+
+    let confirmed = fenced.lock_confirmed_at(t(100)).plan();
+    assert_eq!(steps(&confirmed), vec![release("s1"), acquire("s1", "a")]);
+}
