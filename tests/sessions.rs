@@ -122,7 +122,10 @@ async fn create_registers_a_ttl_session_and_renews_it_every_half_ttl() {
     let (web, id, created) = f.create_web().await;
 
     let stored = f.emu.session(&id).unwrap();
-    assert_eq!(stored.name, "consul-elector/east/ops.consul-elector/shop/web/web-0");
+    assert_eq!(
+        stored.name,
+        "consul-elector/east/ops.consul-elector/shop/web/web-0"
+    );
     assert_eq!(stored.name, session_name(&owner(), &web, "web-0"));
     assert_eq!(stored.ttl, "10s");
     assert_eq!(stored.lock_delay, Duration::from_secs(3));
