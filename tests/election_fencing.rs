@@ -225,6 +225,40 @@ async fn outside_changes_to_the_key_are_seen_at_once() {
     .await;
 }
 
+/// Election `web` elected with a token of its own, from Secret `own-token` that opted in.
+async fn elected_with_own_token(admin: kube::Client, ns: String) -> (Harness, harness::Elected) {
+    let options = harness::HarnessOptions {
+        secret_access: true,
+        ..harness::HarnessOptions::default()
+    };
+    let mut h = Harness::with_options(admin, ns, options).await;
+    h.deployment("web", 3).await;
+    h.token_secret("own-token", "election-token", "web").await;
+    h.start_operator().await;
+    let mut spec = web();
+    spec["consul"] = json!({"tokenSecretRef": {"name": "own-token", "key": "token"}});
+    h.election("web", spec).await;
+    let first = h.wait_elected("web", None).await;
+    (h, first)
+}
+
+/// Secret `own-token` withdraws its opt-in for election `web`.
+async fn withdraw_opt_in(h: &Harness) {
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(h.admin.clone(), &h.ns);
+    let withdrawn = json!({"metadata": {"annotations": {
+        consul_elector::crd::SECRET_ALLOWED_ELECTIONS_ANNOTATION: "another-election",
+    }}});
+    secrets
+        .patch(
+            "own-token",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&withdrawn),
+        )
+        .await
+        .expect("withdraw the opt-in");
+}
+
 /// An election whose Consul access became unusable (its token Secret withdrew the opt-in)
 /// cannot be planned for, and after an operator restart nothing renews its session: rule 2
 /// applies to it like to any other, so its leader label goes a TTL after the restart instead
@@ -232,33 +266,10 @@ async fn outside_changes_to_the_key_are_seen_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unusable_election_is_fenced_a_ttl_after_a_restart() {
     with_namespace("fence-unusable", |admin, ns| async move {
-        let options = harness::HarnessOptions {
-            secret_access: true,
-            ..harness::HarnessOptions::default()
-        };
-        let mut h = Harness::with_options(admin, ns, options).await;
-        h.deployment("web", 3).await;
-        h.token_secret("own-token", "election-token", "web").await;
-        h.start_operator().await;
-        let mut spec = web();
-        spec["consul"] = json!({"tokenSecretRef": {"name": "own-token", "key": "token"}});
-        h.election("web", spec).await;
-        let first = h.wait_elected("web", None).await;
+        let (mut h, first) = elected_with_own_token(admin, ns).await;
 
         // The Secret withdraws its opt-in, then the operator restarts.
-        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
-            kube::Api::namespaced(h.admin.clone(), &h.ns);
-        let withdrawn = json!({"metadata": {"annotations": {
-            consul_elector::crd::SECRET_ALLOWED_ELECTIONS_ANNOTATION: "another-election",
-        }}});
-        secrets
-            .patch(
-                "own-token",
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(&withdrawn),
-            )
-            .await
-            .expect("withdraw the opt-in");
+        withdraw_opt_in(&h).await;
         h.kill_operator().await;
         let restarted = Instant::now();
         h.start_operator().await;
@@ -288,32 +299,9 @@ async fn an_unusable_election_is_fenced_a_ttl_after_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_withdrawn_token_is_no_longer_used_and_the_label_goes() {
     with_namespace("fence-withdrawn", |admin, ns| async move {
-        let options = harness::HarnessOptions {
-            secret_access: true,
-            ..harness::HarnessOptions::default()
-        };
-        let mut h = Harness::with_options(admin, ns, options).await;
-        h.deployment("web", 3).await;
-        h.token_secret("own-token", "election-token", "web").await;
-        h.start_operator().await;
-        let mut spec = web();
-        spec["consul"] = json!({"tokenSecretRef": {"name": "own-token", "key": "token"}});
-        h.election("web", spec).await;
-        let first = h.wait_elected("web", None).await;
+        let (h, first) = elected_with_own_token(admin, ns).await;
 
-        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
-            kube::Api::namespaced(h.admin.clone(), &h.ns);
-        let withdrawn = json!({"metadata": {"annotations": {
-            consul_elector::crd::SECRET_ALLOWED_ELECTIONS_ANNOTATION: "another-election",
-        }}});
-        secrets
-            .patch(
-                "own-token",
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(&withdrawn),
-            )
-            .await
-            .expect("withdraw the opt-in");
+        withdraw_opt_in(&h).await;
         // Any change of the election makes the operator look at its access again.
         h.touch("web").await;
         h.wait_status("web", |le| phase(le).as_deref() == Some("Invalid"))

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use consul_elector::leadership::{LeadershipError, WallClock};
 use harness::{Elected, Harness, HarnessOptions, LEASE_DURATION, Operator, OperatorConsul, SOON};
 use serde_json::json;
-use testkit::cluster::with_namespace;
+use testkit::cluster::{TestCluster, with_namespace};
 use testkit::consul::{Endpoint, Fault, FaultAction};
 use testkit::kube_faults::{FaultAction as KubeFaultAction, KubeFault, KubeFaults, Verb};
 
@@ -474,6 +474,77 @@ async fn a_wall_clock_an_hour_behind_lets_no_standby_take_over() {
         h.touch_and_wait_reconcile("web").await;
         assert_eq!(h.wait_elected("web", None).await, first, "no leader change");
         standby.stop(SOON).await;
+        h.finish().await;
+    })
+    .await;
+}
+
+/// A standby whose pod watch lags (its watch request waits 20 s at the API server) takes over
+/// right after the active replica moved the leader and crashed: it must not act on its stale
+/// pods (the deleted old leader still labelled, the new one a follower). It brings its caches
+/// up to a fresh list first, so none of its writes is refused for being based on pods that no
+/// longer are as it saw them (the API server's audit log records every answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_with_a_lagging_pod_cache_catches_up_before_its_first_write() {
+    with_namespace("ha-stale", |admin, ns| async move {
+        let mut h = harness(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        wait_active(&h, h.operator(), SOON).await;
+        h.election("web", json!({"selector": {"matchLabels": {"app": "web"}}}))
+            .await;
+        let first = h.wait_elected("web", None).await;
+        // The standby lists the pods now, but sees none of their changes for 20 s.
+        let lag = Duration::from_secs(20);
+        let faults = KubeFaults::new(14);
+        faults.add(
+            KubeFault::new(KubeFaultAction::Latency(lag))
+                .verb(Verb::Watch)
+                .resource("pods"),
+        );
+        let standby = h
+            .spawn_replica("standby", &faults, Some(TOKEN_B.into()))
+            .await;
+        let cached = h
+            .poll_until(SOON, || {
+                faults
+                    .forwarded()
+                    .iter()
+                    .any(|f| f.request.verb == Some(Verb::List))
+            })
+            .await;
+        assert!(cached, "the standby listed the pods");
+        // A move by the active replica, finished, the old leader gone from the API server.
+        h.pods()
+            .delete(&first.pod, &Default::default())
+            .await
+            .expect("delete the leader");
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        let gone = h
+            .pods_become(SOON, |pods| !pods.contains_key(&first.pod))
+            .await;
+        assert!(gone, "the old leader is gone");
+        let cluster = TestCluster::shared().expect("cluster");
+        let before = cluster.audit_writes().expect("audit log").len();
+        h.kill_operator().await;
+        wait_active(&h, &standby, lag + SOON).await;
+        h.set_operator(standby);
+        h.touch_and_wait_reconcile("web").await;
+        assert_eq!(
+            h.wait_elected("web", None).await,
+            second,
+            "no leader change"
+        );
+        let refused: Vec<String> = cluster.audit_writes().expect("audit log")[before..]
+            .iter()
+            .filter(|w| w.resource == "pods" && matches!(w.code, 404 | 409 | 422))
+            .map(|w| format!("{} {:?} -> {}", w.verb, w.name, w.code))
+            .collect();
+        assert_eq!(
+            refused,
+            Vec::<String>::new(),
+            "pod writes the new active replica based on pods as they no longer were"
+        );
         h.finish().await;
     })
     .await;
