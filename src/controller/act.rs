@@ -149,6 +149,9 @@ impl<'a> Round<'a> {
             self.recorded
                 .last_switchover
                 .clone_from(&decided.status.last_switchover);
+            // The next plan (of this reconcile or the next) knows whether this one stood back.
+            self.ctx
+                .remember_stood_back(self.key, decided.managed_elsewhere.clone());
             let actions = decided.actions.clone();
             self.last = Some(decided);
             if actions.is_empty() {
@@ -257,13 +260,6 @@ impl<'a> Round<'a> {
                 }
                 super::switchover::clear_request(self.ctx, self.key, &request).await?;
                 self.switchover = None;
-                Ok(())
-            }
-            // Said once per stretch of standing back, not at every reconcile.
-            Action::Emit(event)
-                if event.reason == EventReason::ManagedElsewhere
-                    && !self.ctx.stands_back(self.key, true) =>
-            {
                 Ok(())
             }
             Action::Emit(event) => {

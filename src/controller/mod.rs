@@ -177,10 +177,8 @@ pub struct Context {
     statuses: Mutex<HashMap<ElectionKey, RememberedStatus>>,
     /// Status writes that failed in a row per election, with the last error's category.
     status_failures: Mutex<HashMap<ElectionKey, (u32, &'static str)>>,
-    /// The elections this install stands back from (another install serves them): their
-    /// `ManagedElsewhere` event is published once per stretch, not at every reconcile.
-    standing_back: Mutex<std::collections::HashSet<ElectionKey>>,
-    /// What the last plan of each election said about standing back, passed to the next.
+    /// What the last plan of each election said about standing back, passed to the next
+    /// (pruned with the elections).
     stood_back: Mutex<HashMap<ElectionKey, StoodBack>>,
     /// The operator-wide event rate limit (see [`EVENT_RATE`]).
     event_budget: Mutex<TokenBucket>,
@@ -276,19 +274,6 @@ impl Context {
             map.get(&key)
                 .is_some_and(|(uid, _, _)| le.metadata.uid.as_ref() == Some(uid))
         })
-    }
-
-    /// Records whether this install stands back from `key` now; whether that is new.
-    fn stands_back(&self, key: &ElectionKey, now: bool) -> bool {
-        let Ok(mut set) = self.standing_back.lock() else {
-            return now;
-        };
-        if now {
-            set.insert(key.clone())
-        } else {
-            set.remove(key);
-            false
-        }
     }
 
     /// What this install's last decision for `key` said about standing back.
@@ -632,7 +617,6 @@ pub async fn run(
         statuses: Mutex::new(HashMap::new()),
         status_failures: Mutex::new(HashMap::new()),
         pods_written: Mutex::new(HashMap::new()),
-        standing_back: Mutex::new(std::collections::HashSet::new()),
         stood_back: Mutex::new(HashMap::new()),
         event_budget: Mutex::new(TokenBucket::new(EVENT_RATE, tokio::time::Instant::now())),
     });
@@ -684,10 +668,14 @@ pub async fn run(
                 report_gauges(&ctx);
                 ctx.prune_written_pods();
                 ctx.prune_statuses();
-                ctx.validated.retain(|key| {
+                let known = |key: &ElectionKey| {
                     let reference = ObjectRef::new(&key.name).within(&key.namespace);
                     ctx.elections.get(&reference).is_some()
-                });
+                };
+                ctx.validated.retain(known);
+                if let Ok(mut stood) = ctx.stood_back.lock() {
+                    stood.retain(|key, _| known(key));
+                }
             }
         }
     };
@@ -908,13 +896,10 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let outcome = round.run(MAX_ROUNDS).await;
     let labelled = round.labelled_leader_uid();
     // Standing back for another install (rule 8): the status is that install's to write.
-    let stood = round
+    let standing_back = round
         .last_plan()
-        .and_then(|plan| plan.managed_elsewhere.clone());
-    let standing_back = stood.is_some();
-    ctx.remember_stood_back(&key, stood);
+        .is_some_and(|plan| plan.managed_elsewhere.is_some());
     if !standing_back {
-        ctx.stands_back(&key, false);
         status::write(le, ctx, &config, labelled.as_deref(), round.last_plan()).await?;
     }
     outcome?;

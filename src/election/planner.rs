@@ -403,15 +403,19 @@ impl<'a> Builder<'a> {
         if let Some(s) = self.obs.session {
             self.drop_session(s);
         }
-        self.emit(
-            EventReason::ManagedElsewhere,
-            None,
-            format!(
-                "install {other} of the operator serves this election; this install ({}/{}) \
+        // Said once, when this install starts standing back: a plan that only repeated the
+        // event would never settle.
+        if self.obs.stood_back.is_none() {
+            self.emit(
+                EventReason::ManagedElsewhere,
+                None,
+                format!(
+                    "install {other} of the operator serves this election; this install ({}/{}) \
                  stands back until that install's session no longer holds the key",
-                self.obs.owner.cluster, self.obs.owner.install
-            ),
-        );
+                    self.obs.owner.cluster, self.obs.owner.install
+                ),
+            );
+        }
         self.phase = Phase::Pending;
         self.elected_reason = (
             "ManagedElsewhere",

@@ -120,6 +120,17 @@ impl Operator {
         }
     }
 
+    /// Reconciles it finished so far, whatever their outcome.
+    pub fn reconciles(&self) -> u64 {
+        self.metrics
+            .encode()
+            .lines()
+            .filter(|l| l.contains("_reconcile_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .sum()
+    }
+
     /// Whether it holds the Lease and writes (its `consul_elector_active` gauge).
     pub fn is_active(&self) -> bool {
         self.metrics
@@ -1015,14 +1026,7 @@ impl Harness {
 
     /// Reconciles the running operator has finished (successful or not).
     pub fn reconciles(&self) -> u64 {
-        self.operator()
-            .metrics
-            .encode()
-            .lines()
-            .filter(|l| l.contains("_reconcile_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .map(|v| v as u64)
-            .sum()
+        self.operator().reconciles()
     }
 
     /// One request to the Consul emulator's HTTP API, as an outside client (an application,

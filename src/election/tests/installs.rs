@@ -151,3 +151,22 @@ fn after_standing_back_a_free_key_is_taken_only_once_it_stayed_free() {
     // Without the stand-back, the usual order: demote first.
     assert_eq!(steps(&scene.plan()).first(), Some(&follower("a")));
 }
+
+#[test]
+fn standing_back_is_said_once_and_then_the_plan_settles() {
+    let scene = Scene::new(vec![pod("a").leader(9, t(0)), pod("b")]).lock(held_by_install(
+        "theirs",
+        "a",
+        "test-cluster",
+        "team.consul-elector",
+    ));
+    let first = scene.plan();
+    assert_eq!(events(&first), vec![(EventReason::ManagedElsewhere, None)]);
+    // The next decision (in the same reconcile or the next) knows it stood back: a plan that
+    // repeated the event would never be empty, and the reconcile would never settle.
+    let mut again = scene.clone();
+    again.stood_back = first.managed_elsewhere.clone();
+    let plan = again.plan();
+    assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+    assert!(plan.managed_elsewhere.is_some());
+}
