@@ -114,9 +114,14 @@ async fn a_stalled_watch_fences_a_ttl_after_its_last_answer() {
                 FaultAction::Latency(Duration::from_secs(600)),
             )
         });
-        // The pending long poll answers this write; its successor stalls.
+        // The pending long polls (the prefix watch woken by this write, the lock watch at the
+        // end of its bounded wait) answer; their successors stall. Only then is the key
+        // deleted, so that no answer reports it.
         let last_answer = Instant::now();
         wake_the_watch(&h).await;
+        tokio::time::timeout(TTL, h.emu.wait_for_no_blocked_queries())
+            .await
+            .expect("the pending long polls answered within a TTL");
         h.app_delete_key(&key).await;
         h.emu.reset_stats();
         let stayed = label_gone(&h, &first.pod, last_answer).await;

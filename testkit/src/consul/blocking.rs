@@ -155,8 +155,17 @@ impl Registry {
 
     /// Resolves once at least `n` queries are parked.
     pub(crate) async fn wait_for_len(&self, n: usize) {
+        self.wait_until(|len| len >= n).await;
+    }
+
+    /// Resolves once at most `n` queries are parked.
+    pub(crate) async fn wait_for_len_at_most(&self, n: usize) {
+        self.wait_until(|len| len <= n).await;
+    }
+
+    async fn wait_until(&self, done: impl Fn(usize) -> bool) {
         let mut rx = self.version.subscribe();
-        while self.len() < n {
+        while !done(self.len()) {
             if rx.changed().await.is_err() {
                 return;
             }

@@ -257,6 +257,13 @@ impl Emulator {
         self.inner.parked.wait_for_len(n).await;
     }
 
+    /// Resolves once no blocking query is parked: every query that was waiting has answered
+    /// (queries held up by a [`FaultAction::Latency`](super::FaultAction::Latency) are not
+    /// parked yet).
+    pub async fn wait_for_no_blocked_queries(&self) {
+        self.inner.parked.wait_for_len_at_most(0).await;
+    }
+
     /// Registers a catalog node with a passing `serfHealth` (like an agent joining the
     /// cluster); an existing node is left as it is.
     pub fn register_node(&self, node: &str) {
