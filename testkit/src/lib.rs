@@ -6,5 +6,6 @@ pub mod cluster;
 pub mod consul;
 pub mod kube_faults;
 pub mod pods;
+pub mod real_consul;
 pub mod recorder;
 pub mod sandbox;

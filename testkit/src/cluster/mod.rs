@@ -13,11 +13,11 @@ mod credentials;
 mod kubeconfig;
 mod launch;
 mod namespace;
-mod ports;
-mod processes;
+pub(crate) mod ports;
+pub(crate) mod processes;
 mod readiness;
 mod service_account;
-mod workdir;
+pub(crate) mod workdir;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, PoisonError};

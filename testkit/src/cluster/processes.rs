@@ -164,7 +164,7 @@ impl ManagedProcess {
     }
 
     /// Sends `signal` to the process; false if that failed.
-    fn signal(&self, signal: libc::c_int) -> bool {
+    pub(crate) fn signal(&self, signal: libc::c_int) -> bool {
         let Ok(pid) = libc::pid_t::try_from(self.child.id()) else {
             return false;
         };

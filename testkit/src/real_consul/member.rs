@@ -1,0 +1,241 @@
+//! One Consul process of a [`super::RealConsul`]: its command line, ports and data dir, and
+//! the handles a test uses to kill, restart, pause and partition it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use super::proxy::Proxy;
+use super::{RealConsulError, Shape};
+use crate::cluster::ports::free_ports;
+use crate::cluster::processes::ManagedProcess;
+
+/// How long a graceful stop waits for the process before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// What a member is started with; the same on every restart.
+#[derive(Debug, Clone)]
+pub(super) struct Plan {
+    node: String,
+    http_port: u16,
+    server_port: u16,
+    args: Vec<String>,
+    log_dir: PathBuf,
+}
+
+/// The members' plans: ports picked now, every server told every other's Serf address.
+pub(super) fn plan(
+    shape: Shape,
+    count: usize,
+    dir: &Path,
+    master_token: Option<&str>,
+) -> Result<Vec<Plan>, RealConsulError> {
+    let ports = (0..count)
+        .map(|_| free_ports::<5>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| RealConsulError::Io {
+            context: "picking ports".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+    let joins: Vec<String> = ports
+        .iter()
+        .map(|[_, _, serf_lan, _, _]| format!("-retry-join=127.0.0.1:{serf_lan}"))
+        .collect();
+    let mut plans = Vec::with_capacity(count);
+    for (i, [http, dns, serf_lan, serf_wan, server]) in ports.into_iter().enumerate() {
+        let node = match shape {
+            Shape::Dev => "dev".to_string(),
+            Shape::Cluster => format!("s{}", i + 1),
+        };
+        let mut args = vec![
+            "agent".to_string(),
+            format!("-node={node}"),
+            "-bind=127.0.0.1".into(),
+            "-client=127.0.0.1".into(),
+            format!("-http-port={http}"),
+            format!("-dns-port={dns}"),
+            format!("-hcl=ports {{ serf_lan = {serf_lan} serf_wan = {serf_wan} server = {server} }}"),
+            "-log-level=debug".into(),
+        ];
+        match shape {
+            Shape::Dev => args.push("-dev".into()),
+            Shape::Cluster => {
+                let data = dir.join(format!("{node}-data"));
+                std::fs::create_dir_all(&data)
+                    .map_err(RealConsulError::io(format!("creating {}", data.display())))?;
+                args.extend([
+                    "-server".to_string(),
+                    "-bootstrap-expect=3".into(),
+                    format!("-data-dir={}", data.display()),
+                    // Consul's recommended production timing (the default, 5, is for small
+                    // development machines).
+                    "-hcl=performance { raft_multiplier = 1 }".into(),
+                ]);
+                args.extend(joins.iter().cloned());
+            }
+        }
+        if let Some(token) = master_token {
+            args.extend([
+                "-hcl=acl_datacenter = \"dc1\"".to_string(),
+                "-hcl=acl_default_policy = \"deny\"".into(),
+                "-hcl=acl_down_policy = \"extend-cache\"".into(),
+                format!("-hcl=acl_master_token = \"{token}\""),
+                format!("-hcl=acl_agent_token = \"{token}\""),
+            ]);
+        }
+        plans.push(Plan {
+            node,
+            http_port: http,
+            server_port: server,
+            args,
+            log_dir: dir.to_path_buf(),
+        });
+    }
+    Ok(plans)
+}
+
+/// One Consul process with a proxy in front of its HTTP port.
+#[derive(Debug)]
+pub struct Member {
+    binary: PathBuf,
+    plan: Plan,
+    process: Mutex<Option<ManagedProcess>>,
+    starts: AtomicU32,
+    proxy: Proxy,
+}
+
+impl Member {
+    pub(super) async fn launch(binary: PathBuf, plan: Plan) -> Result<Self, RealConsulError> {
+        let proxy = Proxy::start(plan.http_port).await?;
+        let member = Self {
+            binary,
+            plan,
+            process: Mutex::new(None),
+            starts: AtomicU32::new(0),
+            proxy,
+        };
+        member.restart()?;
+        Ok(member)
+    }
+
+    /// The node name (`dev`, or `s1`..`s3`).
+    pub fn node(&self) -> &str {
+        &self.plan.node
+    }
+
+    /// The HTTP URL through the proxy (what an operator under test is given).
+    pub fn url(&self) -> String {
+        self.proxy.url()
+    }
+
+    /// The HTTP URL of the process itself, bypassing the proxy.
+    pub fn direct_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.plan.http_port)
+    }
+
+    /// The Raft address, as `/v1/status/leader` names it.
+    pub fn raft_address(&self) -> String {
+        format!("127.0.0.1:{}", self.plan.server_port)
+    }
+
+    /// The process id while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.lock().as_ref().map(ManagedProcess::pid)
+    }
+
+    /// Whether the process runs (it may be paused).
+    pub fn is_running(&self) -> bool {
+        self.lock()
+            .as_mut()
+            .is_some_and(|process| process.exited().is_none())
+    }
+
+    /// Kills the process at once (SIGKILL), as a crash would.
+    pub fn kill(&self) {
+        if let Some(mut process) = self.lock().take() {
+            process.stop(Duration::ZERO);
+        }
+    }
+
+    /// Stops the process with SIGTERM (Consul's graceful shutdown, without leaving the
+    /// cluster), SIGKILL after a grace period.
+    pub fn stop(&self) {
+        if let Some(mut process) = self.lock().take() {
+            process.stop(STOP_GRACE);
+        }
+    }
+
+    /// Starts the process again with the same command line, ports and data dir (a no-op while
+    /// it runs). Each start logs to its own file.
+    pub fn restart(&self) -> Result<(), RealConsulError> {
+        let mut process = self.lock();
+        if process
+            .as_mut()
+            .is_some_and(|running| running.exited().is_none())
+        {
+            return Ok(());
+        }
+        let start = self.starts.fetch_add(1, Ordering::Relaxed) + 1;
+        let log = self
+            .plan
+            .log_dir
+            .join(format!("{}.{start}.log", self.plan.node));
+        let spawned = ManagedProcess::spawn("consul", &self.binary, &self.plan.args, log)
+            .map_err(|e| RealConsulError::Io {
+                context: format!("starting consul {}", self.plan.node),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        *process = Some(spawned);
+        Ok(())
+    }
+
+    /// Freezes the process (SIGSTOP): it neither answers nor takes part in Raft until
+    /// [`Member::resume`].
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets a paused process run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// Cuts the operator off from this member: every connection through the proxy, open or
+    /// new, is held without an answer (a network partition, not a refusal) until
+    /// [`Member::heal`].
+    pub fn partition(&self) {
+        self.proxy.partition();
+    }
+
+    /// Ends a [`Member::partition`]: the held connections are closed, new ones pass.
+    pub fn heal(&self) {
+        self.proxy.heal();
+    }
+
+    /// The last lines of the current process' log.
+    pub fn log_tail(&self) -> String {
+        self.lock()
+            .as_ref()
+            .map(ManagedProcess::log_tail)
+            .unwrap_or_else(|| "(not running)".into())
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        if let Some(process) = self.lock().as_ref() {
+            process.signal(signal);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<ManagedProcess>> {
+        self.process
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,309 @@
+//! A real Consul for tests: a single `consul agent -dev`, or a Raft cluster of three servers on
+//! loopback, with handles to kill, restart, pause and partition each member, and the legacy ACL
+//! system switched on when a test needs tokens.
+//!
+//! # Where the binary comes from
+//! `CONSUL_BIN` names it. Without it, [`RealConsul::start`] returns `Ok(None)` after printing
+//! `SKIPPED: ...` so a test without a real Consul passes visibly; with `CI=true` that is an
+//! error instead, so a CI run can never skip these tests silently. Any Consul from 1.0 on works:
+//! the tests read the server's version from `/v1/agent/self` where versions differ.
+//!
+//! # Shapes
+//! - [`Shape::Dev`]: one `agent -dev` (in-memory, a server and its own agent).
+//! - [`Shape::Cluster`]: three servers (`-bootstrap-expect=3`), each with its own data dir and
+//!   ports, so a member killed and restarted comes back with its Raft log and the KV store.
+//!
+//! Every member's HTTP port sits behind a [`Proxy`]: [`Member::url`] goes through it, so a test
+//! can partition the operator from the agent it talks to ([`Member::partition`]) while the
+//! server itself keeps running. All ports are picked at runtime.
+
+mod acl;
+mod member;
+mod proxy;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+pub use acl::{AclRules, OPERATOR_RULES};
+pub use member::Member;
+pub use proxy::Proxy;
+
+use crate::cluster::workdir::ClusterDir;
+
+/// The environment variable naming the Consul binary.
+pub const CONSUL_BIN_ENV: &str = "CONSUL_BIN";
+
+/// How long a start waits for a cluster leader and the members' catalog registration.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Which Consul to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// One `consul agent -dev`.
+    Dev,
+    /// Three servers forming one Raft cluster.
+    Cluster,
+}
+
+/// Options of a start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Legacy ACLs on with `acl_default_policy = "deny"`; [`RealConsul::master_token`] is set.
+    pub acl: bool,
+}
+
+/// Why a real Consul could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum RealConsulError {
+    /// `CONSUL_BIN` is unset on CI, or names no executable.
+    #[error("no Consul binary: {0}")]
+    Binary(String),
+    /// A process could not be spawned, or the harness' own I/O failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The cluster did not become usable in time.
+    #[error("consul did not become ready: {reason}\n--- last lines of its log ---\n{log_tail}")]
+    NotReady {
+        /// What was awaited.
+        reason: String,
+        /// The last lines of the members' logs.
+        log_tail: String,
+    },
+    /// An HTTP call of the harness to Consul failed.
+    #[error("consul {what}: {detail}")]
+    Http {
+        /// The call.
+        what: String,
+        /// Status and body, or the transport error.
+        detail: String,
+    },
+}
+
+impl RealConsulError {
+    fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let context = context.into();
+        move |source| Self::Io { context, source }
+    }
+}
+
+/// The Consul binary from `CONSUL_BIN`; `None` (after printing why) when it is unset outside
+/// CI; an error when it is unset on CI or names nothing executable.
+pub fn consul_binary() -> Result<Option<PathBuf>, RealConsulError> {
+    match std::env::var_os(CONSUL_BIN_ENV) {
+        Some(path) if !path.is_empty() => {
+            let path = PathBuf::from(path);
+            if path.is_file() {
+                Ok(Some(path))
+            } else {
+                Err(RealConsulError::Binary(format!(
+                    "{CONSUL_BIN_ENV}={} is not a file",
+                    path.display()
+                )))
+            }
+        }
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => Err(RealConsulError::Binary(
+            format!("{CONSUL_BIN_ENV} is unset and CI=true: CI must run the real-Consul tests"),
+        )),
+        _ => {
+            eprintln!(
+                "SKIPPED: {CONSUL_BIN_ENV} is unset, so the tests against a real Consul do not \
+                 run (set it to a consul binary, 1.0 or later)"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// A running real Consul. Every process is killed when this is dropped (and when the test
+/// binary dies).
+#[derive(Debug)]
+pub struct RealConsul {
+    members: Vec<Member>,
+    master_token: Option<String>,
+    http: reqwest::Client,
+    _dir: ClusterDir,
+}
+
+impl RealConsul {
+    /// Starts `shape` from `CONSUL_BIN` and waits until it has a leader and every member is
+    /// registered in the catalog (sessions need that). `Ok(None)`: no binary, test skipped.
+    pub async fn start(shape: Shape, options: Options) -> Result<Option<Self>, RealConsulError> {
+        let Some(binary) = consul_binary()? else {
+            return Ok(None);
+        };
+        Self::start_with(binary, shape, options).await.map(Some)
+    }
+
+    /// Like [`RealConsul::start`] with an explicit binary.
+    pub async fn start_with(
+        binary: PathBuf,
+        shape: Shape,
+        options: Options,
+    ) -> Result<Self, RealConsulError> {
+        crate::cluster::install_crypto_provider();
+        let dir = ClusterDir::create().map_err(|e| RealConsulError::Io {
+            context: "creating the consul directory".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let master_token = options.acl.then(|| uuid::Uuid::new_v4().to_string());
+        let count = match shape {
+            Shape::Dev => 1,
+            Shape::Cluster => 3,
+        };
+        let plans = member::plan(shape, count, dir.path(), master_token.as_deref())?;
+        let mut members = Vec::with_capacity(count);
+        for plan in plans {
+            members.push(Member::launch(binary.clone(), plan).await?);
+        }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| RealConsulError::Http {
+                what: "client".into(),
+                detail: e.to_string(),
+            })?;
+        let consul = Self {
+            members,
+            master_token,
+            http,
+            _dir: dir,
+        };
+        consul.wait_ready(READY_TIMEOUT).await?;
+        Ok(consul)
+    }
+
+    /// The URL the operator uses: member 0's, through its proxy.
+    pub fn url(&self) -> String {
+        self.members[0].url()
+    }
+
+    /// The members, in start order (member 0 is the one [`RealConsul::url`] names).
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// The ACL master token, when started with [`Options::acl`].
+    pub fn master_token(&self) -> Option<&str> {
+        self.master_token.as_deref()
+    }
+
+    /// Waits until some running member reports a Raft leader and every running member's node
+    /// is in the catalog, as seen through member 0 or, if it is down, any running member.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<(), RealConsulError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let Err(reason) = self.ready_probe().await else {
+                return Ok(());
+            };
+            if Instant::now() >= deadline {
+                return Err(RealConsulError::NotReady {
+                    reason,
+                    log_tail: self.log_tails(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn ready_probe(&self) -> Result<(), String> {
+        let running: Vec<&Member> = self.members.iter().filter(|m| m.is_running()).collect();
+        let Some(probe) = running.first() else {
+            return Err("no member is running".into());
+        };
+        let leader = self
+            .get_text(&probe.direct_url(), "/v1/status/leader")
+            .await?;
+        if leader.trim().trim_matches('"').is_empty() {
+            return Err("no Raft leader yet".into());
+        }
+        for member in &running {
+            let path = format!("/v1/catalog/node/{}", member.node());
+            let node = self.get_text(&probe.direct_url(), &path).await?;
+            if node.trim() == "null" {
+                return Err(format!("node {} is not in the catalog yet", member.node()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Index in [`RealConsul::members`] of the current Raft leader, asked of every running
+    /// member until one answers with a leader.
+    pub async fn leader(&self) -> Option<usize> {
+        for member in self.members.iter().filter(|m| m.is_running()) {
+            let Ok(leader) = self
+                .get_text(&member.direct_url(), "/v1/status/leader")
+                .await
+            else {
+                continue;
+            };
+            let leader = leader.trim().trim_matches('"').to_string();
+            if let Some(i) = self.members.iter().position(|m| m.raft_address() == leader) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// The server's version string from `/v1/agent/self` (`Config.Version`).
+    pub async fn version(&self) -> Result<String, RealConsulError> {
+        let body = self
+            .get_text(&self.members[0].direct_url(), "/v1/agent/self")
+            .await
+            .map_err(|detail| RealConsulError::Http {
+                what: "agent self".into(),
+                detail,
+            })?;
+        let json: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| RealConsulError::Http {
+                what: "agent self".into(),
+                detail: e.to_string(),
+            })?;
+        Ok(json["Config"]["Version"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string())
+    }
+
+    /// Creates a legacy ACL client token with `rules` (needs [`Options::acl`]).
+    pub async fn create_token(
+        &self,
+        name: &str,
+        rules: &AclRules,
+    ) -> Result<String, RealConsulError> {
+        acl::create_token(self, name, rules).await
+    }
+
+    /// Destroys a legacy ACL token.
+    pub async fn destroy_token(&self, id: &str) -> Result<(), RealConsulError> {
+        acl::destroy_token(self, id).await
+    }
+
+    async fn get_text(&self, base: &str, path: &str) -> Result<String, String> {
+        let mut request = self.http.get(format!("{base}{path}"));
+        if let Some(token) = &self.master_token {
+            request = request.header("X-Consul-Token", token);
+        }
+        let response = request.send().await.map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = response.text().await.map_err(|e| e.to_string())?;
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(format!("{path}: {status} {body}"))
+        }
+    }
+
+    fn log_tails(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("== {} ==\n{}", m.node(), m.log_tail()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
