@@ -231,7 +231,7 @@ async fn the_running_operator_never_shows_a_token() {
         )
         .await;
         // Both Consuls echo the token of a few requests in their error bodies.
-        for emu in [&h.emu, &tenant_consul] {
+        for emu in [h.emu(), &tenant_consul] {
             for endpoint in [Endpoint::Kv, Endpoint::SessionCreate] {
                 emu.add_fault(Fault::times(
                     endpoint,

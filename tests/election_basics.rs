@@ -33,7 +33,7 @@ async fn elects_a_leader_and_fails_over_when_it_is_deleted() {
         let token = status.fencing_token.expect("token");
         assert_eq!(pods_with_role(&h, "follower").await.len(), 2);
         let entry = h
-            .emu
+            .emu()
             .kv_entry(&format!("elector/{}/web/leader", h.ns))
             .expect("key");
         assert_eq!(entry.lock_index, token);
@@ -66,7 +66,7 @@ async fn elects_a_leader_and_fails_over_when_it_is_deleted() {
         assert_eq!(status.transitions, 1);
         // An explicit release leaves no lock-delay behind.
         assert_eq!(
-            h.emu
+            h.emu()
                 .lock_delay_until(&format!("elector/{}/web/leader", h.ns)),
             None
         );
@@ -145,7 +145,7 @@ async fn a_relist_of_one_watched_namespace_keeps_the_others_leader() {
                 cluster,
                 admin_b,
                 ns_b.clone(),
-                a.emu.clone(),
+                a.consul.clone(),
                 HarnessOptions::default(),
             )
             .await;

@@ -40,12 +40,12 @@ fn named(cluster: &str) -> HarnessOptions {
 
 /// The name of the Consul session `id`.
 fn session_name(h: &Harness, id: &str) -> String {
-    h.emu.session(id).expect("the session exists").name
+    h.emu().session(id).expect("the session exists").name
 }
 
 /// The key's value, as JSON.
 fn key_value(h: &Harness, key: &str) -> serde_json::Value {
-    let entry = h.emu.kv_entry(key).expect("the key exists");
+    let entry = h.emu().kv_entry(key).expect("the key exists");
     serde_json::from_slice(&entry.value).expect("the key's value is JSON")
 }
 
@@ -73,7 +73,7 @@ async fn wait_held_elsewhere(h: &Harness, holder: &[&str]) -> LeaderElection {
 
 /// Asserts that `first`'s session still holds `key` at its token.
 fn assert_holds(h: &Harness, key: &str, first: &Elected) {
-    let entry = h.emu.kv_entry(key).expect("the key exists");
+    let entry = h.emu().kv_entry(key).expect("the key exists");
     assert_eq!(entry.session.as_deref(), Some(first.session.as_str()));
     assert_eq!(entry.lock_index, first.token);
 }
@@ -123,7 +123,7 @@ async fn two_clusters_on_one_consul_never_take_each_others_lock() {
             &second,
             admin_b,
             ns.clone(),
-            a.emu.clone(),
+            a.consul.clone(),
             named(CLUSTER_B),
         )
         .await;
@@ -144,7 +144,7 @@ async fn two_clusters_on_one_consul_never_take_each_others_lock() {
             assert_holds(&a, &key, &first);
 
             a.kill_operator().await;
-            let killed_at = a.emu.now();
+            let killed_at = a.emu().now();
             a.start_operator().await;
             a.wait_reconciled().await;
             assert_eq!(a.wait_elected("web", None).await, first);
@@ -216,8 +216,8 @@ async fn an_outside_session_is_left_alone(
         let outside = reply.json()["ID"].as_str().expect("ID").to_owned();
         let written = value(&ns, &pod, &uid).to_string();
         assert!(h.app_acquire(&key, &outside, &written).await);
-        let deadline = h.emu.session(&outside).and_then(|s| s.deadline);
-        h.emu.reset_stats();
+        let deadline = h.emu().session(&outside).and_then(|s| s.deadline);
+        h.emu().reset_stats();
 
         h.start_operator().await;
         h.election("web", spec()).await;
@@ -226,7 +226,7 @@ async fn an_outside_session_is_left_alone(
         h.start_operator().await;
         wait_held_elsewhere(&h, &[outside.as_str(), pod.as_str()]).await;
 
-        let stats = h.emu.stats();
+        let stats = h.emu().stats();
         for endpoint in [
             "session.renew",
             "session.destroy",
@@ -236,11 +236,11 @@ async fn an_outside_session_is_left_alone(
             assert_eq!(stats.requests_to(endpoint), 0, "{endpoint}: {stats:?}");
         }
         assert_eq!(
-            h.emu.session(&outside).and_then(|s| s.deadline),
+            h.emu().session(&outside).and_then(|s| s.deadline),
             deadline,
             "never renewed"
         );
-        let entry = h.emu.kv_entry(&key).expect("key");
+        let entry = h.emu().kv_entry(&key).expect("key");
         assert_eq!(entry.session.as_deref(), Some(outside.as_str()));
         assert_eq!(entry.value, written.as_bytes());
 
@@ -256,7 +256,7 @@ async fn an_outside_session_is_left_alone(
             )
         );
         assert_eq!(key_value(&h, &key)["cluster"], "test-cluster");
-        assert!(h.emu.session(&outside).is_some(), "never destroyed");
+        assert!(h.emu().session(&outside).is_some(), "never destroyed");
         h.finish().await;
     })
     .await;

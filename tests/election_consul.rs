@@ -42,17 +42,17 @@ async fn session_lost_then_reelected_after_the_lock_delay(prefix: &str, kill: Ki
         .await;
         let key = h.key("web");
 
-        h.emu.reset_stats();
+        h.emu().reset_stats();
         let started = Instant::now();
         match kill {
-            Kill::Invalidate => assert!(h.emu.invalidate_session(&first.session)),
+            Kill::Invalidate => assert!(h.emu().invalidate_session(&first.session)),
             Kill::DestroyOverHttp => h.app_destroy_session(&first.session).await,
         }
         let delay_ends = h
-            .emu
+            .emu()
             .lock_delay_until(&key)
             .expect("Consul set a lock-delay");
-        assert_eq!(h.emu.kv_entry(&key).and_then(|e| e.session), None);
+        assert_eq!(h.emu().kv_entry(&key).and_then(|e| e.session), None);
 
         // The label goes at once: the lock is no longer held.
         h.wait_pods(SOON, "no leader label", |pods| {
@@ -70,7 +70,7 @@ async fn session_lost_then_reelected_after_the_lock_delay(prefix: &str, kill: Ki
         let relabelled = h
             .role_seen_at(&second.pod, "leader", started)
             .expect("re-labelled");
-        let emu_now = h.emu.now();
+        let emu_now = h.emu().now();
         eprintln!(
             "{kill:?}: leader unlabelled after {:?}; re-elected after {:?} (lockDelay 2s)",
             unlabelled - started,
@@ -86,7 +86,7 @@ async fn session_lost_then_reelected_after_the_lock_delay(prefix: &str, kill: Ki
         );
         assert!(emu_now >= delay_ends);
         // The lock-delay was waited out, not raced: one acquisition, no refused attempt.
-        let stats = h.emu.stats();
+        let stats = h.emu().stats();
         assert_eq!(
             stats.requests_to("kv.put"),
             1,
@@ -198,7 +198,7 @@ async fn a_key_held_by_a_foreign_session_makes_everyone_a_follower() {
         // Someone else takes the lock: our session is destroyed and, before the operator can
         // create another (session creation is held back meanwhile), a foreign one acquires.
         let foreign = h.app_session("intruder", "0s").await;
-        let hold = h.emu.add_fault(Fault::always(
+        let hold = h.emu().add_fault(Fault::always(
             Endpoint::SessionCreate,
             FaultAction::Respond {
                 status: 500,
@@ -211,7 +211,7 @@ async fn a_key_held_by_a_foreign_session_makes_everyone_a_follower() {
             h.app_acquire(&key, &foreign, r#"{"pod":"elsewhere"}"#)
                 .await
         );
-        h.emu.remove_fault(hold);
+        h.emu().remove_fault(hold);
 
         let le = h
             .wait_status("web", |le| {
@@ -225,7 +225,7 @@ async fn a_key_held_by_a_foreign_session_makes_everyone_a_follower() {
         })
         .await;
         assert_eq!(
-            h.emu.kv_entry(&key).and_then(|e| e.session).as_deref(),
+            h.emu().kv_entry(&key).and_then(|e| e.session).as_deref(),
             Some(foreign.as_str()),
             "the operator leaves a foreign lock alone"
         );
@@ -268,11 +268,11 @@ async fn consul_unavailable(prefix: &str, policy: &str, drop_connections: bool) 
         let started = Instant::now();
         let fault = if drop_connections {
             Some(
-                h.emu
+                h.emu()
                     .add_fault(Fault::always(Endpoint::Any, FaultAction::DropConnection)),
             )
         } else {
-            h.emu.set_leader(false);
+            h.emu().set_leader(false);
             None
         };
         let le = h
@@ -311,8 +311,8 @@ async fn consul_unavailable(prefix: &str, policy: &str, drop_connections: bool) 
         // Consul answers again: the same pod leads (again).
         let restored = Instant::now();
         match fault {
-            Some(id) => h.emu.remove_fault(id),
-            None => h.emu.set_leader(true),
+            Some(id) => h.emu().remove_fault(id),
+            None => h.emu().set_leader(true),
         }
         h.wait_status_within("web", TTL_BOUND, |le| {
             has_condition(le, "ConsulAvailable", "True")
@@ -383,9 +383,9 @@ async fn observe_mode_mirrors_the_application_lock_and_never_writes_to_consul() 
             h.app_acquire(&key, &app, &json!({"pod": holder}).to_string())
                 .await
         );
-        let token = h.emu.kv_entry(&key).expect("key").lock_index;
+        let token = h.emu().kv_entry(&key).expect("key").lock_index;
 
-        h.emu.reset_stats();
+        h.emu().reset_stats();
         h.start_operator().await;
         h.election("web", web(json!({"mode": "Observe"}))).await;
         let le = h
@@ -419,8 +419,8 @@ async fn observe_mode_mirrors_the_application_lock_and_never_writes_to_consul() 
             h.app_acquire(&key, &app2, &json!({"pod": next}).to_string())
                 .await
         );
-        let token = h.emu.kv_entry(&key).expect("key").lock_index;
-        let before = h.emu.stats();
+        let token = h.emu().kv_entry(&key).expect("key").lock_index;
+        let before = h.emu().stats();
         let expected_next = next.clone();
         h.wait_pods(SOON, "the new holder labelled leader", |pods| {
             with_role(pods, "leader") == vec![expected_next.clone()]
@@ -446,7 +446,7 @@ async fn observe_mode_mirrors_the_application_lock_and_never_writes_to_consul() 
         // The operator only read: from the first reset on, every write was the
         // application's (one release, one session, one acquire); after the second snapshot
         // nothing but reads at all.
-        let stats = h.emu.stats();
+        let stats = h.emu().stats();
         assert_eq!(stats.requests_to("session.create"), 1, "{stats:?}");
         assert_eq!(stats.requests_to("kv.put"), 2, "{stats:?}");
         for write in [
@@ -466,7 +466,7 @@ async fn observe_mode_mirrors_the_application_lock_and_never_writes_to_consul() 
         assert_eq!(stats.requests_to("session.destroy"), 0, "{stats:?}");
         assert_eq!(stats.requests_to("kv.delete"), 0, "{stats:?}");
         assert!(stats.requests_to("kv.get") > 0, "it does watch the key");
-        let entry = h.emu.kv_entry(&key).expect("key");
+        let entry = h.emu().kv_entry(&key).expect("key");
         assert_eq!(entry.session.as_deref(), Some(app2.as_str()));
         h.finish().await;
     })
@@ -483,14 +483,14 @@ async fn switching_to_observe_hands_the_key_over_to_the_applications() {
         // The operator lets go: its session destroyed, the key released (no lock-delay).
         let released = h
             .poll_until(SOON, || {
-                h.emu.session(&first.session).is_none()
-                    && h.emu.kv_entry(&key).is_none_or(|e| e.session.is_none())
+                h.emu().session(&first.session).is_none()
+                    && h.emu().kv_entry(&key).is_none_or(|e| e.session.is_none())
             })
             .await;
         assert!(
             released,
             "the operator still holds the key: {:?}",
-            h.emu.kv_entry(&key)
+            h.emu().kv_entry(&key)
         );
         h.wait_pods(SOON, "nobody labelled leader", |pods| {
             with_role(pods, "leader").is_empty()
@@ -521,7 +521,7 @@ async fn switching_to_observe_hands_the_key_over_to_the_applications() {
             })
             .await;
         assert_eq!(phase(&le).as_deref(), Some("Observing"));
-        let entry = h.emu.kv_entry(&key).expect("key");
+        let entry = h.emu().kv_entry(&key).expect("key");
         assert_eq!(entry.session.as_deref(), Some(app.as_str()));
         h.finish().await;
     })

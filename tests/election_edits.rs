@@ -138,7 +138,7 @@ async fn changing_the_leader_value_moves_the_leader_label() {
         assert_never_both(&h, (ROLE, "leader"), (ROLE, "primary"));
         h.recorder.assert_never_two(ROLE, "primary");
         let key = h.key("web");
-        let session = wait_key_held_by_status_session(&h, &h.emu, &key).await;
+        let session = wait_key_held_by_status_session(&h, h.emu(), &key).await;
         assert_eq!(session, first.session);
         h.finish().await;
     })
@@ -173,8 +173,8 @@ async fn changing_the_consul_key_releases_the_old_one_first() {
         let old_key = h.key("web");
         let new_key = format!("elector/{}/web/moved", h.ns);
         h.patch_spec("web", json!({"key": new_key})).await;
-        wait_old_lock_gone(&h, &h.emu, &old_key, &first.session).await;
-        let session = wait_key_held_by_status_session(&h, &h.emu, &new_key).await;
+        wait_old_lock_gone(&h, h.emu(), &old_key, &first.session).await;
+        let session = wait_key_held_by_status_session(&h, h.emu(), &new_key).await;
         assert_ne!(session, first.session);
         wait_leader_under(&h, ROLE, "leader").await;
         h.finish().await;
@@ -185,10 +185,10 @@ async fn changing_the_consul_key_releases_the_old_one_first() {
 /// The old session is destroyed (the key released first), and a new one leads.
 async fn old_session_replaced(h: &Harness, first: &harness::Elected, key: &str) {
     let replaced = h
-        .poll_until(PROMPTLY, || h.emu.session(&first.session).is_none())
+        .poll_until(PROMPTLY, || h.emu().session(&first.session).is_none())
         .await;
     assert!(replaced, "the old session is still there");
-    let session = wait_key_held_by_status_session(h, &h.emu, key).await;
+    let session = wait_key_held_by_status_session(h, h.emu(), key).await;
     assert_ne!(session, first.session);
     wait_leader_under(h, ROLE, "leader").await;
 }
@@ -235,7 +235,7 @@ async fn changing_the_consul_address_leaves_the_old_consul_clean() {
         let key = h.key("web");
         h.patch_spec("web", json!({"consul": {"address": other.url()}}))
             .await;
-        wait_old_lock_gone(&h, &h.emu, &key, &first.session).await;
+        wait_old_lock_gone(&h, h.emu(), &key, &first.session).await;
         wait_key_held_by_status_session(&h, &other, &key).await;
         wait_leader_under(&h, ROLE, "leader").await;
         h.finish().await;
@@ -283,7 +283,7 @@ async fn an_unusable_new_consul_access_keeps_the_old_leader_and_lock() {
             .await;
         h.touch_and_wait_reconcile("web").await;
         assert_eq!(carrying(&h, ROLE, "leader"), vec![first.pod.clone()]);
-        let entry = h.emu.kv_entry(&h.key("web")).expect("key");
+        let entry = h.emu().kv_entry(&h.key("web")).expect("key");
         assert_eq!(entry.session.as_deref(), Some(first.session.as_str()));
 
         // Fixed back: the same leader, lock and session, nothing moved.
@@ -308,14 +308,14 @@ async fn a_new_session_ttl_replaces_the_held_session_in_a_planned_move() {
         });
         let (h, first) = Harness::web_elected(admin, ns, spec).await;
         assert_eq!(
-            h.emu.session(&first.session).map(|s| s.ttl),
+            h.emu().session(&first.session).map(|s| s.ttl),
             Some("10s".to_owned())
         );
         h.patch_spec("web", json!({"session": {"ttl": "30s"}}))
             .await;
         let ttl_of_holder = || {
-            let holder = h.emu.kv_entry(&h.key("web"))?.session?;
-            h.emu.session(&holder).map(|s| s.ttl)
+            let holder = h.emu().kv_entry(&h.key("web"))?.session?;
+            h.emu().session(&holder).map(|s| s.ttl)
         };
         let replaced = h
             .poll_until(PROMPTLY, || ttl_of_holder().as_deref() == Some("30s"))
@@ -329,7 +329,7 @@ async fn a_new_session_ttl_replaces_the_held_session_in_a_planned_move() {
         assert_ne!(second.session, first.session);
         assert!(second.token > first.token, "a new acquisition, a new token");
         assert!(
-            h.emu.session(&first.session).is_none(),
+            h.emu().session(&first.session).is_none(),
             "the old session was destroyed"
         );
         h.finish().await;

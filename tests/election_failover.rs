@@ -28,11 +28,11 @@ fn assert_explicit_release(h: &Harness, old: &Elected, new: &Elected) {
     assert_ne!(old.pod, new.pod);
     assert_ne!(old.session, new.session, "a new session for the successor");
     assert!(
-        h.emu.session(&old.session).is_none(),
+        h.emu().session(&old.session).is_none(),
         "the old session is destroyed"
     );
     assert_eq!(
-        h.emu.lock_delay_until(&h.key("web")),
+        h.emu().lock_delay_until(&h.key("web")),
         None,
         "an explicit release leaves no lock-delay"
     );

@@ -65,8 +65,8 @@ async fn label_gone(h: &Harness, pod: &str, since: Instant) -> Duration {
 async fn a_key_unreadable_for_a_ttl_fences_although_the_session_renews() {
     with_namespace("fe-kv500", |admin, ns| async move {
         let (h, first) = Harness::web_elected(admin, ns, web()).await;
-        h.emu.add_fault(kv_reads_fail());
-        h.emu.reset_stats();
+        h.emu().add_fault(kv_reads_fail());
+        h.emu().reset_stats();
         let last_read = Instant::now();
         wake_the_watch(&h).await;
         let stayed = label_gone(&h, &first.pod, last_read).await;
@@ -80,7 +80,7 @@ async fn a_key_unreadable_for_a_ttl_fences_although_the_session_renews() {
             "fenced after {stayed:?}, before the key went a TTL unread"
         );
         assert!(
-            h.emu.stats().requests_to("session.renew") >= 1,
+            h.emu().stats().requests_to("session.renew") >= 1,
             "the session kept renewing meanwhile"
         );
         let le = h
@@ -107,7 +107,7 @@ async fn a_stalled_watch_fences_a_ttl_after_its_last_answer() {
         let (h, first) = Harness::web_elected(admin, ns, web()).await;
         let key = h.key("web");
         // Every later read of the namespace's keys hangs far past any client timeout.
-        let stall = h.emu.add_fault(Fault {
+        let stall = h.emu().add_fault(Fault {
             method: Some(http::Method::GET),
             ..Fault::always(
                 Endpoint::KvPrefix(format!("elector/{}/", h.ns)),
@@ -119,11 +119,11 @@ async fn a_stalled_watch_fences_a_ttl_after_its_last_answer() {
         // deleted, so that no answer reports it.
         let last_answer = Instant::now();
         wake_the_watch(&h).await;
-        tokio::time::timeout(TTL, h.emu.wait_for_no_blocked_queries())
+        tokio::time::timeout(TTL, h.emu().wait_for_no_blocked_queries())
             .await
             .expect("the pending long polls answered within a TTL");
         h.app_delete_key(&key).await;
-        h.emu.reset_stats();
+        h.emu().reset_stats();
         let stayed = label_gone(&h, &first.pod, last_answer).await;
         eprintln!("watch stalled, key deleted, session renewing: label removed after {stayed:?}");
         assert!(
@@ -131,11 +131,11 @@ async fn a_stalled_watch_fences_a_ttl_after_its_last_answer() {
             "the label stayed {stayed:?} after the watch's last answer (TTL {TTL:?})"
         );
         assert!(
-            h.emu.stats().requests_to("session.renew") >= 1,
+            h.emu().stats().requests_to("session.renew") >= 1,
             "the session kept renewing meanwhile"
         );
         // Consul answers again: a leader is elected anew, with a higher token.
-        h.emu.remove_fault(stall);
+        h.emu().remove_fault(stall);
         let again = h.wait_elected("web", None).await;
         assert!(again.token > first.token);
         h.finish().await;
@@ -149,7 +149,7 @@ async fn a_restart_during_an_outage_fences_a_ttl_after_the_start() {
         let (mut h, first) = Harness::web_elected(admin, ns, web()).await;
         h.kill_operator().await;
         let outage = h
-            .emu
+            .emu()
             .add_fault(Fault::always(Endpoint::Any, FaultAction::DropConnection));
         let started = Instant::now();
         h.start_operator().await;
@@ -160,7 +160,7 @@ async fn a_restart_during_an_outage_fences_a_ttl_after_the_start() {
             "the label stayed {stayed:?} after a restart that could confirm nothing"
         );
         // Consul answers again: the same pod leads, with its session adopted or replaced.
-        h.emu.remove_fault(outage);
+        h.emu().remove_fault(outage);
         let again = h.wait_elected("web", None).await;
         assert_eq!(again.pod, first.pod);
         assert!(
@@ -185,10 +185,10 @@ async fn a_session_known_lost_fences_at_once_while_the_key_is_unreadable() {
             }),
         )
         .await;
-        h.emu.add_fault(kv_reads_fail());
+        h.emu().add_fault(kv_reads_fail());
         wake_the_watch(&h).await;
         let lost = Instant::now();
-        assert!(h.emu.invalidate_session(&first.session));
+        assert!(h.emu().invalidate_session(&first.session));
         let stayed = label_gone(&h, &first.pod, lost).await;
         eprintln!(
             "session invalidated while the key is unreadable: label removed after {stayed:?}"
@@ -311,7 +311,7 @@ async fn a_withdrawn_token_is_no_longer_used_and_the_label_goes() {
         h.touch("web").await;
         h.wait_status("web", |le| phase(le).as_deref() == Some("Invalid"))
             .await;
-        let noticed = h.emu.stats().requests_with_token("election-token");
+        let noticed = h.emu().stats().requests_with_token("election-token");
         let fenced = h
             .pods_become(TTL + SLACK + SLACK, |pods| {
                 with_role(pods, "leader").is_empty()
@@ -319,7 +319,7 @@ async fn a_withdrawn_token_is_no_longer_used_and_the_label_goes() {
             .await;
         assert!(fenced, "{} kept the leader label", first.pod);
         assert_eq!(
-            h.emu.stats().requests_with_token("election-token"),
+            h.emu().stats().requests_with_token("election-token"),
             noticed,
             "the withdrawn token was used after the operator noticed"
         );

@@ -30,17 +30,17 @@ async fn a_crash_and_restart_changes_nothing_and_adopts_the_session() {
         let status_before = h.status("web").await;
 
         h.kill_operator().await;
-        let killed_at = h.emu.now();
-        h.emu.reset_stats();
+        let killed_at = h.emu().now();
+        h.emu().reset_stats();
         h.start_operator().await;
 
         // The session must outlive 2×TTL (20 s) after the crash: only renewals by the new
         // process can do that. Watch it until then (real time has to pass here).
         let ttl = Duration::from_secs(10);
         let mut renewed_after_restart = false;
-        while h.emu.now() < killed_at + 2 * ttl + Duration::from_secs(2) {
+        while h.emu().now() < killed_at + 2 * ttl + Duration::from_secs(2) {
             let session = h
-                .emu
+                .emu()
                 .session(&first.session)
                 .expect("the adopted session is still alive");
             let deadline = session.deadline.expect("a TTL session");
@@ -51,7 +51,7 @@ async fn a_crash_and_restart_changes_nothing_and_adopts_the_session() {
                 .await;
         }
         assert!(renewed_after_restart, "the new process renews the session");
-        let stats = h.emu.stats();
+        let stats = h.emu().stats();
         assert!(stats.requests_to("session.renew") >= 2, "{stats:?}");
         // Rule 3: nothing but renewals and reads: no new session, no acquire or release.
         assert_eq!(stats.requests_to("session.create"), 0, "{stats:?}");
@@ -69,7 +69,7 @@ async fn a_crash_and_restart_changes_nothing_and_adopts_the_session() {
         assert_eq!(status_after.leader, status_before.leader);
         assert_eq!(status_after.fencing_token, status_before.fencing_token);
         assert_eq!(status_after.transitions, status_before.transitions);
-        let entry = h.emu.kv_entry(&h.key("web")).expect("key");
+        let entry = h.emu().kv_entry(&h.key("web")).expect("key");
         assert_eq!(entry.session.as_deref(), Some(first.session.as_str()));
         h.finish().await;
     })
@@ -83,7 +83,7 @@ async fn a_crash_in_the_middle_of_a_move_never_yields_two_leaders() {
 
         // Hold the successor's session creation, start a move, and crash while it hangs:
         // the old leader is demoted and released, nobody leads yet.
-        let hold = h.emu.add_fault(Fault::always(
+        let hold = h.emu().add_fault(Fault::always(
             Endpoint::SessionCreate,
             FaultAction::Latency(Duration::from_secs(3)),
         ));
@@ -97,7 +97,7 @@ async fn a_crash_in_the_middle_of_a_move_never_yields_two_leaders() {
         .await;
         h.kill_operator().await;
         assert!(with_role(&h.current(), "leader").is_empty());
-        h.emu.remove_fault(hold);
+        h.emu().remove_fault(hold);
         h.start_operator().await;
 
         let second = h.wait_elected("web", Some(&first.pod)).await;
@@ -107,7 +107,7 @@ async fn a_crash_in_the_middle_of_a_move_never_yields_two_leaders() {
         );
         assert!(second.token > first.token);
         assert_eq!(second.transitions, first.transitions + 1);
-        assert!(h.emu.session(&first.session).is_none());
+        assert!(h.emu().session(&first.session).is_none());
 
         // A second crash, right after the next move's first step, whatever it was.
         let third_started = Instant::now();
@@ -166,13 +166,16 @@ async fn deleting_the_election_releases_destroys_and_unlabels_everything() {
         assert!(gone.is_none());
 
         // Consul: released explicitly (no lock-delay), session destroyed.
-        let entry = h.emu.kv_entry(&key);
+        let entry = h.emu().kv_entry(&key);
         assert!(
             entry.as_ref().is_none_or(|e| e.session.is_none()),
             "the key is released: {entry:?}"
         );
-        assert_eq!(h.emu.lock_delay_until(&key), None);
-        assert!(h.emu.session(&first.session).is_none(), "session destroyed");
+        assert_eq!(h.emu().lock_delay_until(&key), None);
+        assert!(
+            h.emu().session(&first.session).is_none(),
+            "session destroyed"
+        );
 
         // Every pod loses the label and every annotation of the operator.
         h.wait_pods(SOON, "every pod cleaned", |pods| {
@@ -277,7 +280,7 @@ async fn deletion_takes_the_leader_label_off_before_the_lock_is_released() {
         let violated = h
             .poll_until(Duration::from_secs(5), || {
                 let held = h
-                    .emu
+                    .emu()
                     .kv_entry(&key)
                     .and_then(|e| e.session)
                     .is_some_and(|s| s == first.session);
@@ -291,7 +294,7 @@ async fn deletion_takes_the_leader_label_off_before_the_lock_is_released() {
         assert!(
             !violated,
             "a pod carried the leader label while the key was not held: {:?}",
-            h.emu.kv_entry(&key)
+            h.emu().kv_entry(&key)
         );
         assert!(
             h.elections().get_opt("web").await.expect("get").is_some(),
@@ -308,12 +311,15 @@ async fn deletion_takes_the_leader_label_off_before_the_lock_is_released() {
         .await
         .expect("the election is gone once pods can be patched")
         .expect("watch election");
-        let entry = h.emu.kv_entry(&key);
+        let entry = h.emu().kv_entry(&key);
         assert!(
             entry.as_ref().is_none_or(|e| e.session.is_none()),
             "{entry:?}"
         );
-        assert!(h.emu.session(&first.session).is_none(), "session destroyed");
+        assert!(
+            h.emu().session(&first.session).is_none(),
+            "session destroyed"
+        );
         h.wait_pods(SOON, "every pod cleaned", |pods| {
             pods.values().all(|p| {
                 !p.labels.contains_key(ROLE)
@@ -352,7 +358,7 @@ async fn deletion_while_consul_is_down_unlabels_at_once_and_gives_up_after_the_b
         };
         let (h, first) = Harness::web_elected_with(admin, ns, options, spec()).await;
         let key = h.key("web");
-        h.emu
+        h.emu()
             .add_fault(Fault::always(Endpoint::Any, FaultAction::DropConnection));
 
         let started = Instant::now();
@@ -394,7 +400,7 @@ async fn the_skip_annotation_lets_a_deletion_finish_at_once_while_consul_is_down
     with_namespace("lc-del-skip", |admin, ns| async move {
         let (h, first) = Harness::web_elected(admin, ns, spec()).await;
         let key = h.key("web");
-        h.emu
+        h.emu()
             .add_fault(Fault::always(Endpoint::Any, FaultAction::DropConnection));
         let patch =
             json!({"metadata": {"annotations": {"elector.dev/skip-consul-cleanup": "true"}}});

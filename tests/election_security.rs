@@ -139,7 +139,7 @@ async fn an_address_the_admin_did_not_allow_is_never_contacted() {
                 .all(|v| !v.labels.contains_key(ROLE) && !v.labels.contains_key(API_ROLE)),
             "no pod was ever labelled"
         );
-        assert!(h.emu.kv_entry(&h.key("web")).is_none());
+        assert!(h.emu().kv_entry(&h.key("web")).is_none());
         h.finish().await;
     })
     .await;
@@ -160,7 +160,7 @@ async fn an_allowed_address_gets_the_elections_token_or_none_never_the_operators
         assert_eq!(entry.session.as_deref(), Some(elected.session.as_str()));
         assert_eq!(entry.lock_index, elected.token);
         assert!(
-            h.emu.kv_entry(&h.key("web")).is_none(),
+            h.emu().kv_entry(&h.key("web")).is_none(),
             "not in the operator's Consul"
         );
 
@@ -215,10 +215,10 @@ async fn another_namespaces_key_is_out_of_reach_of_the_operators_token() {
         let victim_key = "elector/victim/web/leader";
         let victim = h.app_session("victim", "15s").await;
         assert!(h.app_acquire(victim_key, &victim, "{}").await);
-        let before = h.emu.kv_entry(victim_key).expect("victim key");
-        h.emu.reset_stats();
+        let before = h.emu().kv_entry(victim_key).expect("victim key");
+        h.emu().reset_stats();
         for (name, key) in [("web", victim_key), ("api", "service/web/leader")] {
-            let mut spec = elsewhere_as_api(&h.emu.url());
+            let mut spec = elsewhere_as_api(&h.emu().url());
             spec["key"] = json!(key);
             if name == "web" {
                 spec["labels"] = json!({"key": ROLE});
@@ -234,12 +234,12 @@ async fn another_namespaces_key_is_out_of_reach_of_the_operators_token() {
             h.touch_and_wait_reconcile(name).await;
         }
         assert_eq!(
-            h.emu.kv_entry(victim_key),
+            h.emu().kv_entry(victim_key),
             Some(before),
             "the victim's lock is untouched"
         );
-        assert!(h.emu.kv_entry("service/web/leader").is_none());
-        let stats = h.emu.stats();
+        assert!(h.emu().kv_entry("service/web/leader").is_none());
+        let stats = h.emu().stats();
         assert_eq!(
             stats.requests_to("session.create") + stats.requests_to("kv.put"),
             0,
@@ -258,7 +258,7 @@ async fn another_namespaces_key_is_out_of_reach_of_the_operators_token() {
 async fn a_datacenter_the_admin_did_not_allow_is_refused_for_the_operators_token() {
     with_namespace("sec-dc", |admin, ns| async move {
         let h = harness(admin, ns, Vec::new(), true).await;
-        let mut web = elsewhere(&h.emu.url());
+        let mut web = elsewhere(&h.emu().url());
         web["consul"] = json!({"datacenter": "dc1"});
         h.election("web", web).await;
         let message = refused(&h, "web").await;
@@ -270,11 +270,11 @@ async fn a_datacenter_the_admin_did_not_allow_is_refused_for_the_operators_token
         );
         let notes = h.wait_event("web", "InvalidSpec").await;
         assert!(notes.iter().any(|n| n.contains("spec.consul.datacenter")));
-        assert!(h.emu.kv_entry(&h.key("web")).is_none());
+        assert!(h.emu().kv_entry(&h.key("web")).is_none());
 
         // The same datacenter with a token of the election's own.
         h.token_secret("tenant-token", TENANT_TOKEN, "api").await;
-        let mut api = elsewhere_as_api(&h.emu.url());
+        let mut api = elsewhere_as_api(&h.emu().url());
         api["consul"] = json!({
             "datacenter": "dc1",
             "tokenSecretRef": {"name": "tenant-token", "key": "token"},
@@ -283,7 +283,7 @@ async fn a_datacenter_the_admin_did_not_allow_is_refused_for_the_operators_token
         h.wait_status("api", |le| status_leader(le).is_some()).await;
         let le = h.elections().get("api").await.expect("election");
         assert!(has_condition(&le, "SpecValid", "True"));
-        assert!(h.emu.stats().requests_with_token(TENANT_TOKEN) > 0);
+        assert!(h.emu().stats().requests_with_token(TENANT_TOKEN) > 0);
         assert!(
             h.recorder
                 .versions()
@@ -304,15 +304,15 @@ async fn a_datacenter_the_admin_allowed_may_be_used_with_the_operators_token() {
             ..OperatorConsul::default()
         };
         let h = harness_with(admin, ns, consul, false).await;
-        let mut web = elsewhere(&h.emu.url());
+        let mut web = elsewhere(&h.emu().url());
         web["consul"] = json!({"datacenter": "dc1"});
         h.election("web", web).await;
         let elected = h.wait_elected("web", None).await;
         let le = h.elections().get("web").await.expect("election");
         assert!(has_condition(&le, "SpecValid", "True"));
-        let entry = h.emu.kv_entry(&h.key("web")).expect("the key in dc1");
+        let entry = h.emu().kv_entry(&h.key("web")).expect("the key in dc1");
         assert_eq!(entry.session.as_deref(), Some(elected.session.as_str()));
-        assert!(h.emu.stats().requests_with_token(OPERATOR_TOKEN) > 0);
+        assert!(h.emu().stats().requests_with_token(OPERATOR_TOKEN) > 0);
         h.finish().await;
     })
     .await;

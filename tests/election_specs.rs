@@ -70,7 +70,7 @@ async fn the_younger_of_two_conflicting_elections_writes_nothing() {
 
         // Nothing of its own: no key, no session, no pod it labelled; the older one is
         // undisturbed.
-        assert!(h.emu.kv_entry(&h.key("younger")).is_none());
+        assert!(h.emu().kv_entry(&h.key("younger")).is_none());
         let names = h.session_names().await;
         assert!(names.iter().all(|n| !n.contains("/younger/")), "{names:?}");
         assert!(!ever_labelled_by(&h, "younger"));
@@ -279,8 +279,8 @@ async fn an_invalid_spec_is_reported_once_and_fixing_it_recovers() {
         assert_eq!(events, 1, "{notes:?}");
         // Nothing written.
         assert!(!ever_labelled_by(&h, "web"));
-        assert!(h.emu.kv_entry(&h.key("web")).is_none());
-        assert_eq!(h.emu.stats().requests_to("session.create"), 0);
+        assert!(h.emu().kv_entry(&h.key("web")).is_none());
+        assert_eq!(h.emu().stats().requests_to("session.create"), 0);
 
         // Fixing the spec recovers at once.
         h.patch_spec("web", json!({"session": {"ttl": "10s"}}))
@@ -456,7 +456,7 @@ async fn pods_that_never_become_ready_elect_nobody_until_one_does() {
             with_role(pods, "follower").len() == 3
         })
         .await;
-        assert!(h.emu.kv_entry(&h.key("web")).is_none(), "no lock taken");
+        assert!(h.emu().kv_entry(&h.key("web")).is_none(), "no lock taken");
 
         let one = h.current().keys().next().cloned().expect("a pod");
         h.sim.set_ready(&one, true).await;
@@ -567,7 +567,7 @@ async fn selector_changes_unlabel_leavers_label_newcomers_and_replace_a_leaving_
             .await;
         assert!(le.status.as_ref().is_some_and(|s| s.candidates.is_empty()));
         assert!(
-            h.emu
+            h.emu()
                 .kv_entry(&h.key("web"))
                 .is_none_or(|e| e.session.is_none()),
             "the lock is released"
@@ -612,8 +612,8 @@ async fn an_election_that_becomes_the_younger_while_leading_yields_everything() 
         // It lets go of everything: its session, its key, its labels and annotations.
         let let_go = h
             .poll_until(SOON, || {
-                h.emu.session(&led.session).is_none()
-                    && h.emu
+                h.emu().session(&led.session).is_none()
+                    && h.emu()
                         .kv_entry(&younger_key)
                         .is_none_or(|e| e.session.is_none())
             })
@@ -621,7 +621,7 @@ async fn an_election_that_becomes_the_younger_while_leading_yields_everything() 
         assert!(
             let_go,
             "the younger election still holds its lock: {:?}",
-            h.emu.kv_entry(&younger_key)
+            h.emu().kv_entry(&younger_key)
         );
         let shared = led.pod.clone();
         h.wait_pods(SOON, "only the older election's labels left", |pods| {
@@ -698,7 +698,7 @@ async fn elections_created_in_the_same_second_are_ordered_by_name() {
         .await;
         let b_key = h.key("b-first");
         assert!(
-            h.emu.kv_entry(&b_key).is_none_or(|e| e.session.is_none()),
+            h.emu().kv_entry(&b_key).is_none_or(|e| e.session.is_none()),
             "b-first still holds its key"
         );
         // The order does not flip afterwards: every later reconcile agrees.

@@ -71,11 +71,11 @@ fn a_follower(h: &Harness, leader: &str) -> String {
 fn assert_planned_move(h: &Harness, old: &Elected, new: &Elected) {
     assert_ne!(old.pod, new.pod);
     assert!(
-        h.emu.session(&old.session).is_none(),
+        h.emu().session(&old.session).is_none(),
         "old session destroyed"
     );
     assert_eq!(
-        h.emu.lock_delay_until(&h.key("web")),
+        h.emu().lock_delay_until(&h.key("web")),
         None,
         "an explicit release leaves no lock-delay"
     );

@@ -27,7 +27,7 @@ async fn plugin(h: &Harness, consul: bool, args: &[&str]) -> Output {
         .env_remove("CONSUL_HTTP_TOKEN_FILE")
         .env_remove("CONSUL_HTTP_SSL");
     if consul {
-        command.env("CONSUL_HTTP_ADDR", h.emu.url());
+        command.env("CONSUL_HTTP_ADDR", h.emu().url());
     }
     command.output().await.expect("run kubectl-elector")
 }

@@ -95,7 +95,7 @@ async fn only_the_lease_holder_writes() {
             "the standby keeps its pod cache warm"
         );
         assert_eq!(writes(&faults), Vec::<String>::new(), "standby writes");
-        let stats = h.emu.stats();
+        let stats = h.emu().stats();
         assert_eq!(
             stats.requests_with_token(TOKEN_B),
             0,
@@ -220,10 +220,10 @@ async fn sigterm_hands_over_at_once_and_the_standby_adopts_the_sessions() {
         assert_eq!(h.histories(), histories, "no label or annotation changed");
         // The new active replica renews the session it adopted.
         let renewed = h
-            .poll_until(SOON, || h.emu.stats().requests_with_token(TOKEN_B) > 0)
+            .poll_until(SOON, || h.emu().stats().requests_with_token(TOKEN_B) > 0)
             .await;
         assert!(renewed, "the standby took over the session");
-        assert!(h.emu.session(&first.session).is_some());
+        assert!(h.emu().session(&first.session).is_some());
         h.finish().await;
     })
     .await;
@@ -259,7 +259,7 @@ async fn a_restart_adopts_every_session_before_the_first_reconcile() {
             .values()
             .filter_map(|s| s.leader.as_ref()?.session_id.clone())
             .map(|id| {
-                let deadline = h.emu.session(&id).and_then(|s| s.deadline);
+                let deadline = h.emu().session(&id).and_then(|s| s.deadline);
                 (id, deadline.expect("a session with a TTL"))
             })
             .collect();
@@ -267,14 +267,14 @@ async fn a_restart_adopts_every_session_before_the_first_reconcile() {
 
         // Slow key reads: every reconcile reads its key, so without eager adoption the first
         // reconcile finishes long after the restart while only a few sessions were adopted.
-        let slow_keys = h.emu.add_fault(Fault::always(
+        let slow_keys = h.emu().add_fault(Fault::always(
             Endpoint::Kv,
             FaultAction::Latency(Duration::from_millis(500)),
         ));
         h.kill_operator().await;
         h.start_operator().await;
         let renewed = |id: &String, old: &Duration| {
-            h.emu
+            h.emu()
                 .session(id)
                 .and_then(|s| s.deadline)
                 .is_some_and(|d| d > *old)
@@ -299,7 +299,7 @@ async fn a_restart_adopts_every_session_before_the_first_reconcile() {
             Some(0),
             "sessions not yet renewed when the first reconcile finished"
         );
-        h.emu.remove_fault(slow_keys);
+        h.emu().remove_fault(slow_keys);
         for name in &names {
             h.touch_and_wait_reconcile(name).await;
             let status = h.status(name).await;

@@ -56,7 +56,7 @@ impl Replica {
             .args(["--lease-renew-deadline", &secs(LEASE_RENEW_DEADLINE)])
             .args(["--metrics-addr", &metrics.to_string()])
             .env("KUBECONFIG", &kubeconfig)
-            .env("CONSUL_HTTP_ADDR", h.emu.url())
+            .env("CONSUL_HTTP_ADDR", h.emu().url())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(out)

@@ -49,7 +49,9 @@ pub struct SessionRequest {
     /// Release or delete the held keys on invalidation.
     pub behavior: SessionBehavior,
     /// Node checks the session depends on. Empty by default, which is sent as
-    /// `"NodeChecks": []` so that Consul does not add its default `serfHealth`.
+    /// `"NodeChecks": []` and `"Checks": []` so that Consul does not add its default
+    /// `serfHealth` (Consul before 1.7 knows only `Checks`; later versions read an empty
+    /// `Checks` as "no checks at all" too).
     pub node_checks: Vec<String>,
     /// Service checks the session depends on.
     pub service_checks: Vec<ServiceCheck>,
@@ -104,6 +106,9 @@ struct CreateBody<'a> {
     behavior: SessionBehavior,
     #[serde(rename = "NodeChecks")]
     node_checks: &'a [String],
+    /// The same list under its pre-1.7 name, which later versions still honour.
+    #[serde(rename = "Checks")]
+    checks: &'a [String],
     #[serde(rename = "ServiceChecks", skip_serializing_if = "<[_]>::is_empty")]
     service_checks: &'a [ServiceCheck],
     #[serde(rename = "Node", skip_serializing_if = "Option::is_none")]
@@ -118,6 +123,7 @@ impl<'a> From<&'a SessionRequest> for CreateBody<'a> {
             lock_delay: go_duration::format(request.lock_delay),
             behavior: request.behavior,
             node_checks: &request.node_checks,
+            checks: &request.node_checks,
             service_checks: &request.service_checks,
             node: request.node.as_deref().filter(|node| !node.is_empty()),
         }
@@ -323,7 +329,7 @@ mod tests {
         let json = serde_json::to_string(&CreateBody::from(&request)).unwrap();
         assert_eq!(
             json,
-            r#"{"Name":"consul-elector/shop/web/web-0","TTL":"15s","LockDelay":"1500ms","Behavior":"release","NodeChecks":[]}"#
+            r#"{"Name":"consul-elector/shop/web/web-0","TTL":"15s","LockDelay":"1500ms","Behavior":"release","NodeChecks":[],"Checks":[]}"#
         );
         let mut request = SessionRequest::new("x")
             .behavior(SessionBehavior::Delete)
@@ -336,7 +342,7 @@ mod tests {
         let json = serde_json::to_string(&CreateBody::from(&request)).unwrap();
         assert_eq!(
             json,
-            r#"{"Name":"x","LockDelay":"0s","Behavior":"delete","NodeChecks":[],"ServiceChecks":[{"ID":"svc"}],"Node":"node1"}"#
+            r#"{"Name":"x","LockDelay":"0s","Behavior":"delete","NodeChecks":[],"Checks":[],"ServiceChecks":[{"ID":"svc"}],"Node":"node1"}"#
         );
     }
 

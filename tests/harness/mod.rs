@@ -9,6 +9,11 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+mod consul_under_test;
+
+#[allow(unused_imports)] // each test binary uses a different part of the harness
+pub use consul_under_test::{Backend, ConsulUnderTest};
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -38,7 +43,7 @@ use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use testkit::cluster::TestCluster;
-use testkit::consul::{ClockMode, Emulator, EmulatorConfig};
+use testkit::consul::Emulator;
 use testkit::kube_faults::KubeFaults;
 use testkit::pods::{PodSimulator, SimulatorOptions, create_deployment, wait_deployment_ready};
 use testkit::recorder::{PodVersion, WatchRecorder};
@@ -190,8 +195,8 @@ pub struct Harness {
     pub admin: Client,
     /// The test's namespace.
     pub ns: String,
-    /// The Consul emulator (real-time clock).
-    pub emu: Emulator,
+    /// The Consul the operator talks to (the emulator unless the test chose a real one).
+    pub consul: ConsulUnderTest,
     /// The kubelet stand-in.
     pub sim: PodSimulator,
     /// Every pod version of the namespace since before anything acted.
@@ -239,24 +244,49 @@ impl Harness {
 
     /// Sets up everything but the operator, with `options`.
     pub async fn with_options(admin: Client, ns: String, options: HarnessOptions) -> Harness {
+        let consul = ConsulUnderTest::emulator().await;
+        Self::with_consul(admin, ns, options, consul).await
+    }
+
+    /// Sets up everything but the operator on the shared cluster, with `consul`.
+    pub async fn with_consul(
+        admin: Client,
+        ns: String,
+        options: HarnessOptions,
+        consul: ConsulUnderTest,
+    ) -> Harness {
         let cluster = TestCluster::shared().expect("cluster (with_namespace checked)");
-        let emu = Emulator::start(EmulatorConfig {
-            clock: ClockMode::Tokio,
-            ..EmulatorConfig::default()
-        })
-        .await
-        .expect("emulator");
-        Self::on_cluster(cluster, admin, ns, emu, options).await
+        Self::on_cluster(cluster, admin, ns, consul, options).await
+    }
+
+    /// [`web_elected`](Self::web_elected) on `consul`.
+    pub async fn web_elected_on(
+        admin: Client,
+        ns: String,
+        consul: ConsulUnderTest,
+        spec: serde_json::Value,
+    ) -> (Harness, Elected) {
+        let mut h = Harness::with_consul(admin, ns, HarnessOptions::default(), consul).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        h.election("web", spec).await;
+        let first = h.wait_elected("web", None).await;
+        (h, first)
+    }
+
+    /// The emulator; only tests that need its hooks (faults, stats, sessions) call this.
+    pub fn emu(&self) -> &Emulator {
+        self.consul.emu()
     }
 
     /// Sets up everything but the operator on `cluster` (whose admin client is `admin` and
-    /// where namespace `ns` exists), with Consul `emu`: a second Kubernetes cluster next to
-    /// the shared one passes its own cluster and the first harness' emulator.
+    /// where namespace `ns` exists), with `consul`: a second Kubernetes cluster next to the
+    /// shared one passes its own cluster and the first harness' Consul.
     pub async fn on_cluster(
         cluster: &TestCluster,
         admin: Client,
         ns: String,
-        emu: Emulator,
+        consul: ConsulUnderTest,
         options: HarnessOptions,
     ) -> Harness {
         consul_elector::install_crypto_provider();
@@ -276,7 +306,7 @@ impl Harness {
         Harness {
             admin,
             ns,
-            emu,
+            consul,
             sim,
             recorder,
             kube_faults,
@@ -367,7 +397,7 @@ impl Harness {
         wall_clock: WallClock,
         lease: &str,
     ) -> Operator {
-        let url = self.emu.url();
+        let url = self.consul.url();
         let mut settings = ConsulSettings::from_env(|name| match name {
             "CONSUL_HTTP_ADDR" => Some(url.clone()),
             "CONSUL_HTTP_TOKEN" => token.clone(),
@@ -1020,7 +1050,7 @@ impl Harness {
         id: &str,
         pred: impl Fn(&testkit::consul::SessionInfo) -> bool,
     ) -> bool {
-        self.poll_until(SOON, || self.emu.session(id).is_some_and(|s| pred(&s)))
+        self.poll_until(SOON, || self.emu().session(id).is_some_and(|s| pred(&s)))
             .await
     }
 
@@ -1032,18 +1062,23 @@ impl Harness {
     /// One request to the Consul emulator's HTTP API, as an outside client (an application,
     /// an operator at a terminal) would send it.
     pub async fn consul(&self, method: &str, path_and_query: &str, body: &str) -> ConsulReply {
-        let stream = tokio::net::TcpStream::connect(self.emu.addr())
+        let addr = self.consul.app_addr();
+        let stream = tokio::net::TcpStream::connect(addr)
             .await
-            .expect("connect to the emulator");
+            .expect("connect to consul");
         let (mut sender, conn) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
                 .await
                 .expect("HTTP handshake");
         let conn = tokio::spawn(conn);
-        let request = http::Request::builder()
+        let mut request = http::Request::builder()
             .method(method)
             .uri(path_and_query)
-            .header("host", self.emu.addr().to_string())
+            .header("host", addr.to_string());
+        if let Some(token) = self.consul.app_token() {
+            request = request.header("X-Consul-Token", token);
+        }
+        let request = request
             .body(Full::new(Bytes::from(body.to_owned())))
             .expect("request");
         let response = sender.send_request(request).await.expect("consul request");
@@ -1136,7 +1171,7 @@ impl Harness {
         let api = self.elections();
         loop {
             let le = api.get(name).await.expect("get election");
-            if let Some(elected) = self.agreed_leader(name, &le, not) {
+            if let Some(elected) = self.agreed_leader(name, &le, not).await {
                 return elected;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -1144,7 +1179,7 @@ impl Harness {
                     "election {name} not Elected (pods, status and key agreeing) within \
                      {timeout:?}; status: {:#?}; key: {:?}; pods: {:#?}",
                     le.status,
-                    self.emu.kv_entry(&self.key(name)),
+                    self.consul.key_lock(&self.key(name)).await,
                     self.current()
                         .values()
                         .map(|p| (&p.name, &p.labels, &p.annotations))
@@ -1160,7 +1195,12 @@ impl Harness {
     }
 
     /// The leader when status, pods and key agree (see [`wait_elected`](Self::wait_elected)).
-    fn agreed_leader(&self, name: &str, le: &LeaderElection, not: Option<&str>) -> Option<Elected> {
+    async fn agreed_leader(
+        &self,
+        name: &str,
+        le: &LeaderElection,
+        not: Option<&str>,
+    ) -> Option<Elected> {
         let status = le.status.as_ref()?;
         let leader = status.leader.as_ref()?;
         let token = status.fencing_token?;
@@ -1179,7 +1219,7 @@ impl Harness {
             return None;
         }
         // A custom key is checked by the caller.
-        if let Some(entry) = self.emu.kv_entry(&self.key(name))
+        if let Some(entry) = self.consul.key_lock(&self.key(name)).await
             && (entry.session.as_deref() != Some(session.as_str()) || entry.lock_index != token)
         {
             return None;

@@ -1,0 +1,50 @@
+//! The operator's Consul sessions as the server stores them, on the emulator and on a real
+//! Consul (`CONSUL_BIN`): TTL-only, bound to no health check on any supported version.
+
+mod harness;
+
+use harness::{Backend, ConsulUnderTest, Harness};
+use serde_json::json;
+use testkit::cluster::with_namespace;
+
+fn web() -> serde_json::Value {
+    json!({"selector": {"matchLabels": {"app": "web"}}, "session": {"ttl": "15s"}})
+}
+
+/// Reads the leader's session back: a TTL and no checks at all. Consul binds a session that
+/// names no checks to the agent's `serfHealth`, which would tie the lock to the health of the
+/// agent's node rather than to the operator's renewals; the check list is `NodeChecks` from
+/// Consul 1.7 on and `Checks` before.
+async fn sessions_are_check_less(backend: Backend) {
+    let Some(consul) = ConsulUnderTest::start(backend).await else {
+        return;
+    };
+    with_namespace("sess-checks", |admin, ns| async move {
+        let (h, first) = Harness::web_elected_on(admin, ns, consul, web()).await;
+        let reply = h
+            .consul("GET", &format!("/v1/session/info/{}", first.session), "")
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let session = &reply.json()[0];
+        assert_eq!(session["TTL"], "15s", "{session}");
+        for field in ["NodeChecks", "Checks", "ServiceChecks"] {
+            let checks = &session[field];
+            assert!(
+                checks.is_null() || checks.as_array().is_some_and(Vec::is_empty),
+                "the session is bound to {field} {checks}: {session}"
+            );
+        }
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_check_less_on_the_emulator() {
+    sessions_are_check_less(Backend::Emulator).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_check_less_on_a_real_consul() {
+    sessions_are_check_less(Backend::RealConsul).await;
+}
