@@ -38,7 +38,12 @@ pub(super) fn plan(
             context: "picking ports".into(),
             source: std::io::Error::other(e.to_string()),
         })?;
-    let joins: Vec<String> = ports
+    // Every member joins through the servers' Serf ports (the client agent is the last).
+    let servers = match shape {
+        Shape::Dev => 1,
+        Shape::Cluster => count - 1,
+    };
+    let joins: Vec<String> = ports[..servers]
         .iter()
         .map(|[_, _, serf_lan, _, _]| format!("-retry-join=127.0.0.1:{serf_lan}"))
         .collect();
@@ -46,7 +51,8 @@ pub(super) fn plan(
     for (i, [http, dns, serf_lan, serf_wan, server]) in ports.into_iter().enumerate() {
         let node = match shape {
             Shape::Dev => "dev".to_string(),
-            Shape::Cluster => format!("s{}", i + 1),
+            Shape::Cluster if i < servers => format!("s{}", i + 1),
+            Shape::Cluster => "agent".to_string(),
         };
         let mut args = vec![
             "agent".to_string(),
@@ -66,14 +72,16 @@ pub(super) fn plan(
                 let data = dir.join(format!("{node}-data"));
                 std::fs::create_dir_all(&data)
                     .map_err(RealConsulError::io(format!("creating {}", data.display())))?;
-                args.extend([
-                    "-server".to_string(),
-                    "-bootstrap-expect=3".into(),
-                    format!("-data-dir={}", data.display()),
-                    // Consul's recommended production timing (the default, 5, is for small
-                    // development machines).
-                    "-hcl=performance { raft_multiplier = 1 }".into(),
-                ]);
+                args.push(format!("-data-dir={}", data.display()));
+                if i < servers {
+                    args.extend([
+                        "-server".to_string(),
+                        format!("-bootstrap-expect={servers}"),
+                        // Consul's recommended production timing (the default, 5, is for
+                        // small development machines).
+                        "-hcl=performance { raft_multiplier = 1 }".into(),
+                    ]);
+                }
                 args.extend(joins.iter().cloned());
             }
         }

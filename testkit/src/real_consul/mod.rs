@@ -10,8 +10,11 @@
 //!
 //! # Shapes
 //! - [`Shape::Dev`]: one `agent -dev` (in-memory, a server and its own agent).
-//! - [`Shape::Cluster`]: three servers (`-bootstrap-expect=3`), each with its own data dir and
-//!   ports, so a member killed and restarted comes back with its Raft log and the KV store.
+//! - [`Shape::Cluster`]: three servers (`-bootstrap-expect=3`) and one client agent, each with
+//!   its own data dir and ports, so a member killed and restarted comes back with its Raft log
+//!   and the KV store. The client agent (the last member, node `agent`) is the one the
+//!   operator talks to, as it would talk to the agent on its Kubernetes node; sessions it
+//!   creates belong to that agent's node.
 //!
 //! Every member's HTTP port sits behind a [`Proxy`]: [`Member::url`] goes through it, so a test
 //! can partition the operator from the agent it talks to ([`Member::partition`]) while the
@@ -41,7 +44,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 pub enum Shape {
     /// One `consul agent -dev`.
     Dev,
-    /// Three servers forming one Raft cluster.
+    /// Three servers forming one Raft cluster, and a client agent joined to them.
     Cluster,
 }
 
@@ -154,7 +157,7 @@ impl RealConsul {
         let master_token = options.acl.then(|| uuid::Uuid::new_v4().to_string());
         let count = match shape {
             Shape::Dev => 1,
-            Shape::Cluster => 3,
+            Shape::Cluster => 4,
         };
         let plans = member::plan(shape, count, dir.path(), master_token.as_deref())?;
         let mut members = Vec::with_capacity(count);
@@ -178,14 +181,28 @@ impl RealConsul {
         Ok(consul)
     }
 
-    /// The URL the operator uses: member 0's, through its proxy.
+    /// The URL the operator uses, through its proxy: the dev agent's, or the cluster's
+    /// client agent's.
     pub fn url(&self) -> String {
-        self.members[0].url()
+        self.agent().url()
     }
 
-    /// The members, in start order (member 0 is the one [`RealConsul::url`] names).
+    /// The member the operator talks to ([`RealConsul::url`]): the last one.
+    pub fn agent(&self) -> &Member {
+        &self.members[self.members.len() - 1]
+    }
+
+    /// The members, in start order: the servers, then (in a cluster) the client agent.
     pub fn members(&self) -> &[Member] {
         &self.members
+    }
+
+    /// The servers (every member of a dev agent, the first three of a cluster).
+    pub fn servers(&self) -> &[Member] {
+        match self.members.len() {
+            1 => &self.members,
+            n => &self.members[..n - 1],
+        }
     }
 
     /// The ACL master token, when started with [`Options::acl`].
