@@ -50,6 +50,10 @@ pub enum Error {
     MissingMetadata(&'static str),
 }
 
+/// How long a reconcile that Consul refused for lack of ACL rights waits before it tries
+/// again (the condition and the event already say what is missing).
+pub const REFUSED_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl Error {
     /// A static category for metrics and events.
     pub fn category(&self) -> &'static str {
@@ -83,9 +87,14 @@ impl Error {
         match self {
             Self::CleanupPending { retry_after, .. } => Some(*retry_after),
             Self::Finalizer(inner) => match inner.as_ref() {
-                kube::runtime::finalizer::Error::CleanupFailed(e) => e.retry_after(),
+                kube::runtime::finalizer::Error::CleanupFailed(e)
+                | kube::runtime::finalizer::Error::ApplyFailed(e) => e.retry_after(),
                 _ => None,
             },
+            // Retrying sooner cannot help: somebody must change the token's rules first.
+            Self::Consul(
+                ConsulError::PermissionDenied { .. } | ConsulError::AclNotFound { .. },
+            ) => Some(REFUSED_RETRY),
             _ => None,
         }
     }

@@ -22,6 +22,7 @@ use crate::election::config::{ElectionConfig, ElectionKey, Mode};
 use crate::election::observe::{LeaderRecord, LockView, PodView, Recorded};
 use crate::election::plan::{Action, ElectionEvent, EventReason, Plan};
 use crate::election::planner::{Observation, holder_from_value, plan};
+use crate::election::refusal::ConsulRefusal;
 use crate::k8s::{self, PodRole};
 use crate::metrics::FencingCause;
 use crate::sessions::{Found, adoptable_session};
@@ -127,38 +128,22 @@ impl<'a> Round<'a> {
     /// Plans and acts until a plan has no actions, an action fails, or `max` rounds ran.
     pub async fn run(&mut self, max: usize) -> Result<(), Error> {
         for _ in 0..max {
-            let mut views = observe::views(&self.pods, self.config);
-            self.shared_views(&mut views);
-            let session = self.ctx.sessions.view(self.key);
-            let stood_back = self.ctx.stood_back(self.key);
-            let decided = plan(&Observation {
-                config: self.config,
-                pods: &views,
-                lock: &self.lock,
-                session: session.as_ref(),
-                recorded: &self.recorded,
-                lock_delay_until: self.ctx.lock_delay_until(self.key),
-                lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
-                switchover: self.switchover.as_deref(),
-                now: Timestamp::now(),
-                owner: &self.ctx.settings.owner,
-                stood_back: stood_back.as_ref(),
-            });
-            // The next plans of this reconcile continue the same request (its `from` and
-            // `requestedAt`), as the next reconcile will from the status written at its end.
-            self.recorded
-                .last_switchover
-                .clone_from(&decided.status.last_switchover);
-            // The next plan (of this reconcile or the next) knows whether this one stood back.
-            self.ctx
-                .remember_stood_back(self.key, decided.managed_elsewhere.clone());
-            let actions = decided.actions.clone();
-            self.last = Some(decided);
+            let actions = self.decide();
             if actions.is_empty() {
                 return Ok(());
             }
             for action in actions {
-                self.execute(action).await?;
+                let writes_consul = action.writes_consul();
+                match self.execute(action).await {
+                    Ok(()) if writes_consul => {
+                        self.ctx.remember_refusal(self.key, None);
+                    }
+                    Ok(()) => {}
+                    Err(error) => {
+                        self.note_refusal(&error).await;
+                        return Err(error);
+                    }
+                }
                 if std::mem::take(&mut self.replan) {
                     // The plan was made for a session that no longer exists.
                     break;
@@ -167,6 +152,65 @@ impl<'a> Round<'a> {
         }
         self.unfinished = true;
         Ok(())
+    }
+
+    /// Plans from what is known now, keeps the plan as the last one (its status is what the
+    /// reconcile writes) and returns its actions.
+    fn decide(&mut self) -> Vec<Action> {
+        let mut views = observe::views(&self.pods, self.config);
+        self.shared_views(&mut views);
+        let session = self.ctx.sessions.view(self.key);
+        let stood_back = self.ctx.stood_back(self.key);
+        let refusal = self.ctx.refusal(self.key);
+        let decided = plan(&Observation {
+            config: self.config,
+            pods: &views,
+            lock: &self.lock,
+            session: session.as_ref(),
+            recorded: &self.recorded,
+            lock_delay_until: self.ctx.lock_delay_until(self.key),
+            lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
+            switchover: self.switchover.as_deref(),
+            now: Timestamp::now(),
+            owner: &self.ctx.settings.owner,
+            stood_back: stood_back.as_ref(),
+            consul_refused: refusal.as_ref(),
+        });
+        // The next plans of this reconcile continue the same request (its `from` and
+        // `requestedAt`), as the next reconcile will from the status written at its end.
+        self.recorded
+            .last_switchover
+            .clone_from(&decided.status.last_switchover);
+        // The next plan (of this reconcile or the next) knows whether this one stood back.
+        self.ctx
+            .remember_stood_back(self.key, decided.managed_elsewhere.clone());
+        let actions = decided.actions.clone();
+        self.last = Some(decided);
+        actions
+    }
+
+    /// When Consul refused a write for lack of ACL rights: remembers the refusal, says so in
+    /// an event when it is new, and plans again so that the status written at the end of this
+    /// reconcile reports it (the actions of that plan are not run).
+    async fn note_refusal(&mut self, error: &Error) {
+        let refusal = match error {
+            Error::Consul(ConsulError::PermissionDenied { context, .. }) => {
+                ConsulRefusal::permission_denied(context.operation, &context.target)
+            }
+            Error::Consul(ConsulError::AclNotFound { context }) => {
+                ConsulRefusal::token_not_found(context.operation, &context.target)
+            }
+            _ => return,
+        };
+        if self.ctx.remember_refusal(self.key, Some(refusal.clone())) {
+            self.publish(&ElectionEvent {
+                reason: EventReason::ConsulRefused,
+                pod: None,
+                note: refusal.message,
+            })
+            .await;
+        }
+        self.decide();
     }
 
     async fn execute(&mut self, action: Action) -> Result<(), Error> {

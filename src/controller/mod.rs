@@ -65,6 +65,7 @@ use crate::consul::{ConsulClient, TokenBucket, WatchPacing};
 use crate::crd::{FINALIZER, LeaderElection, LeaderElectionStatus, Phase};
 use crate::election::config::{ElectionKey, Owner};
 use crate::election::plan::StoodBack;
+use crate::election::refusal::ConsulRefusal;
 use crate::http::Health;
 use crate::leadership::{Leadership, LeadershipError, LeaseSettings};
 use crate::locks::LockWatcher;
@@ -180,6 +181,9 @@ pub struct Context {
     /// What the last plan of each election said about standing back, passed to the next
     /// (pruned with the elections).
     stood_back: Mutex<HashMap<ElectionKey, StoodBack>>,
+    /// Consul's last refusal (for lack of ACL rights) of each election's writes, until a
+    /// write of the election succeeds (pruned with the elections).
+    refusals: Mutex<HashMap<ElectionKey, ConsulRefusal>>,
     /// The operator-wide event rate limit (see [`EVENT_RATE`]).
     event_budget: Mutex<TokenBucket>,
     /// Pods as this process last patched them, by UID, until the cache has caught up: the
@@ -288,6 +292,26 @@ impl Context {
                 Some(stood) => map.insert(key.clone(), stood),
                 None => map.remove(key),
             };
+        }
+    }
+
+    /// Consul's standing refusal of `key`'s writes, if any.
+    fn refusal(&self, key: &ElectionKey) -> Option<ConsulRefusal> {
+        self.refusals.lock().ok()?.get(key).cloned()
+    }
+
+    /// Records (`Some`) or clears (`None`) Consul's refusal of `key`'s writes; true when the
+    /// refusal is new or differs from the one recorded (worth an event).
+    fn remember_refusal(&self, key: &ElectionKey, refusal: Option<ConsulRefusal>) -> bool {
+        let Ok(mut map) = self.refusals.lock() else {
+            return false;
+        };
+        match refusal {
+            Some(refusal) => map.insert(key.clone(), refusal.clone()).as_ref() != Some(&refusal),
+            None => {
+                map.remove(key);
+                false
+            }
         }
     }
 
@@ -618,6 +642,7 @@ pub async fn run(
         status_failures: Mutex::new(HashMap::new()),
         pods_written: Mutex::new(HashMap::new()),
         stood_back: Mutex::new(HashMap::new()),
+        refusals: Mutex::new(HashMap::new()),
         event_budget: Mutex::new(TokenBucket::new(EVENT_RATE, tokio::time::Instant::now())),
     });
 
@@ -675,6 +700,9 @@ pub async fn run(
                 ctx.validated.retain(known);
                 if let Ok(mut stood) = ctx.stood_back.lock() {
                     stood.retain(|key, _| known(key));
+                }
+                if let Ok(mut refusals) = ctx.refusals.lock() {
+                    refusals.retain(|key, _| known(key));
                 }
             }
         }

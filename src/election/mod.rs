@@ -8,6 +8,7 @@ pub mod invariants;
 pub mod observe;
 pub mod plan;
 pub mod planner;
+pub mod refusal;
 pub mod unusable;
 
 #[cfg(test)]

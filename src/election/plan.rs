@@ -98,6 +98,19 @@ pub enum Action {
     Emit(ElectionEvent),
 }
 
+impl Action {
+    /// Whether the action writes to Consul (and so needs the token's write rights).
+    pub fn writes_consul(&self) -> bool {
+        matches!(
+            self,
+            Self::CreateSession { .. }
+                | Self::Acquire { .. }
+                | Self::Release { .. }
+                | Self::DestroySession { .. }
+        )
+    }
+}
+
 /// Event reasons of docs/design.md section 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventReason {
@@ -125,6 +138,8 @@ pub enum EventReason {
     /// Another install of the operator in this cluster serves the election: this one stands
     /// back and writes nothing.
     ManagedElsewhere,
+    /// Consul refused one of the election's writes for lack of ACL rights.
+    ConsulRefused,
 }
 
 impl EventReason {
@@ -142,6 +157,7 @@ impl EventReason {
             Self::SwitchoverRefused => "SwitchoverRefused",
             Self::Failback => "Failback",
             Self::ManagedElsewhere => "ManagedElsewhere",
+            Self::ConsulRefused => "ConsulRefused",
         }
     }
 

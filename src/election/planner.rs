@@ -33,6 +33,7 @@ use super::plan::{
     Action, CandidateState, ConditionState, ElectionEvent, EventReason, Phase, Plan, StatusState,
     StoodBack, TAKEOVER_GRACE,
 };
+use super::refusal::ConsulRefusal;
 
 /// Condition type: a pod is labelled leader and holds the lock.
 pub const LEADER_ELECTED: &str = "LeaderElected";
@@ -75,6 +76,9 @@ pub struct Observation<'a> {
     /// it is taken only once it stayed free for [`TAKEOVER_GRACE`], and nothing is demoted or
     /// relabelled before this install holds the lock itself.
     pub stood_back: Option<&'a StoodBack>,
+    /// Consul refused one of this election's writes for lack of rights, and no write of it
+    /// succeeded since: `ConsulAvailable` is false and says which right is missing.
+    pub consul_refused: Option<&'a ConsulRefusal>,
 }
 
 /// Decides what to do next for one election.
@@ -878,7 +882,26 @@ impl<'a> Builder<'a> {
         let leader = leader.or_else(|| obs.recorded.leader.clone());
         let elected = self.leader.is_some();
         let (reason, message) = self.elected_reason;
-        let consul_ok = self.consul_ok;
+        let consul = match (self.obs.consul_refused, self.consul_ok) {
+            (Some(refusal), _) => ConditionState {
+                type_: CONSUL_AVAILABLE,
+                status: false,
+                reason: refusal.reason,
+                message: refusal.message.clone(),
+            },
+            (None, true) => ConditionState {
+                type_: CONSUL_AVAILABLE,
+                status: true,
+                reason: "Available",
+                message: "Consul answers".into(),
+            },
+            (None, false) => ConditionState {
+                type_: CONSUL_AVAILABLE,
+                status: false,
+                reason: "Unreachable",
+                message: "Consul does not answer or does not confirm the session".into(),
+            },
+        };
         let conditions = vec![
             ConditionState {
                 type_: LEADER_ELECTED,
@@ -886,20 +909,7 @@ impl<'a> Builder<'a> {
                 reason,
                 message,
             },
-            ConditionState {
-                type_: CONSUL_AVAILABLE,
-                status: consul_ok,
-                reason: if consul_ok {
-                    "Available"
-                } else {
-                    "Unreachable"
-                },
-                message: if consul_ok {
-                    "Consul answers".into()
-                } else {
-                    "Consul does not answer or does not confirm the session".into()
-                },
-            },
+            consul,
         ];
         Plan {
             managed_elsewhere: self.managed_elsewhere,

@@ -911,6 +911,7 @@ impl Model {
             now: self.now,
             owner: &owner,
             stood_back: None,
+            consul_refused: None,
         };
         let plan = plan(&obs);
         let _ = writeln!(

@@ -4,8 +4,9 @@
 
 use super::support::*;
 use crate::election::observe::LockView;
-use crate::election::plan::{CandidateState, Phase};
+use crate::election::plan::{Action, CandidateState, Phase};
 use crate::election::planner::{CONSUL_AVAILABLE, LEADER_ELECTED};
+use crate::election::refusal::ConsulRefusal;
 
 #[test]
 fn candidates_list_every_selected_pod_sorted_with_reasons() {
@@ -191,4 +192,33 @@ fn the_last_leader_stays_on_record_while_nobody_leads() {
     let plan = scene.plan();
     assert_eq!(plan.status.phase, Phase::Pending);
     assert_eq!(record(&plan.status), scene.recorded);
+}
+
+#[test]
+fn a_refused_write_makes_consul_unavailable_naming_the_missing_right() {
+    let refusal = ConsulRefusal::permission_denied("session create", "consul-elector/x");
+    let plan = Scene::new(vec![pod("a"), pod("b")])
+        .consul_refused(refusal.clone())
+        .plan();
+    let a = condition(&plan.status, CONSUL_AVAILABLE);
+    assert!(!a.status);
+    assert_eq!(a.reason, "PermissionDenied");
+    assert_eq!(a.message, refusal.message);
+    assert!(a.message.contains("session:write"), "{}", a.message);
+    // The plan still tries (a fixed token must work at the next attempt without a restart),
+    // and nobody is labelled leader meanwhile.
+    assert!(
+        plan.actions
+            .iter()
+            .any(|a| matches!(a, Action::CreateSession { .. })),
+        "{:?}",
+        plan.actions
+    );
+    assert!(plan.status.leader.is_none());
+    // Once no refusal is reported, the condition says Consul answers again.
+    let plan = Scene::new(vec![pod("a"), pod("b")]).plan();
+    assert_eq!(
+        condition(&plan.status, CONSUL_AVAILABLE).reason,
+        "Available"
+    );
 }

@@ -255,6 +255,8 @@ pub struct Scene {
     pub owner: Owner,
     /// What its last decision said about standing back for another install.
     pub stood_back: Option<crate::election::plan::StoodBack>,
+    /// Consul's last refusal of one of the election's writes.
+    pub consul_refused: Option<crate::election::refusal::ConsulRefusal>,
 }
 
 impl Scene {
@@ -272,6 +274,7 @@ impl Scene {
             now: t(100),
             owner: Owner::new("test-cluster", "ops.consul-elector"),
             stood_back: None,
+            consul_refused: None,
         }
     }
 
@@ -317,6 +320,11 @@ impl Scene {
         self.switchover = Some(to.into());
         self
     }
+    /// Consul refused one of the election's writes with `refusal`.
+    pub fn consul_refused(mut self, refusal: crate::election::refusal::ConsulRefusal) -> Self {
+        self.consul_refused = Some(refusal);
+        self
+    }
     /// The key was last read (or this process started) at `at`.
     pub fn lock_confirmed_at(mut self, at: Timestamp) -> Self {
         self.lock_confirmed_at = Some(at);
@@ -349,6 +357,7 @@ impl Scene {
             now: self.now,
             owner: &self.owner,
             stood_back: self.stood_back.as_ref(),
+            consul_refused: self.consul_refused.as_ref(),
         }
     }
 
