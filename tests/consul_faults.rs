@@ -123,3 +123,74 @@ session "" { policy = "write" }"#,
     )
     .await;
 }
+
+/// A three-server cluster with the operator on its client agent; `None` without
+/// `CONSUL_BIN`.
+async fn cluster() -> Option<ConsulUnderTest> {
+    ConsulUnderTest::real(Shape::Cluster, Options::default()).await
+}
+
+/// Waits until a server other than `old` leads Raft; returns it and how long Raft had no
+/// (other) leader.
+async fn new_raft_leader(consul: &ConsulUnderTest, old: usize, since: Instant) -> (usize, Duration) {
+    let deadline = Instant::now() + TTL_BOUND;
+    loop {
+        if let Some(leader) = consul.real_consul().leader().await.filter(|l| *l != old) {
+            return (leader, since.elapsed());
+        }
+        assert!(Instant::now() < deadline, "no new Raft leader within {TTL_BOUND:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The Raft leader is killed five times, each time together with the election's leader pod
+/// (a failover that needs Consul writes exactly while Raft elects). With the default session
+/// TTL (15 s), Consul's own election must cause no leader change: the only moves are the
+/// five deletions, no session is lost, and the token only grows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_raft_leader_killed_during_failovers_causes_no_leader_change_of_its_own() {
+    let Some(consul) = cluster().await else {
+        return;
+    };
+    with_namespace("raft-kill", |admin, ns| async move {
+        let spec = json!({"selector": {"matchLabels": {"app": "web"}}});
+        let (h, first) = Harness::web_elected_on(admin, ns, consul.clone(), spec).await;
+        let real = consul.real_consul();
+        let mut previous = first.clone();
+        for round in 1..=5 {
+            let raft = real.leader().await.expect("a Raft leader");
+            let killed = Instant::now();
+            real.members()[raft].kill();
+            h.pods()
+                .delete(&previous.pod, &Default::default())
+                .await
+                .expect("delete the leader pod");
+            let next = h
+                .wait_elected_within("web", Some(&previous.pod), TTL_BOUND)
+                .await;
+            let moved = killed.elapsed();
+            let (_, leaderless) = new_raft_leader(&consul, raft, killed).await;
+            eprintln!(
+                "round {round}: Raft leader killed with the leader pod; Raft leader again \
+                 after {leaderless:?} (at most), new leader {} labelled after {moved:?}",
+                next.pod
+            );
+            assert!(next.token > previous.token, "{next:?} after {previous:?}");
+            real.members()[raft].restart().expect("restart");
+            real.wait_ready(TTL_BOUND).await.expect("cluster whole again");
+            previous = next;
+        }
+        let status = h.status("web").await;
+        assert_eq!(
+            status.transitions - first.transitions,
+            5,
+            "only the five deletions moved the leader"
+        );
+        let (lost, notes) = h.events("web", "SessionLost").await;
+        assert_eq!(lost, 0, "no session was lost: {notes:?}");
+        let (unavailable, notes) = h.events("web", "ConsulUnavailable").await;
+        assert_eq!(unavailable, 0, "no fence: {notes:?}");
+        h.finish().await;
+    })
+    .await;
+}
