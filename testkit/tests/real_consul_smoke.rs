@@ -26,7 +26,10 @@ async fn wait_leader_other_than(consul: &RealConsul, old: usize) -> usize {
         if let Some(leader) = consul.leader().await.filter(|l| *l != old) {
             return leader;
         }
-        assert!(Instant::now() < deadline, "no new Raft leader within {BOUND:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no new Raft leader within {BOUND:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -52,7 +55,10 @@ async fn a_dev_agent_answers_through_its_proxy_and_a_partition_silences_it() {
         0,
         "a partitioned member does not answer"
     );
-    assert!(started.elapsed() >= Duration::from_secs(4), "silence, not a refusal");
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "silence, not a refusal"
+    );
     consul.members()[0].heal();
     assert_eq!(
         status(&consul.url(), None, reqwest::Method::GET, "/v1/kv/smoke").await,
@@ -72,7 +78,13 @@ async fn a_three_server_cluster_survives_its_leader_killed_or_paused() {
     consul.members()[first].kill();
     let second = wait_leader_other_than(&consul, first).await;
     assert_eq!(
-        status(&consul.members()[second].url(), None, reqwest::Method::PUT, "/v1/kv/k").await,
+        status(
+            &consul.members()[second].url(),
+            None,
+            reqwest::Method::PUT,
+            "/v1/kv/k"
+        )
+        .await,
         200
     );
     consul.members()[first].restart().expect("restart");
@@ -81,7 +93,13 @@ async fn a_three_server_cluster_survives_its_leader_killed_or_paused() {
     let third = wait_leader_other_than(&consul, second).await;
     consul.members()[second].resume();
     assert_eq!(
-        status(&consul.members()[third].url(), None, reqwest::Method::GET, "/v1/kv/k").await,
+        status(
+            &consul.members()[third].url(),
+            None,
+            reqwest::Method::GET,
+            "/v1/kv/k"
+        )
+        .await,
         200,
         "the key written before survived both leader changes"
     );
@@ -101,9 +119,21 @@ async fn acl_tokens_allow_what_their_rules_say() {
         .expect("token");
     let url = consul.url();
     let put = reqwest::Method::PUT;
-    assert_eq!(status(&url, Some(&operator), put.clone(), "/v1/kv/elector/a").await, 200);
-    assert_eq!(status(&url, Some(&operator), put.clone(), "/v1/kv/other").await, 403);
-    assert_eq!(status(&url, None, put.clone(), "/v1/kv/elector/a").await, 403);
+    assert_eq!(
+        status(&url, Some(&operator), put.clone(), "/v1/kv/elector/a").await,
+        200
+    );
+    assert_eq!(
+        status(&url, Some(&operator), put.clone(), "/v1/kv/other").await,
+        403
+    );
+    assert_eq!(
+        status(&url, None, put.clone(), "/v1/kv/elector/a").await,
+        403
+    );
     consul.destroy_token(&operator).await.expect("destroy");
-    assert_eq!(status(&url, Some(&operator), put, "/v1/kv/elector/a").await, 403);
+    assert_eq!(
+        status(&url, Some(&operator), put, "/v1/kv/elector/a").await,
+        403
+    );
 }

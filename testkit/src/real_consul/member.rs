@@ -55,7 +55,9 @@ pub(super) fn plan(
             "-client=127.0.0.1".into(),
             format!("-http-port={http}"),
             format!("-dns-port={dns}"),
-            format!("-hcl=ports {{ serf_lan = {serf_lan} serf_wan = {serf_wan} server = {server} }}"),
+            format!(
+                "-hcl=ports {{ serf_lan = {serf_lan} serf_wan = {serf_wan} server = {server} }}"
+            ),
             "-log-level=debug".into(),
         ];
         match shape {
@@ -181,10 +183,12 @@ impl Member {
             .plan
             .log_dir
             .join(format!("{}.{start}.log", self.plan.node));
-        let spawned = ManagedProcess::spawn("consul", &self.binary, &self.plan.args, log)
-            .map_err(|e| RealConsulError::Io {
-                context: format!("starting consul {}", self.plan.node),
-                source: std::io::Error::other(e.to_string()),
+        let spawned =
+            ManagedProcess::spawn("consul", &self.binary, &self.plan.args, log).map_err(|e| {
+                RealConsulError::Io {
+                    context: format!("starting consul {}", self.plan.node),
+                    source: std::io::Error::other(e.to_string()),
+                }
             })?;
         *process = Some(spawned);
         Ok(())

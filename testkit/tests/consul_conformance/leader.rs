@@ -1,0 +1,1 @@
+//! Cases 76-78: a change of the Raft leader.
