@@ -179,4 +179,7 @@ cases! {
     go_lock::case_73_lock_retries_through_a_lock_delay;
     go_lock::case_74_monitor_retries;
     go_lock::case_75_unlock_keeps_value_and_flags_and_frees_the_key_at_once;
+    leader::case_76_renew_without_a_leader_is_500_no_cluster_leader => Setup::cluster();
+    leader::case_77_a_blocking_read_across_a_leader_change => Setup::cluster();
+    leader::case_78_a_new_leader_restarts_every_ttl_timer => Setup::cluster();
 }

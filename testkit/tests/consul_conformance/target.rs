@@ -206,9 +206,7 @@ impl Target {
                     target.token = std::env::var("CONSUL_HTTP_TOKEN").ok();
                 }
                 (_, shape) => {
-                    let consul = RealConsul::start(shape, Options::default())
-                        .await
-                        .expect("start a real Consul")?;
+                    let consul = start_real(shape).await?;
                     target.base = consul.url();
                     target.real = Some(consul);
                 }
@@ -227,6 +225,11 @@ impl Target {
         self.emu.is_none()
     }
 
+    /// The base URL of the case's agent.
+    pub fn url(&self) -> String {
+        self.base.clone()
+    }
+
     /// The server's version (`Config.Version` of `/v1/agent/self`).
     pub fn version(&self) -> Version {
         self.version
@@ -243,10 +246,16 @@ impl Target {
         self.real.as_ref()
     }
 
+    /// True when the server serves this case alone (the emulator, or a real Consul started
+    /// for it): nothing else writes to it.
+    pub fn owns_server(&self) -> bool {
+        self.turn.is_none()
+    }
+
     /// Returns `false` (after saying so on stderr, so the skip is visible in the test output)
     /// when the case needs something only the emulator offers and the target is real.
     pub fn supports(&self, needs: Needs) -> bool {
-        let dedicated_store = matches!(needs, Needs::EmptyStore) && self.real.is_some();
+        let dedicated_store = matches!(needs, Needs::EmptyStore) && self.owns_server();
         if self.is_real() && !dedicated_store {
             eprintln!(
                 "SKIPPED case {} against real Consul: needs emulator-only {needs:?}",
@@ -425,7 +434,7 @@ impl Target {
     /// Removes what the case left behind on a shared external agent (sessions and its key
     /// prefix); a server started for the case goes away with it.
     pub async fn cleanup(&self) {
-        if self.turn.is_none() {
+        if self.owns_server() {
             return;
         }
         let ids: Vec<String> = self.sessions.lock().expect("sessions").drain(..).collect();
@@ -475,6 +484,25 @@ pub async fn answered(handle: tokio::task::JoinHandle<Resp>, limit: Duration) ->
         .await
         .expect("the request answered in time")
         .expect("request task")
+}
+
+/// How often a real Consul is started before the case fails: its ports are picked free but
+/// released before Consul binds them, so another process can take one in between (Consul
+/// then exits, e.g. "timeout starting DNS servers").
+const REAL_START_ATTEMPTS: u32 = 3;
+
+/// Starts a real Consul of `shape` from `CONSUL_BIN`; `None` when it is unset (skipped).
+async fn start_real(shape: Shape) -> Option<RealConsul> {
+    for attempt in 1..=REAL_START_ATTEMPTS {
+        match RealConsul::start(shape, Options::default()).await {
+            Ok(consul) => return consul,
+            Err(e) if attempt < REAL_START_ATTEMPTS => {
+                eprintln!("real Consul did not start (attempt {attempt}), starting again: {e}");
+            }
+            Err(e) => panic!("start a real Consul: {e}"),
+        }
+    }
+    unreachable!("the last attempt returns or panics")
 }
 
 /// The address of an external agent from `CONSUL_HTTP_ADDR`, normalised to a URL.
