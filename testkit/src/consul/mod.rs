@@ -13,7 +13,8 @@
 //!
 //! # Endpoints
 //! `/v1/session/{create,destroy/<id>,renew/<id>,info/<id>,list,node/<node>}`,
-//! `/v1/kv/<key>` (GET/PUT/DELETE), `/v1/status/leader`, plus the `/_emu/` admin surface
+//! `/v1/kv/<key>` (GET/PUT/DELETE), `/v1/status/leader`, `/v1/agent/self` (reporting
+//! [`EMULATED_VERSION`]), plus the `/_emu/` admin surface
 //! (see the `api::admin` module docs).
 //!
 //! # Architecture
@@ -118,6 +119,11 @@ pub use faults::{Endpoint, Fault, FaultAction, FaultId};
 pub use server::Emulator;
 pub use state::{CheckStatus, KvEntry, SessionBehavior, SessionInfo};
 pub use stats::Stats;
+
+/// The Consul version whose behaviour the emulator follows, reported as `Config.Version` by
+/// `GET /v1/agent/self`. Where Consul's answers changed across versions (`docs/consul.md`,
+/// section 13, "Versions"), the emulator answers like this one.
+pub const EMULATED_VERSION: &str = "1.22.0";
 
 /// Locks a mutex, ignoring poisoning (state stays usable after a panicking test thread).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

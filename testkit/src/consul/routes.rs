@@ -13,6 +13,8 @@ pub(crate) enum Route {
     SessionNode(String),
     Kv(String),
     StatusLeader,
+    /// `/v1/agent/self`: the agent's configuration (its version, node and datacenter).
+    AgentSelf,
     /// A subtree endpoint addressed without its trailing slash: Go's `ServeMux` answers
     /// 301 to the path with the slash.
     Redirect(String),
@@ -39,6 +41,7 @@ impl Route {
             "/v1/session/create" => return Route::SessionCreate,
             "/v1/session/list" => return Route::SessionList,
             "/v1/status/leader" => return Route::StatusLeader,
+            "/v1/agent/self" => return Route::AgentSelf,
             _ => {}
         }
         for (prefix, make) in PREFIXED {
@@ -59,7 +62,7 @@ impl Route {
                 &[Method::PUT]
             }
             Route::SessionInfo(_) | Route::SessionList | Route::SessionNode(_) => &[Method::GET],
-            Route::StatusLeader => &[Method::GET],
+            Route::StatusLeader | Route::AgentSelf => &[Method::GET],
             Route::Kv(_) => &[Method::GET, Method::PUT, Method::DELETE],
             Route::Redirect(_) | Route::Admin(_) | Route::Unknown => &[],
         }
@@ -88,6 +91,7 @@ impl Route {
                 _ => "kv.other",
             },
             Route::StatusLeader => "status.leader",
+            Route::AgentSelf => "agent.self",
             Route::Redirect(_) | Route::Admin(_) | Route::Unknown => "unknown",
         }
     }

@@ -6,7 +6,8 @@ use testkit::consul::{AclConfig, AclPolicy, EmulatorConfig};
 
 use crate::target::{Needs, Target};
 
-fn acl_config() -> EmulatorConfig {
+/// An emulator with ACLs: a read-only token `read-only`, and an anonymous token that may do nothing.
+pub fn acl_config() -> EmulatorConfig {
     let reader = AclPolicy {
         key_read: vec![String::new()],
         key_write: vec![],
@@ -27,10 +28,8 @@ fn acl_config() -> EmulatorConfig {
     }
 }
 
-#[tokio::test]
-async fn case_69_acl_denials() {
-    let t = Target::with_config(69, acl_config()).await;
-    if !t.supports(69, Needs::Acl) {
+pub async fn case_69_acl_denials(t: &Target) {
+    if !t.supports(Needs::Acl) {
         return;
     }
     let path = format!("/v1/kv/{}", t.key("k"));
@@ -45,20 +44,15 @@ async fn case_69_acl_denials() {
     r.assert_error(403, "ACL not found");
 }
 
-#[tokio::test]
-async fn case_70_wrong_method_on_session_create_is_405() {
-    let t = Target::new(70).await;
+pub async fn case_70_wrong_method_on_session_create_is_405(t: &Target) {
     let r = t.delete("/v1/session/create").await;
     assert_eq!(r.status, 405);
     assert_eq!(r.header("Allow").as_deref(), Some("OPTIONS,PUT"));
     assert_eq!(r.text().trim(), "method DELETE not allowed");
-    t.cleanup().await;
 }
 
-#[tokio::test]
-async fn case_71_no_cluster_leader() {
-    let t = Target::new(71).await;
-    if !t.supports(71, Needs::Faults) {
+pub async fn case_71_no_cluster_leader(t: &Target) {
+    if !t.supports(Needs::Faults) {
         return;
     }
     let k = t.key("k");

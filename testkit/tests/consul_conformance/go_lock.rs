@@ -149,24 +149,19 @@ impl<'a> GoLock<'a> {
     }
 }
 
-#[tokio::test]
-async fn case_72_lock_refuses_a_key_that_is_not_a_lock() {
-    let t = Target::new(72).await;
+pub async fn case_72_lock_refuses_a_key_that_is_not_a_lock(t: &Target) {
     let k = t.key("k");
     t.kv_put(&k, "", "plain").await.assert_bool(true);
     let before = t.kv(&k).await.expect("K");
     let s = t.default_session().await;
-    let mut lock = GoLock::new(&t, &k, &s);
+    let mut lock = GoLock::new(t, &k, &s);
     assert_eq!(lock.lock().await, Err(LockError::Conflict));
     assert_eq!(lock.acquires, 0, "no acquire attempted");
     assert_eq!(t.kv(&k).await.expect("K"), before);
-    t.cleanup().await;
 }
 
-#[tokio::test]
-async fn case_73_lock_retries_through_a_lock_delay() {
-    let t = Target::new(73).await;
-    if !t.supports(73, Needs::VirtualTime) {
+pub async fn case_73_lock_retries_through_a_lock_delay(t: &Target) {
+    if !t.supports(Needs::VirtualTime) {
         return;
     }
     let k = t.key("k");
@@ -179,7 +174,7 @@ async fn case_73_lock_retries_through_a_lock_delay() {
         .await
         .assert_bool(true);
     let start = t.emu().now();
-    let mut lock = GoLock::new(&t, &k, &s2);
+    let mut lock = GoLock::new(t, &k, &s2);
     assert_eq!(lock.lock().await, Ok(()));
     assert_eq!(lock.acquires, 4, "refused at 0s, 5s and 10s, taken at 15s");
     assert_eq!(t.emu().now() - start, Duration::from_secs(15));
@@ -188,16 +183,14 @@ async fn case_73_lock_retries_through_a_lock_delay() {
     assert_eq!(num(&e, "LockIndex"), 2);
 }
 
-#[tokio::test]
-async fn case_74_monitor_retries() {
+pub async fn case_74_monitor_retries(t: &Target) {
+    if !t.supports(Needs::Faults) {
+        return;
+    }
     for (retries, expected) in [(0, Monitor::Lost), (3, Monitor::Kept)] {
-        let t = Target::new(74).await;
-        if !t.supports(74, Needs::Faults) {
-            return;
-        }
-        let k = t.key("k");
+        let k = t.key(&format!("k{retries}"));
         let s = t.default_session().await;
-        let mut lock = GoLock::new(&t, &k, &s);
+        let mut lock = GoLock::new(t, &k, &s);
         assert_eq!(lock.lock().await, Ok(()));
         t.emu().add_fault(Fault {
             endpoint: Endpoint::Kv,
@@ -213,12 +206,10 @@ async fn case_74_monitor_retries() {
     }
 }
 
-#[tokio::test]
-async fn case_75_unlock_keeps_value_and_flags_and_frees_the_key_at_once() {
-    let t = Target::new(75).await;
+pub async fn case_75_unlock_keeps_value_and_flags_and_frees_the_key_at_once(t: &Target) {
     let k = t.key("k");
     let s1 = t.default_session().await;
-    let mut lock = GoLock::new(&t, &k, &s1);
+    let mut lock = GoLock::new(t, &k, &s1);
     assert_eq!(lock.lock().await, Ok(()));
     lock.unlock().await;
     let e = t.kv(&k).await.expect("K");
@@ -234,5 +225,4 @@ async fn case_75_unlock_keeps_value_and_flags_and_frees_the_key_at_once() {
     t.kv_put(&k, &format!("acquire={s2}&flags={LOCK_FLAG}"), "x")
         .await
         .assert_bool(true);
-    t.cleanup().await;
 }

@@ -9,15 +9,14 @@ use crate::target::{Needs, Target, num, value_of};
 const SEC: Duration = Duration::from_secs(1);
 
 /// `S1` (created from `s1_body`) holds `K` with value `v`; `S2` is a default session.
-struct Setup {
-    t: Target,
+struct Setup<'a> {
+    t: &'a Target,
     k: String,
     s1: String,
     s2: String,
 }
 
-async fn setup(case: u32, s1_body: &str) -> Setup {
-    let t = Target::new(case).await;
+async fn setup<'a>(t: &'a Target, s1_body: &str) -> Setup<'a> {
     let s1 = t.session(s1_body).await;
     let s2 = t.default_session().await;
     let k = t.key("k");
@@ -27,7 +26,7 @@ async fn setup(case: u32, s1_body: &str) -> Setup {
     Setup { t, k, s1, s2 }
 }
 
-impl Setup {
+impl Setup<'_> {
     async fn destroy_s1(&self) -> u64 {
         self.t
             .put(&format!("/v1/session/destroy/{}", self.s1), Vec::new())
@@ -46,9 +45,8 @@ impl Setup {
     }
 }
 
-#[tokio::test]
-async fn case_39_destroy_releases_and_arms_the_lock_delay() {
-    let s = setup(39, r#"{"LockDelay":"15s"}"#).await;
+pub async fn case_39_destroy_releases_and_arms_the_lock_delay(t: &Target) {
+    let s = setup(t, r#"{"LockDelay":"15s"}"#).await;
     let d = s.destroy_s1().await;
     let e = s.t.kv(&s.k).await.expect("K kept");
     assert!(e.get("Session").is_none(), "{e}");
@@ -60,22 +58,18 @@ async fn case_39_destroy_releases_and_arms_the_lock_delay() {
     s.t.elapse_past(14 * SEC).await;
     assert!(s.acquire_s2().await, "free once the delay ends");
     assert_eq!(num(&s.t.kv(&s.k).await.expect("K"), "LockIndex"), 2);
-    s.t.cleanup().await;
 }
 
-#[tokio::test]
-async fn case_40_lock_delay_answers_false_before_validating_the_session() {
-    let s = setup(40, r#"{"LockDelay":"15s"}"#).await;
+pub async fn case_40_lock_delay_answers_false_before_validating_the_session(t: &Target) {
+    let s = setup(t, r#"{"LockDelay":"15s"}"#).await;
     s.destroy_s1().await;
     s.t.kv_put(&s.k, "acquire=11111111-2222-3333-4444-555555555555", "x")
         .await
         .assert_bool(false);
-    s.t.cleanup().await;
 }
 
-#[tokio::test]
-async fn case_41_lock_delay_blocks_only_acquire() {
-    let s = setup(41, r#"{"LockDelay":"15s"}"#).await;
+pub async fn case_41_lock_delay_blocks_only_acquire(t: &Target) {
+    let s = setup(t, r#"{"LockDelay":"15s"}"#).await;
     s.destroy_s1().await;
     s.t.kv_put(&s.k, "", "x").await.assert_bool(true);
     let m = num(&s.t.kv(&s.k).await.expect("K"), "ModifyIndex");
@@ -86,12 +80,10 @@ async fn case_41_lock_delay_blocks_only_acquire() {
         .await
         .assert_bool(true);
     assert!(s.t.kv(&s.k).await.is_none());
-    s.t.cleanup().await;
 }
 
-#[tokio::test]
-async fn case_42_delete_behavior_removes_the_key() {
-    let s = setup(42, r#"{"Behavior":"delete","LockDelay":"15s"}"#).await;
+pub async fn case_42_delete_behavior_removes_the_key(t: &Target) {
+    let s = setup(t, r#"{"Behavior":"delete","LockDelay":"15s"}"#).await;
     let before = s.t.kv(&s.k).await.expect("K");
     let d = s.destroy_s1().await;
     let r = s.t.get(&format!("/v1/kv/{}", s.k)).await;
@@ -103,22 +95,17 @@ async fn case_42_delete_behavior_removes_the_key() {
     let e = s.t.kv(&s.k).await.expect("re-created");
     assert_eq!(num(&e, "LockIndex"), 1);
     assert!(num(&e, "CreateIndex") > num(&before, "CreateIndex"));
-    s.t.cleanup().await;
 }
 
-#[tokio::test]
-async fn case_43_zero_lock_delay_frees_the_key_at_once() {
-    let s = setup(43, r#"{"LockDelay":"0s"}"#).await;
+pub async fn case_43_zero_lock_delay_frees_the_key_at_once(t: &Target) {
+    let s = setup(t, r#"{"LockDelay":"0s"}"#).await;
     s.destroy_s1().await;
     assert!(s.acquire_s2().await);
-    s.t.cleanup().await;
 }
 
-#[tokio::test]
-async fn case_44_lock_delay_is_capped_at_sixty_seconds() {
-    let s = setup(44, r#"{"LockDelay":"120s"}"#).await;
-    if !s.t.supports(44, Needs::VirtualTime) {
-        s.t.cleanup().await;
+pub async fn case_44_lock_delay_is_capped_at_sixty_seconds(t: &Target) {
+    let s = setup(t, r#"{"LockDelay":"120s"}"#).await;
+    if !s.t.supports(Needs::VirtualTime) {
         return;
     }
     s.destroy_s1().await;
@@ -128,10 +115,8 @@ async fn case_44_lock_delay_is_capped_at_sixty_seconds() {
     assert!(s.acquire_s2().await, "free at +60s");
 }
 
-#[tokio::test]
-async fn case_45_critical_check_releases_every_key_in_one_index() {
-    let t = Target::new(45).await;
-    if !t.supports(45, Needs::CatalogHooks) {
+pub async fn case_45_critical_check_releases_every_key_in_one_index(t: &Target) {
+    if !t.supports(Needs::CatalogHooks) {
         return;
     }
     let s1 = t.default_session().await;
@@ -160,13 +145,11 @@ async fn case_45_critical_check_releases_every_key_in_one_index() {
     }
 }
 
-#[tokio::test]
-async fn case_46_release_before_destroy_leaves_no_lock_delay() {
-    let s = setup(46, r#"{"LockDelay":"15s"}"#).await;
+pub async fn case_46_release_before_destroy_leaves_no_lock_delay(t: &Target) {
+    let s = setup(t, r#"{"LockDelay":"15s"}"#).await;
     s.t.kv_put(&s.k, &format!("release={}", s.s1), "v")
         .await
         .assert_bool(true);
     s.destroy_s1().await;
     assert!(s.acquire_s2().await);
-    s.t.cleanup().await;
 }

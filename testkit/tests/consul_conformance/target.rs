@@ -1,16 +1,22 @@
-//! The target a conformance case runs against: the in-process emulator (always) or a real
-//! Consul agent (when `CONSUL_HTTP_ADDR` is set), behind one small raw-HTTP surface.
+//! The target a conformance case runs against, behind one small raw-HTTP surface:
+//! - the in-process emulator (every case, always);
+//! - a real Consul: a `consul agent -dev` (or a three-server cluster) started for the case
+//!   alone by `testkit::real_consul` when `CONSUL_BIN` is set, or the external agent named by
+//!   `CONSUL_HTTP_ADDR`, on which the real cases run one at a time.
 //!
 //! Cases talk HTTP directly (not through the product's client) so that what is checked is
 //! the server's wire behaviour: status codes, bodies, headers and index bookkeeping.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use reqwest::Method;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 use testkit::consul::{Emulator, EmulatorConfig};
+use testkit::real_consul::{Options, RealConsul, Shape};
 
+use crate::version::Version;
 /// A response as the server sent it.
 pub struct Resp {
     pub status: u16,
@@ -67,10 +73,62 @@ impl Resp {
     }
 }
 
+/// Which server a generated test runs its case against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The in-process emulator with its virtual clock.
+    Emulator,
+    /// A real Consul (`CONSUL_BIN` or `CONSUL_HTTP_ADDR`).
+    Real,
+}
+
+/// How a case wants its server: the emulator's configuration and, against a real Consul, the
+/// shape of the cluster.
+pub struct Setup {
+    /// Used by the emulator only.
+    pub config: EmulatorConfig,
+    /// Used by a real Consul only: [`Shape::Cluster`] needs `CONSUL_BIN` even when
+    /// `CONSUL_HTTP_ADDR` names an external agent.
+    pub shape: Shape,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            config: EmulatorConfig::default(),
+            shape: Shape::Dev,
+        }
+    }
+}
+
+impl Setup {
+    /// The default setup with this emulator configuration.
+    pub fn config(config: EmulatorConfig) -> Setup {
+        Setup {
+            config,
+            ..Setup::default()
+        }
+    }
+
+    /// A three-server cluster when real.
+    pub fn cluster() -> Setup {
+        Setup {
+            shape: Shape::Cluster,
+            ..Setup::default()
+        }
+    }
+}
+
 /// Where the case runs.
 pub struct Target {
+    case: u32,
     /// The emulator, when the case runs against it.
     pub emu: Option<Emulator>,
+    /// The real Consul started for this case alone (`CONSUL_BIN`).
+    real: Option<RealConsul>,
+    /// Held while a case runs on the shared external agent, so that cases there never
+    /// interleave their Raft writes.
+    turn: Option<tokio::sync::OwnedMutexGuard<()>>,
     base: String,
     token: Option<String>,
     http: reqwest::Client,
@@ -78,6 +136,8 @@ pub struct Target {
     /// real agent.
     pub prefix: String,
     sessions: std::sync::Mutex<Vec<String>>,
+    version: Version,
+    node: String,
 }
 
 /// What a case needs beyond plain HTTP; against a real Consul such a case is skipped visibly.
@@ -91,58 +151,116 @@ pub enum Needs {
     Faults,
     /// An ACL table the case controls.
     Acl,
-    /// A KV store holding only what the case wrote.
+    /// A KV store holding only what the case wrote (a real agent started for the case has
+    /// one; a shared external agent does not).
     EmptyStore,
 }
 
+/// The case number in a test name `case_NN_...`.
+fn case_number(name: &str) -> u32 {
+    name.strip_prefix("case_")
+        .and_then(|rest| rest.split('_').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("test name {name:?} does not start with case_NN_"))
+}
+
+/// The lock that serialises cases on the external agent of `CONSUL_HTTP_ADDR`.
+fn externalturns() -> Arc<tokio::sync::Mutex<()>> {
+    static TURNS: OnceLock<Arc<tokio::sync::Mutex<()>>> = OnceLock::new();
+    TURNS.get_or_init(Default::default).clone()
+}
+
 impl Target {
-    /// The emulator with default settings (virtual clock, node `node1`, multiplier 2), or the
-    /// real agent named by `CONSUL_HTTP_ADDR`.
-    pub async fn new(case: u32) -> Target {
-        Target::with_config(case, EmulatorConfig::default()).await
-    }
-
-    /// Like [`Target::new`] with an emulator configuration (ignored against a real agent).
-    pub async fn with_config(case: u32, config: EmulatorConfig) -> Target {
+    /// Starts the server for test `name` (`case_NN_...`) on `backend`. `None` when a real
+    /// Consul is wanted but none is configured: the harness has printed `SKIPPED: ...` and
+    /// the test passes.
+    pub async fn start(backend: Backend, name: &str, setup: Setup) -> Option<Target> {
         install_crypto_provider();
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(900))
-            .build()
-            .expect("http client");
-        let prefix = format!("conformance/{case}-{:08x}/", rand::random::<u32>());
-        match real_address() {
-            Some(base) => Target {
-                emu: None,
-                base,
-                token: std::env::var("CONSUL_HTTP_TOKEN").ok(),
-                http,
-                prefix,
-                sessions: Default::default(),
-            },
-            None => {
-                let emu = Emulator::start(config).await.expect("start emulator");
-                Target {
-                    base: emu.url(),
-                    emu: Some(emu),
-                    token: None,
-                    http,
-                    prefix,
-                    sessions: Default::default(),
-                }
+        let case = case_number(name);
+        let mut target = Target {
+            case,
+            emu: None,
+            real: None,
+            turn: None,
+            base: String::new(),
+            token: None,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(900))
+                .build()
+                .expect("http client"),
+            prefix: format!("conformance/{case}-{:08x}/", rand::random::<u32>()),
+            sessions: Default::default(),
+            version: Version::default(),
+            node: String::new(),
+        };
+        match backend {
+            Backend::Emulator => {
+                let emu = Emulator::start(setup.config).await.expect("start emulator");
+                target.base = emu.url();
+                target.emu = Some(emu);
             }
+            Backend::Real => match (real_address(), setup.shape) {
+                (Some(base), Shape::Dev) => {
+                    target.turn = Some(externalturns().lock_owned().await);
+                    target.base = base;
+                    target.token = std::env::var("CONSUL_HTTP_TOKEN").ok();
+                }
+                (_, shape) => {
+                    let consul = start_real(shape).await?;
+                    target.base = consul.url();
+                    target.real = Some(consul);
+                }
+            },
         }
+        let agent = target.get("/v1/agent/self").await;
+        assert_eq!(agent.status, 200, "agent self: {}", agent.text());
+        let config = &agent.json()["Config"];
+        target.version = Version::parse(config["Version"].as_str().unwrap_or_default());
+        target.node = config["NodeName"].as_str().unwrap_or_default().to_owned();
+        Some(target)
     }
 
-    /// True when running against a real Consul agent.
+    /// True when running against a real Consul.
     pub fn is_real(&self) -> bool {
         self.emu.is_none()
     }
 
+    /// The base URL of the case's agent.
+    pub fn url(&self) -> String {
+        self.base.clone()
+    }
+
+    /// The server's version (`Config.Version` of `/v1/agent/self`).
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// The agent's node name (`Config.NodeName`): `node1` on the emulator.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The real Consul started for this case (`None` on the emulator and on an external
+    /// agent).
+    pub fn real(&self) -> Option<&RealConsul> {
+        self.real.as_ref()
+    }
+
+    /// True when the server serves this case alone (the emulator, or a real Consul started
+    /// for it): nothing else writes to it.
+    pub fn owns_server(&self) -> bool {
+        self.turn.is_none()
+    }
+
     /// Returns `false` (after saying so on stderr, so the skip is visible in the test output)
     /// when the case needs something only the emulator offers and the target is real.
-    pub fn supports(&self, case: u32, needs: Needs) -> bool {
-        if self.is_real() {
-            eprintln!("SKIPPED case {case} against real Consul: needs emulator-only {needs:?}");
+    pub fn supports(&self, needs: Needs) -> bool {
+        let dedicated_store = matches!(needs, Needs::EmptyStore) && self.owns_server();
+        if self.is_real() && !dedicated_store {
+            eprintln!(
+                "SKIPPED case {} against real Consul: needs emulator-only {needs:?}",
+                self.case
+            );
             return false;
         }
         true
@@ -171,9 +289,22 @@ impl Target {
         body: impl Into<Vec<u8>>,
         headers: &[(&str, &str)],
     ) -> Resp {
+        self.req_at(&self.base, method, path, body, headers).await
+    }
+
+    /// Sends a request to the agent at `base` (a member of a real cluster) instead of the
+    /// case's own.
+    pub async fn req_at(
+        &self,
+        base: &str,
+        method: &str,
+        path: &str,
+        body: impl Into<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> Resp {
         send(
             self.http.clone(),
-            format!("{}{path}", self.base),
+            format!("{base}{path}"),
             self.token.clone(),
             method,
             body.into(),
@@ -184,9 +315,14 @@ impl Target {
 
     /// Starts `GET path` in its own task, so the case can act while the request blocks.
     pub fn spawn_get(&self, path: &str) -> tokio::task::JoinHandle<Resp> {
+        self.spawn_get_at(&self.base, path)
+    }
+
+    /// Starts `GET path` on the agent at `base` in its own task.
+    pub fn spawn_get_at(&self, base: &str, path: &str) -> tokio::task::JoinHandle<Resp> {
         let (http, url, token) = (
             self.http.clone(),
-            format!("{}{path}", self.base),
+            format!("{base}{path}"),
             self.token.clone(),
         );
         tokio::spawn(async move { send(http, url, token, "GET", Vec::new(), &[]).await })
@@ -295,9 +431,10 @@ impl Target {
         }
     }
 
-    /// Removes what the case left behind on a real agent (sessions and its key prefix).
+    /// Removes what the case left behind on a shared external agent (sessions and its key
+    /// prefix); a server started for the case goes away with it.
     pub async fn cleanup(&self) {
-        if !self.is_real() {
+        if self.owns_server() {
             return;
         }
         let ids: Vec<String> = self.sessions.lock().expect("sessions").drain(..).collect();
@@ -349,7 +486,26 @@ pub async fn answered(handle: tokio::task::JoinHandle<Resp>, limit: Duration) ->
         .expect("request task")
 }
 
-/// The address of a real agent from `CONSUL_HTTP_ADDR`, normalised to a URL.
+/// How often a real Consul is started before the case fails: its ports are picked free but
+/// released before Consul binds them, so another process can take one in between (Consul
+/// then exits, e.g. "timeout starting DNS servers").
+const REAL_START_ATTEMPTS: u32 = 3;
+
+/// Starts a real Consul of `shape` from `CONSUL_BIN`; `None` when it is unset (skipped).
+async fn start_real(shape: Shape) -> Option<RealConsul> {
+    for attempt in 1..=REAL_START_ATTEMPTS {
+        match RealConsul::start(shape, Options::default()).await {
+            Ok(consul) => return consul,
+            Err(e) if attempt < REAL_START_ATTEMPTS => {
+                eprintln!("real Consul did not start (attempt {attempt}), starting again: {e}");
+            }
+            Err(e) => panic!("start a real Consul: {e}"),
+        }
+    }
+    unreachable!("the last attempt returns or panics")
+}
+
+/// The address of an external agent from `CONSUL_HTTP_ADDR`, normalised to a URL.
 fn real_address() -> Option<String> {
     let raw = std::env::var("CONSUL_HTTP_ADDR").ok()?;
     let raw = raw.trim().trim_end_matches('/');

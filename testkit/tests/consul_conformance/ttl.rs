@@ -16,26 +16,21 @@ async fn alive(t: &Target, id: &str) -> bool {
     !info.as_array().expect("info array").is_empty()
 }
 
-#[tokio::test]
-async fn case_21_unrenewed_session_expires_at_twice_the_ttl() {
-    let t = Target::new(21).await;
+pub async fn case_21_unrenewed_session_expires_at_twice_the_ttl(t: &Target) {
     let id = t.session(r#"{"TTL":"10s"}"#).await;
-    if !t.supports(21, Needs::VirtualTime) {
+    if !t.supports(Needs::VirtualTime) {
         // Against real Consul only "exists before TTL" is guaranteed.
-        assert!(alive(&t, &id).await);
-        t.cleanup().await;
+        assert!(alive(t, &id).await);
         return;
     }
     t.elapse(secs(19.9)).await;
-    assert!(alive(&t, &id).await, "alive at t=19.9s");
+    assert!(alive(t, &id).await, "alive at t=19.9s");
     t.elapse(secs(0.1)).await;
-    assert!(!alive(&t, &id).await, "gone at t=20s");
+    assert!(!alive(t, &id).await, "gone at t=20s");
 }
 
-#[tokio::test]
-async fn case_22_renew_rearms_the_timer() {
-    let t = Target::new(22).await;
-    if !t.supports(22, Needs::VirtualTime) {
+pub async fn case_22_renew_rearms_the_timer(t: &Target) {
+    if !t.supports(Needs::VirtualTime) {
         return;
     }
     let id = t.session(r#"{"TTL":"10s"}"#).await;
@@ -43,15 +38,13 @@ async fn case_22_renew_rearms_the_timer() {
     let r = t.put(&format!("/v1/session/renew/{id}"), Vec::new()).await;
     assert_eq!(r.status, 200);
     t.elapse(secs(19.9)).await;
-    assert!(alive(&t, &id).await, "alive at t=34.9s");
+    assert!(alive(t, &id).await, "alive at t=34.9s");
     t.elapse(secs(0.1)).await;
-    assert!(!alive(&t, &id).await, "gone at t=35s");
+    assert!(!alive(t, &id).await, "gone at t=35s");
 }
 
-#[tokio::test]
-async fn case_23_expiry_releases_the_key_and_starts_lock_delay() {
-    let t = Target::new(23).await;
-    if !t.supports(23, Needs::VirtualTime) {
+pub async fn case_23_expiry_releases_the_key_and_starts_lock_delay(t: &Target) {
+    if !t.supports(Needs::VirtualTime) {
         return;
     }
     let s1 = t.session(r#"{"TTL":"10s"}"#).await;
@@ -63,7 +56,7 @@ async fn case_23_expiry_releases_the_key_and_starts_lock_delay() {
     let before = t.kv(&k).await.expect("K");
 
     t.elapse(secs(20.0)).await;
-    assert!(!alive(&t, &s1).await);
+    assert!(!alive(t, &s1).await);
     let expiry_index = t.sessions_index().await;
     let after = t.kv(&k).await.expect("K kept (release behavior)");
     assert!(after.get("Session").is_none(), "no Session: {after}");
@@ -84,17 +77,15 @@ async fn case_23_expiry_releases_the_key_and_starts_lock_delay() {
         .assert_bool(true);
 }
 
-#[tokio::test]
-async fn case_24_leader_election_rearms_every_ttl_timer() {
-    let t = Target::new(24).await;
-    if !t.supports(24, Needs::VirtualTime) {
+pub async fn case_24_leader_election_rearms_every_ttl_timer(t: &Target) {
+    if !t.supports(Needs::VirtualTime) {
         return;
     }
     let id = t.session(r#"{"TTL":"10s"}"#).await;
     t.elapse(secs(15.0)).await;
     t.emu().simulate_leader_election();
     t.elapse(secs(19.9)).await;
-    assert!(alive(&t, &id).await, "alive at t=34.9s");
+    assert!(alive(t, &id).await, "alive at t=34.9s");
     t.elapse(secs(0.1)).await;
-    assert!(!alive(&t, &id).await, "gone at t=35s");
+    assert!(!alive(t, &id).await, "gone at t=35s");
 }

@@ -281,6 +281,7 @@ async fn serve_api(
             _ => kv::delete(ctx, &key).await,
         },
         Route::StatusLeader => Ok(status_leader(&ctx)),
+        Route::AgentSelf => Ok(agent_self(&ctx)),
         Route::Redirect(_) | Route::Admin(_) | Route::Unknown => Err(ApiError::new(
             404,
             "Invalid URL path: not a recognized HTTP API endpoint",
@@ -294,4 +295,20 @@ fn status_leader(ctx: &Ctx) -> Resp {
     let leader = ctx.inner.with_state(|st, _| st.has_leader());
     let addr = if leader { "127.0.0.1:8300" } else { "" };
     json_response(addr, ctx.pretty)
+}
+
+/// `GET /v1/agent/self`, reduced to the `Config` fields clients read: the datacenter, the
+/// node name, that the agent is a server, and the Consul version the emulator follows
+/// ([`EMULATED_VERSION`](super::EMULATED_VERSION)).
+fn agent_self(ctx: &Ctx) -> Resp {
+    let config = &ctx.inner.config;
+    let body = serde_json::json!({
+        "Config": {
+            "Datacenter": config.datacenter,
+            "NodeName": config.node_name,
+            "Server": true,
+            "Version": super::EMULATED_VERSION,
+        },
+    });
+    json_response(&body, ctx.pretty)
 }
