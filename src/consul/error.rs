@@ -79,6 +79,17 @@ pub enum ConsulError {
         /// The failed request.
         context: ErrorContext,
     },
+    /// HTTP 500 `rpc error getting client: ...` or `rpc error making call: EOF` (and other
+    /// connection failures): the server answering could not reach the Raft leader, typically
+    /// while a new leader is elected. Retryable; the request was not applied when the server
+    /// could not even connect (`rpc error getting client`), otherwise it may have been.
+    #[error("consul {context}: the server could not reach the Raft leader: {detail}")]
+    LeaderForwarding {
+        /// The failed request.
+        context: ErrorContext,
+        /// Consul's text.
+        detail: String,
+    },
     /// HTTP 500 `Not ready to serve consistent reads` (right after an election). Retryable.
     #[error("consul {context}: server not ready to serve consistent reads")]
     NotReadyForConsistentReads {
@@ -183,6 +194,7 @@ impl ConsulError {
         match self {
             Self::Transport { .. } => "transport",
             Self::NoClusterLeader { .. } => "no_cluster_leader",
+            Self::LeaderForwarding { .. } => "leader_forwarding",
             Self::NotReadyForConsistentReads { .. } => "not_ready",
             Self::RateLimited { .. } => "rate_limited",
             Self::PermissionDenied { .. } => "permission_denied",
@@ -205,6 +217,7 @@ impl ConsulError {
             self,
             Self::Transport { .. }
                 | Self::NoClusterLeader { .. }
+                | Self::LeaderForwarding { .. }
                 | Self::NotReadyForConsistentReads { .. }
                 | Self::RateLimited { .. }
         )
@@ -218,6 +231,7 @@ impl ConsulError {
             Self::NoClusterLeader { .. }
             | Self::NotReadyForConsistentReads { .. }
             | Self::RateLimited { .. } => true,
+            Self::LeaderForwarding { detail, .. } => detail.contains(NO_CONNECTION_TO_LEADER),
             _ => false,
         }
     }
@@ -235,6 +249,7 @@ impl ConsulError {
         match self {
             Self::Transport { context, .. }
             | Self::NoClusterLeader { context }
+            | Self::LeaderForwarding { context, .. }
             | Self::NotReadyForConsistentReads { context }
             | Self::RateLimited { context, .. }
             | Self::PermissionDenied { context, .. }
@@ -288,6 +303,10 @@ impl ConsulError {
                     detail: detail(),
                 }
             }
+            500 if leader_unreachable(body) => Self::LeaderForwarding {
+                context,
+                detail: detail(),
+            },
             _ => Self::Unexpected {
                 context,
                 status,
@@ -295,6 +314,19 @@ impl ConsulError {
             },
         }
     }
+}
+
+/// Consul's text when a server cannot even connect to the Raft leader to forward a request.
+const NO_CONNECTION_TO_LEADER: &str = "rpc error getting client";
+
+/// Whether a 500's body says the server answering could not reach the Raft leader (the
+/// connection failed or broke), rather than that the leader refused the request.
+fn leader_unreachable(body: &str) -> bool {
+    body.contains(NO_CONNECTION_TO_LEADER)
+        || (body.contains("rpc error making call:")
+            && ["EOF", "connection reset", "closed network connection", "connection refused"]
+                .iter()
+                .any(|failure| body.contains(failure)))
 }
 
 /// The body trimmed and cut to [`MAX_BODY_EXCERPT`] bytes (on a character boundary).
@@ -364,6 +396,15 @@ mod tests {
                 false,
             ),
             (500, "No cluster leader", "no_cluster_leader", true),
+            // A server forwarding to a Raft leader that just died (seen on Consul 1.0.8 while
+            // a new leader is elected; later versions can answer the same on a follower).
+            (
+                500,
+                "rpc error getting client: failed to get conn: dial tcp 127.0.0.1:8300: connect: connection refused",
+                "leader_forwarding",
+                true,
+            ),
+            (500, "rpc error making call: EOF", "leader_forwarding", true),
             (
                 500,
                 "rpc error making call: No cluster leader",
