@@ -59,9 +59,8 @@ async fn a_token_lacking_a_right(prefix: &str, rules: &str, right: &str) {
 
         let refused = h
             .wait_status("web", |le| {
-                condition(le, "ConsulAvailable").is_some_and(|c| {
-                    c.status == "False" && c.reason == "PermissionDenied"
-                })
+                condition(le, "ConsulAvailable")
+                    .is_some_and(|c| c.status == "False" && c.reason == "PermissionDenied")
             })
             .await;
         let message = condition(&refused, "ConsulAvailable")
@@ -132,13 +131,20 @@ async fn cluster() -> Option<ConsulUnderTest> {
 
 /// Waits until a server other than `old` leads Raft; returns it and how long Raft had no
 /// (other) leader.
-async fn new_raft_leader(consul: &ConsulUnderTest, old: usize, since: Instant) -> (usize, Duration) {
+async fn new_raft_leader(
+    consul: &ConsulUnderTest,
+    old: usize,
+    since: Instant,
+) -> (usize, Duration) {
     let deadline = Instant::now() + TTL_BOUND;
     loop {
         if let Some(leader) = consul.real_consul().leader().await.filter(|l| *l != old) {
             return (leader, since.elapsed());
         }
-        assert!(Instant::now() < deadline, "no new Raft leader within {TTL_BOUND:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no new Raft leader within {TTL_BOUND:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -165,19 +171,25 @@ async fn the_raft_leader_killed_during_failovers_causes_no_leader_change_of_its_
                 .delete(&previous.pod, &Default::default())
                 .await
                 .expect("delete the leader pod");
-            let next = h
-                .wait_elected_within("web", Some(&previous.pod), TTL_BOUND)
-                .await;
-            let moved = killed.elapsed();
-            let (_, leaderless) = new_raft_leader(&consul, raft, killed).await;
+            let ((next, moved), (_, leaderless)) = tokio::join!(
+                async {
+                    let next = h
+                        .wait_elected_within("web", Some(&previous.pod), TTL_BOUND)
+                        .await;
+                    (next, killed.elapsed())
+                },
+                new_raft_leader(&consul, raft, killed)
+            );
             eprintln!(
                 "round {round}: Raft leader killed with the leader pod; Raft leader again \
-                 after {leaderless:?} (at most), new leader {} labelled after {moved:?}",
+                 after {leaderless:?}, new leader {} labelled after {moved:?}",
                 next.pod
             );
             assert!(next.token > previous.token, "{next:?} after {previous:?}");
             real.members()[raft].restart().expect("restart");
-            real.wait_ready(TTL_BOUND).await.expect("cluster whole again");
+            real.wait_ready(TTL_BOUND)
+                .await
+                .expect("cluster whole again");
             previous = next;
         }
         let status = h.status("web").await;
@@ -190,6 +202,149 @@ async fn the_raft_leader_killed_during_failovers_causes_no_leader_change_of_its_
         assert_eq!(lost, 0, "no session was lost: {notes:?}");
         let (unavailable, notes) = h.events("web", "ConsulUnavailable").await;
         assert_eq!(unavailable, 0, "no fence: {notes:?}");
+        h.finish().await;
+    })
+    .await;
+}
+
+/// How the agent the operator talks to goes down.
+#[derive(Debug, Clone, Copy)]
+enum AgentDown {
+    /// Killed (SIGKILL), as in a crash or an OOM kill: its node stays registered.
+    Crash,
+    /// Stopped with SIGTERM: a client agent leaves the cluster on SIGTERM by default
+    /// (`leave_on_terminate`), and its node leaves the catalog with every session on it.
+    Leave,
+}
+
+/// The agent the operator talks to goes down and comes back. Sessions belong to that agent's
+/// node: after a crash they survive (they have no checks) and nothing changes; after a
+/// graceful leave Consul destroys them with the node, and the election recovers by itself
+/// once the agent is back.
+async fn agent_restart(prefix: &str, down: AgentDown) {
+    let Some(consul) = cluster().await else {
+        return;
+    };
+    with_namespace(prefix, |admin, ns| async move {
+        let (h, first) = Harness::web_elected_on(admin, ns, consul.clone(), selecting("web")).await;
+        let agent = consul.real_consul().agent();
+        let started = Instant::now();
+        match down {
+            AgentDown::Crash => agent.kill(),
+            AgentDown::Leave => agent.stop(),
+        }
+        // Down for half a TTL: the operator's renewals fail meanwhile.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        agent.restart().expect("restart the agent");
+        consul
+            .real_consul()
+            .wait_ready(TTL_BOUND)
+            .await
+            .expect("agent back");
+        let back = started.elapsed();
+        let session = h
+            .consul("GET", &format!("/v1/session/info/{}", first.session), "")
+            .await;
+        let survived = session.status == 200 && session.json()[0]["ID"] == first.session;
+        let after = h.wait_elected_within("web", None, TTL_BOUND).await;
+        eprintln!(
+            "{down:?}: agent back after {back:?}; the leader's session {}; leader {} -> {} \
+             (token {} -> {}), {:?} after the agent went down",
+            if survived {
+                "survived"
+            } else {
+                "was destroyed"
+            },
+            first.pod,
+            after.pod,
+            first.token,
+            after.token,
+            started.elapsed()
+        );
+        match down {
+            AgentDown::Crash => {
+                assert!(survived, "a check-less session outlives an agent crash");
+                assert_eq!(after, first, "nothing changed");
+            }
+            AgentDown::Leave => {
+                assert!(
+                    !survived,
+                    "Consul destroys the node's sessions when it leaves"
+                );
+                assert!(after.token > first.token, "{after:?} after {first:?}");
+            }
+        }
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_crashing_and_restarting_changes_nothing() {
+    agent_restart("agent-crash", AgentDown::Crash).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_leaving_and_rejoining_destroys_the_sessions_and_the_election_recovers() {
+    agent_restart("agent-leave", AgentDown::Leave).await;
+}
+
+/// Every Consul process is killed (a power cut) for longer than two TTLs, then started again
+/// from its data dir. The leader label goes within a TTL of the outage's start (rule 2: the
+/// lock can no longer be confirmed), and the election is back afterwards without a manual step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_cluster_outage_fences_within_a_ttl_and_recovers_by_itself() {
+    const TTL: Duration = Duration::from_secs(10);
+    const SLACK: Duration = Duration::from_secs(3);
+    let Some(consul) = cluster().await else {
+        return;
+    };
+    with_namespace("outage", |admin, ns| async move {
+        let (h, first) = Harness::web_elected_on(admin, ns, consul.clone(), selecting("web")).await;
+        let real = consul.real_consul();
+        let down = Instant::now();
+        for member in real.members() {
+            member.kill();
+        }
+        h.wait_pods(TTL_BOUND, "no leader label", |pods| {
+            with_role(pods, "leader").is_empty()
+        })
+        .await;
+        let fenced = h
+            .leader_label_gone_at(&first.pod, down)
+            .expect("leader unlabelled")
+            - down;
+        assert!(
+            fenced <= TTL + SLACK,
+            "the label stayed {fenced:?} into the outage (TTL {TTL:?})"
+        );
+        // The outage lasts more than two TTLs: every session's TTL has run out meanwhile.
+        let outage = 2 * TTL + Duration::from_secs(5);
+        tokio::time::sleep(outage.saturating_sub(down.elapsed())).await;
+        for member in real.members() {
+            member.restart().expect("restart");
+        }
+        real.wait_ready(Duration::from_secs(90))
+            .await
+            .expect("cluster back");
+        let back = down.elapsed();
+        let again = h
+            .wait_elected_within("web", None, Duration::from_secs(90))
+            .await;
+        eprintln!(
+            "outage: label gone after {fenced:?}; Consul back after {back:?}; elected again \
+             after {:?}: {} (token {} -> {}, session {})",
+            down.elapsed(),
+            again.pod,
+            first.token,
+            again.token,
+            if again.session == first.session {
+                "kept"
+            } else {
+                "new"
+            }
+        );
+        assert!(again.token >= first.token, "{again:?} after {first:?}");
         h.finish().await;
     })
     .await;

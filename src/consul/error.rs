@@ -324,9 +324,14 @@ const NO_CONNECTION_TO_LEADER: &str = "rpc error getting client";
 fn leader_unreachable(body: &str) -> bool {
     body.contains(NO_CONNECTION_TO_LEADER)
         || (body.contains("rpc error making call:")
-            && ["EOF", "connection reset", "closed network connection", "connection refused"]
-                .iter()
-                .any(|failure| body.contains(failure)))
+            && [
+                "EOF",
+                "connection reset",
+                "closed network connection",
+                "connection refused",
+            ]
+            .iter()
+            .any(|failure| body.contains(failure)))
 }
 
 /// The body trimmed and cut to [`MAX_BODY_EXCERPT`] bytes (on a character boundary).

@@ -210,8 +210,8 @@ impl RealConsul {
         self.master_token.as_deref()
     }
 
-    /// Waits until some running member reports a Raft leader and every running member's node
-    /// is in the catalog, as seen through member 0 or, if it is down, any running member.
+    /// Waits until every running member answers with a Raft leader and every running
+    /// member's node is in the catalog.
     pub async fn wait_ready(&self, timeout: Duration) -> Result<(), RealConsulError> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -233,11 +233,13 @@ impl RealConsul {
         let Some(probe) = running.first() else {
             return Err("no member is running".into());
         };
-        let leader = self
-            .get_text(&probe.direct_url(), "/v1/status/leader")
-            .await?;
-        if leader.trim().trim_matches('"').is_empty() {
-            return Err("no Raft leader yet".into());
+        for member in &running {
+            let leader = self
+                .get_text(&member.direct_url(), "/v1/status/leader")
+                .await?;
+            if leader.trim().trim_matches('"').is_empty() {
+                return Err(format!("{} knows no Raft leader yet", member.node()));
+            }
         }
         for member in &running {
             let path = format!("/v1/catalog/node/{}", member.node());
