@@ -349,3 +349,61 @@ async fn a_whole_cluster_outage_fences_within_a_ttl_and_recovers_by_itself() {
     })
     .await;
 }
+
+/// The operator's token is deleted while it leads: renewals are refused, the session runs
+/// out, the label goes within a TTL of the deletion, and the election reports that Consul no
+/// longer knows the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_token_fences_within_a_ttl_and_is_reported() {
+    const TTL: Duration = Duration::from_secs(10);
+    const SLACK: Duration = Duration::from_secs(3);
+    let Some(consul) = ConsulUnderTest::real(Shape::Dev, Options { acl: true }).await else {
+        return;
+    };
+    let token = consul
+        .real_consul()
+        .create_token("operator", &AclRules::operator())
+        .await
+        .expect("token");
+    with_namespace("acl-deleted", |admin, ns| async move {
+        let options = HarnessOptions {
+            operator_consul: OperatorConsul {
+                token: Some(token.clone()),
+                ..OperatorConsul::default()
+            },
+            ..HarnessOptions::default()
+        };
+        let mut h = Harness::with_consul(admin, ns, options, consul.clone()).await;
+        h.deployment("web", 2).await;
+        h.start_operator().await;
+        h.election("web", selecting("web")).await;
+        let first = h.wait_elected("web", None).await;
+        let deleted = Instant::now();
+        consul
+            .real_consul()
+            .destroy_token(&token)
+            .await
+            .expect("destroy");
+        h.wait_pods(TTL_BOUND, "no leader label", |pods| {
+            with_role(pods, "leader").is_empty()
+        })
+        .await;
+        let stayed = h
+            .leader_label_gone_at(&first.pod, deleted)
+            .expect("leader unlabelled")
+            - deleted;
+        eprintln!("token deleted: leader label gone after {stayed:?}");
+        assert!(stayed <= TTL + SLACK, "the label stayed {stayed:?}");
+        let refused = h
+            .wait_status_within("web", TTL_BOUND, |le| {
+                condition(le, "ConsulAvailable").is_some_and(|c| c.reason == "AclTokenNotFound")
+            })
+            .await;
+        let message = condition(&refused, "ConsulAvailable")
+            .map(|c| c.message)
+            .unwrap_or_default();
+        assert!(message.contains("does not know the ACL token"), "{message}");
+        h.finish().await;
+    })
+    .await;
+}

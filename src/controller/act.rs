@@ -88,11 +88,23 @@ impl<'a> Round<'a> {
             // Not read yet (new election) or Consul unreachable: the group's first answer if
             // it is under way, else one direct read, without retries (the watch retries; a
             // Fence deadline must not wait for a backoff).
-            round.lock = ctx
+            match ctx
                 .locks
                 .current(key, &consul.without_retries(), &config.key)
                 .await
-                .unwrap_or(LockView::Unknown);
+            {
+                Ok(lock) => round.lock = lock,
+                Err(error) => {
+                    // Unknown stays; a refusal of the read is what the status reports.
+                    round.remember_refusal(&error.into()).await;
+                }
+            }
+        }
+        if round.lock != LockView::Unknown
+            && ctx.refusal(key).is_some_and(|refusal| refusal.on_read)
+        {
+            // The key is readable again.
+            ctx.remember_refusal(key, None);
         }
         if config.mode == Mode::Managed && ctx.sessions.view(key).is_none() {
             round.adopt().await;
@@ -193,6 +205,14 @@ impl<'a> Round<'a> {
     /// an event when it is new, and plans again so that the status written at the end of this
     /// reconcile reports it (the actions of that plan are not run).
     async fn note_refusal(&mut self, error: &Error) {
+        if self.remember_refusal(error).await {
+            self.decide();
+        }
+    }
+
+    /// Remembers the refusal `error` is, if it is one (publishing an event when it is new);
+    /// whether it was one.
+    async fn remember_refusal(&self, error: &Error) -> bool {
         let refusal = match error {
             Error::Consul(ConsulError::PermissionDenied { context, .. }) => {
                 ConsulRefusal::permission_denied(context.operation, &context.target)
@@ -200,7 +220,7 @@ impl<'a> Round<'a> {
             Error::Consul(ConsulError::AclNotFound { context }) => {
                 ConsulRefusal::token_not_found(context.operation, &context.target)
             }
-            _ => return,
+            _ => return false,
         };
         if self.ctx.remember_refusal(self.key, Some(refusal.clone())) {
             self.publish(&ElectionEvent {
@@ -210,7 +230,7 @@ impl<'a> Round<'a> {
             })
             .await;
         }
-        self.decide();
+        true
     }
 
     async fn execute(&mut self, action: Action) -> Result<(), Error> {

@@ -23,6 +23,9 @@ pub struct ConsulRefusal {
     pub reason: &'static str,
     /// What was refused and what the token needs.
     pub message: String,
+    /// The refused operation was a read (a read that succeeds again ends the refusal; a
+    /// refused write ends with a write that succeeds).
+    pub on_read: bool,
 }
 
 impl ConsulRefusal {
@@ -35,6 +38,7 @@ impl ConsulRefusal {
                 "Consul refused {operation} {target:?}: the ACL token lacks {right} on it \
                  (Consul answered 403 Permission denied)"
             ),
+            on_read: right.ends_with(":read"),
         }
     }
 
@@ -46,6 +50,7 @@ impl ConsulRefusal {
                 "Consul refused {operation} {target:?}: it does not know the ACL token \
                  (deleted, expired or from another Consul cluster)"
             ),
+            on_read: required_right(operation).ends_with(":read"),
         }
     }
 }
@@ -64,6 +69,8 @@ mod tests {
         assert_eq!(required_right("kv release"), "key:write");
         let refusal = ConsulRefusal::permission_denied("kv acquire", "elector/shop/web/leader");
         assert_eq!(refusal.reason, "PermissionDenied");
+        assert!(!refusal.on_read);
+        assert!(ConsulRefusal::token_not_found("kv get", "k").on_read);
         assert!(
             refusal.message.contains("lacks key:write on it"),
             "{}",
