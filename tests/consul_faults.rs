@@ -306,14 +306,7 @@ async fn a_whole_cluster_outage_fences_within_a_ttl_and_recovers_by_itself() {
         for member in real.members() {
             member.kill();
         }
-        h.wait_pods(TTL_BOUND, "no leader label", |pods| {
-            with_role(pods, "leader").is_empty()
-        })
-        .await;
-        let fenced = h
-            .leader_label_gone_at(&first.pod, down)
-            .expect("leader unlabelled")
-            - down;
+        let fenced = h.leader_label_gone_after(&first.pod, down, TTL_BOUND).await;
         assert!(
             fenced <= TTL + SLACK,
             "the label stayed {fenced:?} into the outage (TTL {TTL:?})"
@@ -384,14 +377,9 @@ async fn a_deleted_token_fences_within_a_ttl_and_is_reported() {
             .destroy_token(&token)
             .await
             .expect("destroy");
-        h.wait_pods(TTL_BOUND, "no leader label", |pods| {
-            with_role(pods, "leader").is_empty()
-        })
-        .await;
         let stayed = h
-            .leader_label_gone_at(&first.pod, deleted)
-            .expect("leader unlabelled")
-            - deleted;
+            .leader_label_gone_after(&first.pod, deleted, TTL_BOUND)
+            .await;
         eprintln!("token deleted: leader label gone after {stayed:?}");
         assert!(stayed <= TTL + SLACK, "the label stayed {stayed:?}");
         let refused = h

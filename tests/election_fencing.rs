@@ -52,13 +52,7 @@ async fn wake_the_watch(h: &Harness) {
 /// Waits until no pod carries the leader label and returns when the recorder saw `pod` lose
 /// it, measured from `since`.
 async fn label_gone(h: &Harness, pod: &str, since: Instant) -> Duration {
-    h.wait_pods(TTL_BOUND, "no leader label", |pods| {
-        with_role(pods, "leader").is_empty()
-    })
-    .await;
-    h.leader_label_gone_at(pod, since)
-        .expect("leader unlabelled")
-        - since
+    h.leader_label_gone_after(pod, since, TTL_BOUND).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

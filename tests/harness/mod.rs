@@ -1269,6 +1269,23 @@ impl Harness {
             .map(|v| v.at)
     }
 
+    /// Waits (up to `timeout`) until no pod carries the leader label; returns how long after
+    /// `since` the recorder saw `pod` lose it.
+    pub async fn leader_label_gone_after(
+        &self,
+        pod: &str,
+        since: std::time::Instant,
+        timeout: Duration,
+    ) -> Duration {
+        self.wait_pods(timeout, "no leader label", |pods| {
+            with_role(pods, "leader").is_empty()
+        })
+        .await;
+        self.leader_label_gone_at(pod, since)
+            .expect("leader unlabelled")
+            - since
+    }
+
     /// When the recorder first saw pod `pod` without `ROLE=leader` at or after `after`.
     pub fn leader_label_gone_at(
         &self,
