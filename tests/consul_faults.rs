@@ -76,6 +76,7 @@ async fn a_token_lacking_a_right(prefix: &str, rules: &str, right: &str) {
         let window = Instant::now();
         tokio::time::sleep(Duration::from_secs(10)).await;
         let during = h.reconciles() - before;
+        eprintln!("{during} reconciles in 10 s while Consul refuses");
         assert!(
             during <= 3,
             "{during} reconciles in {:?} while Consul refuses",
