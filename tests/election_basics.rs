@@ -4,17 +4,21 @@
 mod harness;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use harness::{Harness, HarnessOptions, SOON, pods_with_role};
+use harness::{Backend, ConsulUnderTest, Harness, HarnessOptions, SOON, pods_with_role};
 use serde_json::json;
 use testkit::cluster::{TestCluster, with_namespace};
 use testkit::kube_faults::{FaultAction, KubeFault, Verb};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn elects_a_leader_and_fails_over_when_it_is_deleted() {
+/// The first election, then a failover when the leader pod is deleted: released
+/// explicitly, the next token.
+async fn elects_and_fails_over_on_deletion(backend: Backend) {
+    let Some(consul) = ConsulUnderTest::start(backend).await else {
+        return;
+    };
     with_namespace("basics", |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
+        let mut h = Harness::with_consul(admin, ns, HarnessOptions::default(), consul).await;
         h.deployment("web", 3).await;
         h.start_operator().await;
         h.election("web", json!({"selector": {"matchLabels": {"app": "web"}}}))
@@ -32,48 +36,39 @@ async fn elects_a_leader_and_fails_over_when_it_is_deleted() {
         let status = le.status.expect("status");
         let token = status.fencing_token.expect("token");
         assert_eq!(pods_with_role(&h, "follower").await.len(), 2);
-        let entry = h
-            .emu()
-            .kv_entry(&format!("elector/{}/web/leader", h.ns))
-            .expect("key");
+        let entry = h.consul.key_lock(&h.key("web")).await.expect("key");
         assert_eq!(entry.lock_index, token);
         assert_eq!(
             Some(entry.session.clone().expect("held")),
             status.leader.as_ref().and_then(|l| l.session_id.clone())
         );
+        let first = h.wait_elected("web", None).await;
 
         let started = Instant::now();
         h.pods()
-            .delete(&first, &Default::default())
+            .delete(&first.pod, &Default::default())
             .await
             .expect("delete leader");
-        let second = h.wait_leader(Some(&first)).await;
+        let second = h.wait_elected("web", Some(&first.pod)).await;
         eprintln!(
-            "failover after deleting the leader: {:?}",
+            "{backend:?}: failover after deleting the leader: {:?}",
             started.elapsed()
         );
-        assert_ne!(first, second);
-        let le = h
-            .wait_status("web", |le| {
-                le.status
-                    .as_ref()
-                    .and_then(|s| s.leader.as_ref())
-                    .is_some_and(|l| l.pod == second)
-            })
-            .await;
-        let status = le.status.expect("status");
-        assert!(status.fencing_token.expect("token") > token, "token grows");
-        assert_eq!(status.transitions, 1);
-        // An explicit release leaves no lock-delay behind.
-        assert_eq!(
-            h.emu()
-                .lock_delay_until(&format!("elector/{}/web/leader", h.ns)),
-            None
-        );
-        let _ = Duration::ZERO;
+        assert_eq!(second.transitions, 1);
+        h.assert_explicit_release("web", &first, &second).await;
         h.finish().await;
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elects_a_leader_and_fails_over_when_it_is_deleted_on_the_emulator() {
+    elects_and_fails_over_on_deletion(Backend::Emulator).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elects_a_leader_and_fails_over_when_it_is_deleted_on_a_real_consul() {
+    elects_and_fails_over_on_deletion(Backend::RealConsul).await;
 }
 
 /// The API writes of one election's cold start, by resource: the finalizer, one label per

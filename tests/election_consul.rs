@@ -7,7 +7,10 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use consul_elector::crd::FENCING_TOKEN_ANNOTATION;
-use harness::{Harness, ROLE, SOON, condition, has_condition, phase, role_in, with_role};
+use harness::{
+    Backend, ConsulUnderTest, Harness, ROLE, SOON, condition, has_condition, phase, role_in,
+    with_role,
+};
 use serde_json::json;
 use testkit::cluster::with_namespace;
 use testkit::consul::{Endpoint, Fault, FaultAction};
@@ -32,27 +35,39 @@ enum Kill {
     DestroyOverHttp,
 }
 
-async fn session_lost_then_reelected_after_the_lock_delay(prefix: &str, kill: Kill) {
+/// The operator's session is lost (`kill`): the leader is unlabelled at once and the same pod
+/// re-elected with a new session once the lock-delay Consul set is over.
+async fn session_lost_then_reelected_after_the_lock_delay(
+    backend: Backend,
+    prefix: &str,
+    kill: Kill,
+) {
+    let Some(consul) = ConsulUnderTest::start(backend).await else {
+        return;
+    };
     with_namespace(prefix, |admin, ns| async move {
-        let (h, first) = Harness::web_elected(
+        let (h, first) = Harness::web_elected_on(
             admin,
             ns,
+            consul,
             web(json!({"session": {"ttl": "10s", "lockDelay": "2s"}})),
         )
         .await;
         let key = h.key("web");
 
-        h.emu().reset_stats();
+        if let Some(emu) = h.consul.as_emulator() {
+            emu.reset_stats();
+        }
         let started = Instant::now();
         match kill {
             Kill::Invalidate => assert!(h.emu().invalidate_session(&first.session)),
             Kill::DestroyOverHttp => h.app_destroy_session(&first.session).await,
         }
-        let delay_ends = h
-            .emu()
-            .lock_delay_until(&key)
-            .expect("Consul set a lock-delay");
-        assert_eq!(h.emu().kv_entry(&key).and_then(|e| e.session), None);
+        let delay_ends = h.consul.as_emulator().map(|emu| {
+            emu.lock_delay_until(&key)
+                .expect("Consul set a lock-delay")
+        });
+        assert_eq!(h.consul.key_lock(&key).await.and_then(|e| e.session), None);
 
         // The label goes at once: the lock is no longer held.
         h.wait_pods(SOON, "no leader label", |pods| {
@@ -70,9 +85,8 @@ async fn session_lost_then_reelected_after_the_lock_delay(prefix: &str, kill: Ki
         let relabelled = h
             .role_seen_at(&second.pod, "leader", started)
             .expect("re-labelled");
-        let emu_now = h.emu().now();
         eprintln!(
-            "{kill:?}: leader unlabelled after {:?}; re-elected after {:?} (lockDelay 2s)",
+            "{backend:?}, {kill:?}: leader unlabelled after {:?}; re-elected after {:?} (lockDelay 2s)",
             unlabelled - started,
             relabelled - started
         );
@@ -84,15 +98,17 @@ async fn session_lost_then_reelected_after_the_lock_delay(prefix: &str, kill: Ki
             "re-labelled {:?} after the invalidation, inside the 2 s lock-delay",
             relabelled - started
         );
-        assert!(emu_now >= delay_ends);
-        // The lock-delay was waited out, not raced: one acquisition, no refused attempt.
-        let stats = h.emu().stats();
-        assert_eq!(
-            stats.requests_to("kv.put"),
-            1,
-            "one acquire after the lock-delay: {stats:?}"
-        );
-        assert_eq!(stats.requests_to("session.create"), 1, "{stats:?}");
+        if let (Some(emu), Some(delay_ends)) = (h.consul.as_emulator(), delay_ends) {
+            assert!(emu.now() >= delay_ends);
+            // The lock-delay was waited out, not raced: one acquisition, no refused attempt.
+            let stats = emu.stats();
+            assert_eq!(
+                stats.requests_to("kv.put"),
+                1,
+                "one acquire after the lock-delay: {stats:?}"
+            );
+            assert_eq!(stats.requests_to("session.create"), 1, "{stats:?}");
+        }
         // The pod was demoted (follower) in between, never a second leader.
         let history = h.recorder.label_history(&first.pod, ROLE);
         assert!(
@@ -110,12 +126,32 @@ async fn session_lost_then_reelected_after_the_lock_delay(prefix: &str, kill: Ki
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_invalidated_by_consul_is_replaced_after_its_lock_delay() {
-    session_lost_then_reelected_after_the_lock_delay("cs-invalid", Kill::Invalidate).await;
+    session_lost_then_reelected_after_the_lock_delay(
+        Backend::Emulator,
+        "cs-invalid",
+        Kill::Invalidate,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_destroyed_from_outside_is_replaced_after_its_lock_delay() {
-    session_lost_then_reelected_after_the_lock_delay("cs-destroy", Kill::DestroyOverHttp).await;
+async fn a_session_destroyed_from_outside_is_replaced_after_its_lock_delay_on_the_emulator() {
+    session_lost_then_reelected_after_the_lock_delay(
+        Backend::Emulator,
+        "cs-destroy",
+        Kill::DestroyOverHttp,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_destroyed_from_outside_is_replaced_after_its_lock_delay_on_a_real_consul() {
+    session_lost_then_reelected_after_the_lock_delay(
+        Backend::RealConsul,
+        "cs-destroy",
+        Kill::DestroyOverHttp,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use consul_elector::crd::{FENCING_TOKEN_ANNOTATION, LEADER_SINCE_ANNOTATION};
-use harness::{Elected, Harness, ROLE, SOON, role_in, status_leader, with_role};
+use harness::{Backend, ConsulUnderTest, Harness, ROLE, SOON, role_in, status_leader, with_role};
 use serde_json::json;
 use testkit::cluster::with_namespace;
 
@@ -19,25 +19,6 @@ fn spec(delay: &str) -> serde_json::Value {
         "selector": {"matchLabels": {"app": "web"}},
         "failover": {"delay": delay},
     })
-}
-
-/// Asserts the move from `old` to `new` was an explicit release: the old session is gone, no
-/// lock-delay is left on the key, the new token is the old one plus one (one acquisition of
-/// an unlocked key), and the status counted one more transition.
-fn assert_explicit_release(h: &Harness, old: &Elected, new: &Elected) {
-    assert_ne!(old.pod, new.pod);
-    assert_ne!(old.session, new.session, "a new session for the successor");
-    assert!(
-        h.emu().session(&old.session).is_none(),
-        "the old session is destroyed"
-    );
-    assert_eq!(
-        h.emu().lock_delay_until(&h.key("web")),
-        None,
-        "an explicit release leaves no lock-delay"
-    );
-    assert_eq!(new.token, old.token + 1, "successor's token = previous + 1");
-    assert_eq!(new.transitions, old.transitions + 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,7 +41,7 @@ async fn an_unselected_leader_is_replaced_at_once_and_loses_everything() {
             demoted - started
         );
         assert!(demoted <= labelled, "demoted before the successor is labelled");
-        assert_explicit_release(&h, &first, &second);
+        h.assert_explicit_release("web", &first, &second).await;
 
         // The unselected pod keeps nothing of the operator's: no label, no annotation.
         let old = first.pod.clone();
@@ -106,7 +87,7 @@ async fn a_not_ready_leader_is_replaced_at_once_with_no_delay() {
             "move latency (leader NotReady, failover.delay 0s -> successor labelled): {:?}",
             labelled - started
         );
-        assert_explicit_release(&h, &first, &second);
+        h.assert_explicit_release("web", &first, &second).await;
         // Still selected: the old leader stays a follower.
         let old = first.pod.clone();
         h.wait_pods(SOON, "the old leader as follower", |pods| {
@@ -187,10 +168,13 @@ async fn a_leader_recovering_within_the_failover_delay_keeps_leading() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_not_ready_beyond_the_failover_delay_is_replaced_after_it() {
+/// A leader NotReady for longer than `failover.delay` is replaced, not before the delay.
+async fn not_ready_beyond_the_failover_delay(backend: Backend) {
+    let Some(consul) = ConsulUnderTest::start(backend).await else {
+        return;
+    };
     with_namespace("fo-delay", |admin, ns| async move {
-        let (h, first) = Harness::web_elected(admin, ns, spec("3s")).await;
+        let (h, first) = Harness::web_elected_on(admin, ns, consul, spec("3s")).await;
 
         let started = Instant::now();
         h.sim.set_ready(&first.pod, false).await;
@@ -215,8 +199,18 @@ async fn a_leader_not_ready_beyond_the_failover_delay_is_replaced_after_it() {
             "the leader was replaced {:?} after going NotReady, before failover.delay 3s",
             demoted - started
         );
-        assert_explicit_release(&h, &first, &second);
+        h.assert_explicit_release("web", &first, &second).await;
         h.finish().await;
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_not_ready_beyond_the_failover_delay_is_replaced_after_it_on_the_emulator() {
+    not_ready_beyond_the_failover_delay(Backend::Emulator).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_not_ready_beyond_the_failover_delay_is_replaced_after_it_on_a_real_consul() {
+    not_ready_beyond_the_failover_delay(Backend::RealConsul).await;
 }

@@ -4,10 +4,11 @@
 
 mod harness;
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use consul_elector::crd::LeaderElection;
-use harness::{Harness, HarnessOptions, ROLE, SOON, TRACKED, with_role};
+use harness::{Backend, ConsulUnderTest, Harness, HarnessOptions, ROLE, SOON, TRACKED, with_role};
 use kube::runtime::conditions;
 use kube::runtime::wait::await_condition;
 use serde_json::json;
@@ -22,41 +23,55 @@ fn spec() -> serde_json::Value {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_and_restart_changes_nothing_and_adopts_the_session() {
+/// A crash and restart changes no leader, label, token or transition and adopts the session
+/// (rule 3): the new process keeps it alive past 2×TTL after the crash, and creates,
+/// destroys and writes nothing in Consul.
+async fn crash_and_restart(backend: Backend) {
+    let Some(consul) = ConsulUnderTest::start(backend).await else {
+        return;
+    };
     with_namespace("lc-restart", |admin, ns| async move {
-        let (mut h, first) = Harness::web_elected(admin, ns, spec()).await;
+        let (mut h, first) = Harness::web_elected_on(admin, ns, consul, spec()).await;
         let before = h.histories();
         let status_before = h.status("web").await;
+        let sessions_before = h.session_ids().await;
+        let key_before = h.consul.key_lock(&h.key("web")).await.expect("key");
 
         h.kill_operator().await;
-        let killed_at = h.emu().now();
-        h.emu().reset_stats();
+        let killed_at = Instant::now();
+        if let Some(emu) = h.consul.as_emulator() {
+            emu.reset_stats();
+        }
         h.start_operator().await;
 
-        // The session must outlive 2×TTL (20 s) after the crash: only renewals by the new
-        // process can do that. Watch it until then (real time has to pass here).
+        // Consul invalidates a session 2×TTL after its last renewal, so it outlives 2×TTL
+        // (20 s) after the crash only if the new process renews it. Watch it until then
+        // (real time has to pass here).
         let ttl = Duration::from_secs(10);
-        let mut renewed_after_restart = false;
-        while h.emu().now() < killed_at + 2 * ttl + Duration::from_secs(2) {
-            let session = h
-                .emu()
-                .session(&first.session)
-                .expect("the adopted session is still alive");
-            let deadline = session.deadline.expect("a TTL session");
-            renewed_after_restart |= deadline > killed_at + 2 * ttl;
+        while killed_at.elapsed() < 2 * ttl + Duration::from_secs(2) {
+            assert!(
+                h.session_exists(&first.session).await,
+                "the adopted session is still alive {:?} after the crash",
+                killed_at.elapsed()
+            );
             let _ = h
                 .recorder
                 .wait_until(Duration::from_millis(250), |_| false)
                 .await;
         }
-        assert!(renewed_after_restart, "the new process renews the session");
-        let stats = h.emu().stats();
-        assert!(stats.requests_to("session.renew") >= 2, "{stats:?}");
-        // Rule 3: nothing but renewals and reads: no new session, no acquire or release.
-        assert_eq!(stats.requests_to("session.create"), 0, "{stats:?}");
-        assert_eq!(stats.requests_to("session.destroy"), 0, "{stats:?}");
-        assert_eq!(stats.requests_to("kv.put"), 0, "{stats:?}");
+        if let Some(emu) = h.consul.as_emulator() {
+            let stats = emu.stats();
+            assert!(stats.requests_to("session.renew") >= 2, "{stats:?}");
+            assert_eq!(stats.requests_to("kv.put"), 0, "{stats:?}");
+        }
+        // Rule 3: nothing but renewals and reads: no session created or destroyed, the key
+        // not written (not even acquired again by its holder, which would move ModifyIndex).
+        assert_eq!(h.session_ids().await, sessions_before, "sessions");
+        assert_eq!(
+            h.consul.key_lock(&h.key("web")).await.as_ref(),
+            Some(&key_before),
+            "the key is untouched"
+        );
         assert!(
             h.reconciles() > 0,
             "the new process reconciled the election"
@@ -69,11 +84,19 @@ async fn a_crash_and_restart_changes_nothing_and_adopts_the_session() {
         assert_eq!(status_after.leader, status_before.leader);
         assert_eq!(status_after.fencing_token, status_before.fencing_token);
         assert_eq!(status_after.transitions, status_before.transitions);
-        let entry = h.emu().kv_entry(&h.key("web")).expect("key");
-        assert_eq!(entry.session.as_deref(), Some(first.session.as_str()));
         h.finish().await;
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_and_restart_changes_nothing_and_adopts_the_session_on_the_emulator() {
+    crash_and_restart(Backend::Emulator).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_and_restart_changes_nothing_and_adopts_the_session_on_a_real_consul() {
+    crash_and_restart(Backend::RealConsul).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,10 +155,14 @@ async fn a_crash_in_the_middle_of_a_move_never_yields_two_leaders() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_the_election_releases_destroys_and_unlabels_everything() {
+/// Deleting the LeaderElection releases the key explicitly, destroys the session and takes
+/// every label and annotation of the operator off the pods before the finalizer goes.
+async fn deletion_cleans_up(backend: Backend) {
+    let Some(consul) = ConsulUnderTest::start(backend).await else {
+        return;
+    };
     with_namespace("lc-delete", |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
+        let mut h = Harness::with_consul(admin, ns, HarnessOptions::default(), consul).await;
         h.deployment("web", 3).await;
         h.start_operator().await;
         let created = h.election("web", spec()).await;
@@ -165,16 +192,20 @@ async fn deleting_the_election_releases_destroys_and_unlabels_everything() {
         let gone: Option<LeaderElection> = h.elections().get_opt("web").await.expect("get");
         assert!(gone.is_none());
 
-        // Consul: released explicitly (no lock-delay), session destroyed.
-        let entry = h.emu().kv_entry(&key);
+        // Consul: released, session destroyed, no session of the operator left.
+        let entry = h.consul.key_lock(&key).await;
         assert!(
             entry.as_ref().is_none_or(|e| e.session.is_none()),
             "the key is released: {entry:?}"
         );
-        assert_eq!(h.emu().lock_delay_until(&key), None);
+        assert!(!h.session_exists(&first.session).await, "session destroyed");
+        assert_eq!(h.session_ids().await, BTreeSet::new(), "sessions left");
+        // Released explicitly before the destroy: no lock-delay (15 s by default) keeps an
+        // application from taking the key at once.
+        let app = h.app_session("app", "15s").await;
         assert!(
-            h.emu().session(&first.session).is_none(),
-            "session destroyed"
+            h.app_acquire(&key, &app, "app").await,
+            "the key is free at once, with no lock-delay"
         );
 
         // Every pod loses the label and every annotation of the operator.
@@ -188,6 +219,16 @@ async fn deleting_the_election_releases_destroys_and_unlabels_everything() {
         h.finish().await;
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_election_releases_destroys_and_unlabels_everything_on_the_emulator() {
+    deletion_cleans_up(Backend::Emulator).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_election_releases_destroys_and_unlabels_everything_on_a_real_consul() {
+    deletion_cleans_up(Backend::RealConsul).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

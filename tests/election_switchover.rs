@@ -10,7 +10,7 @@ use consul_elector::crd::{
     HANDOVER_ANNOTATION, HANDOVER_DONE, LeaderElection, PRIORITY_ANNOTATION, SWITCHOVER_ANNOTATION,
     SwitchoverResult, SwitchoverStatus,
 };
-use harness::{Elected, Harness, SOON, with_role};
+use harness::{Backend, ConsulUnderTest, Harness, SOON, with_role};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use testkit::cluster::with_namespace;
@@ -66,32 +66,18 @@ fn a_follower(h: &Harness, leader: &str) -> String {
         .expect("a follower")
 }
 
-/// Asserts the move from `old` to `new` was planned: explicit release, no lock-delay, the
-/// next token, one more transition.
-fn assert_planned_move(h: &Harness, old: &Elected, new: &Elected) {
-    assert_ne!(old.pod, new.pod);
-    assert!(
-        h.emu().session(&old.session).is_none(),
-        "old session destroyed"
-    );
-    assert_eq!(
-        h.emu().lock_delay_until(&h.key("web")),
-        None,
-        "an explicit release leaves no lock-delay"
-    );
-    assert_eq!(new.token, old.token + 1);
-    assert_eq!(new.transitions, old.transitions + 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_switchover_to_a_named_pod_is_a_planned_move_and_is_recorded() {
+/// A switchover to a named follower: a planned move, recorded in the status and an event.
+async fn switchover_to_a_named_pod(backend: Backend) {
+    let Some(consul) = ConsulUnderTest::start(backend).await else {
+        return;
+    };
     with_namespace("so-named", |admin, ns| async move {
-        let (h, first) = Harness::web_elected(admin, ns, spec()).await;
+        let (h, first) = Harness::web_elected_on(admin, ns, consul, spec()).await;
         let target = a_follower(&h, &first.pod);
         request(&h, &target).await;
         let second = h.wait_elected("web", Some(&first.pod)).await;
         assert_eq!(second.pod, target);
-        assert_planned_move(&h, &first, &second);
+        h.assert_explicit_release("web", &first, &second).await;
         let record = decided(&h, &target).await;
         assert_eq!(record.result, SwitchoverResult::Completed);
         assert_eq!(record.from.as_deref(), Some(first.pod.as_str()));
@@ -106,6 +92,16 @@ async fn a_switchover_to_a_named_pod_is_a_planned_move_and_is_recorded() {
         h.finish().await;
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_to_a_named_pod_is_a_planned_move_and_is_recorded_on_the_emulator() {
+    switchover_to_a_named_pod(Backend::Emulator).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_to_a_named_pod_is_a_planned_move_and_is_recorded_on_a_real_consul() {
+    switchover_to_a_named_pod(Backend::RealConsul).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,7 +123,7 @@ async fn a_switchover_to_any_pod_goes_to_the_highest_priority() {
         request(&h, "*").await;
         let second = h.wait_elected("web", Some(&first.pod)).await;
         assert_eq!(second.pod, preferred);
-        assert_planned_move(&h, &first, &second);
+        h.assert_explicit_release("web", &first, &second).await;
         let record = decided(&h, "*").await;
         assert_eq!(
             (record.result, record.leader.as_deref()),
@@ -201,7 +197,7 @@ async fn a_drain_announces_the_move_and_the_application_can_end_it() {
         annotate_pod(&h, &first.pod, HANDOVER_ANNOTATION, Some(HANDOVER_DONE)).await;
         let second = h.wait_elected("web", Some(&first.pod)).await;
         assert_eq!(second.pod, target);
-        assert_planned_move(&h, &first, &second);
+        h.assert_explicit_release("web", &first, &second).await;
         let old = first.pod.clone();
         h.wait_pods(
             SOON,
@@ -233,7 +229,7 @@ async fn failback_moves_leadership_to_a_pod_of_higher_priority() {
         annotate_pod(&h, &preferred, PRIORITY_ANNOTATION, Some("10")).await;
         let second = h.wait_elected("web", Some(&first.pod)).await;
         assert_eq!(second.pod, preferred);
-        assert_planned_move(&h, &first, &second);
+        h.assert_explicit_release("web", &first, &second).await;
         let notes = h.wait_event("web", "Failback").await;
         assert!(notes.iter().any(|n| n.contains(&preferred)), "{notes:?}");
         h.finish().await;

@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use consul_elector::leadership::{LeadershipError, WallClock};
-use harness::{Elected, Harness, HarnessOptions, LEASE_DURATION, Operator, OperatorConsul, SOON};
+use harness::{
+    Backend, ConsulUnderTest, Elected, Harness, HarnessOptions, LEASE_DURATION, Operator,
+    OperatorConsul, SOON,
+};
 use serde_json::json;
 use testkit::cluster::{TestCluster, with_namespace};
 use testkit::consul::{Endpoint, Fault, FaultAction};
@@ -19,8 +22,14 @@ use testkit::kube_faults::{FaultAction as KubeFaultAction, KubeFault, KubeFaults
 const TOKEN_A: &str = "token-replica-a";
 const TOKEN_B: &str = "token-replica-b";
 
-/// A harness whose own operator (replica "test") presents [`TOKEN_A`] to Consul.
+/// A harness on the emulator whose own operator (replica "test") presents [`TOKEN_A`] to
+/// Consul.
 async fn harness(admin: kube::Client, ns: String) -> Harness {
+    harness_on(admin, ns, ConsulUnderTest::emulator().await).await
+}
+
+/// [`harness`] on `consul` (a real Consul without ACLs ignores the tokens).
+async fn harness_on(admin: kube::Client, ns: String, consul: ConsulUnderTest) -> Harness {
     let options = HarnessOptions {
         operator_consul: OperatorConsul {
             token: Some(TOKEN_A.into()),
@@ -28,7 +37,7 @@ async fn harness(admin: kube::Client, ns: String) -> Harness {
         },
         ..HarnessOptions::default()
     };
-    Harness::with_options(admin, ns, options).await
+    Harness::with_consul(admin, ns, options, consul).await
 }
 
 /// Waits until `op` holds the Lease and writes; how long that took.
@@ -109,10 +118,14 @@ async fn only_the_lease_holder_writes() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_the_active_mid_move_fails_over_within_the_lease_duration() {
+/// The active replica crashes in the middle of a move: the standby takes over within the
+/// Lease duration and completes the move, the token going forward only.
+async fn crash_of_the_active_mid_move(backend: Backend) {
+    let Some(consul) = ConsulUnderTest::start(backend).await else {
+        return;
+    };
     with_namespace("ha-crash", |admin, ns| async move {
-        let mut h = harness(admin, ns).await;
+        let mut h = harness_on(admin, ns, consul).await;
         let (standby, _faults, first) = active_and_standby(&mut h).await;
         // Start a move and crash the active replica in the middle of it.
         h.pods()
@@ -141,6 +154,16 @@ async fn a_crash_of_the_active_mid_move_fails_over_within_the_lease_duration() {
         h.finish().await;
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_the_active_mid_move_fails_over_within_the_lease_duration_on_the_emulator() {
+    crash_of_the_active_mid_move(Backend::Emulator).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_the_active_mid_move_fails_over_within_the_lease_duration_on_a_real_consul() {
+    crash_of_the_active_mid_move(Backend::RealConsul).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,10 +212,14 @@ async fn an_active_replica_that_cannot_renew_stops_before_the_standby_takes_over
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_hands_over_at_once_and_the_standby_adopts_the_sessions() {
+/// A graceful stop (SIGTERM) of the active replica hands the Lease over at once; the standby
+/// adopts the session and changes no leader, label or annotation.
+async fn sigterm_handover(backend: Backend) {
+    let Some(consul) = ConsulUnderTest::start(backend).await else {
+        return;
+    };
     with_namespace("ha-sigterm", |admin, ns| async move {
-        let mut h = harness(admin, ns).await;
+        let mut h = harness_on(admin, ns, consul).await;
         let (standby, _faults, first) = active_and_standby(&mut h).await;
         let histories = h.histories();
         let stopped = Instant::now();
@@ -218,15 +245,27 @@ async fn sigterm_hands_over_at_once_and_the_standby_adopts_the_sessions() {
             harness::condition(&le, "LeaseTimingSafe")
         );
         assert_eq!(h.histories(), histories, "no label or annotation changed");
-        // The new active replica renews the session it adopted.
-        let renewed = h
-            .poll_until(SOON, || h.emu().stats().requests_with_token(TOKEN_B) > 0)
-            .await;
-        assert!(renewed, "the standby took over the session");
-        assert!(h.emu().session(&first.session).is_some());
+        if let Some(emu) = h.consul.as_emulator() {
+            // The new active replica renews the session it adopted.
+            let renewed = h
+                .poll_until(SOON, || emu.stats().requests_with_token(TOKEN_B) > 0)
+                .await;
+            assert!(renewed, "the standby took over the session");
+        }
+        assert!(h.session_exists(&first.session).await);
         h.finish().await;
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_over_at_once_and_the_standby_adopts_the_sessions_on_the_emulator() {
+    sigterm_handover(Backend::Emulator).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_over_at_once_and_the_standby_adopts_the_sessions_on_a_real_consul() {
+    sigterm_handover(Backend::RealConsul).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -34,6 +34,9 @@ pub struct KeyLock {
     pub session: Option<String>,
     /// The key's LockIndex.
     pub lock_index: u64,
+    /// The key's ModifyIndex (unchanged: nobody wrote the key, not even an acquire by its
+    /// holder).
+    pub modify_index: u64,
 }
 
 impl ConsulUnderTest {
@@ -109,6 +112,15 @@ impl ConsulUnderTest {
         }
     }
 
+    /// The emulator when that is the backend: a test that runs on both backends checks what
+    /// only the emulator's hooks can see (lock-delays, request counts) in this branch.
+    pub fn as_emulator(&self) -> Option<&Emulator> {
+        match self {
+            Self::Emulator(emu) => Some(emu),
+            Self::Real(_) => None,
+        }
+    }
+
     /// The real Consul; a test that calls this needs the real server's handles.
     pub fn real_consul(&self) -> &RealConsul {
         match self {
@@ -124,6 +136,7 @@ impl ConsulUnderTest {
             Self::Emulator(emu) => emu.kv_entry(key).map(|e| KeyLock {
                 session: e.session,
                 lock_index: e.lock_index,
+                modify_index: e.modify_index,
             }),
             Self::Real(real) => {
                 let client = reqwest::Client::builder()
@@ -145,6 +158,7 @@ impl ConsulUnderTest {
                 Some(KeyLock {
                     session: entry["Session"].as_str().map(str::to_string),
                     lock_index: entry["LockIndex"].as_u64().unwrap_or(0),
+                    modify_index: entry["ModifyIndex"].as_u64().unwrap_or(0),
                 })
             }
         }

@@ -1123,6 +1123,93 @@ impl Harness {
         reply.body.trim() == "true"
     }
 
+    /// Whether Consul has session `id`, as `GET /v1/session/info/<id>` answers (`[]` when it
+    /// does not exist, or `null` from older Consul versions).
+    pub async fn session_exists(&self, id: &str) -> bool {
+        let reply = self
+            .consul("GET", &format!("/v1/session/info/{id}"), "")
+            .await;
+        assert_eq!(reply.status, 200, "session info: {}", reply.body);
+        reply.json().as_array().is_some_and(|s| !s.is_empty())
+    }
+
+    /// The IDs of every session Consul has, as `GET /v1/session/list` answers: equal before
+    /// and after something means no session was created or destroyed meanwhile.
+    pub async fn session_ids(&self) -> std::collections::BTreeSet<String> {
+        let reply = self.consul("GET", "/v1/session/list", "").await;
+        assert_eq!(reply.status, 200, "session list: {}", reply.body);
+        reply
+            .json()
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["ID"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// Asserts a move from `old` to `new` was planned and explicit (docs/design.md rule 4): a
+    /// new session, the old one destroyed, the next token (one acquisition of an unlocked
+    /// key), one more transition, and no lock-delay waited out in between: the successor was
+    /// labelled sooner after the old leader's last labelled version than the sessions'
+    /// lock-delay, which an acquisition after a destroy without `?release` would have had to
+    /// wait (on the emulator, also that no lock-delay is left on the key of election `name`).
+    pub async fn assert_explicit_release(&self, name: &str, old: &Elected, new: &Elected) {
+        assert_ne!(old.pod, new.pod);
+        assert_ne!(old.session, new.session, "a new session for the successor");
+        assert!(
+            !self.session_exists(&old.session).await,
+            "the old session is destroyed"
+        );
+        assert_eq!(new.token, old.token + 1, "successor's token = previous + 1");
+        assert_eq!(new.transitions, old.transitions + 1);
+        let lock_delay = self.session_lock_delay(&new.session).await;
+        let leader_at = |pod: &str| {
+            self.recorder
+                .versions()
+                .into_iter()
+                .filter(|v| {
+                    v.name == pod && v.labels.get(ROLE).map(String::as_str) == Some("leader")
+                })
+                .map(|v| v.at)
+                .collect::<Vec<_>>()
+        };
+        let labelled = leader_at(&new.pod)
+            .into_iter()
+            .min()
+            .expect("the successor was labelled");
+        let last_led = leader_at(&old.pod)
+            .into_iter()
+            .filter(|at| *at <= labelled)
+            .max()
+            .expect("the old leader was labelled before the successor");
+        assert!(
+            labelled - last_led < lock_delay,
+            "the successor was labelled {:?} after the old leader's last labelled version: \
+             it waited out the lock-delay ({lock_delay:?}), the lock was not released",
+            labelled - last_led
+        );
+        if let Some(emu) = self.consul.as_emulator() {
+            assert_eq!(
+                emu.lock_delay_until(&self.key(name)),
+                None,
+                "an explicit release leaves no lock-delay"
+            );
+        }
+    }
+
+    /// The lock-delay of session `id`, as `GET /v1/session/info/<id>` answers (`LockDelay`,
+    /// in nanoseconds).
+    pub async fn session_lock_delay(&self, id: &str) -> Duration {
+        let reply = self
+            .consul("GET", &format!("/v1/session/info/{id}"), "")
+            .await;
+        assert_eq!(reply.status, 200, "session info: {}", reply.body);
+        let nanos = reply.json()[0]["LockDelay"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("session {id} has a LockDelay: {}", reply.body));
+        Duration::from_nanos(nanos)
+    }
+
     /// `PUT /v1/session/destroy/<id>`.
     pub async fn app_destroy_session(&self, id: &str) {
         let reply = self
