@@ -92,12 +92,12 @@ impl Environment {
 
     /// CPU seconds used so far by each cluster process (etcd, kube-apiserver,
     /// kube-controller-manager) and by the Consul server when it is a process of its own
-    /// (`consul`, a real server; the emulator runs inside the driver).
+    /// (`consul server`, a real one; the emulator runs inside the driver).
     pub(crate) fn cluster_cpu(&self) -> BTreeMap<&'static str, f64> {
         self.cluster
             .process_ids()
             .into_iter()
-            .chain(self.consul.server_pid().map(|pid| ("consul", pid)))
+            .chain(self.consul.server_pid().map(|pid| ("consul server", pid)))
             .filter_map(|(name, pid)| Some((name, proc_stats::read(pid)?.cpu_seconds)))
             .collect()
     }
