@@ -1,14 +1,15 @@
 //! What every scenario runs against, started once per run: the operator binary, the test
-//! cluster, the Consul emulator on the real clock, and the CRD the binary prints.
+//! cluster, Consul (the emulator on the real clock, or a real dev agent with `--consul real`),
+//! and the CRD the binary prints.
 
 use std::collections::BTreeMap;
 
 use kube::Client;
 
-use super::proc_stats;
+use super::proc_stats::{self, ProcStats};
 use crate::cluster::TestCluster;
-use crate::consul::Emulator;
 use crate::sandbox::SandboxError;
+use crate::sandbox::consul_backend::{ConsulBackend, ConsulKind};
 use crate::sandbox::objects;
 use crate::sandbox::operator_process::{
     OperatorBinary, OperatorConfig, OperatorProcess, own_profile,
@@ -28,7 +29,7 @@ pub(crate) struct Environment {
     /// An admin client of the test cluster.
     pub(crate) client: Client,
     /// Consul.
-    pub(crate) emulator: Emulator,
+    pub(crate) consul: ConsulBackend,
     /// The operator executable.
     binary: OperatorBinary,
     /// This run's logs.
@@ -38,9 +39,10 @@ pub(crate) struct Environment {
 }
 
 impl Environment {
-    /// Builds the operator, starts the cluster and the emulator and installs the CRD,
-    /// saying so on stderr.
-    pub(crate) async fn set_up() -> Result<Self, SandboxError> {
+    /// Builds the operator, starts the cluster and Consul and installs the CRD, saying so on
+    /// stderr.
+    pub(crate) async fn set_up(consul: ConsulKind) -> Result<Self, SandboxError> {
+        let consul = consul.resolve()?;
         eprintln!(
             "bench: building the operator (cargo build -p consul-elector, profile {})",
             own_profile()
@@ -51,11 +53,12 @@ impl Environment {
             "bench: starting the test cluster; logs in {}",
             logs.path().display()
         );
-        let (cluster, client, emulator) = start_cluster_and_consul(&logs).await?;
+        let (cluster, client, consul) = start_cluster_and_consul(&logs, consul).await?;
+        eprintln!("bench: {}", consul.describe());
         objects::install_crd(&client, &binary.crd_yaml()?).await?;
         Ok(Self {
             client,
-            emulator,
+            consul,
             binary,
             logs,
             cluster,
@@ -78,7 +81,7 @@ impl Environment {
             self.binary.clone(),
             OperatorConfig {
                 kubeconfig: self.cluster.kubeconfig_path().to_path_buf(),
-                consul_url: self.emulator.url(),
+                consul_url: self.consul.url(),
                 namespaces,
                 log: self.logs.path().join(format!("operator-{scenario}.log")),
             },
@@ -88,18 +91,25 @@ impl Environment {
     }
 
     /// CPU seconds used so far by each cluster process (etcd, kube-apiserver,
-    /// kube-controller-manager).
+    /// kube-controller-manager) and by the Consul server when it is a process of its own
+    /// (`consul server`, a real one; the emulator runs inside the driver).
     pub(crate) fn cluster_cpu(&self) -> BTreeMap<&'static str, f64> {
         self.cluster
             .process_ids()
             .into_iter()
+            .chain(self.consul.server_pid().map(|pid| ("consul server", pid)))
             .filter_map(|(name, pid)| Some((name, proc_stats::read(pid)?.cpu_seconds)))
             .collect()
     }
 
-    /// Stops the emulator and the cluster.
+    /// CPU and memory of the Consul server's process; `None` for the emulator.
+    pub(crate) fn consul_server(&self) -> Option<ProcStats> {
+        proc_stats::read(self.consul.server_pid()?)
+    }
+
+    /// Stops Consul and the cluster.
     pub(crate) async fn shut_down(self) {
-        self.emulator.shutdown().await;
+        self.consul.shut_down().await;
         drop(self.cluster);
     }
 }

@@ -1,11 +1,12 @@
 //! The benchmark driver, `cargo run --release -p testkit --bin bench`: runs the real operator
-//! binary as a child process against the test cluster and the Consul emulator and reports
-//! from recorded history (watch events, the emulator's counters, the API server's metrics,
-//! `/proc`), never from the operator's own claims. docs/design.md §5 lists the targets.
+//! binary as a child process against the test cluster and Consul (the emulator, or a real
+//! dev agent with `--consul real`) and reports from recorded history (watch events, Consul's
+//! request counters, the API server's metrics, `/proc`), never from the operator's own
+//! claims. docs/design.md §5 lists the targets.
 //!
 //! # Modules
 //! - `options`: the command line and the scenario names;
-//! - `environment`: the operator binary, the cluster, the emulator and the CRD, once per run;
+//! - `environment`: the operator binary, the cluster, Consul and the CRD, once per run;
 //! - `population`: a scenario's namespaces, Ready pods and elections, made before the
 //!   operator starts; the pod changes of the failover scenario;
 //! - `tracker`: cluster-wide watches of a scenario's pods and elections, the recorded label
@@ -45,9 +46,10 @@ pub enum Outcome {
 /// JSON report. Fails only when the environment cannot be set up or the report cannot be
 /// written.
 pub async fn run(options: &Options) -> Result<Outcome, String> {
-    let env = Environment::set_up()
+    let env = Environment::set_up(options.consul)
         .await
         .map_err(|error| error.to_string())?;
+    let consul = env.consul.name();
     let mut reports = Vec::new();
     for (i, scenario) in options.scenarios.iter().enumerate() {
         let more_follow = i + 1 < options.scenarios.len();
@@ -61,6 +63,7 @@ pub async fn run(options: &Options) -> Result<Outcome, String> {
             "dev" => "debug".to_owned(),
             other => other.to_owned(),
         },
+        consul,
         sizes: json!({
             "elections": sizes.elections,
             "pods": sizes.pods,

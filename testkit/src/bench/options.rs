@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::Invocation;
+use crate::sandbox::ConsulKind;
 
 /// A benchmark scenario. Adding one: a variant here, its name in [`ScenarioName::ALL`], a
 /// module under `scenarios/` and one arm in `scenarios::run`.
@@ -106,6 +107,8 @@ pub struct Options {
     pub json: Option<PathBuf>,
     /// Whether `--quick` was given.
     pub quick: bool,
+    /// Which Consul the operator runs against.
+    pub consul: ConsulKind,
 }
 
 /// The usage text.
@@ -114,8 +117,9 @@ usage: cargo run --release -p testkit --bin bench -- [SCENARIO...] [OPTIONS]
        cargo run --release -p testkit --bin bench -- --quick
 
 Runs the real operator binary (built in the profile bench was built with) against the test
-cluster (kube-apiserver v1.20.2) and the Consul emulator, and reports from recorded history
-(watch events, the emulator's counters, the API server's metrics, /proc): a table on stdout
+cluster (kube-apiserver v1.20.2) and Consul (the emulator, or a real dev agent with --consul
+real), and reports from recorded history (watch events, Consul's request counters, the API
+server's metrics, /proc of the operator, the cluster and a real Consul): a table on stdout
 and optionally a JSON file. Exits non-zero when a scenario fails its safety check (two pods
 labelled leader in one election at one resourceVersion, a fencing token going backwards) or
 does not reach its expected state in time.
@@ -131,10 +135,14 @@ options:
   --switchovers K     switchovers to any other pod (default 50; quick 4), then one to a
                       named pod and one refused
   --steady-seconds S  how long `steady` counts requests (default 30; quick 7.5)
+  --consul KIND       emulator (default) or real: a real `consul agent -dev` from CONSUL_BIN
+                      (required then); every scenario runs on both, the requests counted by
+                      a proxy in front of the real server
   --json FILE         also write the report as JSON
   -h, --help          show this help
 
 environment:
+  CONSUL_BIN            the consul binary for --consul real (1.0 or later)
   SANDBOX_OPERATOR_LOG  the operator's log filter (default warn)";
 
 /// Parses the arguments after the program name.
@@ -146,6 +154,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Invocation<Option
         sizes: if quick { Sizes::quick() } else { Sizes::full() },
         json: None,
         quick,
+        consul: ConsulKind::default(),
     };
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -163,6 +172,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Invocation<Option
             "--switchovers" => options.sizes.switchovers = count(&arg, &value(&arg)?)?,
             "--steady-seconds" => options.sizes.steady_window = seconds(&arg, &value(&arg)?)?,
             "--json" => options.json = Some(PathBuf::from(value(&arg)?)),
+            "--consul" => options.consul = ConsulKind::parse(&value(&arg)?)?,
             name => match ScenarioName::parse(name) {
                 Some(scenario) if !options.scenarios.contains(&scenario) => {
                     options.scenarios.push(scenario);
@@ -220,6 +230,9 @@ mod tests {
         assert_eq!(options.sizes.namespaces, Sizes::full().namespaces);
         assert_eq!(options.json, Some(PathBuf::from("o.json")));
         assert!(!options.quick);
+        assert_eq!(options.consul, ConsulKind::Emulator);
+        let options = run(&["steady", "--consul", "real", "--quick"]).unwrap();
+        assert_eq!(options.consul, ConsulKind::Real);
     }
 
     #[test]
@@ -245,6 +258,8 @@ mod tests {
             &["failback"],
             &["switchover", "--switchovers", "0"],
             &["steady", "--steady-seconds", "-1"],
+            &["steady", "--consul"],
+            &["steady", "--consul", "consul"],
         ] {
             assert!(run(args).is_err(), "{args:?}");
         }

@@ -157,7 +157,8 @@ impl Population {
             pod_ip: nodes::allocate_pod_ip(k % NODES),
             ready: true,
         };
-        write_status(&api, &created, &target).await
+        // The operator may label the new pod before its status is written.
+        write_status_retrying(&api, namespace, name, Some(created), |_| target.clone()).await
     }
 
     /// Deletes the scenario's pods at once (grace 0).
@@ -240,8 +241,7 @@ const STATUS_CONFLICTS: u32 = 10;
 /// of that pod (a demotion is several) pass before reading it again.
 const CONFLICT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// Sets the Ready condition of pod `namespace/name`, keeping its addresses: reads the pod and
-/// writes its status, again after a conflict with a concurrent write.
+/// Sets the Ready condition of pod `namespace/name`, keeping its addresses.
 pub(crate) async fn set_ready(
     client: &Client,
     namespace: &str,
@@ -249,12 +249,7 @@ pub(crate) async fn set_ready(
     ready: bool,
 ) -> Result<(), SandboxError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let mut conflicts = 0;
-    loop {
-        let pod = api
-            .get(name)
-            .await
-            .map_err(api_error(format!("reading pod {namespace}/{name}")))?;
+    write_status_retrying(&api, namespace, name, None, |pod| {
         let reported = |field: fn(&k8s_openapi::api::core::v1::PodStatus) -> Option<&String>| {
             pod.status
                 .as_ref()
@@ -262,12 +257,36 @@ pub(crate) async fn set_ready(
                 .cloned()
                 .unwrap_or_default()
         };
-        let target = status::Target {
+        status::Target {
             host_ip: reported(|s| s.host_ip.as_ref()),
             pod_ip: reported(|s| s.pod_ip.as_ref()),
             ready,
+        }
+    })
+    .await
+}
+
+/// Writes the status `target` makes of pod `namespace/name` (`known`: the pod as just
+/// written, else it is read first), reading it and writing again after a conflict with a
+/// concurrent write such as the operator's label patch.
+async fn write_status_retrying(
+    api: &Api<Pod>,
+    namespace: &str,
+    name: &str,
+    known: Option<Pod>,
+    target: impl Fn(&Pod) -> status::Target,
+) -> Result<(), SandboxError> {
+    let mut conflicts = 0;
+    let mut known = known;
+    loop {
+        let pod = match known.take() {
+            Some(pod) => pod,
+            None => api
+                .get(name)
+                .await
+                .map_err(api_error(format!("reading pod {namespace}/{name}")))?,
         };
-        match write_status(&api, &pod, &target).await {
+        match write_status(api, &pod, &target(&pod)).await {
             Err(SandboxError::Kube {
                 source: kube::Error::Api(status),
                 ..

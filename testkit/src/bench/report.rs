@@ -136,6 +136,8 @@ fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
 pub(crate) struct RunReport {
     /// `release` or `debug`: the operator binary's profile.
     pub(crate) profile: String,
+    /// The Consul the operator ran against (`emulator`, or `real Consul <version>`).
+    pub(crate) consul: String,
     /// The sizes, as given.
     pub(crate) sizes: Value,
     /// Every scenario run, in order.
@@ -151,8 +153,8 @@ impl RunReport {
     /// The table printed on stdout.
     pub(crate) fn table(&self) -> String {
         let mut out = format!(
-            "\nconsul-elector benchmark (operator built in the {} profile; {})\n",
-            self.profile, self.sizes
+            "\nconsul-elector benchmark (operator built in the {} profile; Consul: {}; {})\n",
+            self.profile, self.consul, self.sizes
         );
         if self.profile == "debug" {
             out.push_str(
@@ -236,6 +238,7 @@ mod tests {
         failover.fail("two leaders in bench/e1");
         let report = RunReport {
             profile: "release".into(),
+            consul: "emulator".into(),
             sizes: serde_json::json!({"elections": 20}),
             scenarios: vec![converge, failover],
         };

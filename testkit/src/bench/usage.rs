@@ -1,6 +1,7 @@
 //! What a phase cost, from outside the operator: its CPU and memory (`/proc`), the cluster
-//! processes' CPU, the Consul requests and connections (the emulator's counters) and the
-//! API requests by verb and resource (the API server's metrics).
+//! processes' CPU (and a real Consul server's, with its peak memory), the Consul requests and
+//! connections (the emulator's counters, or the same counters kept by the real server's
+//! meter) and the API requests by verb and resource (the API server's metrics).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -29,7 +30,7 @@ pub(crate) struct Usage {
     pub(crate) operator_cpu: f64,
     /// API requests in it.
     pub(crate) api: RequestCounts,
-    /// The emulator's counters of it.
+    /// Consul's request and connection counters of it.
     pub(crate) consul: Stats,
 }
 
@@ -41,10 +42,10 @@ impl Usage {
 }
 
 impl Baseline {
-    /// Zeroes the emulator's counters and reads the others (`operator_pid`: the operator's
+    /// Zeroes Consul's counters and reads the others (`operator_pid`: the operator's
     /// process, `None` before it starts).
     pub(crate) async fn take(env: &Environment, operator_pid: Option<u32>) -> Result<Self, String> {
-        env.emulator.reset_stats();
+        env.consul.reset_stats();
         Ok(Self {
             at: Instant::now(),
             api: RequestCounts::scrape(&env.client).await?,
@@ -64,7 +65,7 @@ impl Baseline {
         report: &mut ScenarioReport,
     ) -> Result<Usage, String> {
         let api = RequestCounts::scrape(&env.client).await?.since(&self.api);
-        let consul = env.emulator.stats();
+        let consul = env.consul.stats();
         let operator = proc_stats::read(operator_pid);
         let cluster_cpu = env.cluster_cpu();
         let usage = Usage {
@@ -85,6 +86,13 @@ impl Baseline {
         for (process, cpu) in &cluster_cpu {
             let before = self.cluster_cpu.get(process).copied().unwrap_or(0.0);
             report.row(name(&format!("{process} CPU")), Some(cpu - before), "s");
+        }
+        if let Some(server) = env.consul_server() {
+            report.row(
+                name("consul server peak RSS"),
+                Some(server.peak_rss_mib),
+                "MiB",
+            );
         }
         report.row(
             name("Consul requests"),

@@ -5,14 +5,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use testkit::cli::{self, Invocation};
-use testkit::sandbox::{self, Options, Outcome};
+use testkit::sandbox::{self, ConsulKind, Options, Outcome};
 
 const USAGE: &str = "\
-usage: cargo run -p testkit --bin sandbox [-- --keep]
+usage: cargo run -p testkit --bin sandbox [-- --keep] [--consul emulator|real]
 
 Shows consul-elector working: builds the operator binary, starts a real kube-apiserver and
 kube-controller-manager v1.20.2 (built from Debian's sources on the first run, several
-minutes), an emulated Consul and simulated pods, runs the operator as a child process, and
+minutes), Consul (emulated, or real with --consul real) and simulated pods, runs the operator as a child process, and
 plays a scenario, printing every change the operator makes:
   1. a LeaderElection is created: a leader is elected and labelled
   2. the leader pod is deleted: a successor is labelled
@@ -26,19 +26,29 @@ then a summary with the measured latencies. Exits non-zero when a step does not 
 expected state in time (the message says which).
 
 options:
-  --keep      leave everything running after the scenario (prints the kubeconfig and the
-              Consul URL to look around with kubectl and curl); Ctrl-C stops it
-  -h, --help  show this help
+  --keep           leave everything running after the scenario (prints the kubeconfig and
+                   the Consul URL to look around with kubectl and curl); Ctrl-C stops it
+  --consul KIND    emulator (default): the in-process Consul emulator; real: a real
+                   `consul agent -dev` from CONSUL_BIN (required then), the operator
+                   talking to it through a counting proxy
+  -h, --help       show this help
 
 environment:
+  CONSUL_BIN            the consul binary for --consul real (1.0 or later)
   SANDBOX_OPERATOR_LOG  the operator's log filter (RUST_LOG syntax; default warn), for
                         example info,consul_elector=debug";
 
-fn parse_args(args: impl Iterator<Item = String>) -> Result<Invocation<Options>, String> {
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Invocation<Options>, String> {
     let mut options = Options::default();
-    for arg in args {
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--keep" => options.keep = true,
+            "--consul" => {
+                let value = args
+                    .next()
+                    .ok_or_else(|| format!("--consul needs a value\n\n{USAGE}"))?;
+                options.consul = ConsulKind::parse(&value)?;
+            }
             "-h" | "--help" => return Ok(Invocation::Help),
             other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
         }

@@ -125,6 +125,13 @@ pub use stats::Stats;
 /// section 13, "Versions"), the emulator answers like this one.
 pub const EMULATED_VERSION: &str = "1.22.0";
 
+// What the real-Consul meter (`crate::real_consul::Meter`) shares with the emulator, so both
+// classify and count requests the same way.
+pub(crate) use acl::request_token;
+pub(crate) use query::Query;
+pub(crate) use routes::Route;
+pub(crate) use stats::StatsCollector;
+
 /// Locks a mutex, ignoring poisoning (state stays usable after a panicking test thread).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)

@@ -141,7 +141,12 @@ impl Member {
 
     /// The HTTP URL of the process itself, bypassing the proxy.
     pub fn direct_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.plan.http_port)
+        format!("http://{}", self.direct_addr())
+    }
+
+    /// The address of the process' own HTTP port, bypassing the proxy.
+    pub fn direct_addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.plan.http_port))
     }
 
     /// The Raft address, as `/v1/status/leader` names it.

@@ -22,6 +22,7 @@
 
 mod acl;
 mod member;
+mod meter;
 mod proxy;
 
 use std::path::PathBuf;
@@ -29,6 +30,7 @@ use std::time::{Duration, Instant};
 
 pub use acl::{AclRules, OPERATOR_RULES};
 pub use member::Member;
+pub use meter::Meter;
 pub use proxy::Proxy;
 
 use crate::cluster::workdir::ClusterDir;
@@ -95,9 +97,10 @@ impl RealConsulError {
     }
 }
 
-/// The Consul binary from `CONSUL_BIN`; `None` (after printing why) when it is unset outside
-/// CI; an error when it is unset on CI or names nothing executable.
-pub fn consul_binary() -> Result<Option<PathBuf>, RealConsulError> {
+/// The Consul binary `CONSUL_BIN` names: `None` when it is unset or empty, an error when it
+/// names no file. For a command the user asked to run on a real Consul (the sandbox's and
+/// the benchmark driver's `--consul real`), where an unset variable is the user's error.
+pub fn configured_binary() -> Result<Option<PathBuf>, RealConsulError> {
     match std::env::var_os(CONSUL_BIN_ENV) {
         Some(path) if !path.is_empty() => {
             let path = PathBuf::from(path);
@@ -110,10 +113,19 @@ pub fn consul_binary() -> Result<Option<PathBuf>, RealConsulError> {
                 )))
             }
         }
-        _ if std::env::var("CI").is_ok_and(|v| v == "true") => Err(RealConsulError::Binary(
+        _ => Ok(None),
+    }
+}
+
+/// The Consul binary from `CONSUL_BIN` for a test; `None` (after printing why) when it is unset
+/// outside CI; an error when it is unset on CI or names nothing executable.
+pub fn consul_binary() -> Result<Option<PathBuf>, RealConsulError> {
+    match configured_binary()? {
+        Some(path) => Ok(Some(path)),
+        None if std::env::var("CI").is_ok_and(|v| v == "true") => Err(RealConsulError::Binary(
             format!("{CONSUL_BIN_ENV} is unset and CI=true: CI must run the real-Consul tests"),
         )),
-        _ => {
+        None => {
             eprintln!(
                 "SKIPPED: {CONSUL_BIN_ENV} is unset, so the tests against a real Consul do not \
                  run (set it to a consul binary, 1.0 or later)"
@@ -287,6 +299,21 @@ impl RealConsul {
             .as_str()
             .unwrap_or_default()
             .to_string())
+    }
+
+    /// How many sessions the server holds (`/v1/session/list`, asked of member 0 directly).
+    pub async fn session_count(&self) -> Result<usize, RealConsulError> {
+        let http = |detail: String| RealConsulError::Http {
+            what: "session list".into(),
+            detail,
+        };
+        let body = self
+            .get_text(&self.members[0].direct_url(), "/v1/session/list")
+            .await
+            .map_err(http)?;
+        let sessions: Vec<serde_json::Value> =
+            serde_json::from_str(&body).map_err(|e| http(e.to_string()))?;
+        Ok(sessions.len())
     }
 
     /// Creates a legacy ACL client token with `rules` (needs [`Options::acl`]).

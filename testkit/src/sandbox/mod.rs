@@ -2,8 +2,8 @@
 //! the product working end to end on this machine, in under a minute once built.
 //!
 //! It builds the real `consul-elector` binary, starts the test cluster (a real kube-apiserver
-//! and kube-controller-manager v1.20.2), the Consul emulator on the real clock and the pod
-//! simulator, installs the CRD the binary prints, creates a Deployment `web` of 3 pods and
+//! and kube-controller-manager v1.20.2), the Consul emulator on the real clock (or, with
+//! `--consul real`, a real `consul agent -dev` from `CONSUL_BIN`) and the pod simulator, installs the CRD the binary prints, creates a Deployment `web` of 3 pods and
 //! runs the operator as a child process. Then a scenario of six steps (initial election,
 //! leader pod deleted, leader NotReady, switchover requested, Consul unreachable for longer
 //! than the TTL, operator killed and restarted) prints a timeline of every observed change and a summary with the
@@ -12,12 +12,14 @@
 //!
 //! # Modules
 //! - `setup`: everything the scenario runs against, and its teardown;
+//! - `consul_backend`: the emulator or a real Consul (`--consul real`), behind one interface;
 //! - `operator_process`: the operator binary (build, `crd`, start, SIGKILL, restart);
 //! - `objects`: the CRD, the namespace and the `LeaderElection`;
 //! - `observer`: watches of the pods and the election, snapshots and waits;
 //! - `timeline`: the printed rows and colours;
 //! - `scenario`: the six steps; `report`: the measurements and the summary.
 
+pub(crate) mod consul_backend;
 pub(crate) mod objects;
 pub(crate) mod observer;
 pub(crate) mod operator_process;
@@ -29,6 +31,8 @@ mod timeline;
 use std::future::Future;
 use std::pin::pin;
 
+pub use consul_backend::ConsulKind;
+
 use crate::cluster::ClusterError;
 use crate::pods::WorkloadError;
 use setup::Sandbox;
@@ -39,6 +43,8 @@ use timeline::Style;
 pub struct Options {
     /// Leave everything running after the scenario, until `stop` resolves.
     pub keep: bool,
+    /// Which Consul the operator runs against.
+    pub consul: ConsulKind,
 }
 
 /// How a sandbox run ended.
@@ -112,7 +118,7 @@ pub async fn run(
         Ok(Outcome::Interrupted)
     };
     let mut sandbox = tokio::select! {
-        sandbox = Sandbox::set_up(style) => sandbox?,
+        sandbox = Sandbox::set_up(style, options.consul) => sandbox?,
         () = &mut stop => return interrupted(),
     };
     let report = tokio::select! {

@@ -1,5 +1,5 @@
 //! The real `consul-elector` binary, run as a child process: built by cargo in the sandbox's own
-//! profile, asked for its CRD, started against the test cluster and the Consul emulator, and
+//! profile, asked for its CRD, started against the test cluster and Consul (emulated or real), and
 //! killed with SIGKILL like a crash.
 //!
 //! testkit never links the product (the product must not link testkit, and a dependency the
@@ -146,7 +146,7 @@ fn operator_executable(line: &str) -> Option<PathBuf> {
 pub(crate) struct OperatorConfig {
     /// The test cluster's admin kubeconfig (`KUBECONFIG`).
     pub(crate) kubeconfig: PathBuf,
-    /// The emulator's URL (`CONSUL_HTTP_ADDR`).
+    /// Consul's URL (`CONSUL_HTTP_ADDR`).
     pub(crate) consul_url: String,
     /// The namespaces watched (`--watch-namespaces`); empty: every namespace.
     pub(crate) namespaces: Vec<String>,

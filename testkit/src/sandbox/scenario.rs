@@ -17,7 +17,6 @@ use super::observer::Snapshot;
 use super::report::{Report, StepFailure};
 use super::setup::Sandbox;
 use super::timeline::{describe, duration, short};
-use crate::consul::{Endpoint, Fault, FaultAction};
 use crate::recorder::PodVersion;
 
 /// Creating the election → a settled leader (includes the operator's start-up).
@@ -36,7 +35,7 @@ const ADOPTION_TIMEOUT: Duration = Duration::from_secs(20);
 const OPERATOR_DOWN: Duration = Duration::from_secs(2);
 /// After the adoption, how long the sandbox keeps watching for label changes.
 const QUIET: Duration = Duration::from_secs(2);
-/// How often the emulator's session table is polled.
+/// How often the session's renewal mark is read.
 const POLL: Duration = Duration::from_millis(100);
 
 /// Runs the scenario against `sandbox` and returns what it measured.
@@ -334,9 +333,9 @@ impl Scenario<'_> {
             ),
         );
         let (token_before, session_before) = (self.token(), self.session());
-        let emulator = &self.sandbox.emulator;
-        let fault = emulator.add_fault(Fault::always(Endpoint::Any, FaultAction::DropConnection));
-        let cut = Instant::now();
+        let consul = &self.sandbox.consul;
+        let cut = consul.cut();
+        let cut_at = Instant::now();
         let fenced = self
             .expect(
                 STEP,
@@ -348,18 +347,18 @@ impl Scenario<'_> {
         let fenced = match fenced {
             Ok(fenced) => fenced,
             Err(failure) => {
-                emulator.remove_fault(fault);
+                consul.restore(cut);
                 return Err(failure);
             }
         };
-        let fenced_after = fenced.saturating_duration_since(cut);
+        let fenced_after = fenced.saturating_duration_since(cut_at);
         self.report.fenced_after = Some(fenced_after);
         let phase = self
             .expect(STEP, "phase Fenced", SETTLE_TIMEOUT, |s| {
                 (s.phase() == Some("Fenced")).then_some(())
             })
             .await;
-        emulator.remove_fault(fault);
+        consul.restore(cut);
         phase?;
         self.passed(&format!(
             "leader label removed {} after Consul became unreachable: the lock went a TTL \
@@ -423,12 +422,7 @@ impl Scenario<'_> {
             .session
             .clone()
             .ok_or_else(|| fail("the status names no Consul session".to_owned()))?;
-        let deadline = |sandbox: &Sandbox| {
-            sandbox
-                .emulator
-                .session(&session)
-                .and_then(|info| info.deadline)
-        };
+        let deadline = |sandbox: &Sandbox| sandbox.consul.renewal_mark(&session);
         let renewed_before = deadline(self.sandbox)
             .ok_or_else(|| fail(format!("Consul has no session {session} with a TTL")))?;
         let marks_before: BTreeMap<String, Marks> = self
@@ -470,8 +464,8 @@ impl Scenario<'_> {
                 step: RESTARTED,
                 reason: format!(
                     "expected the restarted operator to renew session {session} within \
-                     {ADOPTION_TIMEOUT:?}; Consul now has: {:?}",
-                    self.sandbox.emulator.session(&session)
+                     {ADOPTION_TIMEOUT:?}; its renewal mark is still {:?}",
+                    deadline(self.sandbox)
                 ),
             });
         }

@@ -1,5 +1,5 @@
-//! Everything the scenario runs against: the operator binary, the test cluster, the Consul
-//! emulator, the pod simulator with the Deployment, the watch recorder, the observer, and the
+//! Everything the scenario runs against: the operator binary, the test cluster, Consul (the
+//! emulator or a real one), the pod simulator with the Deployment, the watch recorder, the observer, and the
 //! operator process; and their teardown.
 
 use std::path::{Path, PathBuf};
@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use kube::Client;
 
 use super::SandboxError;
+use super::consul_backend::{ConsulBackend, ConsulKind, ConsulPlan};
 use super::objects::{self, APP, NAMESPACE, REPLICAS};
 use super::observer::Observer;
 use super::operator_process::{OperatorBinary, OperatorConfig, OperatorProcess};
 use super::timeline::{Style, Timeline};
 use crate::cluster::{ClusterOptions, TestCluster};
-use crate::consul::{ClockMode, Emulator, EmulatorConfig};
 use crate::pods::{self, PodSimulator, SimulatorOptions};
 use crate::recorder::WatchRecorder;
 
@@ -81,10 +81,11 @@ pub(crate) async fn blocking<T: Send + 'static>(
 }
 
 /// Starts the test cluster (logging into `logs`), an admin client of it, and the Consul
-/// emulator on the real clock: what the sandbox and the benchmark driver run against.
+/// `consul` names: what the sandbox and the benchmark driver run against.
 pub(crate) async fn start_cluster_and_consul(
     logs: &LogDir,
-) -> Result<(TestCluster, Client, Emulator), SandboxError> {
+    consul: ConsulPlan,
+) -> Result<(TestCluster, Client, ConsulBackend), SandboxError> {
     let options = ClusterOptions {
         log_dir: Some(logs.path().to_path_buf()),
         ..ClusterOptions::default()
@@ -95,13 +96,8 @@ pub(crate) async fn start_cluster_and_consul(
     .await?;
     let client = Client::try_from(cluster.kube_config())
         .map_err(objects::api_error("building a client for the test cluster"))?;
-    let emulator = Emulator::start(EmulatorConfig {
-        clock: ClockMode::Tokio,
-        ..EmulatorConfig::default()
-    })
-    .await
-    .map_err(SandboxError::io("starting the Consul emulator"))?;
-    Ok((cluster, client, emulator))
+    let consul = ConsulBackend::start(consul).await?;
+    Ok((cluster, client, consul))
 }
 
 /// The running sandbox. Fields drop in order: watches first, the cluster last.
@@ -119,7 +115,7 @@ pub(crate) struct Sandbox {
     /// The operator child process.
     pub(crate) operator: OperatorProcess,
     /// Consul.
-    pub(crate) emulator: Emulator,
+    pub(crate) consul: ConsulBackend,
     /// This run's logs.
     pub(crate) logs: LogDir,
     /// Kubernetes.
@@ -129,12 +125,14 @@ pub(crate) struct Sandbox {
 impl Sandbox {
     /// Builds and starts everything, printing what it does; returns once the operator runs and
     /// the first timeline row is printed.
-    pub(crate) async fn set_up(style: Style) -> Result<Self, SandboxError> {
+    pub(crate) async fn set_up(style: Style, consul: ConsulKind) -> Result<Self, SandboxError> {
+        let consul = consul.resolve()?;
         println!("{}", style.bold("consul-elector sandbox"));
-        println!(
-            "The real operator binary against a real kube-apiserver v1.20.2 and an emulated \
-             Consul.\n"
-        );
+        let which = match consul {
+            ConsulPlan::Emulator => "an emulated Consul",
+            ConsulPlan::Real(_) => "a real Consul (consul agent -dev)",
+        };
+        println!("The real operator binary against a real kube-apiserver v1.20.2 and {which}.\n");
         let step = |text: &str| println!("{} {text}", style.bold("•"));
         step("building the operator: cargo build -p consul-elector --bin consul-elector");
         let binary = blocking("building the operator", OperatorBinary::build).await?;
@@ -143,9 +141,9 @@ impl Sandbox {
             "starting the Kubernetes test cluster (the first run on a machine builds \
              kube-apiserver from Debian's sources: several minutes)",
         );
-        let (cluster, client, emulator) = start_cluster_and_consul(&logs).await?;
+        let (cluster, client, consul) = start_cluster_and_consul(&logs, consul).await?;
         let start = Instant::now();
-        step(&format!("Consul emulator at {}", emulator.url()));
+        step(&consul.describe());
 
         objects::install_crd(&client, &binary.crd_yaml()?).await?;
         step("CRD leaderelections.elector.dev created from `consul-elector crd`");
@@ -174,7 +172,7 @@ impl Sandbox {
             binary,
             OperatorConfig {
                 kubeconfig: cluster.kubeconfig_path().to_path_buf(),
-                consul_url: emulator.url(),
+                consul_url: consul.url(),
                 namespaces: vec![NAMESPACE.to_owned()],
                 log: logs.operator_log(),
             },
@@ -192,7 +190,7 @@ impl Sandbox {
             recorder,
             simulator,
             operator,
-            emulator,
+            consul,
             logs,
             cluster,
         })
@@ -209,7 +207,7 @@ impl Sandbox {
                 .bold("Still running (--keep); Ctrl-C stops everything.")
         );
         println!("  kubeconfig    {kubeconfig}");
-        println!("  Consul        {}", self.emulator.url());
+        println!("  Consul        {}", self.consul.url());
         println!(
             "  operator      http://{}/metrics",
             self.operator.metrics_addr()
@@ -221,18 +219,18 @@ impl Sandbox {
         println!(
             "    kubectl --kubeconfig {kubeconfig} delete pod -n {NAMESPACE} -l elector.dev/role=leader"
         );
-        println!("    curl -s {}/v1/kv/{key}", self.emulator.url());
+        println!("    curl -s {}/v1/kv/{key}", self.consul.url());
         println!("  the timeline below goes on with every change:");
     }
 
-    /// Stops the watches, the simulator, the operator, the emulator and the cluster.
+    /// Stops the watches, the simulator, the operator, Consul and the cluster.
     pub(crate) async fn shut_down(self) {
         let Self {
             observer,
             recorder,
             simulator,
             mut operator,
-            emulator,
+            consul,
             cluster,
             ..
         } = self;
@@ -240,7 +238,7 @@ impl Sandbox {
         recorder.stop().await;
         simulator.stop().await;
         operator.kill();
-        emulator.shutdown().await;
+        consul.shut_down().await;
         drop(cluster);
     }
 }

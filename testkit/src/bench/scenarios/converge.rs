@@ -5,7 +5,7 @@ use super::Running;
 use crate::bench::report::ScenarioReport;
 
 /// Reports the cold start per election and the signs of unconfirmed sessions.
-pub(super) fn run(running: &Running<'_>, report: &mut ScenarioReport) -> Result<(), String> {
+pub(super) async fn run(running: &Running<'_>, report: &mut ScenarioReport) -> Result<(), String> {
     let n = running.elections() as f64;
     let cold = &running.cold_start;
     let (writes, events) = cold.api_writes();
@@ -22,18 +22,17 @@ pub(super) fn run(running: &Running<'_>, report: &mut ScenarioReport) -> Result<
         Some("<= 5"),
     );
     report.row("API event writes per election", Some(events / n), "");
-    unconfirmed_rows(running, running.started, report);
-    Ok(())
+    unconfirmed_rows(running, running.started, report).await
 }
 
 /// What shows sessions went unconfirmed while Consul was healthy: leader labels removed
 /// and sessions that ended without being destroyed (TTL expiries), since `since` and
 /// since the operator started.
-pub(super) fn unconfirmed_rows(
+pub(super) async fn unconfirmed_rows(
     running: &Running<'_>,
     since: std::time::Instant,
     report: &mut ScenarioReport,
-) {
+) -> Result<(), String> {
     report.target(
         "leader labels removed (no fault injected)",
         Some(running.leader_labels_removed(since) as f64),
@@ -41,7 +40,7 @@ pub(super) fn unconfirmed_rows(
         Some("0"),
     );
     let consul = &running.cold_start.consul;
-    let alive_now = running.env.emulator.sessions().len();
+    let alive_now = running.env.consul.session_count().await?;
     let created = consul.requests_to("session.create") as usize;
     let destroyed = consul.requests_to("session.destroy") as usize;
     let ended = (created + running.sessions_before).saturating_sub(destroyed + alive_now);
@@ -51,4 +50,5 @@ pub(super) fn unconfirmed_rows(
         "",
         Some("0"),
     );
+    Ok(())
 }

@@ -57,7 +57,7 @@ pub(crate) async fn run(
         }
     };
     let outcome = match scenario {
-        ScenarioName::Converge => converge::run(&running, &mut report),
+        ScenarioName::Converge => converge::run(&running, &mut report).await,
         ScenarioName::Steady => steady::run(&running, sizes, &mut report).await,
         ScenarioName::Restart => restart::run(&mut running, &mut report).await,
         ScenarioName::Failover => failover::run(&running, sizes, &mut report).await,
@@ -136,7 +136,7 @@ impl<'a> Running<'a> {
         tracker: Tracker,
         report: &mut ScenarioReport,
     ) -> Result<Self, String> {
-        let sessions_before = env.emulator.sessions().len();
+        let sessions_before = env.consul.session_count().await?;
         let baseline = Baseline::take(env, None).await?;
         let operator = env
             .start_operator(population.scenario, &population.namespaces)

@@ -1,6 +1,7 @@
 //! `restart`: the operator is killed with SIGKILL and started again over its converged
 //! elections. Nothing may change (leader, labels, fencing tokens, transitions), and every
-//! session must be renewed again soon (the emulator's TTL deadline of each moves on).
+//! session must be renewed again soon (each one's renewal mark moves on: the emulator's TTL
+//! deadline, or the real server's meter seeing it renewed).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -11,7 +12,7 @@ use crate::bench::usage::Baseline;
 
 /// After the last renewal, how long changes are still looked for.
 const QUIET: Duration = Duration::from_secs(3);
-/// How often the emulator's session table is read while waiting for renewals.
+/// How often the renewal marks are read while waiting for renewals.
 const POLL: Duration = Duration::from_millis(50);
 /// How many changes the JSON report quotes.
 const QUOTED: usize = 20;
@@ -30,7 +31,7 @@ pub(super) async fn run(
             state.status_changes.len(),
         )
     };
-    let deadline = |id: &str| env.emulator.session(id).and_then(|s| s.deadline);
+    let deadline = |id: &str| env.consul.renewal_mark(id);
     let baseline = Baseline::take(env, None).await?;
     running.operator.kill();
     // Read after the kill: a renewal by the old process must not count as the new one's.

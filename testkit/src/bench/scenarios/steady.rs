@@ -46,6 +46,5 @@ pub(super) async fn run(
         Some("0"),
     );
     report.row("API event writes in steady state", Some(events), "");
-    super::converge::unconfirmed_rows(running, since, report);
-    Ok(())
+    super::converge::unconfirmed_rows(running, since, report).await
 }
