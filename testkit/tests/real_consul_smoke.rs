@@ -137,3 +137,37 @@ async fn acl_tokens_allow_what_their_rules_say() {
         403
     );
 }
+
+/// A member that exits at once (as when another process took one of its ports between the
+/// harness picking it and Consul binding it) makes the harness start again on other ports.
+#[tokio::test]
+async fn a_member_exiting_at_start_is_started_again_on_other_ports() {
+    let Some(consul) = testkit::real_consul::consul_binary().expect("binary") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("real-consul-retry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let first = dir.join("first-start-done");
+    let script = dir.join("consul");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nif [ ! -e '{first}' ]; then touch '{first}'; \
+             echo 'bind: address already in use'; exit 1; fi\nexec '{consul}' \"$@\"\n",
+            first = first.display(),
+            consul = consul.display()
+        ),
+    )
+    .expect("script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let started = Instant::now();
+    let real = RealConsul::start_with(script, Shape::Dev, Options::default())
+        .await
+        .expect("started on the second attempt");
+    assert!(first.exists(), "the first start did exit");
+    assert!(!real.version().await.expect("version").is_empty());
+    assert!(started.elapsed() < BOUND, "{:?}", started.elapsed());
+    drop(real);
+    let _ = std::fs::remove_dir_all(&dir);
+}

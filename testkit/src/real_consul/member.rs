@@ -166,6 +166,14 @@ impl Member {
             .is_some_and(|process| process.exited().is_none())
     }
 
+    /// Whether the process exited by itself (a member killed through [`Member::kill`] or
+    /// [`Member::stop`] has no process, and does not count).
+    pub fn exited(&self) -> bool {
+        self.lock()
+            .as_mut()
+            .is_some_and(|process| process.exited().is_some())
+    }
+
     /// Kills the process at once (SIGKILL), as a crash would.
     pub fn kill(&self) {
         if let Some(mut process) = self.lock().take() {

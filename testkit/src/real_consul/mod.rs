@@ -38,6 +38,9 @@ use crate::cluster::workdir::ClusterDir;
 /// The environment variable naming the Consul binary.
 pub const CONSUL_BIN_ENV: &str = "CONSUL_BIN";
 
+/// How many times [`RealConsul::start_with`] starts a cluster whose member exited at once.
+pub const START_ATTEMPTS: u32 = 3;
+
 /// How long a start waits for a cluster leader and the members' catalog registration.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -78,6 +81,14 @@ pub enum RealConsulError {
         /// What was awaited.
         reason: String,
         /// The last lines of the members' logs.
+        log_tail: String,
+    },
+    /// A member's process exited while the cluster was starting.
+    #[error("consul {node} exited while starting\n--- last lines of its log ---\n{log_tail}")]
+    MemberExited {
+        /// Its node name.
+        node: String,
+        /// The last lines of its log.
         log_tail: String,
     },
     /// An HTTP call of the harness to Consul failed.
@@ -156,7 +167,33 @@ impl RealConsul {
     }
 
     /// Like [`RealConsul::start`] with an explicit binary.
+    ///
+    /// The members' ports are picked free but released before Consul binds them, so another
+    /// process can take one in between and a member exits ("address already in use"): a start
+    /// whose member exits is tried again with new ports, [`START_ATTEMPTS`] times in all.
     pub async fn start_with(
+        binary: PathBuf,
+        shape: Shape,
+        options: Options,
+    ) -> Result<Self, RealConsulError> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(binary.clone(), shape, options).await {
+                Err(RealConsulError::MemberExited { node, log_tail })
+                    if attempt < START_ATTEMPTS =>
+                {
+                    eprintln!(
+                        "testkit: consul {node} exited while starting (attempt {attempt}), \
+                         starting again on other ports:\n{log_tail}"
+                    );
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(
         binary: PathBuf,
         shape: Shape,
         options: Options,
@@ -223,10 +260,17 @@ impl RealConsul {
     }
 
     /// Waits until every running member answers with a Raft leader and every running
-    /// member's node is in the catalog.
+    /// member's node is in the catalog; fails at once when a member's process exited by
+    /// itself.
     pub async fn wait_ready(&self, timeout: Duration) -> Result<(), RealConsulError> {
         let deadline = Instant::now() + timeout;
         loop {
+            if let Some(exited) = self.members.iter().find(|m| m.exited()) {
+                return Err(RealConsulError::MemberExited {
+                    node: exited.node().to_string(),
+                    log_tail: exited.log_tail(),
+                });
+            }
             let Err(reason) = self.ready_probe().await else {
                 return Ok(());
             };

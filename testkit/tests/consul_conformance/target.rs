@@ -486,23 +486,12 @@ pub async fn answered(handle: tokio::task::JoinHandle<Resp>, limit: Duration) ->
         .expect("request task")
 }
 
-/// How often a real Consul is started before the case fails: its ports are picked free but
-/// released before Consul binds them, so another process can take one in between (Consul
-/// then exits, e.g. "timeout starting DNS servers").
-const REAL_START_ATTEMPTS: u32 = 3;
-
-/// Starts a real Consul of `shape` from `CONSUL_BIN`; `None` when it is unset (skipped).
+/// Starts a real Consul of `shape` from `CONSUL_BIN` (the harness starts it again on other
+/// ports when a member exits at once); `None` when it is unset (skipped).
 async fn start_real(shape: Shape) -> Option<RealConsul> {
-    for attempt in 1..=REAL_START_ATTEMPTS {
-        match RealConsul::start(shape, Options::default()).await {
-            Ok(consul) => return consul,
-            Err(e) if attempt < REAL_START_ATTEMPTS => {
-                eprintln!("real Consul did not start (attempt {attempt}), starting again: {e}");
-            }
-            Err(e) => panic!("start a real Consul: {e}"),
-        }
-    }
-    unreachable!("the last attempt returns or panics")
+    RealConsul::start(shape, Options::default())
+        .await
+        .unwrap_or_else(|e| panic!("start a real Consul: {e}"))
 }
 
 /// The address of an external agent from `CONSUL_HTTP_ADDR`, normalised to a URL.
