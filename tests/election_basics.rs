@@ -36,7 +36,7 @@ async fn elects_and_fails_over_on_deletion(backend: Backend) {
         let status = le.status.expect("status");
         let token = status.fencing_token.expect("token");
         assert_eq!(pods_with_role(&h, "follower").await.len(), 2);
-        let entry = h.consul.key_lock(&h.key("web")).await.expect("key");
+        let entry = h.key_lock(&h.key("web")).await.expect("key");
         assert_eq!(entry.lock_index, token);
         assert_eq!(
             Some(entry.session.clone().expect("held")),

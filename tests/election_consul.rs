@@ -67,7 +67,7 @@ async fn session_lost_then_reelected_after_the_lock_delay(
             emu.lock_delay_until(&key)
                 .expect("Consul set a lock-delay")
         });
-        assert_eq!(h.consul.key_lock(&key).await.and_then(|e| e.session), None);
+        assert_eq!(h.key_lock(&key).await.and_then(|e| e.session), None);
 
         // The label goes at once: the lock is no longer held.
         h.wait_pods(SOON, "no leader label", |pods| {

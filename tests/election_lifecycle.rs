@@ -35,7 +35,7 @@ async fn crash_and_restart(backend: Backend) {
         let before = h.histories();
         let status_before = h.status("web").await;
         let sessions_before = h.session_ids().await;
-        let key_before = h.consul.key_lock(&h.key("web")).await.expect("key");
+        let key_before = h.key_lock(&h.key("web")).await.expect("key");
 
         h.kill_operator().await;
         let killed_at = Instant::now();
@@ -68,7 +68,7 @@ async fn crash_and_restart(backend: Backend) {
         // not written (not even acquired again by its holder, which would move ModifyIndex).
         assert_eq!(h.session_ids().await, sessions_before, "sessions");
         assert_eq!(
-            h.consul.key_lock(&h.key("web")).await.as_ref(),
+            h.key_lock(&h.key("web")).await.as_ref(),
             Some(&key_before),
             "the key is untouched"
         );
@@ -193,7 +193,7 @@ async fn deletion_cleans_up(backend: Backend) {
         assert!(gone.is_none());
 
         // Consul: released, session destroyed, no session of the operator left.
-        let entry = h.consul.key_lock(&key).await;
+        let entry = h.key_lock(&key).await;
         assert!(
             entry.as_ref().is_none_or(|e| e.session.is_none()),
             "the key is released: {entry:?}"

@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use testkit::consul::{ClockMode, Emulator, EmulatorConfig};
 use testkit::real_consul::{Options, RealConsul, Shape};
@@ -126,41 +125,6 @@ impl ConsulUnderTest {
         match self {
             Self::Real(real) => real,
             Self::Emulator(_) => panic!("this test needs a real Consul"),
-        }
-    }
-
-    /// The lock fields of `key`, `None` when it does not exist (or, on a real Consul, could
-    /// not be read).
-    pub async fn key_lock(&self, key: &str) -> Option<KeyLock> {
-        match self {
-            Self::Emulator(emu) => emu.kv_entry(key).map(|e| KeyLock {
-                session: e.session,
-                lock_index: e.lock_index,
-                modify_index: e.modify_index,
-            }),
-            Self::Real(real) => {
-                let client = reqwest::Client::builder()
-                    .timeout(Duration::from_secs(5))
-                    .build()
-                    .ok()?;
-                let member = real.members().iter().find(|m| m.is_running())?;
-                let mut request = client.get(format!("{}/v1/kv/{key}", member.direct_url()));
-                if let Some(token) = real.master_token() {
-                    request = request.header("X-Consul-Token", token);
-                }
-                let response = request.send().await.ok()?;
-                if !response.status().is_success() {
-                    return None;
-                }
-                let body = response.text().await.ok()?;
-                let entries: serde_json::Value = serde_json::from_str(&body).ok()?;
-                let entry = entries.get(0)?;
-                Some(KeyLock {
-                    session: entry["Session"].as_str().map(str::to_string),
-                    lock_index: entry["LockIndex"].as_u64().unwrap_or(0),
-                    modify_index: entry["ModifyIndex"].as_u64().unwrap_or(0),
-                })
-            }
         }
     }
 }

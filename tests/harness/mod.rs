@@ -12,7 +12,7 @@
 mod consul_under_test;
 
 #[allow(unused_imports)] // each test binary uses a different part of the harness
-pub use consul_under_test::{Backend, ConsulUnderTest};
+pub use consul_under_test::{Backend, ConsulUnderTest, KeyLock};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -1210,6 +1210,29 @@ impl Harness {
         Duration::from_nanos(nanos)
     }
 
+    /// The lock fields of `key` (the emulator's entry, or a real Consul's answer to an
+    /// outside read), `None` when it does not exist or a real Consul cannot answer now (no
+    /// Raft leader during a fault).
+    pub async fn key_lock(&self, key: &str) -> Option<KeyLock> {
+        if let ConsulUnderTest::Emulator(emu) = &self.consul {
+            return emu.kv_entry(key).map(|e| KeyLock {
+                session: e.session,
+                lock_index: e.lock_index,
+                modify_index: e.modify_index,
+            });
+        }
+        let reply = self.consul("GET", &format!("/v1/kv/{key}"), "").await;
+        if reply.status != 200 {
+            return None;
+        }
+        let entry = &reply.json()[0];
+        Some(KeyLock {
+            session: entry["Session"].as_str().map(str::to_string),
+            lock_index: entry["LockIndex"].as_u64().unwrap_or(0),
+            modify_index: entry["ModifyIndex"].as_u64().unwrap_or(0),
+        })
+    }
+
     /// `PUT /v1/session/destroy/<id>`.
     pub async fn app_destroy_session(&self, id: &str) {
         let reply = self
@@ -1266,7 +1289,7 @@ impl Harness {
                     "election {name} not Elected (pods, status and key agreeing) within \
                      {timeout:?}; status: {:#?}; key: {:?}; pods: {:#?}",
                     le.status,
-                    self.consul.key_lock(&self.key(name)).await,
+                    self.key_lock(&self.key(name)).await,
                     self.current()
                         .values()
                         .map(|p| (&p.name, &p.labels, &p.annotations))
@@ -1306,7 +1329,7 @@ impl Harness {
             return None;
         }
         // A custom key is checked by the caller.
-        if let Some(entry) = self.consul.key_lock(&self.key(name)).await
+        if let Some(entry) = self.key_lock(&self.key(name)).await
             && (entry.session.as_deref() != Some(session.as_str()) || entry.lock_index != token)
         {
             return None;
