@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# build-kube.sh: build kube-apiserver and kube-controller-manager (Kubernetes
-# v1.20.2) from Debian bookworm's `kubernetes` source package, for the
-# testkit's real-apiserver test tier.
+# build-kube.sh: build the Kubernetes v1.20.2 binaries of the test cluster from
+# Debian bookworm's `kubernetes` source package: kube-apiserver and
+# kube-controller-manager for every real-apiserver test, and kube-scheduler,
+# kubelet, kube-proxy and the pause container's program for the real-node tier.
 #
 # Why this exists: the tests need a real API server without a cluster, Docker or
 # downloads from outside Debian's archive, and Debian ships the full v1.20.2 tree
@@ -27,7 +28,9 @@ readonly KUBE_DEB_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
 readonly KUBE_ORIG_TARBALL="kubernetes_1.20.5+really1.20.2.orig.tar.gz"
 readonly KUBE_TREE_NAME="kubernetes-1.20.2"
 readonly KUBE_EXPECTED_VERSION="v1.20.2"
-readonly KUBE_CMDS=(kube-apiserver kube-controller-manager)
+readonly KUBE_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+# The pod sandbox's program, compiled statically from the tree's own source.
+readonly PAUSE_SRCS=(build/pause/linux/pause.c build/pause/pause.c)
 # Debian's golang-go on bookworm is Go 1.19 (golang-1.19-go).
 readonly GO_ROOT="/usr/lib/go-1.19"
 # The vendored reflect2 v1.0.1 panics on Go >= 1.18 (nil pointer in
@@ -35,7 +38,7 @@ readonly GO_ROOT="/usr/lib/go-1.19"
 # empty reply). Debian's golang-github-modern-go-reflect2-dev ships v1.0.2.
 readonly REFLECT2_VENDOR_DIR="vendor/github.com/modern-go/reflect2"
 readonly REFLECT2_DEBIAN_DIR="/usr/share/gocode/src/github.com/modern-go/reflect2"
-readonly BUILD_PACKAGES=(golang-go rsync make dpkg-dev golang-github-modern-go-reflect2-dev)
+readonly BUILD_PACKAGES=(golang-go rsync make dpkg-dev golang-github-modern-go-reflect2-dev gcc libc6-dev)
 readonly RUNTIME_PACKAGES=(etcd-server openssl)
 readonly LOCK_WAIT_SECONDS=3600
 readonly MIN_FREE_KIB=$((3 * 1024 * 1024))
@@ -62,7 +65,7 @@ usage() {
 is_built() {
   [[ -f "$marker" ]] || return 1
   local c
-  for c in "${KUBE_CMDS[@]}"; do
+  for c in "${KUBE_CMDS[@]}" pause; do
     [[ -x "$bin_dir/$c" ]] || return 1
   done
 }
@@ -302,7 +305,7 @@ rm -f "$tree/$REFLECT2_VENDOR_DIR/go.mod" "$tree/$REFLECT2_VENDOR_DIR/go.sum"
 [[ -f "$tree/$REFLECT2_VENDOR_DIR/reflect2.go" ]] || die "reflect2 swap failed"
 
 # ---- build ------------------------------------------------------------------------
-phase build "make WHAT='cmd/kube-apiserver cmd/kube-controller-manager' (several minutes)"
+phase build "make WHAT='${KUBE_CMDS[*]/#/cmd/}' (several minutes)"
 # hack/lib/golang.sh forces GOCACHE=_output/local/go/cache; point that at a
 # persistent cache so a rebuild after a recipe change is faster.
 mkdir -p "$gocache" "$tree/_output/local/go"
@@ -323,6 +326,17 @@ log "full make output: $build_log"
   "${time_cmd[@]}" make WHAT="${whats[*]}" 2>&1
 ) | tee "$build_log" | sed -u 's/^/  | /' >&2
 
+# ---- pause ------------------------------------------------------------------------
+phase pause "the pod sandbox's program, static"
+pause_src=""
+for f in "${PAUSE_SRCS[@]}"; do
+  if [[ -f "$tree/$f" ]]; then pause_src="$tree/$f" && break; fi
+done
+[[ -n "$pause_src" ]] || die "no pause.c under $tree/build/pause"
+gcc -Os -static -Wall -Werror -DVERSION="$KUBE_EXPECTED_VERSION" -o "$tree/_output/bin/pause" "$pause_src" ||
+  die "compiling $pause_src failed"
+log "pause: $("$tree/_output/bin/pause" -v 2>&1 | head -n1) (from ${pause_src#"$tree/"})"
+
 # ---- verify -----------------------------------------------------------------------
 phase verify "--version of each binary"
 for c in "${KUBE_CMDS[@]}"; do
@@ -339,7 +353,7 @@ phase publish "$out_dir"
 tmp_out=$(mktemp -d "$cache_root/.kube-publish.XXXXXX")
 chmod 755 "$tmp_out"
 mkdir -p "$tmp_out/bin"
-for c in "${KUBE_CMDS[@]}"; do
+for c in "${KUBE_CMDS[@]}" pause; do
   cp "$tree/_output/bin/$c" "$tmp_out/bin/$c"
 done
 {

@@ -5,6 +5,7 @@ pub mod cli;
 pub mod cluster;
 pub mod consul;
 pub mod kube_faults;
+pub mod node;
 pub mod pods;
 pub mod real_consul;
 pub mod recorder;

@@ -16,6 +16,8 @@ pub(crate) struct Binaries {
     pub(crate) etcd: PathBuf,
     pub(crate) apiserver: PathBuf,
     pub(crate) controller_manager: PathBuf,
+    /// The build's bin dir, which also holds a real node's programs (`crate::node`).
+    pub(crate) bin_dir: PathBuf,
 }
 
 impl Binaries {
@@ -41,6 +43,7 @@ impl Binaries {
             etcd: PathBuf::from("etcd"),
             apiserver: bin_dir.join("kube-apiserver"),
             controller_manager: bin_dir.join("kube-controller-manager"),
+            bin_dir,
         })
     }
 }

@@ -13,12 +13,19 @@ use super::processes::ManagedProcess;
 use super::workdir::ClusterDir;
 use super::{ClusterError, ClusterOptions, TestCluster, kubeconfig, ports, readiness};
 
+/// The ClusterIP range of Services.
+pub(crate) const SERVICE_CIDR: &str = "10.0.0.0/24";
 /// Start attempts when a picked port was taken by someone else in the meantime.
 const START_ATTEMPTS: usize = 3;
 /// Controllers run by kube-controller-manager: what the operator's tests rely on
 /// (clusterrole-aggregation: the chart's ClusterRoles aggregated into view, edit and admin).
 const CONTROLLERS: &str = "deployment,replicaset,endpointslice,garbagecollector,namespace,\
      serviceaccount-token,clusterrole-aggregation";
+/// What a real node adds: every namespace's `default` ServiceAccount (pods mount its token);
+/// Endpoints (and their mirrors) beside the slices, for kube-proxy and
+/// the `kubernetes` Service; deleting the pods of a node that stopped reporting; collecting
+/// terminated pods.
+const NODE_CONTROLLERS: &str = "endpoint,endpointslicemirroring,nodelifecycle,podgc,serviceaccount";
 
 impl ClusterError {
     /// Whether a process failed because a port picked for it was taken meanwhile.
@@ -53,7 +60,10 @@ async fn launch(
     let dir = ClusterDir::create()?;
     let credentials = Credentials::generate(dir.path())?;
     let ports = Ports::pick()?;
-    let server_url = format!("https://127.0.0.1:{}", ports.apiserver);
+    let host = options
+        .node_address
+        .map_or_else(|| "127.0.0.1".to_owned(), |address| address.to_string());
+    let server_url = format!("https://{host}:{}", ports.apiserver);
     let server_uri = server_url
         .parse()
         .map_err(|e| ClusterError::io("parsing the server URL")(std::io::Error::other(e)))?;
@@ -71,6 +81,7 @@ async fn launch(
         admin_token: credentials.admin_token.clone(),
         kubeconfig: dir.path().join("kubeconfig"),
         controller_manager: options.controller_manager,
+        node_address: options.node_address,
         dir,
     };
     let plan = Plan {
@@ -79,6 +90,7 @@ async fn launch(
         binaries,
         credentials: &credentials,
         ports,
+        node_address: options.node_address,
     };
     match plan.boot(&mut cluster).await {
         Ok(started) => {
@@ -120,6 +132,7 @@ struct Plan<'a> {
     binaries: &'a Binaries,
     credentials: &'a Credentials,
     ports: Ports,
+    node_address: Option<std::net::Ipv4Addr>,
 }
 
 impl Plan<'_> {
@@ -184,13 +197,27 @@ impl Plan<'_> {
         let policy = self.dir.join(super::audit::POLICY_FILE);
         std::fs::write(&policy, super::audit::POLICY)
             .map_err(ClusterError::io(format!("writing {}", policy.display())))?;
+        // Pods reach the apiserver at the node address through the `kubernetes` Service; its
+        // self-signed certificate names the advertised address and the Service's ClusterIP.
+        let (bind, advertise, admission) = match self.node_address {
+            Some(address) => (
+                "0.0.0.0".to_owned(),
+                address.to_string(),
+                "--disable-admission-plugins=",
+            ),
+            None => (
+                "127.0.0.1".to_owned(),
+                "127.0.0.1".to_owned(),
+                "--disable-admission-plugins=ServiceAccount",
+            ),
+        };
         let args = [
             format!("--etcd-servers={}", self.etcd_url()),
             format!("--cert-dir={}", self.path("certs")),
             format!("--secure-port={}", self.ports.apiserver),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            format!("--bind-address={bind}"),
+            format!("--advertise-address={advertise}"),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             "--authorization-mode=RBAC".into(),
             format!("--token-auth-file={}", credentials.token_file.display()),
             "--service-account-issuer=https://kubernetes.default.svc".into(),
@@ -202,7 +229,7 @@ impl Plan<'_> {
                 "--service-account-signing-key-file={}",
                 credentials.sa_key.display()
             ),
-            "--disable-admission-plugins=ServiceAccount".into(),
+            admission.into(),
             // Every write, written before its response is sent: tests tell who wrote what,
             // and when, from the API server's own record.
             format!("--audit-policy-file={}", policy.display()),
@@ -228,7 +255,10 @@ impl Plan<'_> {
     ) -> Result<ManagedProcess, ClusterError> {
         let args = [
             format!("--kubeconfig={}", kubeconfig.display()),
-            format!("--controllers={CONTROLLERS}"),
+            match self.node_address {
+                Some(_) => format!("--controllers={CONTROLLERS},{NODE_CONTROLLERS}"),
+                None => format!("--controllers={CONTROLLERS}"),
+            },
             format!(
                 "--service-account-private-key-file={}",
                 self.credentials.sa_key.display()

@@ -8,17 +8,18 @@
 //! real controllers.
 
 pub mod audit;
-mod binaries;
+pub(crate) mod binaries;
 mod credentials;
 mod kubeconfig;
 mod launch;
 mod namespace;
 pub(crate) mod ports;
 pub(crate) mod processes;
-mod readiness;
+pub(crate) mod readiness;
 mod service_account;
 pub(crate) mod workdir;
 
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -50,6 +51,11 @@ pub struct ClusterOptions {
     pub controller_manager: bool,
     /// Where the process logs go; `None` means the cluster directory (removed with it).
     pub log_dir: Option<PathBuf>,
+    /// Serve a real node (`crate::node`) at this host address: the apiserver listens on every
+    /// interface and advertises this address (the `kubernetes` Service's endpoint, which pods
+    /// reach through kube-proxy), and admits pods with their ServiceAccount's token. `None`:
+    /// loopback only, for simulated pods.
+    pub node_address: Option<Ipv4Addr>,
 }
 
 impl Default for ClusterOptions {
@@ -58,6 +64,7 @@ impl Default for ClusterOptions {
             build_if_missing: true,
             controller_manager: true,
             log_dir: None,
+            node_address: None,
         }
     }
 }
@@ -120,6 +127,8 @@ pub struct TestCluster {
     admin_token: String,
     kubeconfig: PathBuf,
     controller_manager: bool,
+    /// The address a real node reaches the apiserver at, when it serves one.
+    node_address: Option<Ipv4Addr>,
     dir: ClusterDir,
 }
 
@@ -205,9 +214,7 @@ impl TestCluster {
     /// (`Impersonate-User`): the API server authorizes its requests with `user`'s RBAC
     /// bindings, and its audit log names `user` as the writer.
     pub fn write_kubeconfig_as(&self, path: &Path, user: &str) -> Result<(), ClusterError> {
-        let ca_file = self.dir.path().join("certs").join("apiserver.crt");
-        let ca_pem = std::fs::read(&ca_file)
-            .map_err(ClusterError::io(format!("reading {}", ca_file.display())))?;
+        let ca_pem = self.ca_pem()?;
         kubeconfig::write(
             path,
             &self.server_url,
@@ -217,12 +224,24 @@ impl TestCluster {
         )
     }
 
+    /// The address a real node reaches the apiserver at ([`ClusterOptions::node_address`]).
+    pub fn node_address(&self) -> Option<Ipv4Addr> {
+        self.node_address
+    }
+
+    /// The PEM bundle of the apiserver's CA (its self-signed serving certificate).
+    pub fn ca_pem(&self) -> Result<Vec<u8>, ClusterError> {
+        let ca_file = self.dir.path().join("certs").join("apiserver.crt");
+        std::fs::read(&ca_file).map_err(ClusterError::io(format!("reading {}", ca_file.display())))
+    }
+
     /// Every write the API server has recorded in its audit log so far.
     pub fn audit_writes(&self) -> std::io::Result<Vec<audit::AuditWrite>> {
         audit::read(&self.dir.path().join(audit::LOG_FILE))
     }
 
-    /// `https://127.0.0.1:<port>` of the apiserver.
+    /// `https://127.0.0.1:<port>` of the apiserver (`https://<node address>:<port>` when it
+    /// serves a node: its self-signed certificate names only that address).
     pub fn server_url(&self) -> &str {
         &self.server_url
     }

@@ -1,0 +1,64 @@
+//! kube-proxy in iptables mode: makes every Service's ClusterIP route to its ready endpoints,
+//! for pods and for the host itself.
+
+use std::path::Path;
+
+use super::network::POD_CIDR;
+use crate::cluster::processes::ManagedProcess;
+use crate::cluster::{ClusterError, ports, readiness};
+
+/// Starts kube-proxy and waits until its `/healthz` answers (after its first rule sync).
+pub(super) async fn start(
+    program: &Path,
+    node_name: &str,
+    kubeconfig: &Path,
+    dir: &Path,
+    log_dir: &Path,
+) -> Result<ManagedProcess, ClusterError> {
+    let [healthz_port, metrics_port] = ports::free_ports()?;
+    let config_path = dir.join("kube-proxy.yaml");
+    std::fs::write(
+        &config_path,
+        config(node_name, kubeconfig, healthz_port, metrics_port),
+    )
+    .map_err(ClusterError::io(format!(
+        "writing {}",
+        config_path.display()
+    )))?;
+    let args = [
+        format!("--config={}", config_path.display()),
+        "--v=1".into(),
+    ];
+    let mut process =
+        ManagedProcess::spawn("kube-proxy", program, &args, log_dir.join("kube-proxy.log"))?;
+    let url = format!("http://127.0.0.1:{healthz_port}");
+    let probe = readiness::health_client(&url).map_err(|e| process.not_ready(e))?;
+    readiness::wait_until(&mut process, "/healthz", || {
+        readiness::get_ok(&probe, "/healthz")
+    })
+    .await?;
+    Ok(process)
+}
+
+/// kube-proxy's configuration: iptables mode with the defaults a user's cluster has (rule sync
+/// timing included), except that it leaves the host's conntrack sysctls alone.
+fn config(node_name: &str, kubeconfig: &Path, healthz_port: u16, metrics_port: u16) -> String {
+    format!(
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+hostnameOverride: {node_name}
+clusterCIDR: {POD_CIDR}
+clientConnection:
+  kubeconfig: {kubeconfig}
+healthzBindAddress: 127.0.0.1:{healthz_port}
+metricsBindAddress: 127.0.0.1:{metrics_port}
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+",
+        kubeconfig = kubeconfig.display()
+    )
+}
