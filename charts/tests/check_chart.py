@@ -21,6 +21,10 @@ library), since no helm CLI exists here.
         the ValidatingAdmissionPolicy (a cluster before 1.30 refuses the install naming it; its
         CEL is tested by tests/admission_policy.rs). The namespaces must exist.
 
+    check_chart.py install --kubeconfig PATH --namespace NS --release NAME --values FILE
+        Installs the chart as a user would (`helm install --create-namespace -f FILE`), for the
+        real-node e2e suite: no checks, the exit status is Helm's.
+
 Every failure is printed; the exit status is 1 if any check failed.
 """
 
@@ -840,10 +844,32 @@ def main() -> int:
                    help="release ce-nosm (every feature on, before the ServiceMonitor CRD exists)")
     c.add_argument("--watch-namespaces", required=True, help="watchNamespaces of the feature releases")
     c.add_argument("--summary-out", help="write the installed releases as JSON here")
+    i = sub.add_parser("install", help="helm install --create-namespace with a values file")
+    i.add_argument("--kubeconfig", required=True)
+    i.add_argument("--namespace", required=True)
+    i.add_argument("--release", required=True)
+    i.add_argument("--values", required=True, help="a YAML (or JSON) values file")
     args = parser.parse_args()
     if args.command == "lint":
         return run_lint()
+    if args.command == "install":
+        return run_install(args)
     return run_cluster(args)
+
+
+def run_install(args: argparse.Namespace) -> int:
+    cluster = Cluster(args.kubeconfig)
+    if cluster.get("Namespace", "v1", args.namespace, None) is None:
+        cluster.kubectl("create", "namespace", args.namespace)
+    values = yaml.safe_load(Path(args.values).read_text()) or {}
+    try:
+        result = cluster.install(args.namespace, args.release, values)
+    except helm.HelmError as error:
+        print(f"helm install {args.release} failed: {error}", file=sys.stderr)
+        return 1
+    print(f"installed {args.release} into {args.namespace}: {result.get('info', {}).get('status', result)}",
+          flush=True)
+    return 0
 
 
 if __name__ == "__main__":

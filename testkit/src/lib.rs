@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod consul;
 pub mod kube_faults;
 pub mod node;
+pub mod node_suite;
 pub mod pods;
 pub mod real_consul;
 pub mod recorder;

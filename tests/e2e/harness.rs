@@ -39,6 +39,9 @@ pub const PODS_READY: Duration = Duration::from_secs(300);
 /// How long an election, a failover or a cleanup may take before the test fails. The
 /// operator's targets are far lower (docs/design.md §5); this only bounds a broken run.
 pub const CONVERGE: Duration = Duration::from_secs(60);
+/// The operator replicas' Lease in their namespace (the chart's `--lease-name`, the release's
+/// full name).
+pub const OPERATOR_LEASE: &str = "consul-elector";
 /// Field manager of the suite's server-side applies.
 const MANAGER: &str = "consul-elector-e2e";
 
@@ -498,6 +501,36 @@ where
             "timed out after {timeout:?} waiting for: {what}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The safety checks over a whole recorded history: never two pods labelled leader at one
+/// resourceVersion, and the fencing token on leader-labelled pods never going backwards.
+pub fn assert_history(recorder: &testkit::recorder::WatchRecorder) {
+    recorder.assert_never_two(ROLE, LEADER);
+    let mut versions = recorder.versions();
+    versions.sort_by_key(|v| v.resource_version);
+    let mut highest: Option<(u64, String)> = None;
+    for version in versions.iter().filter(|v| v.has_label(ROLE, LEADER)) {
+        let Some(token) = version
+            .annotations
+            .get(FENCING_TOKEN_ANNOTATION)
+            .and_then(|t| t.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if let Some((top, at)) = &highest {
+            assert!(
+                token >= *top,
+                "fencing token went backwards: {} carried {token} at resourceVersion {} after \
+                 {at} carried {top}",
+                version.name,
+                version.resource_version
+            );
+        }
+        if highest.as_ref().is_none_or(|(top, _)| token > *top) {
+            highest = Some((token, version.name.clone()));
+        }
     }
 }
 

@@ -29,3 +29,5 @@ mod election;
 mod failover;
 mod harness;
 mod operator_restart;
+mod real_node;
+mod traffic;

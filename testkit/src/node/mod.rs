@@ -155,6 +155,11 @@ impl RealNode {
         self.address
     }
 
+    /// containerd's socket (`ctr --address`).
+    pub fn containerd_socket(&self) -> &Path {
+        self.containerd.socket()
+    }
+
     /// The process id of the container whose CRI id is `container_id` (the part of a pod's
     /// `containerStatuses[].containerID` after `containerd://`), for killing it from outside as
     /// the kernel's OOM killer would.

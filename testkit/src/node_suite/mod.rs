@@ -1,0 +1,132 @@
+//! The environment of the real-node e2e suite: the test cluster with a real node, the image
+//! archives imported, the Helm chart installed as a user installs it (the operator as two
+//! containers built from the repository's `Dockerfile`, the dev Consul as a container), and a
+//! command run against it (the e2e suite: `cargo test --test e2e -- --ignored`), with the
+//! environment variables the suite reads. What `make demo` and `make e2e` are on kind.
+
+mod chart;
+
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+
+use crate::cluster::{ClusterError, ClusterOptions, TestCluster};
+use crate::node::{NodeOptions, RealNode};
+
+/// The namespace and release of the installed chart.
+pub const RELEASE: &str = "consul-elector";
+/// How long the installed operator and dev Consul get to become available.
+const INSTALL_READY: Duration = Duration::from_secs(180);
+
+/// What to run the suite with.
+#[derive(Debug, Clone)]
+pub struct SuiteOptions {
+    /// Image archives to import (every `*.tar` of a directory, see [`archives_in`]).
+    pub images: Vec<PathBuf>,
+    /// The operator's image, as the chart's `image.repository` and `image.tag`.
+    pub operator_image: (String, String),
+    /// The dev Consul's image, as the chart's `consulDev.image.repository` and `.tag`.
+    pub consul_image: (String, String),
+    /// Where the cluster's and the node's logs go (kept after the run).
+    pub log_dir: PathBuf,
+}
+
+/// Why the environment could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    /// The cluster or the node did not start.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// The chart did not install, or its workloads did not become available.
+    #[error("the chart: {0}")]
+    Chart(String),
+    /// The command could not be run.
+    #[error("cannot run {command}: {source}")]
+    Command {
+        /// The program.
+        command: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Every `*.tar` file in `dir`, sorted.
+pub fn archives_in(dir: &std::path::Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut archives: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "tar"))
+        .collect();
+    archives.sort();
+    Ok(archives)
+}
+
+/// Starts the cluster and the node, installs the chart, waits until the operator and the dev
+/// Consul are available, runs `command` against it and returns its exit status. Everything is
+/// torn down afterwards, whatever the outcome.
+pub async fn run(options: SuiteOptions, command: &[String]) -> Result<ExitStatus, SuiteError> {
+    let address = crate::node::host_address()?;
+    let log_dir = options.log_dir.clone();
+    let cluster = tokio::task::spawn_blocking(move || {
+        TestCluster::start(ClusterOptions {
+            node_address: Some(address),
+            log_dir: Some(log_dir),
+            ..ClusterOptions::default()
+        })
+    })
+    .await
+    .map_err(|e| SuiteError::Chart(format!("the cluster's start thread: {e}")))??;
+    let node = RealNode::start(
+        &cluster,
+        NodeOptions {
+            name: "node-1".into(),
+            images: options.images.clone(),
+            log_dir: Some(options.log_dir.clone()),
+        },
+    )
+    .await?;
+    let begun = Instant::now();
+    chart::install(&cluster, &options)?;
+    let client = cluster.client().await;
+    let deployments: Api<Deployment> = Api::namespaced(client, RELEASE);
+    for name in [RELEASE.to_owned(), format!("{RELEASE}-consul-dev")] {
+        chart::wait_available(&deployments, &name, INSTALL_READY).await?;
+    }
+    eprintln!(
+        "node-e2e: chart installed and available in {:.1?}; running {command:?}",
+        begun.elapsed()
+    );
+    let status = run_command(&cluster, &node, command).await;
+    drop(node);
+    drop(cluster);
+    status
+}
+
+/// Runs `command` with the suite's environment: the cluster's kubeconfig, `ELECTOR_E2E=1`, and
+/// what only a real node offers (ClusterIPs routed on this host, the containerd socket).
+async fn run_command(
+    cluster: &TestCluster,
+    node: &RealNode,
+    command: &[String],
+) -> Result<ExitStatus, SuiteError> {
+    let Some((program, args)) = command.split_first() else {
+        return Err(SuiteError::Chart("no command to run".into()));
+    };
+    let mut child = tokio::process::Command::new(program);
+    child
+        .args(args)
+        .env("KUBECONFIG", cluster.kubeconfig_path())
+        .env("ELECTOR_E2E", "1")
+        .env("ELECTOR_E2E_NAMESPACE", RELEASE)
+        .env("ELECTOR_E2E_NODE", node.name())
+        .env("ELECTOR_E2E_CONTAINERD", node.containerd_socket())
+        .kill_on_drop(true);
+    child.status().await.map_err(|source| SuiteError::Command {
+        command: program.clone(),
+        source,
+    })
+}

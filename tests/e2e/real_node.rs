@@ -1,0 +1,480 @@
+//! What only a real node shows: requests through the leader Service's ClusterIP (kube-proxy)
+//! from this host, a container killed under the kubelet, a readiness probe that fails, a
+//! rolling update, and the active operator replica deleted. Each failover is measured as a
+//! client of the leader Service sees it (`traffic`), and asserted over the recorded history.
+//!
+//! These run under `node-e2e` (`ELECTOR_E2E_NODE` set: ClusterIPs are routed on this host and
+//! containerd's socket is known); elsewhere, on kind for example, they print SKIPPED.
+//! `ELECTOR_E2E_RUNS=N` repeats each failover N times (default 3) and prints p50/p99.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::ResourceExt;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::json;
+use testkit::recorder::WatchRecorder;
+
+use crate::election::{ELECTION, REPLICAS, SELECTOR, web_elected};
+use crate::harness::{self, CONVERGE, Env, LEADER, PODS_READY, ROLE, is_ready, wait_for};
+use crate::traffic::{self, Failover, LeaderClient};
+
+/// The real node's facts, or `None` (printing why) when the suite runs elsewhere.
+fn real_node(test: &str) -> Option<String> {
+    match std::env::var("ELECTOR_E2E_CONTAINERD") {
+        Ok(socket) if std::env::var_os("ELECTOR_E2E_NODE").is_some() => Some(socket),
+        _ => {
+            println!(
+                "SKIPPED {test}: needs the real node of node-e2e (ClusterIPs routed on this host, \
+                 containerd's socket); on kind the rest of the suite runs"
+            );
+            None
+        }
+    }
+}
+
+/// How many times each failover is repeated (`ELECTOR_E2E_RUNS`, default 3).
+fn runs() -> usize {
+    std::env::var("ELECTOR_E2E_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(3)
+}
+
+/// The ClusterIP of Service `name`.
+async fn cluster_ip(env: &Env, ns: &str, name: &str) -> String {
+    let service = env.api::<Service>(ns).get(name).await.expect("the Service");
+    service
+        .spec
+        .and_then(|spec| spec.cluster_ip)
+        .expect("a ClusterIP")
+}
+
+/// The first pod other than `old` the recorder saw labelled leader after `since`.
+async fn new_leader(recorder: &WatchRecorder, old: &str, since: Instant) -> String {
+    recorder
+        .wait_until(CONVERGE, |pods| {
+            pods.values()
+                .any(|p| p.name != old && p.has_label(ROLE, LEADER))
+        })
+        .await
+        .expect("a new leader is labelled");
+    recorder
+        .versions()
+        .iter()
+        .find(|v| v.at >= since && v.name != old && v.has_label(ROLE, LEADER))
+        .map(|v| v.name.clone())
+        .expect("the new leader's version")
+}
+
+/// Runs `event` (returning when it happened) `runs()` times on the web example in `ns`, each
+/// time measuring the failover through the leader Service; asserts the history after each.
+async fn measure<F, Fut>(env: &Env, ns: &str, scenario: &str, mut event: F) -> Vec<Failover>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Instant>,
+{
+    let ip = cluster_ip(env, ns, "web-leader").await;
+    let mut results = Vec::new();
+    for _ in 0..runs() {
+        let (_, old) = env.elected(ns, ELECTION, SELECTOR, REPLICAS).await;
+        let old = old.name_any();
+        env.wait_endpoints(ns, "web-leader", &[&old]).await;
+        let recorder = WatchRecorder::start(env.client.clone(), ns)
+            .await
+            .expect("the pod recorder starts");
+        let client = LeaderClient::start(&ip);
+        wait_for("the client reaches the leader", CONVERGE, || {
+            let answered = client.answered_by_since(&old, Instant::now() - Duration::from_secs(1));
+            async move { answered.then_some(()) }
+        })
+        .await;
+        let at = event(old.clone()).await;
+        let new = new_leader(&recorder, &old, at).await;
+        wait_for(
+            "the new leader answers through the Service",
+            CONVERGE,
+            || {
+                let answered = client.answered_by_since(&new, at);
+                async move { answered.then_some(()) }
+            },
+        )
+        .await;
+        // A little more traffic shows whether the old leader still answers afterwards.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let probes = client.stop().await;
+        let versions = recorder.versions();
+        results.push(traffic::failover(&probes, &versions, at, &new));
+        harness::assert_history(&recorder);
+        recorder.stop().await;
+    }
+    traffic::report(scenario, &results);
+    results
+}
+
+#[tokio::test]
+#[ignore = "needs a kind cluster with the operator installed (make demo); run with ELECTOR_E2E=1"]
+async fn requests_through_the_leader_service_reach_only_the_leader() {
+    let test = "requests_through_the_leader_service_reach_only_the_leader";
+    let Some(env) = harness::env(test).await else {
+        return;
+    };
+    if real_node(test).is_none() {
+        return;
+    }
+    env.with_namespace("route", |env, ns| async move {
+        let (_, leader) = web_elected(&env, &ns).await;
+        env.wait_endpoints(&ns, "web-leader", &[&leader]).await;
+        let ip = cluster_ip(&env, &ns, "web-leader").await;
+        let client = LeaderClient::start(&ip);
+        let since = Instant::now();
+        wait_for("100 answers by the leader", CONVERGE, || {
+            let client = &client;
+            let leader = &leader;
+            async move {
+                (client.answered_by_since(leader, since)
+                    && since.elapsed() > 100 * traffic::INTERVAL)
+                    .then_some(())
+            }
+        })
+        .await;
+        let probes = client.stop().await;
+        let answers: Vec<&str> = probes
+            .iter()
+            .filter_map(|p| p.outcome.as_deref().ok())
+            .collect();
+        assert!(
+            answers.len() >= 50,
+            "{} answers of {}",
+            answers.len(),
+            probes.len()
+        );
+        assert!(
+            answers.iter().all(|pod| *pod == leader),
+            "web-leader answered from others than {leader}: {answers:?}"
+        );
+        println!(
+            "web-leader ({ip}) -> {leader}: {} of {} requests answered",
+            answers.len(),
+            probes.len()
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a kind cluster with the operator installed (make demo); run with ELECTOR_E2E=1"]
+async fn the_client_reaches_the_new_leader_after_the_leader_pod_is_deleted() {
+    let test = "the_client_reaches_the_new_leader_after_the_leader_pod_is_deleted";
+    let Some(env) = harness::env(test).await else {
+        return;
+    };
+    if real_node(test).is_none() {
+        return;
+    }
+    env.with_namespace("delete", |env, ns| async move {
+        web_elected(&env, &ns).await;
+        let pods = env.api::<Pod>(&ns);
+        let results = measure(&env, &ns, "leader_pod_deleted", |old| {
+            let pods = pods.clone();
+            async move {
+                let at = Instant::now();
+                pods.delete(&old, &DeleteParams::default())
+                    .await
+                    .expect("delete the leader pod");
+                at
+            }
+        })
+        .await;
+        assert!(results.iter().all(|r| r.to_new_leader < CONVERGE));
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a kind cluster with the operator installed (make demo); run with ELECTOR_E2E=1"]
+async fn a_killed_leader_container_is_replaced_and_returns_as_a_follower() {
+    let test = "a_killed_leader_container_is_replaced_and_returns_as_a_follower";
+    let Some(env) = harness::env(test).await else {
+        return;
+    };
+    let Some(socket) = real_node(test) else {
+        return;
+    };
+    env.with_namespace("kill", |env, ns| async move {
+        web_elected(&env, &ns).await;
+        let pods = env.api::<Pod>(&ns);
+        let mut killed = Vec::new();
+        measure(&env, &ns, "leader_container_killed", |old| {
+            let pods = pods.clone();
+            let socket = socket.clone();
+            killed.push(old.clone());
+            async move {
+                let pod = pods.get(&old).await.expect("the leader pod");
+                let container = container_id(&pod);
+                let at = Instant::now();
+                kill_container(&socket, &container);
+                at
+            }
+        })
+        .await;
+        // The kubelet restarted each killed container in place: same pod, a follower now.
+        for name in killed {
+            let pod = wait_for(&format!("{name} restarted and Ready"), PODS_READY, || {
+                let pods = pods.clone();
+                let name = name.clone();
+                async move {
+                    let pod = pods.get(&name).await.ok()?;
+                    (is_ready(&pod) && restarts(&pod) >= 1).then_some(pod)
+                }
+            })
+            .await;
+            let (_, leader) = env.elected(&ns, ELECTION, SELECTOR, REPLICAS).await;
+            assert_ne!(leader.name_any(), name, "the restarted pod leads again");
+            assert_eq!(harness::role(&pod).or(Some("follower")), Some("follower"));
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a kind cluster with the operator installed (make demo); run with ELECTOR_E2E=1"]
+async fn a_leader_whose_readiness_fails_is_replaced() {
+    let test = "a_leader_whose_readiness_fails_is_replaced";
+    let Some(env) = harness::env(test).await else {
+        return;
+    };
+    if real_node(test).is_none() {
+        return;
+    }
+    env.with_namespace("ready", |env, ns| async move {
+        env.apply_example(crate::election::WEB, &ns).await;
+        // The test image's /readyz can be failed on request; the example probes /hostname.
+        env.api::<Deployment>(&ns)
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{
+                    "name": "web",
+                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}}
+                }]}}}})),
+            )
+            .await
+            .expect("probe /readyz");
+        let client = env.client.clone();
+        let ns2 = ns.clone();
+        let mut failed = Vec::new();
+        let results = measure(&env, &ns, "leader_readiness_failing", |old| {
+            let client = client.clone();
+            let ns = ns2.clone();
+            failed.push(old.clone());
+            async move {
+                let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), &ns);
+                pod_post(&client, &ns, &old, "/readyz/fail").await;
+                // The event a user can see: the kubelet reporting the pod NotReady.
+                wait_for("the kubelet reports the leader NotReady", CONVERGE, || {
+                    let pods = pods.clone();
+                    let old = old.clone();
+                    async move {
+                        let pod = pods.get(&old).await.ok()?;
+                        (!is_ready(&pod)).then(Instant::now)
+                    }
+                })
+                .await
+            }
+        })
+        .await;
+        for name in failed {
+            pod_post(&env.client, &ns, &name, "/readyz/pass").await;
+        }
+        assert!(results.iter().all(|r| r.to_new_leader < CONVERGE));
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a kind cluster with the operator installed (make demo); run with ELECTOR_E2E=1"]
+async fn a_rolling_update_keeps_one_leader_for_the_client() {
+    let test = "a_rolling_update_keeps_one_leader_for_the_client";
+    let Some(env) = harness::env(test).await else {
+        return;
+    };
+    if real_node(test).is_none() {
+        return;
+    }
+    env.with_namespace("rollout", |env, ns| async move {
+        let (_, first) = web_elected(&env, &ns).await;
+        env.wait_endpoints(&ns, "web-leader", &[&first]).await;
+        let ip = cluster_ip(&env, &ns, "web-leader").await;
+        let recorder = WatchRecorder::start(env.client.clone(), &ns)
+            .await
+            .expect("the pod recorder starts");
+        let old_pods: Vec<String> = env
+            .live_pods(&ns, SELECTOR)
+            .await
+            .iter()
+            .map(|p| p.name_any())
+            .collect();
+        let client = LeaderClient::start(&ip);
+        let started = Instant::now();
+        env.api::<Deployment>(&ns)
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {
+                    "e2e.elector.dev/restartedAt": format!("{:?}", started)
+                }}}}})),
+            )
+            .await
+            .expect("restart the Deployment");
+        let (_, leader) = wait_for(
+            "the rollout replaced every pod and elected",
+            PODS_READY,
+            || {
+                let env = &env;
+                let ns = &ns;
+                let old_pods = &old_pods;
+                async move {
+                    let pods = env.live_pods(ns, SELECTOR).await;
+                    (pods.len() == REPLICAS
+                        && pods.iter().all(|p| !old_pods.contains(&p.name_any())))
+                    .then_some(())?;
+                    Some(env.elected(ns, ELECTION, SELECTOR, REPLICAS).await)
+                }
+            },
+        )
+        .await;
+        let leader = leader.name_any();
+        env.wait_endpoints(&ns, "web-leader", &[&leader]).await;
+        wait_for("the new leader answers", CONVERGE, || {
+            let answered = client.answered_by_since(&leader, started);
+            async move { answered.then_some(()) }
+        })
+        .await;
+        let probes = client.stop().await;
+        let versions = recorder.versions();
+        let run = traffic::failover(&probes, &versions, started, &leader);
+        traffic::report("rolling_update", &[run]);
+        harness::assert_history(&recorder);
+        recorder.stop().await;
+        println!(
+            "rolling update: {first} -> {leader} in {:?}",
+            started.elapsed()
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a kind cluster with the operator installed (make demo); run with ELECTOR_E2E=1"]
+async fn deleting_the_active_operator_replica_hands_over_to_the_standby() {
+    let test = "deleting_the_active_operator_replica_hands_over_to_the_standby";
+    let Some(env) = harness::env(test).await else {
+        return;
+    };
+    if real_node(test).is_none() {
+        return;
+    }
+    env.with_namespace("standby", |env, ns| async move {
+        let (before, leader) = web_elected(&env, &ns).await;
+        let recorder = WatchRecorder::start(env.client.clone(), &ns)
+            .await
+            .expect("the pod recorder starts");
+        let leases = env.api::<Lease>(&env.operator_namespace);
+        let holder = || async {
+            let lease = leases.get(crate::harness::OPERATOR_LEASE).await.ok()?;
+            lease.spec?.holder_identity
+        };
+        let active = holder().await.expect("an active operator replica");
+        let standby = env
+            .operator_pods()
+            .await
+            .into_iter()
+            .map(|p| p.name_any())
+            .find(|name| *name != active)
+            .expect("a standby replica");
+        env.api::<Pod>(&env.operator_namespace)
+            .delete(&active, &DeleteParams::default())
+            .await
+            .expect("delete the active operator pod");
+        let deleted = Instant::now();
+        wait_for("the standby holds the Lease", CONVERGE, || async {
+            (holder().await.as_deref() == Some(standby.as_str())).then_some(())
+        })
+        .await;
+        println!(
+            "operator {active} deleted; {standby} active after {:?}",
+            deleted.elapsed()
+        );
+        // Nothing moved, and the new active replica fails over: delete the leader.
+        let (after, same) = env.elected(&ns, ELECTION, SELECTOR, REPLICAS).await;
+        assert_eq!(same.name_any(), leader);
+        assert_eq!(after.fencing_token, before.fencing_token);
+        env.api::<Pod>(&ns)
+            .delete(&leader, &DeleteParams::default())
+            .await
+            .expect("delete the leader pod");
+        let new = new_leader(&recorder, &leader, deleted).await;
+        let (last, _) = env.elected(&ns, ELECTION, SELECTOR, REPLICAS).await;
+        assert!(last.fencing_token > before.fencing_token, "{last:?}");
+        println!("the new active replica moved the leader {leader} -> {new}");
+        harness::assert_history(&recorder);
+        recorder.stop().await;
+    })
+    .await;
+}
+
+/// The CRI id of the pod's (only) container.
+fn container_id(pod: &Pod) -> String {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.container_id.as_deref())
+        .and_then(|id| id.strip_prefix("containerd://"))
+        .expect("a running containerd container")
+        .to_owned()
+}
+
+/// How often the pod's container was restarted.
+fn restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .map_or(0, |c| c.restart_count)
+}
+
+/// SIGKILLs container `id` through containerd, as the kernel's OOM killer would.
+fn kill_container(socket: &str, id: &str) {
+    let status = std::process::Command::new("ctr")
+        .args([
+            "--address",
+            socket,
+            "--namespace",
+            "k8s.io",
+            "tasks",
+            "kill",
+            "--signal",
+            "SIGKILL",
+            id,
+        ])
+        .status()
+        .expect("run ctr");
+    assert!(status.success(), "ctr tasks kill {id}: {status}");
+}
+
+/// POSTs to `path` on port 8080 of pod `name`, through the API server's pod proxy.
+async fn pod_post(client: &kube::Client, ns: &str, name: &str, path: &str) {
+    let url = format!("/api/v1/namespaces/{ns}/pods/{name}:8080/proxy{path}");
+    let request = http::Request::post(&url)
+        .body(Vec::new())
+        .expect("a request");
+    client
+        .request_text(request)
+        .await
+        .unwrap_or_else(|error| panic!("POST {url}: {error}"));
+}
