@@ -324,13 +324,20 @@ impl Env {
     }
 
     /// The pod names behind Service `service`'s EndpointSlices (discovery.k8s.io/v1): all
-    /// endpoints, and the ready ones.
+    /// endpoints, and the ready ones. A cluster that does not serve that version yet (before
+    /// 1.21, such as the real-node suite's 1.20) is read through the Service's Endpoints.
     pub async fn endpoints(&self, namespace: &str, service: &str) -> Endpoints {
         let slices = self
             .api::<EndpointSlice>(namespace)
             .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
-            .await
-            .expect("list EndpointSlices");
+            .await;
+        let slices = match slices {
+            Ok(slices) => slices,
+            Err(kube::Error::Api(status)) if status.is_not_found() => {
+                return self.core_endpoints(namespace, service).await;
+            }
+            Err(error) => panic!("list EndpointSlices: {error}"),
+        };
         let mut all = BTreeSet::new();
         let mut ready = BTreeSet::new();
         for slice in slices.items {
@@ -344,6 +351,32 @@ impl Env {
                 }
                 all.insert(name);
             }
+        }
+        Endpoints { all, ready }
+    }
+
+    /// [`Env::endpoints`] from the core/v1 Endpoints object.
+    async fn core_endpoints(&self, namespace: &str, service: &str) -> Endpoints {
+        let endpoints = self
+            .api::<k8s_openapi::api::core::v1::Endpoints>(namespace)
+            .get_opt(service)
+            .await
+            .unwrap_or_else(|error| panic!("get Endpoints {service}: {error}"));
+        let mut all = BTreeSet::new();
+        let mut ready = BTreeSet::new();
+        for subset in endpoints.and_then(|e| e.subsets).unwrap_or_default() {
+            let names = |addresses: Option<Vec<k8s_openapi::api::core::v1::EndpointAddress>>| {
+                addresses
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|a| a.target_ref.and_then(|r| r.name))
+                    .collect::<Vec<_>>()
+            };
+            for name in names(subset.addresses) {
+                ready.insert(name.clone());
+                all.insert(name);
+            }
+            all.extend(names(subset.not_ready_addresses));
         }
         Endpoints { all, ready }
     }

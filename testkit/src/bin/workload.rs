@@ -3,9 +3,14 @@
 //!
 //! ```text
 //! PORT=8080 POD_NAME=web-0 workload
+//! workload netexec --http-port=8080      # the arguments examples/web.yaml gives agnhost
 //! ```
 //!
-//! * `GET /` answers `200` with the pod's name and a newline: `POD_NAME`, else the host name
+//! It also stands in for the example's image, Kubernetes' `agnhost`, where no registry can be
+//! reached (the real-node e2e suite): it takes agnhost's `netexec --http-port=N` arguments and
+//! answers `GET /hostname` as agnhost does, with the pod's name.
+//!
+//! * `GET /` and `GET /hostname` answer `200` with the pod's name and a newline: `POD_NAME`, else the host name
 //!   (a pod's host name is its name), so a test can tell which pod a Service routed it to.
 //! * `GET /readyz` and `GET /livez` answer `200` while the probe is passing and `503` once it
 //!   was failed; `POST /readyz/fail`, `POST /readyz/pass`, `POST /livez/fail` and
@@ -86,6 +91,30 @@ pub fn choose_name(pod_name: Option<&str>, hostname: Option<&str>) -> String {
         .to_string()
 }
 
+/// The port of agnhost's `netexec --http-port=N` (or `--http-port N`) arguments, if given;
+/// other arguments are refused.
+pub fn port_argument(args: &[String]) -> Result<Option<u16>, String> {
+    let mut args = args.iter().map(String::as_str).peekable();
+    args.next_if_eq(&"netexec");
+    let mut port = None;
+    while let Some(arg) = args.next() {
+        let value = match arg.split_once('=') {
+            Some(("--http-port", value)) => value,
+            None if arg == "--http-port" => args.next().ok_or("--http-port needs a value")?,
+            _ => {
+                return Err(format!(
+                    "unknown argument {arg:?} (only [netexec] --http-port=N)"
+                ));
+            }
+        };
+        let parsed = value
+            .parse()
+            .map_err(|e| format!("--http-port={value:?} is not a port number: {e}"))?;
+        port = Some(parsed);
+    }
+    Ok(port)
+}
+
 /// Reads `PORT`: unset or empty means [`DEFAULT_PORT`]; anything else must be a port number.
 pub fn parse_port(value: Option<&str>) -> Result<u16, String> {
     match value.map(str::trim) {
@@ -140,10 +169,10 @@ pub fn route(state: &State, method: &Method, path: &str) -> Response<Full<Bytes>
     let health = &state.health;
     let get = method == Method::GET || method == Method::HEAD;
     match path {
-        "/" if get => text(StatusCode::OK, state.name_line.clone()),
+        "/" | "/hostname" if get => text(StatusCode::OK, state.name_line.clone()),
         "/readyz" if get => probe(&health.ready, "readiness"),
         "/livez" if get => probe(&health.live, "liveness"),
-        "/" | "/readyz" | "/livez" => wrong_method(Method::GET),
+        "/" | "/hostname" | "/readyz" | "/livez" => wrong_method(Method::GET),
         "/readyz/fail" if method == Method::POST => flip(&health.ready, "readiness", false),
         "/readyz/pass" if method == Method::POST => flip(&health.ready, "readiness", true),
         "/livez/fail" if method == Method::POST => flip(&health.live, "liveness", false),
@@ -186,7 +215,11 @@ async fn serve(listener: TcpListener, state: Arc<State>) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let port = match parse_port(std::env::var("PORT").ok().as_deref()) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let port = match port_argument(&args).and_then(|port| match port {
+        Some(port) => Ok(port),
+        None => parse_port(std::env::var("PORT").ok().as_deref()),
+    }) {
         Ok(port) => port,
         Err(msg) => {
             eprintln!("workload: {msg}");
@@ -265,6 +298,24 @@ mod tests {
         assert_eq!(parse_port(Some("0")), Ok(0));
         assert!(parse_port(Some("65536")).is_err());
         assert!(parse_port(Some("http")).is_err());
+    }
+
+    #[test]
+    fn agnhost_arguments_give_the_port() {
+        let args = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        assert_eq!(port_argument(&args(&[])), Ok(None));
+        assert_eq!(
+            port_argument(&args(&["netexec", "--http-port=8080"])),
+            Ok(Some(8080))
+        );
+        assert_eq!(port_argument(&args(&["--http-port", "9"])), Ok(Some(9)));
+        assert!(port_argument(&args(&["netexec", "--udp-port=1"])).is_err());
+        assert!(port_argument(&args(&["--http-port"])).is_err());
+        assert!(port_argument(&args(&["--http-port=x"])).is_err());
+        assert_eq!(
+            route(&state(), &Method::GET, "/hostname").status(),
+            StatusCode::OK
+        );
     }
 
     #[test]

@@ -230,6 +230,9 @@ impl Plan<'_> {
                 credentials.sa_key.display()
             ),
             admission.into(),
+            // Logs and exec reach the kubelet at the node's address: the test host's name
+            // need not resolve.
+            "--kubelet-preferred-address-types=InternalIP".into(),
             // Every write, written before its response is sent: tests tell who wrote what,
             // and when, from the API server's own record.
             format!("--audit-policy-file={}", policy.display()),
