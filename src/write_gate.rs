@@ -12,7 +12,11 @@
 //! Every write request is bounded by the time left: the kube client's [`GateLayer`] and the
 //! Consul client refuse a write once the deadline has passed and cancel one still in flight at
 //! the deadline, retries included (the retry layer sits outside the gate, so each attempt is
-//! checked again). Reads are never gated: a standby keeps its caches warm.
+//! checked again). The gate is read again before every poll of a write ([`Gated`]), so a
+//! process paused after the first check but before its request reached the socket finds the
+//! gate closed when it resumes and sends nothing. What remains is the few instructions between
+//! that read and the socket write within one poll. Reads are never gated: a standby keeps its
+//! caches warm.
 
 use std::fmt;
 use std::future::Future;
@@ -137,9 +141,7 @@ impl WriteGate {
         request: impl Future<Output = Result<T, E>>,
     ) -> Result<Result<T, E>, NotActive> {
         let left = self.remaining()?;
-        tokio::time::timeout(left, request)
-            .await
-            .map_err(|_| NotActive::Cancelled)
+        Gated::new(self.clone(), left, request).await
     }
 
     /// The tower layer that gates the writes of a kube client.
@@ -191,18 +193,60 @@ where
         if request.method() == Method::GET {
             return Box::pin(self.inner.call(request));
         }
-        // Checked here, immediately before the request is handed to the connection.
+        // Checked here, before the request is handed to the connection, and again before
+        // every poll of it (`Gated`).
         match self.gate.remaining() {
             Err(refused) => Box::pin(std::future::ready(Err(BoxError::from(refused)))),
             Ok(left) => {
-                let response = self.inner.call(request);
-                Box::pin(async move {
-                    match tokio::time::timeout(left, response).await {
-                        Ok(result) => result,
-                        Err(_) => Err(BoxError::from(NotActive::Cancelled)),
-                    }
-                })
+                let response = Gated::new(self.gate.clone(), left, self.inner.call(request));
+                Box::pin(async move { response.await.map_err(BoxError::from)? })
             }
+        }
+    }
+}
+
+/// A write that is polled only while the gate is open: the gate is read on the monotonic clock
+/// before every poll of the write (a process paused between an earlier check and the send
+/// finds it closed when it resumes), and the write is cancelled when the time left at its start
+/// runs out.
+struct Gated<F> {
+    gate: WriteGate,
+    write: Pin<Box<F>>,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    /// Whether the write was polled at least once (and may have sent something).
+    started: bool,
+}
+
+impl<F: Future> Gated<F> {
+    fn new(gate: WriteGate, left: Duration, write: F) -> Self {
+        Gated {
+            gate,
+            write: Box::pin(write),
+            deadline: Box::pin(tokio::time::sleep(left)),
+            started: false,
+        }
+    }
+}
+
+impl<F: Future> Future for Gated<F> {
+    type Output = Result<F::Output, NotActive>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let stopped = if self.started {
+            NotActive::Cancelled
+        } else {
+            NotActive::Refused
+        };
+        if self.gate.remaining().is_err() {
+            return Poll::Ready(Err(stopped));
+        }
+        self.started = true;
+        if let Poll::Ready(output) = self.write.as_mut().poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(NotActive::Cancelled)),
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -309,6 +353,53 @@ mod tests {
             }
             Box::pin(std::future::ready(Ok(())))
         }
+    }
+
+    /// An inner service whose response future records when it is first polled: the moment a
+    /// real connection would write the request.
+    #[derive(Clone, Default)]
+    struct SendsWhenPolled {
+        sent: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Service<Request<()>> for SendsWhenPolled {
+        type Response = ();
+        type Error = BoxError;
+        type Future = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<()>) -> Self::Future {
+            let sent = Arc::clone(&self.sent);
+            Box::pin(async move {
+                sent.store(true, Ordering::SeqCst);
+                Ok(())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_resumed_after_its_deadline_is_not_sent() {
+        let gate = WriteGate::closed();
+        gate.open_until(Instant::now() + Duration::from_millis(50));
+        let inner = SendsWhenPolled::default();
+        let mut service = gate.layer().layer(inner.clone());
+        let request = Request::builder().method(Method::POST).body(()).unwrap();
+        // The gate was open when the write was handed over...
+        let pending = service.call(request);
+        // ...then the process stopped (SIGSTOP, a frozen VM) past its deadline and resumed.
+        std::thread::sleep(Duration::from_millis(100));
+        let refused = pending.await.unwrap_err();
+        assert_eq!(
+            refused.downcast_ref::<NotActive>(),
+            Some(&NotActive::Refused)
+        );
+        assert!(
+            !inner.sent.load(Ordering::SeqCst),
+            "the write went out after the deadline"
+        );
     }
 
     #[tokio::test]

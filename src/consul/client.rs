@@ -20,7 +20,7 @@ use super::retry::RetryPolicy;
 use super::settings::{ConsulAddress, ConsulSettings, WatchPacing};
 use super::token::ConsulToken;
 use super::transport::{AddressTransport, Lane, TransportConfig, TransportRegistry};
-use crate::write_gate::{NotActive, WriteGate};
+use crate::write_gate::WriteGate;
 
 /// Header carrying the ACL token.
 const TOKEN_HEADER: &str = "x-consul-token";
@@ -351,24 +351,22 @@ impl ConsulClient {
             context: call.context.clone(),
             reason,
         };
-        // A write is checked immediately before it is sent, and bounded by the time the gate
-        // has left: no write, and no retry of one, outlives this replica's Lease deadline.
-        let gate = match self.shared.gate.get() {
-            Some(gate) if call.method != Method::GET => Some(gate.remaining().map_err(not_active)?),
-            _ => None,
+        // A write is checked immediately before it is sent (and again before every poll of it,
+        // so a process paused meanwhile sends nothing), and bounded by the time the gate has
+        // left: no write, and no retry of one, outlives this replica's Lease deadline.
+        let send = tokio::time::timeout(timeout, self.transport.send(call.lane, request));
+        let sent = match self.shared.gate.get() {
+            Some(gate) if call.method != Method::GET => {
+                gate.bound(send).await.map_err(not_active)?
+            }
+            _ => send.await,
         };
-        let bounded = gate.map_or(timeout, |left| left.min(timeout));
-        let response = tokio::time::timeout(bounded, self.transport.send(call.lane, request))
-            .await
+        let response = sent
             .map_err(|_| {
-                if gate.is_some_and(|left| left <= timeout) {
-                    not_active(NotActive::Cancelled)
-                } else {
-                    transport(
-                        TransportFailure::Timeout,
-                        format!("no complete response within {timeout:?}"),
-                    )
-                }
+                transport(
+                    TransportFailure::Timeout,
+                    format!("no complete response within {timeout:?}"),
+                )
             })?
             .map_err(|(failure, detail)| transport(failure, detail))?;
         let status = response.status();
