@@ -281,6 +281,11 @@ async fn a_killed_leader_container_is_replaced_and_returns_as_a_follower() {
                         },
                     )
                     .await;
+                    // Replaced, so that the next run's kill does not wait out the kubelet's
+                    // crash-loop back-off (10 s, doubling) for a container killed again soon.
+                    pods.delete(&old, &DeleteParams::default())
+                        .await
+                        .expect("replace the restarted follower");
                 }
             },
         )
