@@ -119,28 +119,12 @@ out_dir_arg=$1
 operator_image_arg=${2:-$DEFAULT_OPERATOR_IMAGE}
 
 # ---- logging, phases, failure reporting ----------------------------------------
-log() { printf '[build-images %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+LOG_NAME=build-images PHASE=setup
+# shellcheck source=phases.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/phases.sh"
 die() {
   log "ERROR: $*"
   exit 1
-}
-
-script_start=$EPOCHREALTIME
-current_phase="setup"
-phase_start=$EPOCHREALTIME
-phase_report=""
-since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
-end_phase() {
-  local d
-  d=$(since "$phase_start")
-  phase_report+="${phase_report:+, }$current_phase ${d}s"
-  log "phase '$current_phase' done in ${d}s"
-}
-phase() {
-  end_phase
-  current_phase=$1
-  phase_start=$EPOCHREALTIME
-  log "=== phase: $1${2:+ ($2)}"
 }
 
 # Everything started or made here, undone on exit whatever happens.

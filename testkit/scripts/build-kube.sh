@@ -79,25 +79,9 @@ case "${1:-}" in
 esac
 
 # ---- logging, phases, failure reporting ----------------------------------------
-log() { printf '[build-kube %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-
-script_start=$EPOCHREALTIME
-current_phase="lock-wait"
-phase_start=$EPOCHREALTIME
-phase_report=""
-since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
-end_phase() {
-  local d
-  d=$(since "$phase_start")
-  phase_report+="${phase_report:+, }$current_phase ${d}s"
-  log "phase '$current_phase' done in ${d}s"
-}
-phase() {
-  end_phase
-  current_phase=$1
-  phase_start=$EPOCHREALTIME
-  log "=== phase: $1${2:+ ($2)}"
-}
+LOG_NAME=build-kube PHASE=lock-wait
+# shellcheck source=phases.sh
+source "$(dirname "$script_path")/phases.sh"
 
 die() {
   log "ERROR: $*"

@@ -21,10 +21,12 @@ use crate::election::{ELECTION, REPLICAS, SELECTOR, web_elected};
 use crate::harness::{self, CONVERGE, Env, LEADER, PODS_READY, ROLE, is_ready, wait_for};
 use crate::traffic::{self, Failover, LeaderClient};
 
-/// The real node's facts, or `None` (printing why) when the suite runs elsewhere.
-fn real_node(test: &str) -> Option<String> {
+/// The suite's environment and the real node's containerd socket, or `None` (printing why)
+/// when the suite is off or runs elsewhere.
+async fn real_node(test: &str) -> Option<(Env, String)> {
+    let env = harness::env(test).await?;
     match std::env::var("ELECTOR_E2E_CONTAINERD") {
-        Ok(socket) if std::env::var_os("ELECTOR_E2E_NODE").is_some() => Some(socket),
+        Ok(socket) if std::env::var_os("ELECTOR_E2E_NODE").is_some() => Some((env, socket)),
         _ => {
             println!(
                 "SKIPPED {test}: needs the real node of node-e2e (ClusterIPs routed on this host, \
@@ -149,12 +151,9 @@ where
 #[ignore = "needs a kind cluster with the operator installed (make demo); run with ELECTOR_E2E=1"]
 async fn requests_through_the_leader_service_reach_only_the_leader() {
     let test = "requests_through_the_leader_service_reach_only_the_leader";
-    let Some(env) = harness::env(test).await else {
+    let Some((env, _)) = real_node(test).await else {
         return;
     };
-    if real_node(test).is_none() {
-        return;
-    }
     env.with_namespace("route", |env, ns| async move {
         let (_, leader) = web_elected(&env, &ns).await;
         env.wait_endpoints(&ns, "web-leader", &[&leader]).await;
@@ -199,12 +198,9 @@ async fn requests_through_the_leader_service_reach_only_the_leader() {
 #[ignore = "needs a kind cluster with the operator installed (make demo); run with ELECTOR_E2E=1"]
 async fn the_client_reaches_the_new_leader_after_the_leader_pod_is_deleted() {
     let test = "the_client_reaches_the_new_leader_after_the_leader_pod_is_deleted";
-    let Some(env) = harness::env(test).await else {
+    let Some((env, _)) = real_node(test).await else {
         return;
     };
-    if real_node(test).is_none() {
-        return;
-    }
     env.with_namespace("delete", |env, ns| async move {
         web_elected(&env, &ns).await;
         let pods = env.api::<Pod>(&ns);
@@ -235,10 +231,7 @@ async fn the_client_reaches_the_new_leader_after_the_leader_pod_is_deleted() {
 #[ignore = "needs a kind cluster with the operator installed (make demo); run with ELECTOR_E2E=1"]
 async fn a_killed_leader_container_is_replaced_and_returns_as_a_follower() {
     let test = "a_killed_leader_container_is_replaced_and_returns_as_a_follower";
-    let Some(env) = harness::env(test).await else {
-        return;
-    };
-    let Some(socket) = real_node(test) else {
+    let Some((env, socket)) = real_node(test).await else {
         return;
     };
     env.with_namespace("kill", |env, ns| async move {
@@ -298,12 +291,9 @@ async fn a_killed_leader_container_is_replaced_and_returns_as_a_follower() {
 #[ignore = "needs a kind cluster with the operator installed (make demo); run with ELECTOR_E2E=1"]
 async fn a_leader_whose_readiness_fails_is_replaced() {
     let test = "a_leader_whose_readiness_fails_is_replaced";
-    let Some(env) = harness::env(test).await else {
+    let Some((env, _)) = real_node(test).await else {
         return;
     };
-    if real_node(test).is_none() {
-        return;
-    }
     env.with_namespace("ready", |env, ns| async move {
         env.apply_example(crate::election::WEB, &ns).await;
         // The test image's /readyz can be failed on request; the example probes /hostname.
@@ -350,12 +340,9 @@ async fn a_leader_whose_readiness_fails_is_replaced() {
 #[ignore = "needs a kind cluster with the operator installed (make demo); run with ELECTOR_E2E=1"]
 async fn a_rolling_update_keeps_one_leader_for_the_client() {
     let test = "a_rolling_update_keeps_one_leader_for_the_client";
-    let Some(env) = harness::env(test).await else {
+    let Some((env, _)) = real_node(test).await else {
         return;
     };
-    if real_node(test).is_none() {
-        return;
-    }
     env.with_namespace("rollout", |env, ns| async move {
         let (_, first) = web_elected(&env, &ns).await;
         env.wait_endpoints(&ns, "web-leader", &[&first]).await;
@@ -423,12 +410,9 @@ async fn a_rolling_update_keeps_one_leader_for_the_client() {
 #[ignore = "needs a kind cluster with the operator installed (make demo); run with ELECTOR_E2E=1"]
 async fn deleting_the_active_operator_replica_hands_over_to_the_standby() {
     let test = "deleting_the_active_operator_replica_hands_over_to_the_standby";
-    let Some(env) = harness::env(test).await else {
+    let Some((env, _)) = real_node(test).await else {
         return;
     };
-    if real_node(test).is_none() {
-        return;
-    }
     env.with_namespace("standby", |env, ns| async move {
         let (before, leader) = web_elected(&env, &ns).await;
         let recorder = WatchRecorder::start(env.client.clone(), &ns)

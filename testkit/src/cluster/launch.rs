@@ -67,12 +67,7 @@ async fn launch(
     let server_uri = server_url
         .parse()
         .map_err(|e| ClusterError::io("parsing the server URL")(std::io::Error::other(e)))?;
-    let log_dir = options
-        .log_dir
-        .clone()
-        .unwrap_or_else(|| dir.path().to_path_buf());
-    std::fs::create_dir_all(&log_dir)
-        .map_err(ClusterError::io(format!("creating {}", log_dir.display())))?;
+    let log_dir = dir.log_dir(options.log_dir.as_deref())?;
     let mut cluster = TestCluster {
         processes: Mutex::new(Vec::new()),
         server_url,

@@ -59,6 +59,14 @@ impl ClusterDir {
         &self.path
     }
 
+    /// `requested`, or this directory when `None`, created if missing: where process logs go.
+    pub(crate) fn log_dir(&self, requested: Option<&Path>) -> Result<PathBuf, ClusterError> {
+        let log_dir = requested.unwrap_or(&self.path).to_path_buf();
+        std::fs::create_dir_all(&log_dir)
+            .map_err(ClusterError::io(format!("creating {}", log_dir.display())))?;
+        Ok(log_dir)
+    }
+
     /// Leaves the directory in place (for inspecting the logs of a failed start); the next
     /// cluster start after this process exits removes it.
     pub(crate) fn keep(&mut self) {

@@ -75,12 +75,7 @@ impl RealNode {
         network::prepare_host()?;
         teardown::sweep_stale();
         let dir = ClusterDir::create_for_node()?;
-        let log_dir = options
-            .log_dir
-            .clone()
-            .unwrap_or_else(|| dir.path().to_path_buf());
-        std::fs::create_dir_all(&log_dir)
-            .map_err(ClusterError::io(format!("creating {}", log_dir.display())))?;
+        let log_dir = dir.log_dir(options.log_dir.as_deref())?;
         let kubeconfig = cluster.kubeconfig_path().to_path_buf();
         let namespaces_before = teardown::network_namespaces();
         let containerd = containerd::Containerd::start(dir.path(), &log_dir).await?;
