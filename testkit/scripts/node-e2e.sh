@@ -9,7 +9,8 @@
 #
 # Environment: CONSUL_BIN (required: the dev Consul's binary), CARGO_TARGET_DIR (as cargo),
 # ELECTOR_E2E_RUNS (failovers per real-node scenario, default 3), ELECTOR_E2E_LOGS (where the
-# cluster's and node's logs are kept; default a new temp dir, printed).
+# cluster's and node's logs are kept; default a new temp dir, printed),
+# ELECTOR_E2E_KUBE_PROXY_MIN_SYNC_MS (kube-proxy's iptables.minSyncPeriod; default its own, 1 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # The workload stands in for examples/web.yaml's agnhost image, under its name.
@@ -36,5 +37,6 @@ images="$(WORKLOAD_BIN="$target/debug/workload" WORKLOAD_IMAGE="$agnhost" PAUSE_
 image_of() { awk -F '\t' -v kind="$1" '$1 == kind { print $3 }' "$images/images.tsv"; }
 
 exec "$target/debug/node-e2e" --images "$images" --operator-image "$(image_of operator)" \
-  --consul-image "$(image_of consul)" --log-dir "$logs" -- \
+  --consul-image "$(image_of consul)" --log-dir "$logs" \
+  ${ELECTOR_E2E_KUBE_PROXY_MIN_SYNC_MS:+--kube-proxy-min-sync-ms "$ELECTOR_E2E_KUBE_PROXY_MIN_SYNC_MS"} -- \
   cargo test --locked --test e2e -- --ignored --test-threads=1 "$@"

@@ -27,6 +27,8 @@ options:
   --operator-image IMAGE  the operator's image as the chart names it (default consul-elector:e2e)
   --consul-image IMAGE    the dev Consul's image (required)
   --log-dir DIR           keep the cluster's and node's logs and the chart values here
+  --kube-proxy-min-sync-ms N
+                          kube-proxy's iptables.minSyncPeriod in ms (default: its own, 1 s)
   -h, --help              show this help";
 
 fn parse_args(
@@ -36,6 +38,7 @@ fn parse_args(
     let mut operator = "consul-elector:e2e".to_owned();
     let mut consul = None;
     let mut log_dir = None;
+    let mut min_sync = None;
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
@@ -43,6 +46,13 @@ fn parse_args(
             "--operator-image" => operator = value()?,
             "--consul-image" => consul = Some(value()?),
             "--log-dir" => log_dir = Some(PathBuf::from(value()?)),
+            "--kube-proxy-min-sync-ms" => {
+                let ms = value()?;
+                let ms: u64 = ms
+                    .parse()
+                    .map_err(|e| format!("{ms:?} is not milliseconds: {e}"))?;
+                min_sync = Some(std::time::Duration::from_millis(ms));
+            }
             "-h" | "--help" => return Ok(Invocation::Help),
             "--" => break,
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
@@ -64,6 +74,7 @@ fn parse_args(
         operator_image: split_image(&operator)?,
         consul_image: split_image(&consul)?,
         log_dir,
+        proxy_min_sync_period: min_sync,
     };
     Ok(Invocation::Run((options, command)))
 }

@@ -45,6 +45,9 @@ pub struct NodeOptions {
     pub images: Vec<PathBuf>,
     /// Where the process logs go; `None` means the node directory (removed with it).
     pub log_dir: Option<PathBuf>,
+    /// kube-proxy's `iptables.minSyncPeriod` (how often at most it rewrites its rules);
+    /// `None` keeps its default (1 s), as a user's cluster has it.
+    pub proxy_min_sync_period: Option<Duration>,
 }
 
 /// A running node. Dropping it tears it down (see the module documentation).
@@ -134,6 +137,7 @@ impl RealNode {
                 kubeconfig,
                 self.dir.path(),
                 log_dir,
+                options.proxy_min_sync_period,
             )
             .await?,
         );

@@ -2,6 +2,7 @@
 //! for pods and for the host itself.
 
 use std::path::Path;
+use std::time::Duration;
 
 use super::network::POD_CIDR;
 use crate::cluster::processes::ManagedProcess;
@@ -14,12 +15,19 @@ pub(super) async fn start(
     kubeconfig: &Path,
     dir: &Path,
     log_dir: &Path,
+    min_sync_period: Option<Duration>,
 ) -> Result<ManagedProcess, ClusterError> {
     let [healthz_port, metrics_port] = ports::free_ports()?;
     let config_path = dir.join("kube-proxy.yaml");
     std::fs::write(
         &config_path,
-        config(node_name, kubeconfig, healthz_port, metrics_port),
+        config(
+            node_name,
+            kubeconfig,
+            healthz_port,
+            metrics_port,
+            min_sync_period,
+        ),
     )
     .map_err(ClusterError::io(format!(
         "writing {}",
@@ -41,8 +49,18 @@ pub(super) async fn start(
 }
 
 /// kube-proxy's configuration: iptables mode with the defaults a user's cluster has (rule sync
-/// timing included), except that it leaves the host's conntrack sysctls alone.
-fn config(node_name: &str, kubeconfig: &Path, healthz_port: u16, metrics_port: u16) -> String {
+/// timing too, unless `min_sync_period` is given), except that it leaves the host's conntrack
+/// sysctls alone.
+fn config(
+    node_name: &str,
+    kubeconfig: &Path,
+    healthz_port: u16,
+    metrics_port: u16,
+    min_sync_period: Option<Duration>,
+) -> String {
+    let iptables = min_sync_period.map_or_else(String::new, |period| {
+        format!("iptables:\n  minSyncPeriod: {}ms\n", period.as_millis())
+    });
     format!(
         "apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
@@ -58,7 +76,23 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-",
+{iptables}",
         kubeconfig = kubeconfig.display()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::config;
+
+    #[test]
+    fn the_rule_sync_period_is_kube_proxys_own_unless_given() {
+        let default = config("n", Path::new("/k"), 1, 2, None);
+        assert!(!default.contains("minSyncPeriod"), "{default}");
+        let given = config("n", Path::new("/k"), 1, 2, Some(Duration::ZERO));
+        assert!(given.contains("iptables:\n  minSyncPeriod: 0ms\n"), "{given}");
+    }
 }

@@ -32,6 +32,8 @@ pub struct SuiteOptions {
     pub consul_image: (String, String),
     /// Where the cluster's and the node's logs go (kept after the run).
     pub log_dir: PathBuf,
+    /// kube-proxy's `iptables.minSyncPeriod`; `None`: its default.
+    pub proxy_min_sync_period: Option<Duration>,
 }
 
 /// Why the environment could not be set up.
@@ -86,6 +88,7 @@ pub async fn run(options: SuiteOptions, command: &[String]) -> Result<ExitStatus
             name: "node-1".into(),
             images: options.images.clone(),
             log_dir: Some(options.log_dir.clone()),
+            proxy_min_sync_period: options.proxy_min_sync_period,
         },
     )
     .await?;
