@@ -93,6 +93,9 @@ mod tests {
         let default = config("n", Path::new("/k"), 1, 2, None);
         assert!(!default.contains("minSyncPeriod"), "{default}");
         let given = config("n", Path::new("/k"), 1, 2, Some(Duration::ZERO));
-        assert!(given.contains("iptables:\n  minSyncPeriod: 0ms\n"), "{given}");
+        assert!(
+            given.contains("iptables:\n  minSyncPeriod: 0ms\n"),
+            "{given}"
+        );
     }
 }
