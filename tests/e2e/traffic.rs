@@ -27,6 +27,8 @@ pub struct Probe {
 pub struct LeaderClient {
     probes: Arc<Mutex<Vec<Probe>>>,
     task: tokio::task::JoinHandle<()>,
+    /// The requests sent so far (each ends within [`REQUEST_TIMEOUT`]).
+    requests: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
 impl LeaderClient {
@@ -40,6 +42,8 @@ impl LeaderClient {
         let url = format!("http://{cluster_ip}/hostname");
         let probes = Arc::new(Mutex::new(Vec::new()));
         let recorded = Arc::clone(&probes);
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let sent_requests = Arc::clone(&requests);
         let task = tokio::spawn(async move {
             let mut ticks = tokio::time::interval(INTERVAL);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -48,7 +52,7 @@ impl LeaderClient {
                 let http = http.clone();
                 let url = url.clone();
                 let recorded = Arc::clone(&recorded);
-                tokio::spawn(async move {
+                let request = tokio::spawn(async move {
                     let sent = Instant::now();
                     let outcome = match http.get(&url).send().await {
                         Ok(response) if response.status().is_success() => response
@@ -69,9 +73,17 @@ impl LeaderClient {
                         .unwrap_or_else(PoisonError::into_inner)
                         .push(probe);
                 });
+                sent_requests
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(request);
             }
         });
-        LeaderClient { probes, task }
+        LeaderClient {
+            probes,
+            task,
+            requests,
+        }
     }
 
     /// Whether some request sent at or after `since` was answered by `pod`.
@@ -85,7 +97,13 @@ impl LeaderClient {
     /// Stops sending, waits for the requests in flight, and returns every probe by send time.
     pub async fn stop(self) -> Vec<Probe> {
         self.task.abort();
-        tokio::time::sleep(REQUEST_TIMEOUT).await;
+        let _ = self.task.await;
+        let requests =
+            std::mem::take(&mut *self.requests.lock().unwrap_or_else(PoisonError::into_inner));
+        for request in requests {
+            // Each ends within REQUEST_TIMEOUT; one that panicked recorded nothing.
+            let _ = request.await;
+        }
         let mut probes = self
             .probes
             .lock()

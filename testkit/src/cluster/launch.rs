@@ -289,13 +289,7 @@ impl Plan<'_> {
         health_path: &str,
     ) -> Result<ManagedProcess, ClusterError> {
         let log = self.log_dir.join(format!("{name}.log"));
-        let mut process = ManagedProcess::spawn(name, program, args, log)?;
-        let probe = readiness::health_client(url).map_err(|e| process.not_ready(e))?;
-        readiness::wait_until(&mut process, health_path, || {
-            readiness::get_ok(&probe, health_path)
-        })
-        .await?;
-        Ok(process)
+        readiness::spawn_serving(name, program, args, log, url, health_path).await
     }
 
     /// The client URL of etcd.

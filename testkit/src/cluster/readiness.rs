@@ -5,8 +5,25 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use std::path::{Path, PathBuf};
+
 use super::ClusterError;
 use super::processes::ManagedProcess;
+
+/// Spawns `program` (output to `log`) and waits until `GET <url><health_path>` answers 2xx.
+pub(crate) async fn spawn_serving(
+    name: &'static str,
+    program: &Path,
+    args: &[String],
+    log: PathBuf,
+    url: &str,
+    health_path: &str,
+) -> Result<ManagedProcess, ClusterError> {
+    let mut process = ManagedProcess::spawn(name, program, args, log)?;
+    let probe = health_client(url).map_err(|e| process.not_ready(e))?;
+    wait_until(&mut process, health_path, || get_ok(&probe, health_path)).await?;
+    Ok(process)
+}
 
 /// How long a process may take to become ready.
 pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(60);

@@ -48,17 +48,14 @@ impl Kubelet<'_> {
             format!("--node-ip={}", self.address),
             "--v=1".into(),
         ];
-        let mut process = ManagedProcess::spawn(
+        let mut process = readiness::spawn_serving(
             "kubelet",
             self.program,
             &args,
             self.log_dir.join("kubelet.log"),
-        )?;
-        let url = format!("http://127.0.0.1:{healthz_port}");
-        let probe = readiness::health_client(&url).map_err(|e| process.not_ready(e))?;
-        readiness::wait_until(&mut process, "/healthz", || {
-            readiness::get_ok(&probe, "/healthz")
-        })
+            &format!("http://127.0.0.1:{healthz_port}"),
+            "/healthz",
+        )
         .await?;
         let nodes: Api<Node> = Api::all(cluster.client().await);
         readiness::wait_until(&mut process, "the node Ready in the API", || {

@@ -37,15 +37,15 @@ pub(super) async fn start(
         format!("--config={}", config_path.display()),
         "--v=1".into(),
     ];
-    let mut process =
-        ManagedProcess::spawn("kube-proxy", program, &args, log_dir.join("kube-proxy.log"))?;
-    let url = format!("http://127.0.0.1:{healthz_port}");
-    let probe = readiness::health_client(&url).map_err(|e| process.not_ready(e))?;
-    readiness::wait_until(&mut process, "/healthz", || {
-        readiness::get_ok(&probe, "/healthz")
-    })
-    .await?;
-    Ok(process)
+    readiness::spawn_serving(
+        "kube-proxy",
+        program,
+        &args,
+        log_dir.join("kube-proxy.log"),
+        &format!("http://127.0.0.1:{healthz_port}"),
+        "/healthz",
+    )
+    .await
 }
 
 /// kube-proxy's configuration: iptables mode with the defaults a user's cluster has (rule sync

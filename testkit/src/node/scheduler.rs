@@ -21,17 +21,13 @@ pub(super) async fn start(
         "--bind-address=127.0.0.1".into(),
         format!("--cert-dir={}", dir.join("scheduler-certs").display()),
     ];
-    let mut process = ManagedProcess::spawn(
+    readiness::spawn_serving(
         "kube-scheduler",
         &bin_dir.join("kube-scheduler"),
         &args,
         log_dir.join("kube-scheduler.log"),
-    )?;
-    let url = format!("https://127.0.0.1:{port}");
-    let probe = readiness::health_client(&url).map_err(|e| process.not_ready(e))?;
-    readiness::wait_until(&mut process, "/healthz", || {
-        readiness::get_ok(&probe, "/healthz")
-    })
-    .await?;
-    Ok(process)
+        &format!("https://127.0.0.1:{port}"),
+        "/healthz",
+    )
+    .await
 }
