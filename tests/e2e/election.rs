@@ -39,8 +39,20 @@ async fn an_election_happens_and_consul_holds_the_lock_for_the_leader() {
             started.elapsed()
         );
         let leader_status = status.leader.clone().expect("a leader");
-        assert_eq!(status.candidates.len(), REPLICAS, "{status:?}");
-        assert!(status.candidates.iter().all(|c| c.eligible), "{status:?}");
+        // Pods turn ready one by one, and the status follows them: the leader can be elected
+        // before the last candidate's readiness reaches the status.
+        let status = harness::wait_for(
+            &format!("{ELECTION}: {REPLICAS} eligible candidates in the status"),
+            harness::CONVERGE,
+            || async {
+                let status = env.status(&ns, ELECTION).await;
+                (status.candidates.len() == REPLICAS
+                    && status.candidates.iter().all(|c| c.eligible))
+                .then_some(status)
+            },
+        )
+        .await;
+        assert_eq!(status.leader.as_ref(), Some(&leader_status), "{status:?}");
 
         // The Consul key names the leader and is held by the session in the status.
         let key = default_key(&ns, ELECTION);
