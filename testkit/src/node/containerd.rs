@@ -25,13 +25,19 @@ pub(super) struct Containerd {
 }
 
 impl Containerd {
-    /// Writes the configuration under `dir/containerd` and the CNI configuration under
-    /// `dir/cni`, starts containerd and waits until `ctr version` answers on its socket.
-    pub(super) async fn start(dir: &Path, log_dir: &Path) -> Result<Self, ClusterError> {
+    /// Writes the configuration under `dir/containerd` and the CNI configuration of node
+    /// `index` under `dir/cni`, starts containerd and waits until `ctr version` answers on its
+    /// socket. Its log is `log_dir/<log_name>`.
+    pub(super) async fn start(
+        index: u8,
+        dir: &Path,
+        log_dir: &Path,
+        log_name: &str,
+    ) -> Result<Self, ClusterError> {
         let root = dir.join("containerd");
         let socket = root.join("containerd.sock");
         let cni_conf = dir.join("cni").join("net.d");
-        network::write_cni_config(&cni_conf, &dir.join("cni"))?;
+        network::write_cni_config(index, &cni_conf, &dir.join("cni"))?;
         let config_path = root.join("config.toml");
         std::fs::create_dir_all(&root)
             .map_err(ClusterError::io(format!("creating {}", root.display())))?;
@@ -43,7 +49,7 @@ impl Containerd {
             "containerd",
             Path::new("containerd"),
             &args,
-            log_dir.join("containerd.log"),
+            log_dir.join(log_name),
         )?;
         readiness::wait_until(&mut process, "`ctr version` on its socket", || async {
             ctr(&socket, &["version"]).await.map(drop)
@@ -67,27 +73,6 @@ impl Containerd {
                 self.process
                     .not_ready(format!("importing {archive_arg}: {reason}"))
             })
-    }
-
-    /// The host process id of the task (container) `container_id`.
-    pub(super) async fn task_pid(&self, container_id: &str) -> Result<u32, ClusterError> {
-        let tasks = self.tasks().await?;
-        tasks
-            .into_iter()
-            .find(|(id, _)| id == container_id)
-            .map(|(_, pid)| pid)
-            .ok_or_else(|| {
-                self.process
-                    .not_ready(format!("no running task {container_id} in containerd"))
-            })
-    }
-
-    /// Every task of the CRI namespace, with its host process id.
-    async fn tasks(&self) -> Result<Vec<(String, u32)>, ClusterError> {
-        let listing = ctr(&self.socket, &["tasks", "ls"])
-            .await
-            .map_err(|reason| self.process.not_ready(format!("listing tasks: {reason}")))?;
-        Ok(parse_tasks(&listing))
     }
 
     /// Kills every container it runs (and their shims), then containerd itself. Blocking: runs

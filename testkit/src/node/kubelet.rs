@@ -14,6 +14,8 @@ pub(super) struct Kubelet<'a> {
     pub(super) program: &'a Path,
     pub(super) name: &'a str,
     pub(super) address: Ipv4Addr,
+    /// Taints to register the node with (`key=value:Effect`).
+    pub(super) taints: &'a [String],
     pub(super) dir: &'a Path,
     pub(super) kubeconfig: &'a Path,
     pub(super) runtime_socket: &'a Path,
@@ -36,7 +38,7 @@ impl Kubelet<'_> {
             ClusterError::io(format!("writing {}", config_path.display())),
         )?;
         let socket = format!("unix://{}", self.runtime_socket.display());
-        let args = [
+        let mut args = vec![
             format!("--config={}", config_path.display()),
             format!("--kubeconfig={}", self.kubeconfig.display()),
             "--container-runtime=remote".into(),
@@ -48,11 +50,14 @@ impl Kubelet<'_> {
             format!("--node-ip={}", self.address),
             "--v=1".into(),
         ];
+        if !self.taints.is_empty() {
+            args.push(format!("--register-with-taints={}", self.taints.join(",")));
+        }
         let mut process = readiness::spawn_serving(
             "kubelet",
             self.program,
             &args,
-            self.log_dir.join("kubelet.log"),
+            self.log_dir.join(format!("{}-kubelet.log", self.name)),
             &format!("http://127.0.0.1:{healthz_port}"),
             "/healthz",
         )

@@ -6,10 +6,19 @@ use std::path::Path;
 
 use crate::cluster::ClusterError;
 
-/// The pods' addresses (the bridge's host-local range); the bridge is `10.244.0.1`.
-pub const POD_CIDR: &str = "10.244.0.0/24";
-/// The bridge the CNI plugin creates on the host.
-const BRIDGE: &str = "elector0";
+/// The pods' addresses on every node of this host: node `i` has `10.244.i.0/24`, on a bridge
+/// `electori` whose address is `10.244.i.1`. The host routes between the bridges.
+pub const CLUSTER_POD_CIDR: &str = "10.244.0.0/16";
+
+/// The pod range of node `index` (the bridge's host-local range).
+pub(super) fn pod_cidr(index: u8) -> String {
+    format!("10.244.{index}.0/24")
+}
+
+/// The bridge the CNI plugin of node `index` creates on the host.
+fn bridge(index: u8) -> String {
+    format!("elector{index}")
+}
 
 /// The host's address on its default route: the one a kubelet registers as the node's
 /// InternalIP and pods reach the host at. (A connected UDP socket sends nothing; it only makes
@@ -45,9 +54,13 @@ pub(super) fn prepare_host() -> Result<(), ClusterError> {
     Ok(())
 }
 
-/// Writes the CNI configuration list of the pods' network into `conf_dir`; the plugins keep
-/// their address allocations under `state_dir`.
-pub(super) fn write_cni_config(conf_dir: &Path, state_dir: &Path) -> Result<(), ClusterError> {
+/// Writes the CNI configuration list of node `index`'s pod network into `conf_dir`; the
+/// plugins keep their address allocations under `state_dir`.
+pub(super) fn write_cni_config(
+    index: u8,
+    conf_dir: &Path,
+    state_dir: &Path,
+) -> Result<(), ClusterError> {
     std::fs::create_dir_all(conf_dir)
         .map_err(ClusterError::io(format!("creating {}", conf_dir.display())))?;
     let config = serde_json::json!({
@@ -56,13 +69,13 @@ pub(super) fn write_cni_config(conf_dir: &Path, state_dir: &Path) -> Result<(), 
         "plugins": [
             {
                 "type": "bridge",
-                "bridge": BRIDGE,
+                "bridge": bridge(index),
                 "isGateway": true,
                 "ipMasq": true,
                 "hairpinMode": true,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": POD_CIDR}]],
+                    "ranges": [[{"subnet": pod_cidr(index)}]],
                     "routes": [{"dst": "0.0.0.0/0"}],
                     "dataDir": state_dir.join("ipam"),
                 },

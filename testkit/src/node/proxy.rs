@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::network::POD_CIDR;
+use super::network::CLUSTER_POD_CIDR;
 use crate::cluster::processes::ManagedProcess;
 use crate::cluster::{ClusterError, ports, readiness};
 
@@ -66,7 +66,7 @@ fn config(
 kind: KubeProxyConfiguration
 mode: iptables
 hostnameOverride: {node_name}
-clusterCIDR: {POD_CIDR}
+clusterCIDR: {CLUSTER_POD_CIDR}
 clientConnection:
   kubeconfig: {kubeconfig}
 healthzBindAddress: 127.0.0.1:{healthz_port}

@@ -24,10 +24,11 @@ pub(super) fn kill_shims_of(socket: &Path) {
 pub(super) fn sweep_stale() {
     let before = processes();
     for (pid, socket) in shims(&before) {
-        // The socket is <node dir>/containerd/containerd.sock.
-        let node_dir = socket.ancestors().nth(2);
-        let ours = node_dir.is_some_and(crate::cluster::workdir::is_node_dir);
-        if ours && node_dir.is_some_and(|dir| !crate::cluster::workdir::owner_alive(dir)) {
+        // The socket is <nodes dir>/<node>/containerd/containerd.sock.
+        let nodes_dir = socket
+            .ancestors()
+            .find(|dir| crate::cluster::workdir::is_node_dir(dir));
+        if nodes_dir.is_some_and(|dir| !crate::cluster::workdir::owner_alive(dir)) {
             kill_tree(&before, pid);
         }
     }

@@ -1,8 +1,9 @@
-//! The environment of the real-node e2e suite: the test cluster with a real node, the image
-//! archives imported, the Helm chart installed as a user installs it (the operator as two
-//! containers built from the repository's `Dockerfile`, the dev Consul as a container), and a
-//! command run against it (the e2e suite: `cargo test --test e2e -- --ignored`), with the
-//! environment variables the suite reads. What `make demo` and `make e2e` are on kind.
+//! The environment of the real-node e2e suite: the test cluster with two real nodes (the second
+//! a tainted spare that tests may fail), the image archives imported, the Helm chart installed
+//! as a user installs it (the operator as two containers built from the repository's
+//! `Dockerfile`, the dev Consul as a container), and a command run against it (the e2e suite:
+//! `cargo test --test e2e -- --ignored`), with the environment variables the suite reads. What
+//! `make demo` and `make e2e` are on kind.
 
 mod chart;
 
@@ -14,10 +15,17 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 
 use crate::cluster::{ClusterError, ClusterOptions, TestCluster};
-use crate::node::{NodeOptions, RealNode};
+use crate::node::{NodeOptions, NodesOptions, RealNodes};
 
 /// The namespace and release of the installed chart.
 pub const RELEASE: &str = "consul-elector";
+/// The node the suite's pods run on.
+pub const NODE: &str = "node-1";
+/// The spare node: tainted with [`SPARE_TAINT`], so that only pods tolerating it run there, and
+/// a test may fail it (stop its kubelet) without touching the operator or the dev Consul.
+pub const SPARE_NODE: &str = "node-2";
+/// The spare node's taint.
+pub const SPARE_TAINT: &str = "e2e.elector.dev/spare=true:NoSchedule";
 /// How long the installed operator and dev Consul get to become available.
 const INSTALL_READY: Duration = Duration::from_secs(180);
 
@@ -82,10 +90,19 @@ pub async fn run(options: SuiteOptions, command: &[String]) -> Result<ExitStatus
     })
     .await
     .map_err(|e| SuiteError::Chart(format!("the cluster's start thread: {e}")))??;
-    let node = RealNode::start(
+    let nodes = RealNodes::start(
         &cluster,
-        NodeOptions {
-            name: "node-1".into(),
+        NodesOptions {
+            nodes: vec![
+                NodeOptions {
+                    name: NODE.into(),
+                    taints: Vec::new(),
+                },
+                NodeOptions {
+                    name: SPARE_NODE.into(),
+                    taints: vec![SPARE_TAINT.into()],
+                },
+            ],
             images: options.images.clone(),
             log_dir: Some(options.log_dir.clone()),
             proxy_min_sync_period: options.proxy_min_sync_period,
@@ -103,21 +120,25 @@ pub async fn run(options: SuiteOptions, command: &[String]) -> Result<ExitStatus
         "node-e2e: chart installed and available in {:.1?}; running {command:?}",
         begun.elapsed()
     );
-    let status = run_command(&cluster, &node, command).await;
-    drop(node);
+    let status = run_command(&cluster, &nodes, command).await;
+    drop(nodes);
     drop(cluster);
     status
 }
 
 /// Runs `command` with the suite's environment: the cluster's kubeconfig, `ELECTOR_E2E=1`, and
-/// what only a real node offers (ClusterIPs routed on this host, the containerd socket).
+/// what only real nodes offer: ClusterIPs routed on this host, the node's containerd socket,
+/// and the spare node with its taint and its kubelet's process id.
 async fn run_command(
     cluster: &TestCluster,
-    node: &RealNode,
+    nodes: &RealNodes,
     command: &[String],
 ) -> Result<ExitStatus, SuiteError> {
     let Some((program, args)) = command.split_first() else {
         return Err(SuiteError::Chart("no command to run".into()));
+    };
+    let (Some(node), Some(spare)) = (nodes.nodes().first(), nodes.nodes().get(1)) else {
+        return Err(SuiteError::Chart("the suite needs its two nodes".into()));
     };
     let mut child = tokio::process::Command::new(program);
     child
@@ -127,6 +148,9 @@ async fn run_command(
         .env("ELECTOR_E2E_NAMESPACE", RELEASE)
         .env("ELECTOR_E2E_NODE", node.name())
         .env("ELECTOR_E2E_CONTAINERD", node.containerd_socket())
+        .env("ELECTOR_E2E_SPARE_NODE", spare.name())
+        .env("ELECTOR_E2E_SPARE_TAINT", SPARE_TAINT)
+        .env("ELECTOR_E2E_SPARE_KUBELET", spare.kubelet_pid().to_string())
         .kill_on_drop(true);
     child.status().await.map_err(|source| SuiteError::Command {
         command: program.clone(),
