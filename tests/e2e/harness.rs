@@ -219,12 +219,24 @@ impl Env {
 
     /// Applies every document of `examples/<file>` into `namespace` (server-side apply).
     pub async fn apply_example(&self, file: &str, namespace: &str) {
+        self.apply_example_edited(file, namespace, |_| {}).await;
+    }
+
+    /// [`Env::apply_example`], each document passed through `edit` first (to change a
+    /// Deployment's pod template before its pods exist, for example).
+    pub async fn apply_example_edited(
+        &self,
+        file: &str,
+        namespace: &str,
+        edit: impl Fn(&mut Value),
+    ) {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("examples")
             .join(file);
         let text = std::fs::read_to_string(&path).expect("the example exists");
         let documents: Vec<Value> = serde_saphyr::from_multiple(&text).expect("valid YAML");
-        for document in documents.into_iter().filter(|d| !d.is_null()) {
+        for mut document in documents.into_iter().filter(|d| !d.is_null()) {
+            edit(&mut document);
             let api_version = document["apiVersion"].as_str().unwrap_or_default();
             let kind = document["kind"].as_str().unwrap_or_default();
             let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));

@@ -30,4 +30,5 @@ mod failover;
 mod harness;
 mod operator_restart;
 mod real_node;
+mod silent_node;
 mod traffic;

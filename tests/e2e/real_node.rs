@@ -4,7 +4,8 @@
 //! client of the leader Service sees it (`traffic`), and asserted over the recorded history.
 //!
 //! These run under `node-e2e` (`ELECTOR_E2E_NODE` set: ClusterIPs are routed on this host and
-//! containerd's socket is known); elsewhere, on kind for example, they print SKIPPED.
+//! containerd's socket is known); elsewhere, on kind for example, they print SKIPPED. A node
+//! that falls silent is in `silent_node`.
 //! `ELECTOR_E2E_RUNS=N` repeats each failover N times (default 3) and prints p50/p99.
 
 use std::time::{Duration, Instant};
@@ -23,7 +24,7 @@ use crate::traffic::{self, Failover, LeaderClient};
 
 /// The suite's environment and the real node's containerd socket, or `None` (printing why)
 /// when the suite is off or runs elsewhere.
-async fn real_node(test: &str) -> Option<(Env, String)> {
+pub async fn real_node(test: &str) -> Option<(Env, String)> {
     let env = harness::env(test).await?;
     match std::env::var("ELECTOR_E2E_CONTAINERD") {
         Ok(socket) if std::env::var_os("ELECTOR_E2E_NODE").is_some() => Some((env, socket)),
@@ -38,7 +39,7 @@ async fn real_node(test: &str) -> Option<(Env, String)> {
 }
 
 /// How many times each failover is repeated (`ELECTOR_E2E_RUNS`, default 3).
-fn runs() -> usize {
+pub fn runs() -> usize {
     std::env::var("ELECTOR_E2E_RUNS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -47,7 +48,7 @@ fn runs() -> usize {
 }
 
 /// The ClusterIP of Service `name`.
-async fn cluster_ip(env: &Env, ns: &str, name: &str) -> String {
+pub async fn cluster_ip(env: &Env, ns: &str, name: &str) -> String {
     let service = env.api::<Service>(ns).get(name).await.expect("the Service");
     service
         .spec
@@ -75,15 +76,16 @@ async fn new_leader(recorder: &WatchRecorder, old: &str) -> String {
 
 /// Where a failover's time is counted from.
 #[derive(Clone, Copy)]
-enum EventClock {
+pub enum EventClock {
     /// The test's action (a delete request, a kill).
     Action,
-    /// The kubelet reporting the old leader NotReady, after the action.
-    KubeletNotReady,
+    /// The old leader reported NotReady after the action: by its kubelet, or for a node that
+    /// fell silent by the node lifecycle controller.
+    NotReady,
 }
 
 /// Runs `event` on the leader (returning when it happened) `runs()` times on the web example
-/// in `ns`, each time measuring the failover through the leader Service, asserting the history,
+/// in `ns`, each time measuring the failover through the leader Service ([`failover_once`]),
 /// then letting `recover` undo what the event left on the old leader.
 async fn measure<F, Fut, R, RFut>(
     env: &Env,
@@ -104,47 +106,64 @@ where
     for _ in 0..runs() {
         let (_, old) = env.elected(ns, ELECTION, SELECTOR, REPLICAS).await;
         let old = old.name_any();
-        env.wait_endpoints(ns, "web-leader", &[&old]).await;
-        let recorder = WatchRecorder::start(env.client.clone(), ns)
-            .await
-            .expect("the pod recorder starts");
-        let client = LeaderClient::start(&ip);
-        wait_for("the client reaches the leader", CONVERGE, || {
-            let answered = client.answered_by_since(&old, Instant::now() - Duration::from_secs(1));
-            async move { answered.then_some(()) }
-        })
-        .await;
-        let acted = event(old.clone()).await;
-        let new = new_leader(&recorder, &old).await;
-        let at = match clock {
-            EventClock::Action => acted,
-            // When the recorder saw the kubelet's report (the watch event), not when a poll did.
-            EventClock::KubeletNotReady => recorder
-                .versions()
-                .iter()
-                .find(|v| v.name == old && v.at >= acted && !v.ready)
-                .map_or(acted, |v| v.at),
-        };
-        wait_for(
-            "the new leader answers through the Service",
-            CONVERGE,
-            || {
-                let answered = client.answered_by_since(&new, at);
-                async move { answered.then_some(()) }
-            },
-        )
-        .await;
-        // A little more traffic shows whether the old leader still answers afterwards.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let probes = client.stop().await;
-        let versions = recorder.versions();
-        results.push(traffic::failover(&probes, &versions, at, &new));
-        harness::assert_history(&recorder);
-        recorder.stop().await;
+        let (result, _) = failover_once(env, ns, &ip, &old, clock, event(old.clone())).await;
+        results.push(result);
         recover(old).await;
     }
     traffic::report(scenario, &results);
     results
+}
+
+/// One failover as the client of the leader Service at `ip` sees it: once the client reaches
+/// `old`, awaits `event` (which returns when it acted on `old`), waits for the new leader to
+/// answer, and asserts the history recorded meanwhile. Returns the failover counted from
+/// `clock`, and how long after the action that clock started.
+pub async fn failover_once(
+    env: &Env,
+    ns: &str,
+    ip: &str,
+    old: &str,
+    clock: EventClock,
+    event: impl std::future::Future<Output = Instant>,
+) -> (Failover, Duration) {
+    env.wait_endpoints(ns, "web-leader", &[old]).await;
+    let recorder = WatchRecorder::start(env.client.clone(), ns)
+        .await
+        .expect("the pod recorder starts");
+    let client = LeaderClient::start(ip);
+    wait_for("the client reaches the leader", CONVERGE, || {
+        let answered = client.answered_by_since(old, Instant::now() - Duration::from_secs(1));
+        async move { answered.then_some(()) }
+    })
+    .await;
+    let acted = event.await;
+    let new = new_leader(&recorder, old).await;
+    let at = match clock {
+        EventClock::Action => acted,
+        // When the recorder saw the report (the watch event), not when a poll did.
+        EventClock::NotReady => recorder
+            .versions()
+            .iter()
+            .find(|v| v.name == old && v.at >= acted && !v.ready)
+            .map_or(acted, |v| v.at),
+    };
+    wait_for(
+        "the new leader answers through the Service",
+        CONVERGE,
+        || {
+            let answered = client.answered_by_since(&new, at);
+            async move { answered.then_some(()) }
+        },
+    )
+    .await;
+    // A little more traffic shows whether the old leader still answers afterwards.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let probes = client.stop().await;
+    let versions = recorder.versions();
+    let result = traffic::failover(&probes, &versions, at, &new);
+    harness::assert_history(&recorder);
+    recorder.stop().await;
+    (result, at - acted)
 }
 
 #[tokio::test]
@@ -314,7 +333,7 @@ async fn a_leader_whose_readiness_fails_is_replaced() {
             &env,
             &ns,
             "leader_readiness_failing",
-            EventClock::KubeletNotReady,
+            EventClock::NotReady,
             |old| {
                 let client = client.clone();
                 let ns = ns2.clone();
