@@ -314,19 +314,19 @@ async fn a_leader_whose_readiness_fails_is_replaced() {
         return;
     };
     env.with_namespace("ready", |env, ns| async move {
-        env.apply_example(crate::election::WEB, &ns).await;
         // The test image's /readyz can be failed on request; the example probes /hostname.
-        env.api::<Deployment>(&ns)
-            .patch(
-                "web",
-                &PatchParams::default(),
-                &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{
-                    "name": "web",
-                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}}
-                }]}}}})),
-            )
-            .await
-            .expect("probe /readyz");
+        // Edited before the Deployment exists: a rollout would replace the pods under the test.
+        env.apply_example_edited(crate::election::WEB, &ns, |document| {
+            if document["kind"] == "Deployment" {
+                let containers = &mut document["spec"]["template"]["spec"]["containers"];
+                let web = containers
+                    .as_array_mut()
+                    .and_then(|all| all.iter_mut().find(|c| c["name"] == "web"))
+                    .expect("the web container");
+                web["readinessProbe"]["httpGet"]["path"] = json!("/readyz");
+            }
+        })
+        .await;
         let client = env.client.clone();
         let ns2 = ns.clone();
         let results = measure(
