@@ -137,16 +137,26 @@ pub async fn failover_once(
     })
     .await;
     let acted = event.await;
-    let new = new_leader(&recorder, old).await;
     let at = match clock {
         EventClock::Action => acted,
-        // When the recorder saw the report (the watch event), not when a poll did.
-        EventClock::NotReady => recorder
-            .versions()
-            .iter()
-            .find(|v| v.name == old && v.at >= acted && !v.ready)
-            .map_or(acted, |v| v.at),
+        // When the recorder saw the report (the watch event), not when a poll did. Awaited
+        // before the new leader: a silent node's pods turn NotReady only after the node
+        // monitor grace period, which is not the operator's time to count against a bound.
+        EventClock::NotReady => {
+            let not_ready =
+                |v: &testkit::recorder::PodVersion| v.name == old && v.at >= acted && !v.ready;
+            recorder
+                .wait_until(CONVERGE, |pods| pods.values().any(not_ready))
+                .await
+                .unwrap_or_else(|e| panic!("{old} is reported NotReady: {e}"));
+            recorder
+                .versions()
+                .iter()
+                .find(|v| not_ready(v))
+                .map_or(acted, |v| v.at)
+        }
     };
+    let new = new_leader(&recorder, old).await;
     wait_for(
         "the new leader answers through the Service",
         CONVERGE,

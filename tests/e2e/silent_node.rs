@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use consul_elector::crd::{LeaderElection, SWITCHOVER_ANNOTATION};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
@@ -81,6 +81,25 @@ fn node_of(pod: &Pod) -> Option<&str> {
     pod.spec.as_ref()?.node_name.as_deref()
 }
 
+/// Waits until `node` reports Ready itself. After a kubelet resumes, it first reports the node
+/// NotReady (its pod lifecycle events are stale) and only later Ready again; silenced before
+/// that, the node would never turn from Ready to not Ready, and the node lifecycle controller
+/// marks pods NotReady only on that turn.
+async fn node_ready(env: &Env, node: &str) {
+    wait_for(&format!("{node} reports Ready"), PODS_READY, || async {
+        let node = kube::Api::<Node>::all(env.client.clone())
+            .get(node)
+            .await
+            .ok()?;
+        node.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+}
+
 /// Makes a pod on `node` the leader (a switchover when the leader runs elsewhere) and returns
 /// its name.
 async fn leader_on(env: &Env, ns: &str, node: &str) -> String {
@@ -148,6 +167,7 @@ async fn a_leader_whose_node_falls_silent_is_replaced() {
         let ip = cluster_ip(&env, &ns, "web-leader").await;
         let mut results = Vec::new();
         for run in 1..=runs() {
+            node_ready(&env, &spare.name).await;
             let old = leader_on(&env, &ns, &spare.name).await;
             let silenced = std::cell::OnceCell::new();
             let (result, not_ready_after) =
