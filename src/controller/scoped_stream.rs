@@ -149,6 +149,10 @@ where
     restarted: bool,
     /// A relist that ended before the store was ready: its clean-up waits for the `InitDone`.
     pending: Option<HashSet<ObjectRef<K>>>,
+    /// What this scope watched after its list but before the store was ready, in order:
+    /// applied right after the `InitDone`, since the writer swaps its list buffer in as the
+    /// whole store then and would lose what it had applied before.
+    deferred: Vec<watcher::Event<K>>,
 }
 
 /// Decides, event by event, what the merged stream emits (pure: no store, no I/O).
@@ -178,6 +182,7 @@ where
                     listed: false,
                     restarted: false,
                     pending: None,
+                    deferred: Vec::new(),
                 })
                 .collect(),
             init_sent: false,
@@ -192,11 +197,17 @@ where
             return Vec::new();
         };
         match event {
+            watcher::Event::Apply(_) | watcher::Event::Delete(_) if !ready => {
+                scope.deferred.push(event);
+                Vec::new()
+            }
             watcher::Event::Apply(_) | watcher::Event::Delete(_) => vec![Step::Event(event)],
             watcher::Event::Init => {
                 scope.restarted |= scope.listed || scope.listing.is_some();
                 scope.listing = Some(HashSet::new());
                 scope.pending = None;
+                // The new list supersedes what the scope watched before it.
+                scope.deferred.clear();
                 if ready || self.init_sent {
                     Vec::new()
                 } else {
@@ -229,7 +240,9 @@ where
         }
     }
 
-    /// Once every scope has listed: the `InitDone`, then the deferred clean-ups.
+    /// Once every scope has listed: the `InitDone`, then each scope's deferred clean-up and
+    /// the events it watched meanwhile (after the clean-up, which would otherwise drop an
+    /// object created after the list).
     fn finish_initial_list(&mut self) -> Vec<Step<K>> {
         if !self.scopes.iter().all(|s| s.listed) {
             return Vec::new();
@@ -243,6 +256,7 @@ where
                     listed,
                 });
             }
+            steps.extend(scope.deferred.drain(..).map(Step::Event));
         }
         steps
     }
@@ -366,6 +380,54 @@ mod tests {
                 "InitDone"
             ]
         );
+    }
+
+    /// The pod `ns/name` at resourceVersion `version`.
+    fn pod_at(ns: &str, name: &str, version: &str) -> Pod {
+        let mut pod = pod(ns, name);
+        pod.metadata.resource_version = Some(version.into());
+        pod
+    }
+
+    /// `ns/name`'s resourceVersion in the store.
+    fn version_of(store: &Store<Pod>, ns: &str, name: &str) -> Option<String> {
+        store
+            .get(&ObjectRef::new(name).within(ns))
+            .and_then(|p| p.metadata.resource_version.clone())
+    }
+
+    #[test]
+    fn what_a_listed_namespace_watches_before_the_last_list_completes_is_kept() {
+        let mut d = Driver::new();
+        d.list(0, "a", &[]);
+        d.feed(0, Event::Apply(pod_at("a", "changed", "1")));
+        d.feed(0, Event::Apply(pod_at("a", "deleted", "2")));
+        d.feed(1, Event::Init);
+        d.feed(0, Event::Apply(pod_at("a", "changed", "3")));
+        d.feed(0, Event::Delete(pod_at("a", "deleted", "4")));
+        d.feed(1, Event::InitApply(pod_at("b", "b1", "5")));
+        d.feed(1, Event::InitDone);
+        assert!(d.ready());
+        assert_eq!(contents(&d.store), ["a/changed", "b/b1"], "{:?}", d.emitted);
+        assert_eq!(
+            version_of(&d.store, "a", "changed").as_deref(),
+            Some("3"),
+            "the newest version a watched, not an older one"
+        );
+    }
+
+    #[test]
+    fn a_namespace_that_relists_before_the_store_is_ready_drops_what_it_watched_before() {
+        let mut d = Driver::new();
+        d.list(0, "a", &["a1"]);
+        d.feed(0, Event::Apply(pod_at("a", "a1", "2")));
+        // `a`'s watch expired: its relist supersedes what it watched before.
+        d.feed(0, Event::Init);
+        d.feed(0, Event::InitApply(pod_at("a", "a1", "3")));
+        d.feed(0, Event::InitDone);
+        d.list(1, "b", &["b1"]);
+        assert_eq!(contents(&d.store), ["a/a1", "b/b1"]);
+        assert_eq!(version_of(&d.store, "a", "a1").as_deref(), Some("3"));
     }
 
     #[test]
