@@ -94,6 +94,17 @@ impl LeaderClient {
             .any(|p| p.sent >= since && p.outcome.as_deref() == Ok(pod))
     }
 
+    /// Whether `pod` answered a request sent at or after `since`, and no other pod did.
+    pub fn only_answered_by_since(&self, pod: &str, since: Instant) -> bool {
+        let probes = self.probes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut answers = probes
+            .iter()
+            .filter(|p| p.sent >= since)
+            .filter_map(|p| p.outcome.as_deref().ok())
+            .peekable();
+        answers.peek().is_some() && answers.all(|answered| answered == pod)
+    }
+
     /// Stops sending, waits for the requests in flight, and returns every probe by send time.
     pub async fn stop(self) -> Vec<Probe> {
         self.task.abort();
