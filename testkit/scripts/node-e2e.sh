@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# node-e2e.sh: the e2e suite (tests/e2e) on a real one-node cluster started on this host, as
+# node-e2e.sh: the e2e suite (tests/e2e) on a real two-node cluster started on this host, as
 # root on Debian bookworm: the images built locally (build-images.sh: the operator from the
 # repository's Dockerfile, the test workload, a dev Consul from CONSUL_BIN, the pause image),
-# then `node-e2e` starts the cluster and the node, installs the chart, and runs the suite.
+# then `node-e2e` starts the cluster and its nodes, installs the chart, and runs the suite.
 #
 #   CONSUL_BIN=/path/to/consul testkit/scripts/node-e2e.sh [extra cargo test args...]
 #   testkit/scripts/node-e2e.sh --agnhost-image    # print the name the workload stands in for
