@@ -160,15 +160,10 @@ pub async fn failover_once(
                 .map_or(acted, |v| v.at)
         }
     };
-    let new = new_leader(&recorder, old).await;
-    wait_for(
-        "the new leader answers through the Service",
-        CONVERGE,
-        || {
-            let answered = client.answered_by_since(&new, at);
-            async move { answered.then_some(()) }
-        },
-    )
+    let new = wait_for("a new leader answers through the Service", CONVERGE, || {
+        let new = client.leader_answering_since(old, at, &recorder.versions());
+        async move { new }
+    })
     .await;
     // A little more traffic shows whether the old leader still answers afterwards.
     tokio::time::sleep(Duration::from_millis(300)).await;

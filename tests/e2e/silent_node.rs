@@ -149,12 +149,25 @@ async fn a_leader_whose_node_falls_silent_is_replaced() {
     };
     env.with_namespace("silent", |env, ns| async move {
         // The example spread over both nodes (at most one pod more on either), tolerating the
-        // spare node's taint.
+        // spare node's taint and preferring that node: two of the three pods run there, so the
+        // node takes a follower down with the leader, and the leadership may pass through that
+        // follower before the node lifecycle controller has marked it too.
         let toleration = spare.toleration();
+        let spare_name = spare.name.clone();
         env.apply_example_edited(WEB, &ns, |document| {
             if document["kind"] == "Deployment" {
                 let pod = &mut document["spec"]["template"]["spec"];
                 pod["tolerations"] = json!([toleration]);
+                pod["affinity"] = json!({"nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [{
+                        "weight": 100,
+                        "preference": {"matchExpressions": [{
+                            "key": "kubernetes.io/hostname",
+                            "operator": "In",
+                            "values": [spare_name],
+                        }]},
+                    }],
+                }});
                 pod["topologySpreadConstraints"] = json!([{
                     "maxSkew": 1,
                     "topologyKey": "kubernetes.io/hostname",
@@ -169,6 +182,13 @@ async fn a_leader_whose_node_falls_silent_is_replaced() {
         for run in 1..=runs() {
             node_ready(&env, &spare.name).await;
             let old = leader_on(&env, &ns, &spare.name).await;
+            let on_spare = env
+                .live_pods(&ns, SELECTOR)
+                .await
+                .iter()
+                .filter(|pod| node_of(pod) == Some(spare.name.as_str()))
+                .count();
+            assert_eq!(on_spare, 2, "two web pods on {}", spare.name);
             let silenced = std::cell::OnceCell::new();
             let (result, not_ready_after) =
                 failover_once(&env, &ns, &ip, &old, EventClock::NotReady, async {

@@ -105,6 +105,28 @@ impl LeaderClient {
         answers.peek().is_some() && answers.all(|answered| answered == pod)
     }
 
+    /// The first pod other than `old` that answered a request sent at or after `since` while
+    /// `versions` (the recorded label history) show it labelled leader: the leader this client
+    /// reached after a failover. Not simply the first pod labelled after `old`: when several
+    /// pods fail together (a node falls silent) the leadership may pass through one of them
+    /// before it stands, and the client never reaches that one.
+    pub fn leader_answering_since(
+        &self,
+        old: &str,
+        since: Instant,
+        versions: &[PodVersion],
+    ) -> Option<String> {
+        let probes = self.probes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut answers: Vec<(&Probe, &str)> = probes
+            .iter()
+            .filter(|p| p.sent >= since)
+            .filter_map(|p| Some((p, p.outcome.as_deref().ok()?)))
+            .filter(|(p, pod)| *pod != old && leader_at(versions, pod, p.answered))
+            .collect();
+        answers.sort_by_key(|(p, _)| p.sent);
+        answers.first().map(|(_, pod)| (*pod).to_owned())
+    }
+
     /// Stops sending, waits for the requests in flight, and returns every probe by send time.
     pub async fn stop(self) -> Vec<Probe> {
         self.task.abort();
