@@ -227,6 +227,7 @@ impl<'a> Round<'a> {
                 reason: EventReason::ConsulRefused,
                 pod: None,
                 note: refusal.message,
+                warning: EventReason::ConsulRefused.is_warning(),
             })
             .await;
         }
@@ -533,7 +534,7 @@ impl<'a> Round<'a> {
             _ => {}
         }
         let ev = Event {
-            type_: if event.reason.is_warning() {
+            type_: if event.warning {
                 EventType::Warning
             } else {
                 EventType::Normal

@@ -161,7 +161,8 @@ impl EventReason {
         }
     }
 
-    /// Whether the event is a Warning (otherwise Normal).
+    /// Whether an event of this reason is a Warning (otherwise Normal), unless the planner
+    /// says otherwise ([`ElectionEvent::warning`]).
     pub fn is_warning(self) -> bool {
         !matches!(
             self,
@@ -179,6 +180,10 @@ pub struct ElectionEvent {
     pub pod: Option<String>,
     /// Human-readable note.
     pub note: String,
+    /// Published as a Warning (otherwise Normal): [`EventReason::is_warning`], except that a
+    /// leader the operator moves away on purpose (a switchover, a failback, the leader pod
+    /// deleted or no longer selected) is no longer leader without anything having failed.
+    pub warning: bool,
 }
 
 /// The election's phase, as shown by `kubectl get le`.

@@ -25,7 +25,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::config::{ElectionConfig, Mode, Owner, UnavailablePolicy};
-use super::eligibility::{Tenure, elapsed, eligibility, tenure};
+use super::eligibility::{Ineligible, Tenure, elapsed, eligibility, tenure};
 use super::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverRecord,
 };
@@ -125,6 +125,9 @@ struct Builder<'a> {
     switchover: Option<SwitchoverRecord>,
     /// Another install serving the election, when this one stands back.
     managed_elsewhere: Option<StoodBack>,
+    /// The leader is being moved on purpose (a switchover, a failback, the leader pod deleted
+    /// or unselected), not because it or its lock failed: its demotion is not a Warning.
+    moving_on_purpose: bool,
 }
 
 impl<'a> Builder<'a> {
@@ -140,6 +143,7 @@ impl<'a> Builder<'a> {
             preferred: None,
             switchover: obs.recorded.last_switchover.clone(),
             managed_elsewhere: None,
+            moving_on_purpose: false,
         }
     }
 
@@ -204,11 +208,12 @@ impl<'a> Builder<'a> {
 
     fn push_demotion(&mut self, pod: &PodView) {
         self.actions.push(demotion(pod));
-        self.emit(
-            EventReason::LeaderLost,
-            Some(&pod.name),
-            format!("pod {} is no longer leader", pod.name),
-        );
+        self.actions.push(Action::Emit(ElectionEvent {
+            reason: EventReason::LeaderLost,
+            pod: Some(pod.name.clone()),
+            note: format!("pod {} is no longer leader", pod.name),
+            warning: !self.moving_on_purpose,
+        }));
     }
 
     /// Labels followers and unlabels pods that left the selector, except the leader.
@@ -240,6 +245,7 @@ impl<'a> Builder<'a> {
             reason,
             pod: pod.map(str::to_owned),
             note,
+            warning: reason.is_warning(),
         }));
     }
 
@@ -523,7 +529,13 @@ impl<'a> Builder<'a> {
                 self.requeue_after(remaining);
                 self.keep(pod, session, token);
             }
-            Some((_, Tenure::Replace(_))) | None => {
+            Some((_, Tenure::Replace(reason))) => {
+                self.moving_on_purpose =
+                    matches!(reason, Ineligible::Terminating | Ineligible::NotSelected);
+                self.prefer_requested(None);
+                self.move_leader(session);
+            }
+            None => {
                 self.prefer_requested(None);
                 self.move_leader(session);
             }

@@ -171,6 +171,7 @@ impl<'a> Builder<'a> {
             self.emit(EventReason::Failback, Some(&next.name), note.clone());
         }
         self.preferred = Some(next.uid.as_str());
+        self.moving_on_purpose = true;
         self.move_leader(session);
         self.elected_reason = ("Moving", note);
     }

@@ -70,6 +70,7 @@ fn a_terminating_leader_is_demoted_released_and_replaced() {
         events(&plan),
         vec![(EventReason::LeaderLost, Some("a".into()))]
     );
+    assert_eq!(warnings(&plan), [], "deleting the leader is no failure");
     assert_demotions_first(&scene, &plan);
     finish_move(scene, "c");
 }
@@ -108,6 +109,11 @@ fn a_leader_not_ready_beyond_the_failover_delay_is_replaced() {
     assert_eq!(
         steps(&plan),
         vec![follower("a"), release("s1"), destroy("s1"), create("c")]
+    );
+    assert_eq!(
+        warnings(&plan),
+        vec![(EventReason::LeaderLost, Some("a".into()))],
+        "a leader that failed its readiness is a Warning"
     );
     finish_move(scene, "c");
 }

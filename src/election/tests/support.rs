@@ -431,6 +431,17 @@ pub fn events(plan: &Plan) -> Vec<(EventReason, Option<String>)> {
         .collect()
 }
 
+/// The plan's events published as Warnings, with the pod each concerns.
+pub fn warnings(plan: &Plan) -> Vec<(EventReason, Option<String>)> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Emit(e) if e.warning => Some((e.reason, e.pod.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Whether the action talks to Consul (or to the operator's session manager).
 pub fn is_consul(action: &Action) -> bool {
     matches!(

@@ -45,6 +45,11 @@ fn a_switchover_to_a_named_pod_moves_leadership_there_and_clears_the_request() {
         [follower("a"), release("s1"), destroy("s1"), create("b")],
         "demote, release explicitly (no lock-delay), then the new pod's session"
     );
+    assert_eq!(
+        warnings(&first),
+        [],
+        "a move asked for is no Warning: {first:#?}"
+    );
     assert_eq!(last(&world).outcome, SwitchoverOutcome::InProgress);
     assert_eq!(last(&world).from.as_deref(), Some("a"));
     world.settle();
@@ -215,6 +220,7 @@ fn failback_moves_to_a_higher_priority_once_the_interval_has_passed() {
         events(&first).first(),
         Some(&(EventReason::Failback, Some("b".into())))
     );
+    assert_eq!(warnings(&first), [], "a failback is planned: {first:#?}");
     world.settle();
     assert_eq!(world.leaders(), vec!["b".to_owned()]);
     let without = Scene::elected("a", &["b"], 5)
