@@ -55,29 +55,29 @@ pub enum Error {
 pub const REFUSED_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Error {
-    /// A static category for metrics and events.
+    /// A static category for metrics and logs (`snake_case`, like Consul's categories).
     pub fn category(&self) -> &'static str {
         match self {
             Self::Kube { source, .. } => match source {
-                kube::Error::Api(s) if s.is_conflict() => "KubeConflict",
-                kube::Error::Api(s) if s.is_not_found() => "KubeNotFound",
-                kube::Error::Api(s) if s.is_forbidden() => "KubeForbidden",
-                kube::Error::Api(_) => "KubeApiError",
-                kube::Error::Service(e) if e.is::<crate::write_gate::NotActive>() => "NotActive",
-                _ => "KubeUnavailable",
+                kube::Error::Api(s) if s.is_conflict() => "kube_conflict",
+                kube::Error::Api(s) if s.is_not_found() => "kube_not_found",
+                kube::Error::Api(s) if s.is_forbidden() => "kube_forbidden",
+                kube::Error::Api(_) => "kube_api_error",
+                kube::Error::Service(e) if e.is::<crate::write_gate::NotActive>() => "not_active",
+                _ => "kube_unavailable",
             },
-            Self::StatusStale { .. } => "StatusStale",
-            Self::InvalidStatus(_) => "InvalidStatus",
+            Self::StatusStale { .. } => "status_stale",
+            Self::InvalidStatus(_) => "invalid_status",
             Self::Consul(e) => e.category(),
             // The step the finalizer helper wraps says what failed; only its own API calls
             // (adding or removing the finalizer) are the helper's.
             Self::Finalizer(inner) => match inner.as_ref() {
                 kube::runtime::finalizer::Error::ApplyFailed(error)
                 | kube::runtime::finalizer::Error::CleanupFailed(error) => error.category(),
-                _ => "Finalizer",
+                _ => "finalizer",
             },
-            Self::CleanupPending { .. } => "ConsulCleanupPending",
-            Self::MissingMetadata(_) => "MissingMetadata",
+            Self::CleanupPending { .. } => "consul_cleanup_pending",
+            Self::MissingMetadata(_) => "missing_metadata",
         }
     }
 
@@ -117,12 +117,12 @@ mod tests {
         let apply = wrapped(finalizer::Error::ApplyFailed(Error::MissingMetadata(
             "name",
         )));
-        assert_eq!(apply.category(), "MissingMetadata");
+        assert_eq!(apply.category(), "missing_metadata");
         let cleanup = wrapped(finalizer::Error::CleanupFailed(Error::MissingMetadata(
             "name",
         )));
-        assert_eq!(cleanup.category(), "MissingMetadata");
+        assert_eq!(cleanup.category(), "missing_metadata");
         let own = wrapped(finalizer::Error::UnnamedObject);
-        assert_eq!(own.category(), "Finalizer");
+        assert_eq!(own.category(), "finalizer");
     }
 }

@@ -1,9 +1,13 @@
-//! Prometheus metrics of the operator, in one `prometheus-client` registry with the prefix
-//! `consul_elector`, served as OpenMetrics text by [`crate::http`].
+//! Prometheus metrics of the operator, in one `prometheus-client` registry: its own under the
+//! prefix `consul_elector`, and the standard `process_*` metrics ([`process`]), served as
+//! OpenMetrics text by [`crate::http`].
 //!
 //! Every label value is a `&'static str` chosen by the code (a result, a phase, a Consul
-//! operation or an error category), never an election, pod or session name and never an error
-//! message, so the number of series stays bounded however many elections exist.
+//! operation, a reason or an error category), in `snake_case`, never an election, pod or
+//! session name and never an error message, so the number of series stays bounded however
+//! many elections exist.
+
+mod process;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +18,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::time::Instant;
 
@@ -47,21 +52,40 @@ pub enum FencingCause {
     Unconfirmed,
     /// Consul invalidated the session or the key was deleted.
     Lost,
-    /// Another session holds the key.
-    ForeignHolder,
 }
 
 impl FencingCause {
     /// Every cause, so each series exists (at zero) from the start.
-    const ALL: [Self; 3] = [Self::Unconfirmed, Self::Lost, Self::ForeignHolder];
+    const ALL: [Self; 2] = [Self::Unconfirmed, Self::Lost];
 
     /// The `cause` label value.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Unconfirmed => "unconfirmed",
             Self::Lost => "lost",
-            Self::ForeignHolder => "foreign_holder",
         }
+    }
+}
+
+/// The `operation` label value of a Consul operation as the client names it (`session renew`
+/// becomes `session_renew`); `other` for one this list does not know.
+fn operation_label(operation: &'static str) -> &'static str {
+    match operation {
+        "client setup" => "client_setup",
+        "kv acquire" => "kv_acquire",
+        "kv cas" => "kv_cas",
+        "kv delete" => "kv_delete",
+        "kv get" => "kv_get",
+        "kv list" => "kv_list",
+        "kv put" => "kv_put",
+        "kv release" => "kv_release",
+        "session adopt" => "session_adopt",
+        "session create" => "session_create",
+        "session destroy" => "session_destroy",
+        "session info" => "session_info",
+        "session list" => "session_list",
+        "session renew" => "session_renew",
+        _ => "other",
     }
 }
 
@@ -101,6 +125,44 @@ struct PhaseLabel {
     phase: &'static str,
 }
 
+/// Why elections have no leader, as the `reason` label of
+/// `consul_elector_elections_without_leader`: the `LeaderElected` condition's reason in
+/// `snake_case`.
+pub const WITHOUT_LEADER_REASONS: [&str; 12] = [
+    "not_reconciled",
+    "no_candidates",
+    "lock_held_elsewhere",
+    "managed_elsewhere",
+    "electing",
+    "moving",
+    "handing_over",
+    "lock_delay",
+    "raising_fencing_token",
+    "fenced",
+    "consul_unavailable",
+    "no_holder",
+];
+
+/// The [`WITHOUT_LEADER_REASONS`] entry of a `LeaderElected` condition's reason (`None`: no
+/// condition yet); `other` for a reason this list does not know.
+pub fn without_leader_reason(condition_reason: Option<&str>) -> &'static str {
+    match condition_reason {
+        None => "not_reconciled",
+        Some("NoCandidates") => "no_candidates",
+        Some("LockHeldElsewhere") => "lock_held_elsewhere",
+        Some("ManagedElsewhere") => "managed_elsewhere",
+        Some("Electing") => "electing",
+        Some("Moving") => "moving",
+        Some("HandingOver") => "handing_over",
+        Some("LockDelay") => "lock_delay",
+        Some("RaisingFencingToken") => "raising_fencing_token",
+        Some("Fenced") => "fenced",
+        Some("ConsulUnavailable") => "consul_unavailable",
+        Some("NoHolder") => "no_holder",
+        Some(_) => "other",
+    }
+}
+
 /// The `ok`/`error` label value of an outcome.
 fn outcome_label(outcome: Result<(), &'static str>) -> &'static str {
     match outcome {
@@ -131,6 +193,7 @@ struct Inner {
     leader_elected: Histogram,
     fencing_actions: Family<CauseLabel, Counter>,
     elections: Family<PhaseLabel, Gauge>,
+    without_leader: Family<ReasonLabel, Gauge>,
     sessions: Gauge,
     disagreements: Family<KindLabel, Counter>,
     active: Gauge,
@@ -150,6 +213,7 @@ impl RequestObserver for Metrics {
             Ok(()) => OK,
             Err(category) => category,
         };
+        let operation = operation_label(operation);
         self.inner
             .consul_requests
             .get_or_create(&ConsulRequestLabels { operation, outcome })
@@ -178,7 +242,14 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// A fresh registry with every metric family registered.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix(PREFIX);
+        let mut root = Registry::default();
+        root.register_collector(Box::new(process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix(PREFIX);
+        registry.register(
+            "build",
+            "The operator's version",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
 
         let reconciles = Family::<ResultLabel, Counter>::default();
         for result in [OK, ERROR] {
@@ -245,8 +316,18 @@ impl Metrics {
         let elections = Family::<PhaseLabel, Gauge>::default();
         registry.register(
             "elections",
-            "LeaderElections known to the operator, by status phase",
+            "LeaderElections known to the operator, by status phase (lower case)",
             elections.clone(),
+        );
+        let without_leader = Family::<ReasonLabel, Gauge>::default();
+        for reason in WITHOUT_LEADER_REASONS.into_iter().chain(["other"]) {
+            let _ = without_leader.get_or_create(&ReasonLabel { reason });
+        }
+        registry.register(
+            "elections_without_leader",
+            "LeaderElections whose LeaderElected condition is not True (Invalid and Conflict \
+             elections apart), by the condition's reason",
+            without_leader.clone(),
         );
         let sessions = Gauge::default();
         registry.register(
@@ -294,7 +375,7 @@ impl Metrics {
 
         Self {
             inner: Arc::new(Inner {
-                registry,
+                registry: root,
                 reconciles,
                 reconcile_errors,
                 reconcile_duration,
@@ -304,6 +385,7 @@ impl Metrics {
                 leader_elected,
                 fencing_actions,
                 elections,
+                without_leader,
                 sessions,
                 disagreements,
                 active,
@@ -387,7 +469,17 @@ impl Metrics {
             .inc();
     }
 
-    /// Sets how many elections are in `phase` (a status phase name such as `Elected`).
+    /// Sets how many elections have no leader for `reason` (one of
+    /// [`WITHOUT_LEADER_REASONS`] or `other`). Call it for every reason, so stale counts go
+    /// to zero.
+    pub fn set_without_leader(&self, reason: &'static str, count: i64) {
+        self.inner
+            .without_leader
+            .get_or_create(&ReasonLabel { reason })
+            .set(count);
+    }
+
+    /// Sets how many elections are in `phase` (a status phase name in lower case: `elected`).
     /// Call it for every phase, including those with no election, so stale counts go to zero.
     pub fn set_phase_count(&self, phase: &'static str, count: i64) {
         self.inner
@@ -462,7 +554,8 @@ mod tests {
             r#"consul_elector_reconcile_total{result="error"}"#,
             r#"consul_elector_fencing_actions_total{cause="unconfirmed"}"#,
             r#"consul_elector_fencing_actions_total{cause="lost"}"#,
-            r#"consul_elector_fencing_actions_total{cause="foreign_holder"}"#,
+            r#"consul_elector_elections_without_leader{reason="no_candidates"}"#,
+            r#"consul_elector_elections_without_leader{reason="other"}"#,
             "consul_elector_reconcile_duration_seconds_count",
             "consul_elector_leader_transitions_total",
             "consul_elector_status_write_failures_total",
@@ -481,7 +574,7 @@ mod tests {
         let metrics = Metrics::new();
         // prometheus-client leaves out families without series: give each one a series.
         metrics.reconcile_finished(Err("kube"), Duration::ZERO);
-        metrics.set_phase_count("Elected", 0);
+        metrics.set_phase_count("elected", 0);
         let text = metrics.encode();
         for family in [
             "# TYPE consul_elector_reconcile counter",
@@ -493,6 +586,8 @@ mod tests {
             "# UNIT consul_elector_leader_elected_seconds seconds",
             "# TYPE consul_elector_fencing_actions counter",
             "# TYPE consul_elector_elections gauge",
+            "# TYPE consul_elector_elections_without_leader gauge",
+            "# TYPE consul_elector_build info",
             "# TYPE consul_elector_sessions gauge",
             "# TYPE consul_elector_disagreements counter",
         ] {
@@ -516,26 +611,108 @@ mod tests {
         let value = |series: &str| sample(&text, series);
         let renew = |outcome: &str| {
             format!(
-                r#"consul_elector_consul_requests_total{{operation="session renew",outcome="{outcome}"}}"#
+                r#"consul_elector_consul_requests_total{{operation="session_renew",outcome="{outcome}"}}"#
             )
         };
         assert_eq!(value(&renew("ok")), Some(1.0), "{text}");
         assert_eq!(value(&renew("transport")), Some(1.0), "{text}");
         assert_eq!(
-            value(r#"consul_elector_consul_requests_total{operation="kv list",outcome="ok"}"#),
+            value(r#"consul_elector_consul_requests_total{operation="kv_list",outcome="ok"}"#),
             Some(1.0)
         );
         assert_eq!(
             value(
-                r#"consul_elector_consul_request_duration_seconds_count{operation="session renew"}"#
+                r#"consul_elector_consul_request_duration_seconds_count{operation="session_renew"}"#
             ),
             Some(2.0)
         );
         assert_eq!(
-            value(r#"consul_elector_consul_request_duration_seconds_count{operation="kv list"}"#),
+            value(r#"consul_elector_consul_request_duration_seconds_count{operation="kv_list"}"#),
             None,
             "a blocking query's wait is not a latency"
         );
+    }
+
+    #[test]
+    fn label_values_are_snake_case() {
+        let metrics = Metrics::new();
+        let observer = metrics.consul_observer();
+        observer.observe("session create", Ok(()), Duration::ZERO, false);
+        observer.observe("a new operation", Ok(()), Duration::ZERO, false);
+        metrics.set_phase_count("elected", 1);
+        let text = metrics.encode();
+        // Every `name="value"` of every sample, histogram bounds (`le`) apart.
+        let values: Vec<&str> = text
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .flat_map(|line| {
+                let parts: Vec<&str> = line.split('"').collect();
+                (1..parts.len())
+                    .step_by(2)
+                    .filter(|&i| !parts[i - 1].ends_with("le="))
+                    .map(|i| parts[i])
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(values.contains(&"session_create"), "{text}");
+        assert!(values.contains(&"other"), "{text}");
+        let version = env!("CARGO_PKG_VERSION");
+        for value in values.iter().filter(|v| **v != version) {
+            assert!(
+                value
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.'),
+                "label value {value:?} is not snake_case in\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_known_leader_elected_reason_has_its_own_series() {
+        for reason in [
+            "NoCandidates",
+            "LockHeldElsewhere",
+            "ManagedElsewhere",
+            "Electing",
+            "Moving",
+            "HandingOver",
+            "LockDelay",
+            "RaisingFencingToken",
+            "Fenced",
+            "ConsulUnavailable",
+            "NoHolder",
+        ] {
+            let label = without_leader_reason(Some(reason));
+            assert!(
+                WITHOUT_LEADER_REASONS.contains(&label),
+                "{reason} -> {label}"
+            );
+        }
+        assert_eq!(without_leader_reason(Some("Unheard")), "other");
+        assert_eq!(without_leader_reason(None), "not_reconciled");
+    }
+
+    #[test]
+    fn the_build_and_the_process_are_reported() {
+        let text = Metrics::new().encode();
+        let build = format!(
+            r#"consul_elector_build_info{{version="{}"}}"#,
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(sample(&text, &build), Some(1.0), "{text}");
+        if cfg!(target_os = "linux") {
+            let rss = sample(&text, "process_resident_memory_bytes");
+            assert!(rss.is_some_and(|bytes| bytes > 1e6), "{text}");
+            for series in [
+                "process_cpu_seconds_total",
+                "process_open_fds",
+                "process_max_fds",
+                "process_start_time_seconds",
+                "process_threads",
+            ] {
+                assert!(sample(&text, series).is_some(), "{series} in\n{text}");
+            }
+        }
     }
 
     #[test]
@@ -614,7 +791,7 @@ mod tests {
         metrics.leader_transition();
         metrics.leader_elected(Duration::from_millis(80));
         metrics.leader_elected(Duration::from_secs(20));
-        metrics.fenced(FencingCause::ForeignHolder);
+        metrics.fenced(FencingCause::Lost);
         metrics.fenced(FencingCause::Unconfirmed);
         metrics.fenced(FencingCause::Unconfirmed);
         let text = metrics.encode();
@@ -634,12 +811,8 @@ mod tests {
             Some(2.0)
         );
         assert_eq!(
-            value(r#"consul_elector_fencing_actions_total{cause="foreign_holder"}"#),
-            Some(1.0)
-        );
-        assert_eq!(
             value(r#"consul_elector_fencing_actions_total{cause="lost"}"#),
-            Some(0.0)
+            Some(1.0)
         );
     }
 

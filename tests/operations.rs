@@ -10,8 +10,10 @@
 //!    PrometheusRule ships has the shape Prometheus loads (groups, rules, alert, expr, for,
 //!    labels, annotations), its expressions name only exported series, and every alert is
 //!    described in `docs/operations.md`.
-//! 4. `prometheus_rules_pass_promtool`: `promtool check rules` accepts the rules file. promtool
-//!    is `$ELECTOR_PROMTOOL`, else `promtool` on the PATH, else the copy `.ci/run` caches in
+//! 4. `prometheus_rules_pass_promtool`: `promtool check rules` accepts the rules file, and
+//!    `promtool test rules` passes its unit tests (`charts/tests/prometheus-rules.test.yaml`:
+//!    for every alert, series that must fire it and series that must not). promtool is
+//!    `$ELECTOR_PROMTOOL`, else `promtool` on the PATH, else the copy `.ci/run` caches in
 //!    `~/.cache/consul-elector/promtool/`; without it the test is skipped with a printed reason,
 //!    except in CI (`CI=true`), where it fails.
 
@@ -29,6 +31,9 @@ const PREFIX: &str = "consul_elector_";
 const OPERATIONS: &str = "docs/operations.md";
 const RULES: &str = "charts/consul-elector/files/prometheus-rules.yaml";
 const DASHBOARD: &str = "charts/consul-elector/dashboards/consul-elector.json";
+const RULE_TESTS: &str = "charts/tests/prometheus-rules.test.yaml";
+/// The standard process metrics' prefix.
+const PROCESS: &str = "process_";
 
 fn root(path: &str) -> PathBuf {
     Path::new(ROOT).join(path)
@@ -41,7 +46,7 @@ fn read(path: &str) -> String {
 /// One metric family as the exposition describes it.
 #[derive(Debug, Default)]
 struct Family {
-    /// `counter`, `gauge` or `histogram`.
+    /// `counter`, `gauge`, `histogram` or `info`.
     kind: String,
     /// Label names of its samples (without a histogram's `le`).
     labels: BTreeSet<String>,
@@ -53,6 +58,7 @@ impl Family {
     fn series(&self, name: &str) -> Vec<String> {
         match self.kind.as_str() {
             "counter" => vec![format!("{name}_total")],
+            "info" => vec![format!("{name}_info")],
             "histogram" => ["", "_bucket", "_sum", "_count"]
                 .iter()
                 .map(|suffix| format!("{name}{suffix}"))
@@ -65,6 +71,7 @@ impl Family {
     fn documented_name(&self, name: &str) -> String {
         match self.kind.as_str() {
             "counter" => format!("{name}_total"),
+            "info" => format!("{name}_info"),
             _ => name.to_owned(),
         }
     }
@@ -76,14 +83,15 @@ impl Family {
 fn registered() -> BTreeMap<String, Family> {
     let metrics = Metrics::new();
     metrics.reconcile_finished(Ok(()), Duration::from_millis(1));
-    metrics.reconcile_finished(Err("Finalizer"), Duration::from_millis(1));
+    metrics.reconcile_finished(Err("finalizer"), Duration::from_millis(1));
     drop(metrics.count_and_measure());
     metrics.status_write_failed();
     metrics.event_suppressed();
     metrics.leader_transition();
     metrics.leader_elected(Duration::from_millis(5));
     metrics.fenced(FencingCause::Unconfirmed);
-    metrics.set_phase_count("Elected", 1);
+    metrics.set_phase_count("elected", 1);
+    metrics.set_without_leader("electing", 1);
     metrics.disagreement(Disagreement::StaleStatus);
     metrics.set_sessions(1);
     metrics.set_active(true);
@@ -124,7 +132,10 @@ fn registered() -> BTreeMap<String, Family> {
         }
     }
     assert!(
-        families.len() >= 10 && families.keys().all(|n| n.starts_with(PREFIX)),
+        families.len() >= 10
+            && families
+                .keys()
+                .all(|n| n.starts_with(PREFIX) || n.starts_with(PROCESS)),
         "families read from the registry: {families:?}"
     );
     families
@@ -554,19 +565,36 @@ fn prometheus_rules_pass_promtool() {
         );
         return;
     };
-    let output = Command::new(&promtool)
-        .args(["check", "rules"])
-        .arg(root(RULES))
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e}", promtool.display()));
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    eprintln!("{report}");
+    for (command, file) in [("check", RULES), ("test", RULE_TESTS)] {
+        let output = Command::new(&promtool)
+            .args([command, "rules"])
+            .arg(root(file))
+            .output()
+            .unwrap_or_else(|e| panic!("run {}: {e}", promtool.display()));
+        let report = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        eprintln!("{report}");
+        assert!(
+            output.status.success(),
+            "promtool {command} rules {file} failed:\n{report}"
+        );
+    }
+}
+
+#[test]
+fn every_alert_has_a_unit_test() {
+    let tests = read(RULE_TESTS);
+    let missing: Vec<String> = read(RULES)
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("- alert: "))
+        .filter(|alert| !tests.contains(&format!("alertname: {alert}\n")))
+        .map(str::to_owned)
+        .collect();
     assert!(
-        output.status.success(),
-        "promtool check rules {RULES} failed:\n{report}"
+        missing.is_empty(),
+        "alerts without a test in {RULE_TESTS}: {missing:?}"
     );
 }

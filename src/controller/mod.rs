@@ -69,7 +69,7 @@ use crate::election::refusal::ConsulRefusal;
 use crate::http::Health;
 use crate::leadership::{Leadership, LeadershipError, LeaseSettings};
 use crate::locks::LockWatcher;
-use crate::metrics::Metrics;
+use crate::metrics::{self, Metrics};
 use crate::sessions::SessionManager;
 use crate::write_gate::{self, WriteGate};
 
@@ -788,29 +788,60 @@ const PHASES: [Phase; 7] = [
     Phase::Invalid,
 ];
 
-/// The phase as a metric label.
+/// The phase as a metric label (lower case, like every label value).
 fn phase_name(phase: Phase) -> &'static str {
     match phase {
-        Phase::Pending => "Pending",
-        Phase::Electing => "Electing",
-        Phase::Elected => "Elected",
-        Phase::Fenced => "Fenced",
-        Phase::Observing => "Observing",
-        Phase::Conflict => "Conflict",
-        Phase::Invalid => "Invalid",
+        Phase::Pending => "pending",
+        Phase::Electing => "electing",
+        Phase::Elected => "elected",
+        Phase::Fenced => "fenced",
+        Phase::Observing => "observing",
+        Phase::Conflict => "conflict",
+        Phase::Invalid => "invalid",
     }
 }
 
-/// Updates the gauges that describe the whole operator: elections per phase, sessions held.
+/// Why `le` has no leader ([`metrics::without_leader_reason`]), or `None` when it has one or
+/// when its own phase says why nobody leads (Invalid, Conflict).
+fn without_leader(le: &LeaderElection) -> Option<&'static str> {
+    let status = le.status.as_ref();
+    if matches!(
+        status.and_then(|s| s.phase),
+        Some(Phase::Invalid | Phase::Conflict)
+    ) {
+        return None;
+    }
+    let elected = status.and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == crate::crd::conditions::LEADER_ELECTED)
+    });
+    match elected {
+        Some(c) if c.status == "True" => None,
+        Some(c) => Some(metrics::without_leader_reason(Some(&c.reason))),
+        None => Some(metrics::without_leader_reason(None)),
+    }
+}
+
+/// Updates the gauges that describe the whole operator: elections per phase and without a
+/// leader by reason, sessions held.
 fn report_gauges(ctx: &Context) {
     let elections = ctx.elections.state();
+    let gauge = |count: usize| i64::try_from(count).unwrap_or(i64::MAX);
     for phase in PHASES {
         let count = elections
             .iter()
             .filter(|le| le.status.as_ref().and_then(|s| s.phase) == Some(phase))
             .count();
-        ctx.metrics
-            .set_phase_count(phase_name(phase), i64::try_from(count).unwrap_or(i64::MAX));
+        ctx.metrics.set_phase_count(phase_name(phase), gauge(count));
+    }
+    let reasons: Vec<&'static str> = elections
+        .iter()
+        .filter_map(|le| without_leader(le.as_ref()))
+        .collect();
+    for reason in metrics::WITHOUT_LEADER_REASONS.into_iter().chain(["other"]) {
+        let count = reasons.iter().filter(|r| **r == reason).count();
+        ctx.metrics.set_without_leader(reason, gauge(count));
     }
     ctx.metrics
         .set_sessions(i64::try_from(ctx.sessions.len()).unwrap_or(i64::MAX));
@@ -948,4 +979,54 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         requeue = requeue.min(SECRET_RECHECK);
     }
     Ok(Action::requeue(requeue))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn election(status: serde_json::Value) -> LeaderElection {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "elector.dev/v1alpha1",
+            "kind": "LeaderElection",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+            "status": status,
+        }))
+        .expect("a LeaderElection")
+    }
+
+    fn elected(status: &str, reason: &str, phase: &str) -> LeaderElection {
+        election(serde_json::json!({
+            "phase": phase,
+            "conditions": [{
+                "type": "LeaderElected", "status": status, "reason": reason, "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }],
+        }))
+    }
+
+    #[test]
+    fn elections_without_a_leader_are_counted_by_the_condition_reason() {
+        assert_eq!(without_leader(&elected("True", "Elected", "Elected")), None);
+        assert_eq!(
+            without_leader(&elected("False", "NoCandidates", "Pending")),
+            Some("no_candidates")
+        );
+        assert_eq!(
+            without_leader(&elected("False", "LockHeldElsewhere", "Pending")),
+            Some("lock_held_elsewhere")
+        );
+        assert_eq!(
+            without_leader(&elected("False", "Electing", "Electing")),
+            Some("electing")
+        );
+        assert_eq!(
+            without_leader(&election(serde_json::json!({}))),
+            Some("not_reconciled")
+        );
+        // Their own phase (and alert) says why nobody leads.
+        assert_eq!(without_leader(&elected("False", "InvalidSpec", "Invalid")), None);
+        assert_eq!(without_leader(&elected("False", "Conflict", "Conflict")), None);
+    }
 }
