@@ -14,6 +14,20 @@ use serde_json::json;
 use testkit::cluster::with_namespace;
 use testkit::kube_faults::{FaultAction, KubeFault, Verb};
 
+/// The `Ready` condition's status and reason.
+fn ready(le: &consul_elector::crd::LeaderElection) -> Option<(String, String)> {
+    le.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn is(status: &str, reason: &str) -> Option<(String, String)> {
+    Some((status.to_owned(), reason.to_owned()))
+}
+
 fn web() -> serde_json::Value {
     json!({"selector": {"matchLabels": {"app": "web"}}})
 }
@@ -73,16 +87,32 @@ async fn candidates_follow_the_pods(h: &Harness) {
 async fn the_status_keeps_up_after_candidates_come_and_go() {
     with_namespace("st-cands", |admin, ns| async move {
         let (h, first) = Harness::web_elected(admin, ns, web()).await;
-        // No candidates at all, then some again, then one goes away.
+        h.wait_status("web", |le| ready(le) == is("True", "LeaderElected"))
+            .await;
+        // No candidates at all (Ready: idle on purpose), then some again, then one goes away.
         scale(&h, 0).await;
         h.wait_status("web", |le| {
             le.status.as_ref().is_some_and(|s| s.candidates.is_empty())
                 && phase(le).as_deref() == Some("Pending")
+                && ready(le) == is("True", "Idle")
         })
         .await;
         scale(&h, 3).await;
-        let second = h.wait_elected("web", Some(&first.pod)).await;
+        h.wait_elected("web", Some(&first.pod)).await;
         candidates_follow_the_pods(&h).await;
+        // Pods selected but none Ready: not Ready, and not idle.
+        let pods_now = live_pods(&h).await;
+        for pod in &pods_now {
+            h.sim.set_ready(pod, false).await;
+        }
+        h.wait_status("web", |le| ready(le) == is("False", "NoCandidates"))
+            .await;
+        for pod in &pods_now {
+            h.sim.set_ready(pod, true).await;
+        }
+        h.wait_status("web", |le| ready(le) == is("True", "LeaderElected"))
+            .await;
+        let second = h.wait_elected("web", None).await;
         let pods: Api<Pod> = Api::namespaced(h.admin.clone(), &h.ns);
         let follower = live_pods(&h)
             .await

@@ -1026,7 +1026,13 @@ mod tests {
             Some("not_reconciled")
         );
         // Their own phase (and alert) says why nobody leads.
-        assert_eq!(without_leader(&elected("False", "InvalidSpec", "Invalid")), None);
-        assert_eq!(without_leader(&elected("False", "Conflict", "Conflict")), None);
+        assert_eq!(
+            without_leader(&elected("False", "InvalidSpec", "Invalid")),
+            None
+        );
+        assert_eq!(
+            without_leader(&elected("False", "Conflict", "Conflict")),
+            None
+        );
     }
 }

@@ -218,7 +218,13 @@ fn decided(
         fresh.push(condition(le, &lease_timing(&ctx.settings.lease, config)));
     }
     fresh.push(condition(le, &status_written(le, ctx)));
-    new.conditions = conditions::merge(&old.conditions, fresh, Timestamp::now());
+    new.conditions = conditions::merge_with_ready(
+        &old.conditions,
+        fresh,
+        new.candidates.len(),
+        le.metadata.generation,
+        Timestamp::now(),
+    );
     (old, new)
 }
 
@@ -340,9 +346,11 @@ async fn stand_back(
         observed_generation: le.metadata.generation,
         ..old.clone()
     };
-    new.conditions = conditions::merge(
+    new.conditions = conditions::merge_with_ready(
         &old.conditions,
         vec![condition(le, &state)],
+        new.candidates.len(),
+        le.metadata.generation,
         Timestamp::now(),
     );
     patch_if_changed(le, ctx, &old, new, Write::Whole).await?;

@@ -22,6 +22,72 @@ pub const STATUS_WRITTEN: &str = "StatusWritten";
 /// demotes and re-elects the leader. Only for managed elections.
 pub const LEASE_TIMING_SAFE: &str = "LeaseTimingSafe";
 
+/// Whether the election is where it should be, derived from the others: `True` when a pod
+/// leads (reason `LeaderElected`) or nobody leads on purpose (reason `Idle`: no pod selected,
+/// the key held by another cluster or tool, or another install serving the election);
+/// `False` otherwise, with the reason of the condition that says why. For `kubectl wait
+/// --for=condition=Ready`, Flux's kstatus and Argo CD health checks.
+pub const READY: &str = "Ready";
+
+/// The [`READY`] condition's status, reason and message, derived from `conditions` (the
+/// election's other conditions) and how many pods it selects (`candidates`).
+pub fn readiness(conditions: &[Condition], candidates: usize) -> (bool, &'static str, String) {
+    let find = |type_: &str| conditions.iter().find(|c| c.type_ == type_);
+    if let Some(invalid) = find(SPEC_VALID).filter(|c| c.status != "True") {
+        return (false, "InvalidSpec", invalid.message.clone());
+    }
+    if let Some(conflict) = find(CONFLICT).filter(|c| c.status == "True") {
+        return (false, "Conflict", conflict.message.clone());
+    }
+    let Some(elected) = find(LEADER_ELECTED) else {
+        return (
+            false,
+            "NotReconciled",
+            "the operator has not acted on this election yet".into(),
+        );
+    };
+    if elected.status == "True" {
+        return (true, "LeaderElected", elected.message.clone());
+    }
+    match elected.reason.as_str() {
+        "LockHeldElsewhere" | "ManagedElsewhere" => (
+            true,
+            "Idle",
+            format!("nobody leads here on purpose: {}", elected.message),
+        ),
+        "NoCandidates" if candidates == 0 => (
+            true,
+            "Idle",
+            "no pod is selected (scaled to zero); a leader is elected when one is".into(),
+        ),
+        "NoCandidates" => (false, "NoCandidates", elected.message.clone()),
+        _ => (false, "NoLeader", elected.message.clone()),
+    }
+}
+
+/// [`merge`], plus the [`READY`] condition derived from the merged conditions
+/// ([`readiness`]), with `generation` as its `observedGeneration`.
+pub fn merge_with_ready(
+    old: &[Condition],
+    new: Vec<Condition>,
+    candidates: usize,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let mut merged = merge(old, new, now);
+    let (ready, reason, message) = readiness(&merged, candidates);
+    merged.retain(|c| c.type_ != READY);
+    merged.push(Condition {
+        type_: READY.to_owned(),
+        status: if ready { "True" } else { "False" }.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        observed_generation: generation,
+        last_transition_time: Time(now),
+    });
+    merge(old, merged, now)
+}
+
 /// The conditions to write: every condition of `new`, plus the conditions of `old` whose type
 /// `new` does not mention (unchanged). Order: `old`'s order, then the types new in `new`.
 ///
@@ -160,5 +226,63 @@ mod tests {
             at(9),
         );
         assert_eq!(merged[0].last_transition_time, Time(at(9)));
+    }
+
+    #[test]
+    fn ready_when_a_pod_leads_or_nobody_leads_on_purpose() {
+        let ready = |conditions: &[Condition], candidates| {
+            let (status, reason, _) = readiness(conditions, candidates);
+            (status, reason)
+        };
+        let elected = condition(LEADER_ELECTED, "True", "Elected", 1);
+        assert_eq!(ready(&[elected.clone()], 3), (true, "LeaderElected"));
+        for reason in ["LockHeldElsewhere", "ManagedElsewhere"] {
+            let held = condition(LEADER_ELECTED, "False", reason, 1);
+            assert_eq!(ready(&[held], 3), (true, "Idle"), "{reason}");
+        }
+        let none = condition(LEADER_ELECTED, "False", "NoCandidates", 1);
+        assert_eq!(ready(&[none.clone()], 0), (true, "Idle"), "scaled to zero");
+        assert_eq!(
+            ready(&[none], 2),
+            (false, "NoCandidates"),
+            "pods selected, none eligible"
+        );
+        for reason in ["Electing", "Fenced", "ConsulUnavailable", "LockDelay"] {
+            let moving = condition(LEADER_ELECTED, "False", reason, 1);
+            assert_eq!(ready(&[moving], 3), (false, "NoLeader"), "{reason}");
+        }
+        assert_eq!(ready(&[], 3), (false, "NotReconciled"));
+        let invalid = condition(SPEC_VALID, "False", "InvalidSpec", 1);
+        assert_eq!(
+            ready(&[elected.clone(), invalid], 3),
+            (false, "InvalidSpec"),
+            "an invalid spec is not ready whatever was elected before"
+        );
+        let conflict = condition(CONFLICT, "True", "Conflict", 1);
+        assert_eq!(ready(&[elected, conflict], 3), (false, "Conflict"));
+    }
+
+    #[test]
+    fn the_ready_condition_keeps_its_transition_time_while_its_status_holds() {
+        let elected = || vec![condition(LEADER_ELECTED, "True", "Elected", 0)];
+        let first = merge_with_ready(&[], elected(), 3, Some(1), at(10));
+        let ready = |conditions: &[Condition]| {
+            conditions
+                .iter()
+                .find(|c| c.type_ == READY)
+                .cloned()
+                .expect("a Ready condition")
+        };
+        assert_eq!(ready(&first).status, "True");
+        assert_eq!(ready(&first).last_transition_time, Time(at(10)));
+        assert_eq!(ready(&first).observed_generation, Some(1));
+        let again = merge_with_ready(&first, elected(), 3, Some(2), at(20));
+        assert_eq!(ready(&again).last_transition_time, Time(at(10)));
+        assert_eq!(ready(&again).observed_generation, Some(2));
+        assert_eq!(again.iter().filter(|c| c.type_ == READY).count(), 1);
+        let lost = vec![condition(LEADER_ELECTED, "False", "Electing", 0)];
+        let moving = merge_with_ready(&again, lost, 3, Some(2), at(30));
+        assert_eq!(ready(&moving).status, "False");
+        assert_eq!(ready(&moving).last_transition_time, Time(at(30)));
     }
 }
