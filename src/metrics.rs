@@ -128,7 +128,7 @@ struct PhaseLabel {
 /// Why elections have no leader, as the `reason` label of
 /// `consul_elector_elections_without_leader`: the `LeaderElected` condition's reason in
 /// `snake_case`.
-pub const WITHOUT_LEADER_REASONS: [&str; 12] = [
+pub const WITHOUT_LEADER_REASONS: [&str; 13] = [
     "not_reconciled",
     "no_candidates",
     "lock_held_elsewhere",
@@ -141,6 +141,7 @@ pub const WITHOUT_LEADER_REASONS: [&str; 12] = [
     "fenced",
     "consul_unavailable",
     "no_holder",
+    "paused",
 ];
 
 /// The [`WITHOUT_LEADER_REASONS`] entry of a `LeaderElected` condition's reason (`None`: no
@@ -159,6 +160,7 @@ pub fn without_leader_reason(condition_reason: Option<&str>) -> &'static str {
         Some("Fenced") => "fenced",
         Some("ConsulUnavailable") => "consul_unavailable",
         Some("NoHolder") => "no_holder",
+        Some("Paused") => "paused",
         Some(_) => "other",
     }
 }
@@ -681,6 +683,7 @@ mod tests {
             "Fenced",
             "ConsulUnavailable",
             "NoHolder",
+            "Paused",
         ] {
             let label = without_leader_reason(Some(reason));
             assert!(

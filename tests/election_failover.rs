@@ -214,3 +214,54 @@ async fn a_leader_not_ready_beyond_the_failover_delay_is_replaced_after_it_on_th
 async fn a_leader_not_ready_beyond_the_failover_delay_is_replaced_after_it_on_a_real_consul() {
     not_ready_beyond_the_failover_delay(Backend::RealConsul).await;
 }
+
+/// `spec.paused`: the NotReady leader keeps leading, a deleted leader is not replaced (the
+/// session keeps the key), and the election moves on once resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_election_keeps_its_leader_and_elects_nobody_until_resumed() {
+    with_namespace("fo-paused", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, spec("0s")).await;
+        h.patch_spec("web", json!({"paused": true})).await;
+        h.wait_status("web", |le| harness::phase(le).as_deref() == Some("Paused"))
+            .await;
+
+        // NotReady: seen by the operator (its candidate entry says so), and it keeps leading.
+        h.sim.set_ready(&first.pod, false).await;
+        let leader = first.pod.clone();
+        let le = h
+            .wait_status("web", |le| {
+                le.status.as_ref().is_some_and(|s| {
+                    s.candidates
+                        .iter()
+                        .any(|c| c.pod == leader && c.reason.as_deref() == Some("NotReady"))
+                })
+            })
+            .await;
+        let status = le.status.expect("a status");
+        assert_eq!(status.leader.map(|l| l.pod), Some(first.pod.clone()));
+        assert_eq!(status.fencing_token, Some(first.token));
+
+        // Deleted: nobody is elected, the operator's session still holds the key.
+        h.pods()
+            .delete(&first.pod, &Default::default())
+            .await
+            .expect("delete the leader");
+        let le = h
+            .wait_status("web", |le| {
+                harness::condition(le, "LeaderElected").is_some_and(|c| c.reason == "Paused")
+            })
+            .await;
+        assert_eq!(harness::phase(&le).as_deref(), Some("Paused"));
+        let pods = h.current();
+        assert!(with_role(&pods, "leader").is_empty(), "{pods:?}");
+        let lock = h.key_lock(&h.key("web")).await.expect("the key");
+        assert_eq!(lock.session.as_deref(), Some(first.session.as_str()));
+
+        // Resumed: a successor leads with a higher token.
+        h.patch_spec("web", json!({"paused": false})).await;
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        assert!(second.token > first.token, "{second:?} after {first:?}");
+        h.finish().await;
+    })
+    .await;
+}

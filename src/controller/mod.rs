@@ -778,7 +778,7 @@ pub async fn run(
 }
 
 /// Every phase, so that phases with no election report 0 rather than a stale count.
-const PHASES: [Phase; 7] = [
+const PHASES: [Phase; 8] = [
     Phase::Pending,
     Phase::Electing,
     Phase::Elected,
@@ -786,6 +786,7 @@ const PHASES: [Phase; 7] = [
     Phase::Observing,
     Phase::Conflict,
     Phase::Invalid,
+    Phase::Paused,
 ];
 
 /// The phase as a metric label (lower case, like every label value).
@@ -798,6 +799,7 @@ fn phase_name(phase: Phase) -> &'static str {
         Phase::Observing => "observing",
         Phase::Conflict => "conflict",
         Phase::Invalid => "invalid",
+        Phase::Paused => "paused",
     }
 }
 

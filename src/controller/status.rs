@@ -517,6 +517,7 @@ fn phase(p: plan::Phase) -> Phase {
         plan::Phase::Elected => Phase::Elected,
         plan::Phase::Fenced => Phase::Fenced,
         plan::Phase::Observing => Phase::Observing,
+        plan::Phase::Paused => Phase::Paused,
     }
 }
 

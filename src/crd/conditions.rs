@@ -24,7 +24,8 @@ pub const LEASE_TIMING_SAFE: &str = "LeaseTimingSafe";
 
 /// Whether the election is where it should be, derived from the others: `True` when a pod
 /// leads (reason `LeaderElected`) or nobody leads on purpose (reason `Idle`: no pod selected,
-/// the key held by another cluster or tool, or another install serving the election);
+/// the key held by another cluster or tool, another install serving the election, or the
+/// election paused);
 /// `False` otherwise, with the reason of the condition that says why. For `kubectl wait
 /// --for=condition=Ready`, Flux's kstatus and Argo CD health checks.
 pub const READY: &str = "Ready";
@@ -50,7 +51,7 @@ pub fn readiness(conditions: &[Condition], candidates: usize) -> (bool, &'static
         return (true, "LeaderElected", elected.message.clone());
     }
     match elected.reason.as_str() {
-        "LockHeldElsewhere" | "ManagedElsewhere" => (
+        "LockHeldElsewhere" | "ManagedElsewhere" | "Paused" => (
             true,
             "Idle",
             format!("nobody leads here on purpose: {}", elected.message),

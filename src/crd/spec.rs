@@ -127,6 +127,14 @@ pub struct LeaderElectionSpec {
     #[serde(default)]
     pub failback: FailbackSpec,
 
+    /// Freezes a Managed election: the leader keeps leading (its session renews) whether it
+    /// is Ready or not, nobody is elected when it goes, and switchover requests wait. The
+    /// safety rules still apply: a leader label whose lock cannot be confirmed is removed.
+    /// Setting it back to `false` resumes the election. No effect in Observe mode, where the
+    /// applications elect themselves.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+
     /// What happens to the leader label when Consul cannot confirm the lock. `Fence`
     /// (default): the label is removed once the lock went a whole TTL unconfirmed, so no pod
     /// believes it leads without the lock. `KeepLeader`: the label stays until Consul answers.

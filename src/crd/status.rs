@@ -108,6 +108,8 @@ pub enum Phase {
     Conflict,
     /// The spec cannot be used; see the `SpecValid` condition.
     Invalid,
+    /// `spec.paused`: nothing moves; the leader, if any, keeps leading.
+    Paused,
 }
 
 /// The leading pod.

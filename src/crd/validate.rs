@@ -107,6 +107,7 @@ pub fn validate(election: &LeaderElection) -> Result<ElectionConfig, Vec<SpecPro
                 on_consul_unavailable: spec.on_consul_unavailable.into(),
                 drain: Duration::from_secs(u64::from(spec.switchover.drain_seconds)),
                 failback: spec.failback.enabled.then_some(failback_interval),
+                paused: spec.paused,
             })
         }
         _ => Err(problems.0),
@@ -439,6 +440,7 @@ mod tests {
                 on_consul_unavailable: UnavailablePolicy::Fence,
                 drain: Duration::ZERO,
                 failback: None,
+                paused: false,
             }
         );
     }

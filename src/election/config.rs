@@ -79,6 +79,11 @@ pub struct ElectionConfig {
     pub drain: Duration,
     /// Failback: `Some(least time since the leader's election)` when enabled.
     pub failback: Option<Duration>,
+    /// Paused (`spec.paused`): a Managed election's leadership does not move. The leader
+    /// keeps leading (its session renews) whatever its readiness, no successor is elected,
+    /// switchover requests wait; the safety rules still apply (no leader label without a
+    /// confirmed lock).
+    pub paused: bool,
 }
 
 /// Who the operator is: the Kubernetes cluster it runs in, and its install (one release of

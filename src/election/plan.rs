@@ -199,6 +199,8 @@ pub enum Phase {
     Fenced,
     /// Observe mode: the operator mirrors a lock held by the applications.
     Observing,
+    /// `spec.paused`: nothing moves; the leader, if any, keeps leading.
+    Paused,
 }
 
 /// The state of one status condition, before `lastTransitionTime` bookkeeping.

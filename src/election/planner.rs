@@ -85,7 +85,18 @@ pub struct Observation<'a> {
 pub fn plan(obs: &Observation<'_>) -> Plan {
     let mut builder = Builder::new(obs);
     match obs.config.mode {
-        Mode::Managed => builder.managed(),
+        Mode::Managed => {
+            builder.managed();
+            if obs.config.paused
+                && builder.managed_elsewhere.is_none()
+                && matches!(
+                    builder.phase,
+                    Phase::Elected | Phase::Pending | Phase::Electing
+                )
+            {
+                builder.phase = Phase::Paused;
+            }
+        }
         Mode::Observe => builder.observe(),
     }
     builder.finish()
@@ -317,6 +328,11 @@ impl<'a> Builder<'a> {
                 self.phase = Phase::Pending;
                 self.elected_reason = ("LockHeldElsewhere", held_elsewhere(session, value));
             }
+            Holder::Nobody if self.obs.config.paused => {
+                // No lock to back a leader label (rule 2), and no election while paused.
+                self.demote_others(None);
+                self.paused_without_leader();
+            }
             Holder::Nobody => {
                 if let Some(stood) = self.obs.stood_back {
                     let since = stood.key_free_since.unwrap_or(self.obs.now);
@@ -520,6 +536,15 @@ impl<'a> Builder<'a> {
 
     /// The operator's session holds the key.
     fn held(&mut self, session: &'a SessionView, token: u64) {
+        if self.obs.config.paused {
+            // Nothing moves: the pod the session was created for keeps leading, however it
+            // is; gone, the session keeps the key until the election is resumed.
+            match self.pod_by_uid(&session.pod_uid) {
+                Some(pod) => self.keep(pod, session, token),
+                None => self.paused_without_leader(),
+            }
+            return;
+        }
         let holder = self
             .pod_by_uid(&session.pod_uid)
             .map(|pod| (pod, tenure(pod, self.obs.config, self.obs.now)));
@@ -540,6 +565,17 @@ impl<'a> Builder<'a> {
                 self.move_leader(session);
             }
         }
+    }
+
+    /// Paused with no pod to keep leading: followers stay followers, nobody is elected.
+    fn paused_without_leader(&mut self) {
+        self.settle_followers(None);
+        self.elected_reason = (
+            "Paused",
+            "the election is paused (spec.paused) and no pod leads; nothing moves until it is \
+             resumed"
+                .into(),
+        );
     }
 
     /// The leader keeps leading: confirm the label, or fence it while Consul is silent.

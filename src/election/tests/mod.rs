@@ -7,6 +7,7 @@ mod support;
 mod installs;
 mod invariants;
 mod observe_mode;
+mod pause;
 mod priorities;
 mod properties;
 mod rule1_one_leader;

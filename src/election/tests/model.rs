@@ -1198,6 +1198,11 @@ impl Model {
                 ));
             }
         }
+        if self.config.paused && executed && matches!(action, Action::CreateSession { .. }) {
+            self.fail(&format!(
+                "{action:?}: a pod was elected while the election is paused"
+            ));
+        }
         if let Action::LabelLeader {
             uid, fencing_token, ..
         } = action
@@ -1291,6 +1296,11 @@ impl Model {
     /// to do; then checks the end state and that it is stable.
     pub fn quiesce(&mut self) {
         let _ = writeln!(self.trace, "@{} --- quiesce ---", self.secs());
+        if self.config.paused {
+            // Resumed: from here on the election must converge as any other.
+            let _ = writeln!(self.trace, "@{} resume (paused: false)", self.secs());
+            self.config.paused = false;
+        }
         if !self.consul.up {
             self.apply(&Event::ConsulUp);
         }

@@ -23,31 +23,35 @@ fn spec() -> impl Strategy<Value = ElectionConfig> {
         any::<bool>(),
         prop::sample::select(vec![0u64, 5, 15]),
         prop::sample::select(vec![10u64, 15]),
+        prop::bool::weighted(0.15),
     )
         .prop_map(
-            |(observe, require_ready, delay, keep, delete, lock_delay, ttl)| ElectionConfig {
-                mode: if observe {
-                    Mode::Observe
-                } else {
-                    Mode::Managed
-                },
-                session: SessionConfig {
-                    ttl: Duration::from_secs(ttl),
-                    lock_delay: Duration::from_secs(lock_delay),
-                    behavior: if delete {
-                        Behavior::Delete
+            |(observe, require_ready, delay, keep, delete, lock_delay, ttl, paused)| {
+                ElectionConfig {
+                    mode: if observe {
+                        Mode::Observe
                     } else {
-                        Behavior::Release
+                        Mode::Managed
                     },
-                },
-                require_ready,
-                failover_delay: Duration::from_secs(delay),
-                on_consul_unavailable: if keep {
-                    UnavailablePolicy::KeepLeader
-                } else {
-                    UnavailablePolicy::Fence
-                },
-                ..config()
+                    session: SessionConfig {
+                        ttl: Duration::from_secs(ttl),
+                        lock_delay: Duration::from_secs(lock_delay),
+                        behavior: if delete {
+                            Behavior::Delete
+                        } else {
+                            Behavior::Release
+                        },
+                    },
+                    require_ready,
+                    failover_delay: Duration::from_secs(delay),
+                    on_consul_unavailable: if keep {
+                        UnavailablePolicy::KeepLeader
+                    } else {
+                        UnavailablePolicy::Fence
+                    },
+                    paused,
+                    ..config()
+                }
             },
         )
 }

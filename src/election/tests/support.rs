@@ -48,6 +48,7 @@ pub fn config() -> ElectionConfig {
         on_consul_unavailable: UnavailablePolicy::Fence,
         drain: Duration::ZERO,
         failback: None,
+        paused: false,
     }
 }
 
