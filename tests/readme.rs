@@ -1,8 +1,9 @@
 //! The README as a newcomer meets it: the two commands that run the product and the tests
 //! come first, in one block; the supported Kubernetes versions are stated once and match the
 //! chart's `kubeVersion`; the sections follow a user's path (what it is, where the
-//! documentation is, why use it, install, try, configure, operate, develop and test); and CI
-//! runs the README's test command.
+//! documentation is, why use it, install, configure, operate, then the developer's material:
+//! try it on kind, real nodes or the sandbox, develop and test); and CI runs the README's
+//! test command.
 
 use std::path::Path;
 
@@ -85,9 +86,9 @@ fn the_sections_follow_a_users_path() {
             "Documentation",
             "Why consul-elector",
             "Install with Helm",
-            "Try it",
             "Configure",
             "Operate",
+            "Try it",
             "Develop and test"
         ]
     );
