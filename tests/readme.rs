@@ -1,7 +1,9 @@
 //! The README as a newcomer meets it: the two commands that run the product and the tests
 //! come first, in one block; the supported Kubernetes versions are stated once and match the
-//! chart's `kubeVersion`; the sections follow a user's path (what it is, install, try,
-//! configure, operate, develop and test); and CI runs the README's test command.
+//! chart's `kubeVersion`; the sections follow a user's path (what it is, where the
+//! documentation is, why use it, install, configure, operate, then the developer's material:
+//! try it on kind, real nodes or the sandbox, develop and test); and CI runs the README's
+//! test command.
 
 use std::path::Path;
 
@@ -81,10 +83,12 @@ fn the_sections_follow_a_users_path() {
         sections,
         vec![
             "What it is",
+            "Documentation",
+            "Why consul-elector",
             "Install with Helm",
-            "Try it",
             "Configure",
             "Operate",
+            "Try it",
             "Develop and test"
         ]
     );
