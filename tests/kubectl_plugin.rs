@@ -257,6 +257,33 @@ async fn switchover_moves_leadership_to_the_named_pod_and_refuses_an_unknown_one
         assert!(history.contains("SwitchoverCompleted"), "{history}");
         assert!(history.contains("SwitchoverRefused"), "{history}");
 
+        // Pause and resume, with the kubeconfig given as kubectl's flag rather than
+        // $KUBECONFIG; an unknown context is refused.
+        let cluster = TestCluster::shared().expect("cluster");
+        let kubeconfig = cluster.kubeconfig_path().display().to_string();
+        let flagged = |args: &[&str]| {
+            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-elector"));
+            command
+                .args(args)
+                .args(["-n", &h.ns, "--kubeconfig", &kubeconfig])
+                .env_remove("KUBECONFIG")
+                .env("HOME", "/nonexistent");
+            command.output().expect("run kubectl-elector")
+        };
+        let paused = succeeded(&flagged(&["pause", "web"]));
+        assert!(paused.contains("paused"), "{paused}");
+        h.wait_status("web", |le| harness::phase(le).as_deref() == Some("Paused"))
+            .await;
+        let unknown = flagged(&["resume", "web", "--context", "no-such-context"]);
+        assert!(!unknown.status.success(), "an unknown context is an error");
+        assert_eq!(
+            harness::phase(&h.elections().get("web").await.expect("get")).as_deref(),
+            Some("Paused")
+        );
+        succeeded(&flagged(&["resume", "web"]));
+        h.wait_status("web", |le| harness::phase(le).as_deref() == Some("Elected"))
+            .await;
+
         // Without an operator nothing decides: the plugin gives up at its timeout, says how to
         // cancel, and leaves the request in place.
         h.stop_operator().await;

@@ -1,4 +1,7 @@
-//! The plugin's command line: `kubectl elector <command>` with kubectl's `-n` and `-o`.
+//! The plugin's command line: `kubectl elector <command>` with kubectl's `-n`, `-o`,
+//! `--context` and `--kubeconfig` (kubectl does not pass its own flags on to a plugin).
+
+use std::path::PathBuf;
 
 use std::time::Duration;
 
@@ -15,6 +18,15 @@ pub struct Cli {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t, global = true)]
     pub output: OutputFormat,
+
+    /// The kubeconfig file (default: `$KUBECONFIG`, else `~/.kube/config`, else the pod's
+    /// service account in a cluster).
+    #[arg(long, global = true)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context (default: its current context).
+    #[arg(long, global = true)]
+    pub context: Option<String>,
 
     /// What to do.
     #[command(subcommand)]
@@ -53,6 +65,17 @@ pub enum Command {
     },
     /// The election's recent events, oldest first.
     History {
+        /// The election.
+        election: String,
+    },
+    /// Freezes the election (`spec.paused: true`): the leader keeps leading and nothing
+    /// moves until `resume`.
+    Pause {
+        /// The election.
+        election: String,
+    },
+    /// Resumes a paused election (`spec.paused: false`).
+    Resume {
         /// The election.
         election: String,
     },
@@ -124,5 +147,34 @@ mod tests {
         assert!(parse(&["status", "-A"]).is_ok());
         assert!(parse(&["why", "web"]).is_err(), "why needs a pod");
         assert!(parse(&["status", "-o", "xml"]).is_err());
+    }
+
+    #[test]
+    fn kubeconfig_context_pause_and_resume() {
+        let cli = parse(&[
+            "pause",
+            "web",
+            "--context",
+            "prod",
+            "--kubeconfig",
+            "/tmp/kc",
+        ])
+        .expect("parses");
+        assert_eq!(
+            cli.command,
+            Command::Pause {
+                election: "web".into()
+            }
+        );
+        assert_eq!(cli.context.as_deref(), Some("prod"));
+        assert_eq!(cli.kubeconfig, Some(PathBuf::from("/tmp/kc")));
+        let cli = parse(&["resume", "web"]).expect("parses");
+        assert_eq!(
+            cli.command,
+            Command::Resume {
+                election: "web".into()
+            }
+        );
+        assert!(parse(&["pause"]).is_err(), "pause needs an election");
     }
 }

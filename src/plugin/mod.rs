@@ -7,6 +7,7 @@
 //! - [`switchover`]: the request annotation and the wait for the operator's decision.
 //! - [`why`]: why a pod leads or does not.
 //! - [`history`]: the election's events.
+//! - `pause` and `resume`: `spec.paused`.
 //! - [`output`]: tables, JSON and YAML.
 
 pub mod cli;
@@ -20,8 +21,9 @@ pub mod why;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Client;
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
 
 pub use cli::{Cli, Command, OutputFormat};
 pub use error::PluginError;
@@ -41,7 +43,7 @@ pub struct Report {
 /// Runs `cli`'s command against the cluster of the kubeconfig (or the pod's service account
 /// in a cluster).
 pub async fn run(cli: Cli) -> Result<Report, PluginError> {
-    let client = Client::try_default().await.map_err(PluginError::Client)?;
+    let client = client(&cli).await?;
     let namespace = cli
         .namespace
         .clone()
@@ -119,6 +121,14 @@ pub async fn run(cli: Cli) -> Result<Report, PluginError> {
             })?;
             Ok(done(text))
         }
+        Command::Pause { election } => {
+            let text = set_paused(&client, &namespace, &election, true).await?;
+            Ok(done(text))
+        }
+        Command::Resume { election } => {
+            let text = set_paused(&client, &namespace, &election, false).await?;
+            Ok(done(text))
+        }
         Command::History { election } => {
             let le = get_election(&client, &namespace, &election).await?;
             let entries = history::entries(&history::events(client, &le).await?);
@@ -126,6 +136,45 @@ pub async fn run(cli: Cli) -> Result<Report, PluginError> {
             Ok(done(text))
         }
     }
+}
+
+/// A client for `--kubeconfig` and `--context`, as kubectl reads them; without either, the
+/// usual inference (`$KUBECONFIG`, `~/.kube/config`, in-cluster).
+async fn client(cli: &Cli) -> Result<Client, PluginError> {
+    let options = KubeConfigOptions {
+        context: cli.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let config = match &cli.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .map_err(|e| PluginError::Client(kube::Error::InferKubeconfig(e)))?;
+            Config::from_custom_kubeconfig(kubeconfig, &options).await
+        }
+        None if cli.context.is_some() => Config::from_kubeconfig(&options).await,
+        None => return Client::try_default().await.map_err(PluginError::Client),
+    }
+    .map_err(|e| PluginError::Client(kube::Error::InferKubeconfig(e)))?;
+    Client::try_from(config).map_err(PluginError::Client)
+}
+
+/// Sets `spec.paused` of the election (a merge patch of that field alone) and says so.
+async fn set_paused(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    paused: bool,
+) -> Result<String, PluginError> {
+    let api: Api<LeaderElection> = Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({"spec": {"paused": paused}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| PluginError::election_call(namespace, name, "patch", e))?;
+    Ok(if paused {
+        format!("{namespace}/{name} paused: nothing moves until `kubectl elector resume {name}`\n")
+    } else {
+        format!("{namespace}/{name} resumed\n")
+    })
 }
 
 async fn get_election(
