@@ -236,13 +236,20 @@ mod tests {
             (status, reason)
         };
         let elected = condition(LEADER_ELECTED, "True", "Elected", 1);
-        assert_eq!(ready(&[elected.clone()], 3), (true, "LeaderElected"));
+        assert_eq!(
+            ready(std::slice::from_ref(&elected), 3),
+            (true, "LeaderElected")
+        );
         for reason in ["LockHeldElsewhere", "ManagedElsewhere"] {
             let held = condition(LEADER_ELECTED, "False", reason, 1);
             assert_eq!(ready(&[held], 3), (true, "Idle"), "{reason}");
         }
         let none = condition(LEADER_ELECTED, "False", "NoCandidates", 1);
-        assert_eq!(ready(&[none.clone()], 0), (true, "Idle"), "scaled to zero");
+        assert_eq!(
+            ready(std::slice::from_ref(&none), 0),
+            (true, "Idle"),
+            "scaled to zero"
+        );
         assert_eq!(
             ready(&[none], 2),
             (false, "NoCandidates"),
