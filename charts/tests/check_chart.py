@@ -115,7 +115,8 @@ def all_features(watch: list[str]) -> dict:
             "token": {"secretName": "consul-token"},
         },
         "consulDev": {"enabled": True},
-        "image": {"pullSecrets": [{"name": "regcred"}]},
+        "image": {"pullSecrets": [{"name": "regcred"}], "registry": "mirror.example:5000",
+                  "digest": "sha256:" + "0123456789abcdef" * 4},
         "serviceAccount": {"annotations": {"example.com/owner": "platform"}},
         "service": {"annotations": {"example.com/scrape": "true"}},
         "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
@@ -170,6 +171,7 @@ WRONG_VALUES = [
     ({"consul": {"allowedAddresses": "consul:8500"}}, "at '/consul/allowedAddresses': got string, want array"),
     ({"consul": {"allowedDatacenters": ["dc 2"]}}, "at '/consul/allowedDatacenters/0': 'dc 2' does not match pattern"),
     ({"logFormat": "xml"}, "at '/logFormat': value must be one of 'plain', 'json'"),
+    ({"image": {"digest": "latest"}}, "at '/image/digest': 'latest' does not match pattern"),
     ({"watchNamespace": ["shop"]}, "additional properties 'watchNamespace' not allowed"),
 ]
 SCHEMA_MESSAGE = "values don't meet the specifications of the schema"
@@ -196,6 +198,22 @@ class Checks:
             return 1
         print(f"check_chart {mode}: all {self.passed} checks passed")
         return 0
+
+
+def expected_image(image: dict) -> str:
+    """The operator image the values ask for: the repository with its registry host replaced
+    by `registry` (or prefixed when it names none), then `@digest`, else `:tag` (default: the
+    chart's appVersion)."""
+    repository = image["repository"]
+    if image.get("registry"):
+        host, _, rest = repository.partition("/")
+        if rest and ("." in host or ":" in host or host == "localhost"):
+            repository = f"{image['registry']}/{rest}"
+        else:
+            repository = f"{image['registry']}/{repository}"
+    if image.get("digest"):
+        return f"{repository}@{image['digest']}"
+    return f"{repository}:{image['tag'] or chart_meta()['appVersion']}"
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -452,8 +470,7 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
     check_hardened_pod(checks, pod, f"{where}: operator pod")
     container = pod["containers"][0]
     image = container["image"]
-    tag = v["image"]["tag"] or chart_meta()["appVersion"]
-    checks.expect(image == f"{v['image']['repository']}:{tag}", f"{where}: operator image {image}")
+    checks.expect(image == expected_image(v["image"]), f"{where}: operator image {image}")
     checks.expect([p.get("name") for p in container.get("ports", [])] == ["http"], f"{where}: port named http")
     for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/readyz")):
         get = container.get(probe, {}).get("httpGet", {})

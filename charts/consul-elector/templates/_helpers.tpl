@@ -72,6 +72,29 @@ Name of the operator's ServiceAccount.
 {{- end }}
 
 {{/*
+The operator's image: image.repository, its registry host replaced by image.registry when that
+is set (a mirror; a repository without a host gets it as a prefix), then @image.digest when set,
+else :image.tag (default: the chart's appVersion).
+*/}}
+{{- define "consul-elector.image" -}}
+{{- $repository := .Values.image.repository }}
+{{- with .Values.image.registry }}
+{{- $parts := splitn "/" 2 $repository }}
+{{- $host := $parts._0 }}
+{{- if and $parts._1 (or (contains "." $host) (contains ":" $host) (eq $host "localhost")) }}
+{{- $repository = printf "%s/%s" . $parts._1 }}
+{{- else }}
+{{- $repository = printf "%s/%s" . $repository }}
+{{- end }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
 Name of the consulDev Deployment and Service.
 */}}
 {{- define "consul-elector.consulDevName" -}}
