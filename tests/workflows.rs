@@ -41,11 +41,12 @@ fn scripts(workflow: &Value) -> String {
 }
 
 fn check_hygiene(name: &str) {
-    check_hygiene_allowing(name, None);
+    check_hygiene_allowing(name, &[]);
 }
 
-/// [`check_hygiene`], allowing `contents: write` to the one job `writer` (a release upload).
-fn check_hygiene_allowing(name: &str, writer: Option<&str>) {
+/// [`check_hygiene`], allowing each `(job, scope)` of `writers` write access to that scope
+/// (a release upload, a package push, cosign's signing identity).
+fn check_hygiene_allowing(name: &str, writers: &[(&str, &str)]) {
     let wf = workflow(name);
     assert_eq!(
         wf["permissions"],
@@ -55,8 +56,8 @@ fn check_hygiene_allowing(name: &str, writer: Option<&str>) {
     for (job, body) in wf["jobs"].as_object().unwrap() {
         if let Some(permissions) = body.get("permissions").and_then(Value::as_object) {
             for (scope, level) in permissions {
-                let allowed = scope == "contents"
-                    && (level == "read" || (level == "write" && writer == Some(job.as_str())));
+                let allowed = (scope == "contents" && level == "read")
+                    || (level == "write" && writers.contains(&(job.as_str(), scope.as_str())));
                 assert!(
                     allowed,
                     "{name}/{job}: {scope}: {level} is more than read access"
@@ -177,17 +178,67 @@ fn e2e_creates_kind_builds_the_image_and_runs_make_demo_and_make_e2e() {
 
 #[test]
 fn release_builds_the_operator_and_the_plugin_and_only_publish_may_write() {
-    check_hygiene_allowing("release.yml", Some("publish"));
+    check_hygiene_allowing(
+        "release.yml",
+        &[
+            ("publish", "contents"),
+            ("image", "packages"),
+            ("image", "id-token"),
+            ("chart", "packages"),
+        ],
+    );
     let wf = workflow("release.yml");
     let run = scripts(&wf);
-    for binary in ["--bin consul-elector", "--bin kubectl-elector"] {
-        assert!(run.contains(binary), "release.yml does not build {binary}");
+    let matrix = wf["jobs"]["build"]["strategy"]["matrix"]["include"]
+        .as_array()
+        .expect("a build matrix");
+    let builds = |target: &str, binary: &str| {
+        matrix.iter().any(|m| {
+            m["target"] == target && m["bins"].as_str().is_some_and(|b| b.contains(binary))
+        })
+    };
+    for target in ["x86_64-unknown-linux-musl", "aarch64-unknown-linux-musl"] {
+        assert!(
+            builds(target, "--bin consul-elector"),
+            "{target}: the operator"
+        );
+    }
+    for target in [
+        "x86_64-unknown-linux-musl",
+        "aarch64-unknown-linux-musl",
+        "x86_64-apple-darwin",
+        "aarch64-apple-darwin",
+        "x86_64-pc-windows-msvc",
+    ] {
+        assert!(
+            builds(target, "--bin kubectl-elector"),
+            "{target}: the plugin"
+        );
+        assert!(run.contains(target), "the krew manifest names {target}");
     }
     assert!(run.contains("--locked"), "{run}");
-    assert!(run.contains("sha256sum"), "{run}");
+    assert!(run.contains("shasum -a 256"), "{run}");
+    // The image: both architectures, pushed and signed; the chart pushed as OCI; tag, chart
+    // version and appVersion checked to agree; the digest in the release notes.
+    let text = std::fs::read_to_string(Path::new(ROOT).join(".github/workflows/release.yml"))
+        .expect("release.yml");
+    for needed in [
+        "platforms: linux/amd64,linux/arm64",
+        "cosign sign --yes",
+        "helm push",
+        "they must agree",
+        "gh release edit",
+    ] {
+        assert!(text.contains(needed), "release.yml lacks {needed:?}");
+    }
     assert_eq!(
         wf["jobs"]["build"]["permissions"]["contents"], "read",
         "the build jobs only read"
     );
-    assert_eq!(wf["jobs"]["publish"]["needs"], "build");
+    assert!(
+        wf["jobs"]["publish"]["needs"]
+            .as_array()
+            .is_some_and(|needs| needs.iter().any(|n| n == "build")),
+        "publish waits for the builds"
+    );
 }
