@@ -236,7 +236,16 @@ impl AddressTransport {
                 .http2_keep_alive_while_idle(true)
                 .redirect(reqwest::redirect::Policy::none());
             if let Some(socket) = address.unix_socket() {
-                builder = builder.unix_socket(socket);
+                // Unix sockets exist on Unix only; the kubectl plugin also runs on Windows.
+                #[cfg(unix)]
+                {
+                    builder = builder.unix_socket(socket);
+                }
+                #[cfg(not(unix))]
+                return Err(format!(
+                    "{address}: Unix sockets ({}) are not available on this system",
+                    socket.display()
+                ));
             }
             if server_name.is_some() {
                 builder = builder.dns_resolver(Arc::new(ToAddressHost {
