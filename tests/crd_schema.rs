@@ -1,6 +1,6 @@
 //! The `LeaderElection` CRD against the real API server of the test cluster (Kubernetes
 //! 1.20.2): it installs with a plain create or replace (1.20 drops the CEL rules, see
-//! `crd::install`), the server fills in every default, and every schema rule (patterns,
+//! `crd::install`), also with kubectl as the README says (`--validate=false`), the server fills in every default, and every schema rule (patterns,
 //! sizes, enums, required fields) rejects a violating object with HTTP 422. CEL rules are not
 //! enforced by 1.20; `tests/crd_cel.rs` evaluates them locally.
 
@@ -419,4 +419,68 @@ async fn get_table(client: &Client, path: &str) -> Value {
         .await
         .expect("the table answers in time")
         .expect("the table request succeeds")
+}
+
+/// The README's CRD commands on the oldest supported Kubernetes (the test cluster's 1.20), with
+/// kubectl as a user runs it, on a renamed copy of the CRD (group `kubectl-check.elector.dev`)
+/// so that the one the other tests use is never touched: without `--validate=false` kubectl
+/// refuses the CEL rules this server does not know; with it, `create` and then `replace` work.
+#[tokio::test]
+async fn the_documented_kubectl_commands_install_the_crd_on_1_20() {
+    let Some(cluster) = testkit::cluster::TestCluster::shared() else {
+        return;
+    };
+    let kubectl_found = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !kubectl_found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "kubectl not found (CI=true: this check never skips in CI)"
+        );
+        eprintln!("SKIPPED: kubectl not found on the PATH");
+        return;
+    }
+    let copy = crd::crd_yaml()
+        .expect("the CRD as YAML")
+        .replace(
+            "name: leaderelections.elector.dev",
+            "name: leaderelections.kubectl-check.elector.dev",
+        )
+        .replace("group: elector.dev", "group: kubectl-check.elector.dev");
+    let dir = std::env::temp_dir().join(format!("crd-kubectl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let file = dir.join("crd.yaml");
+    std::fs::write(&file, copy).expect("write the copy");
+    let kubectl = |args: &[&str]| {
+        let output = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(cluster.kubeconfig_path())
+            .args(args)
+            .arg("-f")
+            .arg(&file)
+            .output()
+            .expect("run kubectl");
+        (
+            output.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        )
+    };
+    let (created, refusal) = kubectl(&["create"]);
+    assert!(
+        !created && refusal.contains("x-kubernetes-validations"),
+        "kubectl create without --validate=false on 1.20: {refusal}"
+    );
+    let (created, output) = kubectl(&["create", "--validate=false"]);
+    assert!(created, "kubectl create --validate=false: {output}");
+    let (replaced, output) = kubectl(&["replace", "--validate=false"]);
+    assert!(replaced, "kubectl replace --validate=false: {output}");
+    let (deleted, output) = kubectl(&["delete", "--wait=true"]);
+    assert!(deleted, "kubectl delete: {output}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
