@@ -404,6 +404,49 @@ async fn keep_leader_keeps_the_label_while_consul_is_unreachable() {
     consul_unavailable("cs-keep", "KeepLeader", true).await;
 }
 
+/// Patroni's leader key holds the member's name and nothing else; with `valueFormat: Plain`
+/// an Observe election mirrors it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_mode_reads_a_leader_key_as_patroni_writes_it() {
+    with_namespace("cs-patroni", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        let key = h.key("web");
+        let names: Vec<String> = h.current().keys().cloned().collect();
+        let holder = names[0].clone();
+        let app = h.app_session("patroni", "0s").await;
+        assert!(h.app_acquire(&key, &app, &holder).await);
+        h.start_operator().await;
+        h.election(
+            "web",
+            web(json!({"mode": "Observe", "observe": {"valueFormat": "Plain"}})),
+        )
+        .await;
+        let le = h
+            .wait_status("web", |le| {
+                phase(le).as_deref() == Some("Observing")
+                    && harness::status_leader(le).as_deref() == Some(holder.as_str())
+            })
+            .await;
+        assert_eq!(
+            harness::status_leader(&le).as_deref(),
+            Some(holder.as_str())
+        );
+        let expected = holder.clone();
+        h.wait_pods(
+            SOON,
+            "the member named in the key labelled leader",
+            |pods| {
+                with_role(pods, "leader") == vec![expected.clone()]
+                    && with_role(pods, "follower").len() == 2
+            },
+        )
+        .await;
+        h.finish().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_mode_mirrors_the_application_lock_and_never_writes_to_consul() {
     with_namespace("cs-observe", |admin, ns| async move {

@@ -29,8 +29,8 @@ pub use install::{InstallError, install};
 pub use selector::{selector_matches, selector_string};
 pub use spec::{
     Behavior, CandidatesSpec, ConsulSpec, FailbackSpec, FailoverSpec, LabelsSpec, LeaderElection,
-    LeaderElectionSpec, Mode, PodSelector, SecretKeyRef, SelectorOperator, SelectorRequirement,
-    SessionSpec, SwitchoverSpec, UnavailablePolicy,
+    LeaderElectionSpec, Mode, ObserveSpec, PodSelector, SecretKeyRef, SelectorOperator,
+    SelectorRequirement, SessionSpec, SwitchoverSpec, UnavailablePolicy, ValueFormatSpec,
 };
 pub use status::{
     AppliedSession, AppliedSpec, CandidateStatus, LeaderElectionStatus, LeaderStatus, Phase,

@@ -75,6 +75,10 @@ pub struct LeaderElectionSpec {
     #[serde(default)]
     pub mode: Mode,
 
+    /// Observe mode: how the key's value names the holding pod.
+    #[serde(default, skip_serializing_if = "ObserveSpec::is_default")]
+    pub observe: ObserveSpec,
+
     /// The Consul KV key of the lock. Default: `elector/<namespace>/<name>/leader`. Segments of
     /// letters, digits, `-`, `_`, `.` and `,` separated by single `/`; no leading or trailing
     /// `/`, no `..`, no segment that is just `.`. Changing it on a running election releases
@@ -423,6 +427,56 @@ pub struct SwitchoverSpec {
     #[serde(default)]
     #[schemars(range(max = SWITCHOVER_DRAIN_MAX_SECONDS))]
     pub drain_seconds: u32,
+}
+
+/// How an Observe-mode election reads the holder from the key's value.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObserveSpec {
+    /// `Operator` (default): JSON as the operator writes it, `{"pod": ..., "uid": ...}`.
+    /// `Json`: a JSON object whose member `podField` is the pod's name. `Plain`: the whole
+    /// value is the pod's name, as Patroni writes its leader key (a pod whose name is the
+    /// member name).
+    #[serde(default)]
+    pub value_format: ValueFormatSpec,
+
+    /// With `valueFormat: Json`, the member holding the pod's name (default `pod`).
+    #[serde(default = "default_pod_field")]
+    #[schemars(length(min = 1, max = 63), pattern(r"^[A-Za-z0-9_.-]+$"))]
+    pub pod_field: String,
+}
+
+impl ObserveSpec {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl Default for ObserveSpec {
+    fn default() -> Self {
+        Self {
+            value_format: ValueFormatSpec::default(),
+            pod_field: default_pod_field(),
+        }
+    }
+}
+
+fn default_pod_field() -> String {
+    "pod".to_owned()
+}
+
+/// How the key's value names the holding pod.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+pub enum ValueFormatSpec {
+    /// The operator's JSON.
+    #[default]
+    Operator,
+    /// A JSON object with the pod's name in `podField`.
+    Json,
+    /// The value is the pod's name.
+    Plain,
 }
 
 /// Failback: moving leadership to a pod of higher `elector.dev/priority` than the leader's.

@@ -13,10 +13,10 @@ use kube::ResourceExt;
 
 use super::LeaderElection;
 use super::rules::{self, CelRule};
-use super::spec::{LeaderElectionSpec, PodSelector, SelectorOperator};
+use super::spec::{LeaderElectionSpec, PodSelector, SelectorOperator, ValueFormatSpec};
 use super::syntax;
 use crate::consul::{ConsulAddress, parse_go_duration};
-use crate::election::config::{ElectionConfig, LabelConfig, SessionConfig};
+use crate::election::config::{ElectionConfig, LabelConfig, SessionConfig, ValueFormat};
 
 /// One thing wrong with a spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +108,13 @@ pub fn validate(election: &LeaderElection) -> Result<ElectionConfig, Vec<SpecPro
                 drain: Duration::from_secs(u64::from(spec.switchover.drain_seconds)),
                 failback: spec.failback.enabled.then_some(failback_interval),
                 paused: spec.paused,
+                value_format: match spec.observe.value_format {
+                    ValueFormatSpec::Operator => ValueFormat::Operator,
+                    ValueFormatSpec::Json => ValueFormat::Json {
+                        field: spec.observe.pod_field.clone(),
+                    },
+                    ValueFormatSpec::Plain => ValueFormat::Plain,
+                },
             })
         }
         _ => Err(problems.0),
@@ -441,6 +448,7 @@ mod tests {
                 drain: Duration::ZERO,
                 failback: None,
                 paused: false,
+                value_format: ValueFormat::Operator,
             }
         );
     }

@@ -58,6 +58,22 @@ pub struct LabelConfig {
     pub follower: String,
 }
 
+/// How an Observe-mode election reads the holding pod's name from the key's value.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ValueFormat {
+    /// A JSON object naming the pod in `field` (the operator's own format uses `pod`, with
+    /// `uid` beside it).
+    Json {
+        /// The member holding the pod's name.
+        field: String,
+    },
+    /// The whole value is the pod's name, as Patroni writes its leader key.
+    Plain,
+    /// The operator's own format: JSON with `pod` (and `uid`, `cluster`, `install`).
+    #[default]
+    Operator,
+}
+
 /// A validated election spec with every default applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElectionConfig {
@@ -84,6 +100,8 @@ pub struct ElectionConfig {
     /// switchover requests wait; the safety rules still apply (no leader label without a
     /// confirmed lock).
     pub paused: bool,
+    /// Observe mode: how the key's value names the holding pod.
+    pub value_format: ValueFormat,
 }
 
 /// Who the operator is: the Kubernetes cluster it runs in, and its install (one release of

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::config::{ElectionConfig, Mode, Owner, UnavailablePolicy};
+use super::config::{ElectionConfig, Mode, Owner, UnavailablePolicy, ValueFormat};
 use super::eligibility::{Ineligible, Tenure, elapsed, eligibility, tenure};
 use super::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverRecord,
@@ -859,7 +859,7 @@ impl<'a> Builder<'a> {
                 lock_index, value, ..
             } => value
                 .as_deref()
-                .and_then(holder_from_value)
+                .and_then(|v| named_holder(v, &self.obs.config.value_format))
                 .and_then(|h| {
                     self.obs.pods.iter().find(|p| {
                         p.selected && p.name == h.pod && h.uid.as_deref().is_none_or(|u| u == p.uid)
@@ -1005,6 +1005,28 @@ pub fn served_elsewhere(lock: &LockView, owner: &Owner, pods: &[PodView]) -> Opt
     pods.iter()
         .any(|p| p.uid == uid)
         .then(|| format!("{cluster}/{install}"))
+}
+
+/// Who the key's value names as holder, read as `format` says: the operator's JSON, a JSON
+/// object with the pod's name in another member, or a plain name (Patroni's leader key).
+pub fn named_holder(value: &[u8], format: &ValueFormat) -> Option<KeyHolder> {
+    let plain = |pod: &str| {
+        let pod = pod.trim();
+        (!pod.is_empty()).then(|| KeyHolder {
+            pod: pod.to_owned(),
+            uid: None,
+            cluster: None,
+            install: None,
+        })
+    };
+    match format {
+        ValueFormat::Operator => holder_from_value(value),
+        ValueFormat::Plain => plain(std::str::from_utf8(value).ok()?),
+        ValueFormat::Json { field } => {
+            let v: serde_json::Value = serde_json::from_slice(value).ok()?;
+            plain(v.get(field)?.as_str()?)
+        }
+    }
 }
 
 /// Who a key value written in the operator's JSON format names as holder.

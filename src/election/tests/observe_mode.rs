@@ -3,7 +3,7 @@
 //! let go of its own session left from Managed mode (released and destroyed).
 
 use super::support::*;
-use crate::election::config::{ElectionConfig, Mode};
+use crate::election::config::{ElectionConfig, Mode, ValueFormat};
 use crate::election::observe::LockView;
 use crate::election::plan::{EventReason, Phase, Plan};
 use crate::election::planner::{CONSUL_AVAILABLE, KeyHolder, LEADER_ELECTED, holder_from_value};
@@ -31,6 +31,61 @@ fn assert_no_consul(plan: &Plan) {
     assert!(
         consul_steps(plan).is_empty(),
         "Observe mode wrote to Consul: {plan:#?}"
+    );
+}
+
+/// The key held by an application's session with `value`, in a scene reading it as `format`.
+fn held_as(value: &[u8], format: ValueFormat) -> Scene {
+    Scene::new(vec![pod("a"), pod("b"), pod("c")])
+        .config(ElectionConfig {
+            value_format: format,
+            ..observe()
+        })
+        .lock(LockView::Held {
+            session: "patroni-session".into(),
+            lock_index: 9,
+            value: Some(value.to_vec()),
+        })
+}
+
+#[test]
+fn a_leader_key_as_patroni_writes_it_names_the_pod_in_plain_text() {
+    // Patroni's leader key holds the member's name, nothing else (here with a newline).
+    let plan = held_as(b"b\n", ValueFormat::Plain).plan();
+    assert_eq!(
+        steps(&plan),
+        vec![label_leader("b", 9, t(100)), follower("a"), follower("c")]
+    );
+    assert_no_consul(&plan);
+    // Read as the operator's JSON, the same value names nobody: nobody is labelled.
+    let plan = held_as(b"b", ValueFormat::Operator).plan();
+    assert!(
+        !steps(&plan)
+            .iter()
+            .any(|a| matches!(a, crate::election::plan::Action::LabelLeader { .. })),
+        "{plan:#?}"
+    );
+    // A name no selected pod has labels nobody either.
+    let plan = held_as(b"web-7", ValueFormat::Plain).plan();
+    assert_eq!(
+        steps(&plan),
+        vec![follower("a"), follower("b"), follower("c")]
+    );
+}
+
+#[test]
+fn a_json_value_names_the_pod_in_the_member_the_spec_says() {
+    let json = ValueFormat::Json {
+        field: "member".into(),
+    };
+    let plan = held_as(br#"{"member": "c", "role": "primary"}"#, json.clone()).plan();
+    assert_eq!(steps(&plan)[0], label_leader("c", 9, t(100)));
+    let plan = held_as(br#"{"pod": "c"}"#, json).plan();
+    assert!(
+        !steps(&plan)
+            .iter()
+            .any(|a| matches!(a, crate::election::plan::Action::LabelLeader { .. })),
+        "the member is missing: {plan:#?}"
     );
 }
 

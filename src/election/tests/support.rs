@@ -8,6 +8,7 @@ use jiff::Timestamp;
 
 use crate::election::config::{
     Behavior, ElectionConfig, LabelConfig, Mode, Owner, SessionConfig, UnavailablePolicy,
+    ValueFormat,
 };
 use crate::election::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView,
@@ -49,6 +50,7 @@ pub fn config() -> ElectionConfig {
         drain: Duration::ZERO,
         failback: None,
         paused: false,
+        value_format: ValueFormat::default(),
     }
 }
 
