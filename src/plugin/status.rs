@@ -55,6 +55,22 @@ pub struct ElectionStatus {
     pub last_switchover: Option<SwitchoverStatus>,
     /// The key's holder as Consul sees it.
     pub consul: ConsulHolder,
+    /// The status conditions: type, status, reason and message.
+    pub conditions: Vec<ConditionLine>,
+}
+
+/// A status condition as the output shows it.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct ConditionLine {
+    /// The condition type (`Ready`, `LeaderElected`, ...).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True` or `False`.
+    pub status: String,
+    /// Why, in one CamelCase word.
+    pub reason: String,
+    /// Why, for people.
+    pub message: String,
 }
 
 /// A candidate as the output shows it: like [`CandidateStatus`], with the priority always
@@ -98,6 +114,16 @@ impl ElectionStatus {
             candidates: status.candidates.iter().map(Candidate::from).collect(),
             last_switchover: status.last_switchover,
             consul,
+            conditions: status
+                .conditions
+                .iter()
+                .map(|c| ConditionLine {
+                    type_: c.type_.clone(),
+                    status: c.status.clone(),
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                })
+                .collect(),
         }
     }
 
@@ -137,14 +163,32 @@ impl ElectionStatus {
                     or_dash(c.reason.as_ref()),
                 ]);
             }
-            for row in table.render().lines() {
-                out.push_str("  ");
-                out.push_str(row);
-                out.push('\n');
+            out.push_str(&indented(&table));
+        }
+        if !self.conditions.is_empty() {
+            out.push_str("Conditions:\n");
+            let mut table = Table::new(&["TYPE", "STATUS", "REASON", "MESSAGE"]);
+            for c in &self.conditions {
+                table.row(vec![
+                    c.type_.clone(),
+                    c.status.clone(),
+                    c.reason.clone(),
+                    c.message.clone(),
+                ]);
             }
+            out.push_str(&indented(&table));
         }
         out
     }
+}
+
+/// `table`'s rows, each indented by two spaces.
+fn indented(table: &Table) -> String {
+    table
+        .render()
+        .lines()
+        .map(|row| format!("  {row}\n"))
+        .collect()
 }
 
 /// One line about a switchover request: result, target, the move, when, and the operator's
@@ -263,6 +307,34 @@ mod tests {
                web-0  yes       0         -\n  \
                web-1  yes       0         -\n  \
                web-2  no        0         NotReady\n"
+        );
+    }
+
+    #[test]
+    fn conditions_are_shown_with_their_messages() {
+        let mut status = led_by_web_1();
+        status["conditions"] = json!([
+            {"type": "Ready", "status": "True", "reason": "LeaderElected",
+             "message": "pod web-1 is leader", "lastTransitionTime": "2024-05-01T09:57:00Z"},
+            {"type": "ConsulAvailable", "status": "False", "reason": "PermissionDenied",
+             "message": "the token lacks session write", "lastTransitionTime": "2024-05-01T09:57:00Z"},
+        ]);
+        let view = ElectionStatus::new(&election(json!({}), status), held());
+        let text = view.render(now());
+        assert!(
+            text.ends_with(
+                "Conditions:\n  \
+                   TYPE             STATUS  REASON            MESSAGE\n  \
+                   Ready            True    LeaderElected     pod web-1 is leader\n  \
+                   ConsulAvailable  False   PermissionDenied  the token lacks session write\n"
+            ),
+            "{text}"
+        );
+        let value = serde_json::to_value(&view).expect("serializes");
+        assert_eq!(value["conditions"][1]["type"], "ConsulAvailable");
+        assert_eq!(
+            value["conditions"][1]["message"],
+            "the token lacks session write"
         );
     }
 

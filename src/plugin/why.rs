@@ -151,6 +151,36 @@ fn not_eligible(candidate: &CandidateStatus, pod: Option<&Pod>) -> String {
     }
 }
 
+/// Why no pod leads: the `LeaderElected` condition's reason when it says more than the phase
+/// (the key held by another cluster or tool, another install, a pause), else the phase.
+fn nobody_leads(status: &LeaderElectionStatus) -> String {
+    let elected = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == crate::crd::conditions::LEADER_ELECTED);
+    match elected.map(|c| (c.reason.as_str(), c.message.as_str())) {
+        Some(("LockHeldElsewhere", message)) => {
+            format!(
+                "the key is held outside this operator, which elects nobody meanwhile: {message}"
+            )
+        }
+        Some(("ManagedElsewhere", message)) => {
+            format!("another install of the operator serves this election: {message}")
+        }
+        Some(("Paused", _)) => {
+            "the election is paused (spec.paused); `kubectl elector resume` resumes it".to_owned()
+        }
+        _ => match status.phase {
+            Some(Phase::Fenced) => "leadership is fenced: Consul cannot confirm the lock",
+            Some(Phase::Conflict) => "another election selects the same pods and wins",
+            Some(Phase::Invalid) => "the election's spec is invalid",
+            Some(Phase::Observing) => "in Observe mode the applications elect themselves",
+            _ => "the operator is electing one",
+        }
+        .to_owned(),
+    }
+}
+
 fn eligible_follower(
     election: &LeaderElection,
     status: &LeaderElectionStatus,
@@ -158,14 +188,10 @@ fn eligible_follower(
 ) -> String {
     let priority = candidate.priority;
     let Some(leader) = status.leader.as_ref().map(|l| l.pod.as_str()) else {
-        let why = match status.phase {
-            Some(Phase::Fenced) => "leadership is fenced: Consul cannot confirm the lock",
-            Some(Phase::Conflict) => "another election selects the same pods and wins",
-            Some(Phase::Invalid) => "the election's spec is invalid",
-            Some(Phase::Observing) => "in Observe mode the applications elect themselves",
-            _ => "the operator is electing one",
-        };
-        return format!("eligible, priority {priority}; no pod leads now ({why}).");
+        return format!(
+            "eligible, priority {priority}; no pod leads now ({}).",
+            nobody_leads(status)
+        );
     };
     let leader_priority = status
         .candidates
@@ -204,6 +230,38 @@ mod tests {
 
     fn web(name: &str) -> Pod {
         pod(name, json!({"app": "web"}), json!({}))
+    }
+
+    #[test]
+    fn with_the_key_held_by_another_cluster_nobody_is_being_elected() {
+        let mut status = led_by_web_1();
+        status["phase"] = json!("Pending");
+        status["leader"] = json!(null);
+        status["conditions"] = json!([{
+            "type": "LeaderElected", "status": "False", "reason": "LockHeldElsewhere",
+            "message": "session s-9 of cluster east holds the key for pod web-0",
+            "lastTransitionTime": "2024-05-01T09:57:00Z",
+        }]);
+        let answer = explain(
+            &election(json!({}), status.clone()),
+            "web-0",
+            Some(&web("web-0")),
+        );
+        assert!(
+            answer
+                .explanation
+                .contains("the key is held outside this operator, which elects nobody meanwhile: session s-9 of cluster east"),
+            "{}",
+            answer.explanation
+        );
+        assert!(!answer.explanation.contains("electing one"));
+        status["conditions"][0]["reason"] = json!("Paused");
+        let answer = explain(&election(json!({}), status), "web-0", Some(&web("web-0")));
+        assert!(
+            answer.explanation.contains("paused"),
+            "{}",
+            answer.explanation
+        );
     }
 
     #[test]
