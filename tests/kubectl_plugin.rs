@@ -70,6 +70,16 @@ async fn status_why_and_history_describe_the_running_election() {
 
         let table = succeeded(&plugin(&h, true, &["status", "web"]).await);
         eprintln!("{table}");
+        assert!(table.contains("Conditions:\n"), "{table}");
+        let list = succeeded(&plugin(&h, false, &["list"]).await);
+        let line = list.lines().nth(1).unwrap_or_default().to_owned();
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            (fields.first(), fields.get(1), fields.get(2)),
+            (Some(&"web"), Some(&"Elected"), Some(&leader.as_str())),
+            "{list}"
+        );
+        assert_eq!(fields.last(), Some(&"True"), "Ready: {list}");
         assert!(
             table.contains(&format!("Election:         {}/web\n", h.ns)),
             "{table}"

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 /// `kubectl elector`: inspect LeaderElections and move their leadership.
 #[derive(Parser, Debug, Clone, PartialEq, Eq)]
@@ -45,6 +45,19 @@ pub enum Command {
         #[arg(short = 'A', long, conflicts_with = "election")]
         all_namespaces: bool,
     },
+    /// One line per election: phase, leader, fencing token, transitions, Ready.
+    List {
+        /// Every election of every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+    },
+    /// Prints a shell completion script (for example `source <(kubectl elector completion
+    /// bash)`; kubectl completes plugins through a `kubectl_complete-elector` script on the
+    /// PATH).
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Moves leadership to another pod and waits until the operator decided the request.
     Switchover {
         /// The election.
@@ -79,6 +92,14 @@ pub enum Command {
         /// The election.
         election: String,
     },
+}
+
+/// The completion script of `kubectl-elector` for `shell`.
+pub fn completion(shell: clap_complete::Shell) -> String {
+    let mut command = Cli::command();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "kubectl-elector", &mut script);
+    String::from_utf8_lossy(&script).into_owned()
 }
 
 /// How results are printed.
@@ -147,6 +168,28 @@ mod tests {
         assert!(parse(&["status", "-A"]).is_ok());
         assert!(parse(&["why", "web"]).is_err(), "why needs a pod");
         assert!(parse(&["status", "-o", "xml"]).is_err());
+    }
+
+    #[test]
+    fn list_and_completion() {
+        assert_eq!(
+            parse(&["list", "-A"]).expect("parses").command,
+            Command::List {
+                all_namespaces: true
+            }
+        );
+        assert_eq!(
+            parse(&["completion", "zsh"]).expect("parses").command,
+            Command::Completion {
+                shell: clap_complete::Shell::Zsh
+            }
+        );
+        assert!(parse(&["completion", "cmd"]).is_err());
+        let bash = completion(clap_complete::Shell::Bash);
+        assert!(
+            bash.contains("kubectl-elector") && bash.contains("switchover"),
+            "{bash}"
+        );
     }
 
     #[test]

@@ -43,6 +43,13 @@ pub struct Report {
 /// Runs `cli`'s command against the cluster of the kubeconfig (or the pod's service account
 /// in a cluster).
 pub async fn run(cli: Cli) -> Result<Report, PluginError> {
+    if let Command::Completion { shell } = cli.command {
+        // Needs no cluster.
+        return Ok(Report {
+            text: cli::completion(shell),
+            success: true,
+        });
+    }
     let client = client(&cli).await?;
     let namespace = cli
         .namespace
@@ -121,6 +128,19 @@ pub async fn run(cli: Cli) -> Result<Report, PluginError> {
             })?;
             Ok(done(text))
         }
+        Command::List { all_namespaces } => {
+            let scope = if all_namespaces {
+                status::Scope::AllNamespaces
+            } else {
+                status::Scope::Namespace(&namespace)
+            };
+            let views = status::collect(client, scope, None).await?;
+            let text = output::render(format, views.as_slice(), |v| {
+                status::render_list(v, all_namespaces)
+            })?;
+            Ok(done(text))
+        }
+        Command::Completion { shell } => Ok(done(cli::completion(shell))),
         Command::Pause { election } => {
             let text = set_paused(&client, &namespace, &election, true).await?;
             Ok(done(text))

@@ -224,6 +224,38 @@ pub fn render_all(views: &[ElectionStatus], now: Timestamp) -> String {
         .join("\n")
 }
 
+/// One line per election (`kubectl elector list`), with the namespace when `all_namespaces`.
+pub fn render_list(views: &[ElectionStatus], all_namespaces: bool) -> String {
+    if views.is_empty() {
+        return "No LeaderElections found.\n".to_owned();
+    }
+    let mut header = vec!["NAME", "PHASE", "LEADER", "TOKEN", "TRANSITIONS", "READY"];
+    if all_namespaces {
+        header.insert(0, "NAMESPACE");
+    }
+    let mut table = Table::new(&header);
+    for view in views {
+        let ready = view
+            .conditions
+            .iter()
+            .find(|c| c.type_ == crate::crd::conditions::READY)
+            .map(|c| c.status.clone());
+        let mut row = vec![
+            view.name.clone(),
+            or_dash(view.phase.map(|p| format!("{p:?}"))),
+            or_dash(view.leader.as_ref()),
+            or_dash(view.fencing_token),
+            view.transitions.to_string(),
+            or_dash(ready),
+        ];
+        if all_namespaces {
+            row.insert(0, view.namespace.clone());
+        }
+        table.row(row);
+    }
+    table.render()
+}
+
 /// Reads the elections of `scope` and, through `consul`, their keys.
 pub async fn collect(
     client: Client,
@@ -308,6 +340,28 @@ mod tests {
                web-1  yes       0         -\n  \
                web-2  no        0         NotReady\n"
         );
+    }
+
+    #[test]
+    fn list_shows_one_line_per_election() {
+        let mut status = led_by_web_1();
+        status["conditions"] = json!([{"type": "Ready", "status": "True", "reason": "LeaderElected",
+            "message": "", "lastTransitionTime": "2024-05-01T09:57:00Z"}]);
+        let led = ElectionStatus::new(&election(json!({}), status), held());
+        let new = ElectionStatus::new(
+            &election(json!({}), json!(null)),
+            ConsulHolder::NotAsked {
+                reason: "not asked".into(),
+            },
+        );
+        assert_eq!(
+            render_list(&[led.clone(), new], true),
+            "NAMESPACE  NAME  PHASE    LEADER  TOKEN  TRANSITIONS  READY\n\
+             prod       web   Elected  web-1   42     3            True\n\
+             prod       web   -        -       -      0            -\n"
+        );
+        assert!(render_list(&[led], false).starts_with("NAME  PHASE"));
+        assert_eq!(render_list(&[], false), "No LeaderElections found.\n");
     }
 
     #[test]
