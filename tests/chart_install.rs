@@ -66,6 +66,23 @@ fn chart_files_follow_the_crate() {
         "charts/consul-elector/crds/ differs from crds/: copy it with \
          `cp crds/leaderelections.elector.dev.yaml charts/consul-elector/crds/`"
     );
+    // Helm installs every file there: the one CRD and nothing else.
+    let mut files: Vec<String> = std::fs::read_dir(root("charts/consul-elector/crds"))
+        .expect("list the chart's crds/")
+        .map(|entry| {
+            entry
+                .expect("a directory entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        ["leaderelections.elector.dev.yaml"],
+        "the chart's crds/"
+    );
 
     let chart: Value = serde_saphyr::from_str(
         &std::fs::read_to_string(root("charts/consul-elector/Chart.yaml")).expect("Chart.yaml"),
