@@ -252,8 +252,10 @@ async fn a_paused_election_keeps_its_leader_and_elects_nobody_until_resumed() {
             })
             .await;
         assert_eq!(harness::phase(&le).as_deref(), Some("Paused"));
-        let pods = h.current();
-        assert!(with_role(&pods, "leader").is_empty(), "{pods:?}");
+        h.wait_pods(SOON, "no pod labelled leader while paused", |pods| {
+            with_role(pods, "leader").is_empty()
+        })
+        .await;
         let lock = h.key_lock(&h.key("web")).await.expect("the key");
         assert_eq!(lock.session.as_deref(), Some(first.session.as_str()));
 

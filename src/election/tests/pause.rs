@@ -15,16 +15,9 @@ fn paused() -> ElectionConfig {
     }
 }
 
+/// Whether the plan writes to Consul (creates, acquires, releases or destroys).
 fn creates_or_releases(plan: &crate::election::plan::Plan) -> bool {
-    plan.actions.iter().any(|a| {
-        matches!(
-            a,
-            Action::CreateSession { .. }
-                | Action::Acquire { .. }
-                | Action::Release { .. }
-                | Action::DestroySession { .. }
-        )
-    })
+    plan.actions.iter().any(Action::writes_consul)
 }
 
 #[test]
