@@ -45,16 +45,15 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the LeaderElection CustomResourceDefinition as YAML.
     Crd,
+    /// Delete every LeaderElection in the watched namespaces and wait until the running
+    /// operator has cleaned each up (the chart's pre-delete hook runs this before `helm
+    /// uninstall` removes the operator).
+    DeleteElections(DeleteElectionsArgs),
 }
 
-/// Options of `consul-elector run`.
+/// `--watch-namespaces`, shared by `run` and `delete-elections`.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
-#[command(after_help = CONSUL_ENV_HELP)]
-pub struct RunArgs {
-    /// Address of the admin HTTP server (/metrics, /livez, /readyz).
-    #[arg(long, env = "ELECTOR_METRICS_ADDR", default_value = "0.0.0.0:8080")]
-    pub metrics_addr: SocketAddr,
-
+pub struct WatchScope {
     /// Namespaces to watch, comma-separated; empty watches all namespaces.
     #[arg(
         long,
@@ -65,6 +64,31 @@ pub struct RunArgs {
         value_parser = parse_namespaces
     )]
     pub watch_namespaces: Namespaces,
+}
+
+/// Options of `consul-elector delete-elections`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct DeleteElectionsArgs {
+    /// The namespaces whose elections to delete: the operator's.
+    #[command(flatten)]
+    pub scope: WatchScope,
+
+    /// How long to wait, in all, for the operator to clean the elections up (Go duration).
+    #[arg(long, default_value = "2m", value_parser = parse_positive_duration)]
+    pub timeout: Duration,
+}
+
+/// Options of `consul-elector run`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+#[command(after_help = CONSUL_ENV_HELP)]
+pub struct RunArgs {
+    /// Address of the admin HTTP server (/metrics, /livez, /readyz).
+    #[arg(long, env = "ELECTOR_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+
+    /// The namespaces the operator serves.
+    #[command(flatten)]
+    pub scope: WatchScope,
 
     /// Log output format.
     #[arg(long, env = "ELECTOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
@@ -474,7 +498,9 @@ mod tests {
             run,
             RunArgs {
                 metrics_addr: ([0, 0, 0, 0], 8080).into(),
-                watch_namespaces: Namespaces::default(),
+                scope: WatchScope {
+                    watch_namespaces: Namespaces::default(),
+                },
                 log_format: LogFormat::Plain,
                 log_filter: "info".to_owned(),
                 field_manager: "consul-elector".to_owned(),
@@ -490,7 +516,7 @@ mod tests {
                 lease_renew_deadline: Duration::from_secs(10),
             }
         );
-        assert!(run.watch_namespaces.is_all());
+        assert!(run.scope.watch_namespaces.is_all());
         assert!(!run.instance_name.is_empty());
     }
 
@@ -532,7 +558,9 @@ mod tests {
             run,
             RunArgs {
                 metrics_addr: ([127, 0, 0, 1], 9090).into(),
-                watch_namespaces: Namespaces(vec!["shop".to_owned(), "billing".to_owned()]),
+                scope: WatchScope {
+                    watch_namespaces: Namespaces(vec!["shop".to_owned(), "billing".to_owned()]),
+                },
                 log_format: LogFormat::Json,
                 log_filter: "warn,consul_elector=debug".to_owned(),
                 field_manager: "elector-test".to_owned(),
@@ -554,8 +582,8 @@ mod tests {
                 lease_renew_deadline: Duration::from_secs(40),
             }
         );
-        assert_eq!(run.watch_namespaces.names(), ["shop", "billing"]);
-        assert!(!run.watch_namespaces.is_all());
+        assert_eq!(run.scope.watch_namespaces.names(), ["shop", "billing"]);
+        assert!(!run.scope.watch_namespaces.is_all());
     }
 
     #[test]
@@ -668,7 +696,9 @@ mod tests {
                 *run,
                 RunArgs {
                     metrics_addr: ([127, 0, 0, 1], 9091).into(),
-                    watch_namespaces: Namespaces(vec!["a".to_owned(), "b-2".to_owned()]),
+                    scope: WatchScope {
+                        watch_namespaces: Namespaces(vec!["a".to_owned(), "b-2".to_owned()]),
+                    },
                     log_format: LogFormat::Json,
                     log_filter: "debug".to_owned(),
                     field_manager: "env-manager".to_owned(),

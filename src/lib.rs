@@ -15,6 +15,7 @@ pub mod locks;
 pub mod metrics;
 pub mod plugin;
 pub mod sessions;
+pub mod uninstall;
 pub mod write_gate;
 
 /// Installs rustls's ring provider as the process-wide default crypto provider.

@@ -1,17 +1,19 @@
 //! The `consul-elector` binary: parse the command line, install the rustls crypto provider,
-//! then either print the CRD or run the operator until SIGTERM/SIGINT.
+//! then print the CRD, delete the elections before an uninstall, or run the operator until
+//! SIGTERM/SIGINT.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use consul_elector::cluster_identity;
-use consul_elector::config::{Cli, Command, RunArgs, init_tracing};
+use consul_elector::config::{Cli, Command, DeleteElectionsArgs, LogFormat, RunArgs, init_tracing};
 use consul_elector::consul::{ConsulClient, ConsulSettings};
 use consul_elector::controller::{self, Settings};
 use consul_elector::election::config::Owner;
 use consul_elector::http::{self, Health};
 use consul_elector::leadership::{LeaseSettings, WallClock};
 use consul_elector::metrics::Metrics;
+use consul_elector::uninstall;
 
 fn main() -> ExitCode {
     // kube (ring) and the Consul client (rustls) both build TLS configurations from the
@@ -29,6 +31,13 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::DeleteElections(args) => match tokio::runtime::Runtime::new() {
+            Ok(runtime) => runtime.block_on(delete_elections(args)),
+            Err(error) => {
+                eprintln!("cannot start the async runtime: {error}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Run(args) => match (tokio::runtime::Runtime::new(), session_runtime()) {
             (Ok(runtime), Ok(sessions)) => {
                 let code = runtime.block_on(run(*args, sessions.handle().clone()));
@@ -42,6 +51,32 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+/// `delete-elections`: deletes the watched namespaces' elections and waits for their cleanup.
+async fn delete_elections(args: DeleteElectionsArgs) -> ExitCode {
+    if let Err(error) = init_tracing(LogFormat::Plain, "info") {
+        eprintln!("cannot set up logging: {error}");
+        return ExitCode::FAILURE;
+    }
+    let client = match kube::Client::try_default().await {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::error!(%error, "cannot reach the Kubernetes API");
+            return ExitCode::FAILURE;
+        }
+    };
+    let namespaces = args.scope.watch_namespaces.names();
+    match uninstall::delete_elections(client, namespaces, args.timeout).await {
+        Ok(count) => {
+            tracing::info!(count, "every LeaderElection is deleted and cleaned up");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            tracing::error!(%error, "the LeaderElections are not all cleaned up");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -102,7 +137,7 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
         version = env!("CARGO_PKG_VERSION"),
         consul = %consul.address(),
         cluster = %cluster_name,
-        namespaces = ?args.watch_namespaces.names(),
+        namespaces = ?args.scope.watch_namespaces.names(),
         "starting consul-elector"
     );
     let metrics = Metrics::new();
@@ -152,7 +187,7 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let settings = Settings {
-        watch_namespaces: args.watch_namespaces.names().to_vec(),
+        watch_namespaces: args.scope.watch_namespaces.names().to_vec(),
         field_manager: args.field_manager,
         instance: args.instance_name,
         lock_watch_wait: args.lock_watch_wait,

@@ -1,6 +1,7 @@
 //! The operator's own lifecycle (docs/design.md rules 3 and 7): a crash and restart changes no
 //! leader, label, token or transition and adopts the Consul session; a crash in the middle
-//! of a move never yields two leaders; deleting a LeaderElection cleans up everything.
+//! of a move never yields two leaders; deleting a LeaderElection cleans up everything, and the
+//! chart's pre-delete hook deletes every election while the operator can still clean up.
 
 mod harness;
 
@@ -8,11 +9,16 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use consul_elector::crd::LeaderElection;
+use consul_elector::uninstall::{self, UninstallError};
 use harness::{Backend, ConsulUnderTest, Harness, HarnessOptions, ROLE, SOON, TRACKED, with_role};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::conditions;
 use kube::runtime::wait::await_condition;
 use serde_json::json;
-use testkit::cluster::with_namespace;
+use testkit::cluster::{TestCluster, with_namespace};
 use testkit::consul::{Endpoint, Fault, FaultAction};
 use testkit::kube_faults::{self, KubeFault, Verb};
 
@@ -467,6 +473,131 @@ async fn the_skip_annotation_lets_a_deletion_finish_at_once_while_consul_is_down
                 .any(|n| n.contains(&key) && n.contains(&first.session)),
             "{notes:?}"
         );
+        h.finish().await;
+    })
+    .await;
+}
+
+/// The rules of the chart's pre-delete hook (`consul-elector delete-elections`).
+const RBAC_UNINSTALL_RULES: &str =
+    include_str!("../charts/consul-elector/files/rbac-uninstall-rules.yaml");
+
+/// A client acting as the pre-delete hook's ServiceAccount in `h`'s namespace, with exactly
+/// the chart's hook rules (a Role there, as the chart grants it when it watches namespaces).
+async fn hook_client(h: &Harness) -> kube::Client {
+    let rules: Vec<PolicyRule> =
+        serde_saphyr::from_str(RBAC_UNINSTALL_RULES).expect("hook RBAC rules parse");
+    let name = "consul-elector-uninstall";
+    let role = Role {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(rules),
+    };
+    Api::<Role>::namespaced(h.admin.clone(), &h.ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("hook role");
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: name.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: name.into(),
+            namespace: Some(h.ns.clone()),
+            ..Subject::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(h.admin.clone(), &h.ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("hook role binding");
+    TestCluster::shared()
+        .expect("cluster (with_namespace checked)")
+        .service_account_client(&h.ns, name)
+        .await
+}
+
+/// The pre-delete hook, with its own rights only: while the operator runs, it deletes every
+/// election of the namespace and returns once the operator has cleaned up each (labels off,
+/// keys released, sessions destroyed). Once the operator is gone, it gives up after its bound,
+/// names what is left and the recovery, and that recovery (removing the finalizer) works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_uninstall_hook_deletes_every_election_and_waits_for_the_cleanup() {
+    with_namespace("lc-uninstall", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.deployment("api", 2).await;
+        h.start_operator().await;
+        h.election("web", spec()).await;
+        let mut second = spec();
+        second["selector"] = json!({"matchLabels": {"app": "api"}});
+        // Its own label key: the recorder checks rule 1 on the default one, for `web`.
+        second["labels"] = json!({"key": "elector.dev/api-role"});
+        h.election("second", second).await;
+        h.wait_elected("web", None).await;
+        h.wait_status("second", |le| {
+            le.status.as_ref().is_some_and(|s| s.leader.is_some())
+        })
+        .await;
+        assert_eq!(h.session_ids().await.len(), 2, "one session per election");
+        let hook = hook_client(&h).await;
+
+        let deleted = uninstall::delete_elections(hook.clone(), std::slice::from_ref(&h.ns), SOON)
+            .await
+            .expect("the hook finishes while the operator runs");
+        assert_eq!(deleted, 2);
+        let left = h.elections().list(&Default::default()).await.expect("list");
+        assert!(left.items.is_empty(), "no election is left");
+        assert_eq!(h.session_ids().await, BTreeSet::new(), "no session is left");
+        for name in ["web", "second"] {
+            let key = h.key(name);
+            let entry = h.key_lock(&key).await;
+            assert!(
+                entry.as_ref().is_none_or(|e| e.session.is_none()),
+                "{key} is released: {entry:?}"
+            );
+        }
+        h.wait_pods(SOON, "no pod keeps a mark of the operator", |pods| {
+            pods.values().all(|p| {
+                p.labels.keys().all(|k| !k.starts_with("elector.dev/"))
+                    && TRACKED.iter().all(|a| !p.annotations.contains_key(*a))
+            })
+        })
+        .await;
+
+        // With the operator gone, an election keeps its finalizer: the hook gives up after its
+        // bound and says how to recover.
+        h.election("late", spec()).await;
+        h.wait_elected("late", None).await;
+        h.stop_operator().await;
+        let bound = Duration::from_secs(2);
+        let error = uninstall::delete_elections(hook, std::slice::from_ref(&h.ns), bound)
+            .await
+            .expect_err("nothing cleans up without the operator");
+        let message = error.to_string();
+        let late = format!("{}/late", h.ns);
+        assert!(
+            matches!(&error, UninstallError::TimedOut { remaining, .. } if remaining == std::slice::from_ref(&late)),
+            "{message}"
+        );
+        assert!(message.contains(&late) && message.contains("kubectl patch"), "{message}");
+        // The recovery the message names: the finalizer removed by a merge patch.
+        let patch = json!({"metadata": {"finalizers": null}});
+        h.elections()
+            .patch("late", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("remove the finalizer");
+        let gone = h.elections().get_opt("late").await.expect("get");
+        assert!(gone.is_none(), "the election is gone once its finalizer is");
         h.finish().await;
     })
     .await;

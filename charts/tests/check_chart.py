@@ -15,7 +15,8 @@ library), since no helm CLI exists here.
         every optional feature on (once before the ServiceMonitor CRD exists, once after),
         install (the PrometheusRule, like the ServiceMonitor, only once its API is served, holding
         files/prometheus-rules.yaml; the dashboard ConfigMap holding dashboards/ with the Grafana
-        sidecar's label); the hardening and RBAC rules are checked on the objects Helm rendered and again
+        sidecar's label); the pre-delete hook's objects are rendered but not created; the
+        hardening and RBAC rules are checked on the objects Helm rendered and again
         on the objects the API server stored, and the default view/edit/admin ClusterRoles must
         have aggregated the chart's LeaderElection rules. admissionPolicy.enabled must render
         the ValidatingAdmissionPolicy (a cluster before 1.30 refuses the install naming it; its
@@ -24,6 +25,10 @@ library), since no helm CLI exists here.
     check_chart.py install --kubeconfig PATH --namespace NS --release NAME --values FILE
         Installs the chart as a user would (`helm install --create-namespace -f FILE`), for the
         real-node e2e suite: no checks, the exit status is Helm's.
+
+    check_chart.py uninstall --kubeconfig PATH --namespace NS --release NAME [--timeout S]
+        `helm uninstall --wait` with its hooks (the chart's pre-delete hook deletes the
+        elections first), for the real-node e2e suite's uninstall test; the exit status is Helm's.
 
 Every failure is printed; the exit status is 1 if any check failed.
 """
@@ -762,6 +767,7 @@ def check_install(checks: Checks, cluster: Cluster, e: Expect, overrides: dict, 
         if checks.expect(live is not None, f"{e.release}: {key(obj)} exists in the cluster"):
             stored.append(live)
     check_objects(checks, stored, e, f"{e.release} stored")
+    check_uninstall_hook(checks, cluster, release, e)
     crd = cluster.get("CustomResourceDefinition", "apiextensions.k8s.io/v1", "leaderelections.elector.dev", None)
     checks.expect(crd is not None, f"{e.release}: the LeaderElection CRD is installed")
     if e.values["rbac"]["aggregateToDefaultRoles"]:
@@ -769,6 +775,42 @@ def check_install(checks: Checks, cluster: Cluster, e: Expect, overrides: dict, 
     return {"release": e.release, "namespace": e.namespace, "deployment": next(
         (o["metadata"]["name"] for o in rendered if o["kind"] == "Deployment"
          and o["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"), None)}
+
+
+def check_uninstall_hook(checks: Checks, cluster: Cluster, release: dict, e: Expect) -> None:
+    """The pre-delete hook: its ServiceAccount, rules (from files/, with their comments) and Job,
+    all pre-delete hooks, none of them created by the install."""
+    where = f"{e.release} uninstall hook"
+    hooks = release.get("hooks") or []
+    docs = [doc for hook in hooks for doc in manifest_docs(hook.get("manifest", ""))]
+    wanted = e.values["uninstallHook"]["enabled"] and e.values["rbac"]["create"]
+    if not wanted:
+        checks.expect(not docs, f"{where}: none without uninstallHook.enabled and rbac.create: {hooks}")
+        return
+    for hook in hooks:
+        checks.expect(hook.get("events") == ["pre-delete"], f"{where}: {hook.get('name')} runs pre-delete only")
+    objs = [obj for obj, _ in docs]
+    kinds = sorted(obj["kind"] for obj in objs)
+    roles = ["Role", "RoleBinding"] * len(e.watch) if e.watch else ["ClusterRole", "ClusterRoleBinding"]
+    checks.expect(kinds == sorted(["ServiceAccount", "Job", *roles]), f"{where}: its objects: {kinds}")
+    check_rendered_rbac_comments(checks, docs, where)
+    rules = yaml.safe_load((CHART / "files" / "rbac-uninstall-rules.yaml").read_text())
+    for obj in objs:
+        if obj["kind"] in ("Role", "ClusterRole"):
+            checks.expect(obj["rules"] == rules, f"{where}: {key(obj)} grants exactly files/rbac-uninstall-rules.yaml")
+        checks.expect(cluster.get(obj["kind"], obj["apiVersion"], obj["metadata"]["name"],
+                                  obj["metadata"].get("namespace")) is None,
+                      f"{where}: {key(obj)} is not created by the install")
+    for job in (obj for obj in objs if obj["kind"] == "Job"):
+        pod = job["spec"]["template"]["spec"]
+        check_hardened_pod(checks, pod, f"{where} Job")
+        args = pod["containers"][0]["args"]
+        want = ["delete-elections", f"--timeout={e.values['uninstallHook']['timeout']}"]
+        if e.watch:
+            want.append(f"--watch-namespaces={','.join(e.watch)}")
+        checks.expect(args == want, f"{where}: Job args {args} == {want}")
+        checks.expect(pod["containers"][0]["image"] == expected_image(e.values["image"]),
+                      f"{where}: the operator's image")
 
 
 def check_admission_policy(checks: Checks, cluster: Cluster, namespace: str) -> None:
@@ -866,7 +908,14 @@ def main() -> int:
     i.add_argument("--namespace", required=True)
     i.add_argument("--release", required=True)
     i.add_argument("--values", required=True, help="a YAML (or JSON) values file")
+    u = sub.add_parser("uninstall", help="helm uninstall (hooks included), waiting for the deletions")
+    u.add_argument("--kubeconfig", required=True)
+    u.add_argument("--namespace", required=True)
+    u.add_argument("--release", required=True)
+    u.add_argument("--timeout", type=int, default=300, help="seconds, hooks included")
     args = parser.parse_args()
+    if args.command == "uninstall":
+        return run_uninstall(args)
     if args.command == "lint":
         return run_lint()
     if args.command == "install":
@@ -886,6 +935,17 @@ def run_install(args: argparse.Namespace) -> int:
         return 1
     print(f"installed {args.release} into {args.namespace}: {result.get('info', {}).get('status', result)}",
           flush=True)
+    return 0
+
+
+def run_uninstall(args: argparse.Namespace) -> int:
+    config = helm.Configuration(namespace=args.namespace, kubeconfig=args.kubeconfig)
+    try:
+        asyncio.run(helm.Uninstall(config).run(args.release, wait=True, timeout=args.timeout))
+    except helm.HelmError as error:
+        print(f"helm uninstall {args.release} failed: {error}", file=sys.stderr)
+        return 1
+    print(f"uninstalled {args.release} from {args.namespace}", flush=True)
     return 0
 
 

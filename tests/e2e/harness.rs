@@ -410,7 +410,7 @@ impl Env {
 
     /// The dev Consul Service the chart creates with consulDev.enabled (label
     /// component=consul-dev in the operator's namespace).
-    async fn consul_service(&self) -> String {
+    pub async fn consul_service(&self) -> String {
         let services = self
             .api::<Service>(&self.operator_namespace)
             .list(&ListParams::default().labels("app.kubernetes.io/component=consul-dev"))

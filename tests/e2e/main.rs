@@ -19,6 +19,10 @@
 //! - `ELECTOR_E2E_CONSUL_ADDR=http://host:port`: read Consul there instead of through the API
 //!   server's proxy to the chart's dev Consul (for a cluster using an external Consul).
 //! - `ELECTOR_E2E_KEEP=1`: keep a failed test's namespace for inspection.
+//! - `ELECTOR_E2E_RELEASE`, `ELECTOR_E2E_CHART_VALUES`, `ELECTOR_HELM_PYTHON`: the release to
+//!   uninstall and reinstall, its values file, and the python that runs Helm
+//!   (`charts/tests/check_chart.py`); set by the real-node suite, which alone runs the
+//!   uninstall test.
 //!
 //! Each test works in its own namespace (`e2e-<test>-<random>`), deleted afterwards, and on
 //! failure prints the namespace's pods, LeaderElections and events and the operator's log.
@@ -32,3 +36,4 @@ mod operator_restart;
 mod real_node;
 mod silent_node;
 mod traffic;
+mod uninstall;

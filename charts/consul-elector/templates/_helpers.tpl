@@ -147,3 +147,14 @@ Where the Consul Secrets are mounted in the operator container.
 {{- define "consul-elector.consulSecretsDir" -}}
 /etc/consul-elector
 {{- end }}
+
+{{/*
+Annotations of the pre-delete hook's objects: run before `helm uninstall` deletes anything,
+in the order of "weight" (its ServiceAccount and rules first, then the Job); a previous
+attempt's objects are replaced, and all are deleted once the hook succeeded.
+*/}}
+{{- define "consul-elector.uninstallHookAnnotations" -}}
+helm.sh/hook: pre-delete
+helm.sh/hook-weight: {{ .weight | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}

@@ -43,7 +43,7 @@ pub(super) fn install(cluster: &TestCluster, options: &SuiteOptions) -> Result<(
             },
         },
     });
-    let values_file = options.log_dir.join("values.json");
+    let values_file = values_file(options);
     std::fs::write(&values_file, values.to_string())
         .map_err(|e| SuiteError::Chart(format!("writing {}: {e}", values_file.display())))?;
     let script = Path::new(REPOSITORY).join("charts/tests/check_chart.py");
@@ -65,9 +65,14 @@ pub(super) fn install(cluster: &TestCluster, options: &SuiteOptions) -> Result<(
     }
 }
 
+/// Where [`install`] writes the release's values (the uninstall test reinstalls with them).
+pub(super) fn values_file(options: &SuiteOptions) -> std::path::PathBuf {
+    options.log_dir.join("values.json")
+}
+
 /// The python of the chart checks' venv: `$ELECTOR_HELM_PYTHON`, else the one
 /// `charts/tests/setup-venv.sh` makes (or reuses) and prints.
-fn helm_python() -> Result<std::path::PathBuf, SuiteError> {
+pub(super) fn helm_python() -> Result<std::path::PathBuf, SuiteError> {
     if let Some(python) = std::env::var_os("ELECTOR_HELM_PYTHON") {
         return Ok(python.into());
     }

@@ -120,7 +120,7 @@ pub async fn run(options: SuiteOptions, command: &[String]) -> Result<ExitStatus
         "node-e2e: chart installed and available in {:.1?}; running {command:?}",
         begun.elapsed()
     );
-    let status = run_command(&cluster, &nodes, command).await;
+    let status = run_command(&cluster, &nodes, &options, command).await;
     drop(nodes);
     drop(cluster);
     status
@@ -128,10 +128,12 @@ pub async fn run(options: SuiteOptions, command: &[String]) -> Result<ExitStatus
 
 /// Runs `command` with the suite's environment: the cluster's kubeconfig, `ELECTOR_E2E=1`, and
 /// what only real nodes offer: ClusterIPs routed on this host, the node's containerd socket,
-/// and the spare node with its taint and its kubelet's process id.
+/// the spare node with its taint and its kubelet's process id, and how to reinstall the chart
+/// (the helm python, the release, its values file).
 async fn run_command(
     cluster: &TestCluster,
     nodes: &RealNodes,
+    options: &SuiteOptions,
     command: &[String],
 ) -> Result<ExitStatus, SuiteError> {
     let Some((program, args)) = command.split_first() else {
@@ -146,6 +148,9 @@ async fn run_command(
         .env("KUBECONFIG", cluster.kubeconfig_path())
         .env("ELECTOR_E2E", "1")
         .env("ELECTOR_E2E_NAMESPACE", RELEASE)
+        .env("ELECTOR_E2E_RELEASE", RELEASE)
+        .env("ELECTOR_E2E_CHART_VALUES", chart::values_file(options))
+        .env("ELECTOR_HELM_PYTHON", chart::helm_python()?)
         .env("ELECTOR_E2E_NODE", node.name())
         .env("ELECTOR_E2E_CONTAINERD", node.containerd_socket())
         .env("ELECTOR_E2E_SPARE_NODE", spare.name())
