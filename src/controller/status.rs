@@ -22,8 +22,8 @@ use crate::election::plan::{self, ConditionState, Plan};
 use crate::election::planner::LEADER_ELECTED;
 use crate::leadership::LeaseSettings;
 
-/// Writes the status of the last plan (SpecValid True, Conflict False), as far as it was
-/// carried out: `labelled` is the pod that carries the leader label now. A plan whose leader
+/// Writes the status of the last plan (`spec_valid`, which is True, and Conflict False), as far
+/// as it was carried out: `labelled` is the pod that carries the leader label now. A plan whose leader
 /// is not labelled (an action failed) reports phase Electing and `LeaderElected` False, never
 /// a leader that no pod shows.
 pub async fn write(
@@ -32,11 +32,12 @@ pub async fn write(
     config: &ElectionConfig,
     labelled: Option<&str>,
     plan: Option<&Plan>,
+    spec_valid: ConditionState,
 ) -> Result<(), Error> {
     let Some(plan) = plan else {
         return Ok(());
     };
-    let (old, new) = decided(le, ctx, config, labelled, plan);
+    let (old, new) = decided(le, ctx, config, labelled, plan, spec_valid);
     patch_if_changed(le, ctx, &old, new, Write::Whole).await
 }
 
@@ -134,6 +135,7 @@ fn decided(
     config: &ElectionConfig,
     labelled: Option<&str>,
     plan: &Plan,
+    spec_valid: ConditionState,
 ) -> (LeaderElectionStatus, LeaderElectionStatus) {
     let old = ctx.current_status(le);
     let state = &plan.status;
@@ -196,15 +198,7 @@ fn decided(
     {
         new.leader = new.last_leader.take();
     }
-    fresh.push(condition(
-        le,
-        &ConditionState {
-            type_: SPEC_VALID,
-            status: true,
-            reason: "Valid",
-            message: "the spec is valid".into(),
-        },
-    ));
+    fresh.push(condition(le, &spec_valid));
     fresh.push(condition(
         le,
         &ConditionState {
@@ -282,31 +276,32 @@ pub fn lease_timing(lease: &LeaseSettings, config: &ElectionConfig) -> Condition
     }
 }
 
-/// Reports a spec that cannot be acted on: phase Invalid, SpecValid False, and a Warning
-/// event when this is news (not on every requeue).
-pub async fn invalid(
-    le: &LeaderElection,
-    ctx: &Context,
-    problems: &[SpecProblem],
-) -> Result<(), Error> {
+/// The `SpecValid` condition of a spec with `problems` (reason `InvalidSpec`, every problem
+/// in the message).
+pub fn spec_problems(problems: &[SpecProblem]) -> ConditionState {
     let message = problems
         .iter()
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("; ");
-    stand_back(
-        le,
-        ctx,
-        Phase::Invalid,
-        ConditionState {
-            type_: SPEC_VALID,
-            status: false,
-            reason: "InvalidSpec",
-            message,
-        },
-        plan::EventReason::InvalidSpec,
-    )
-    .await
+    ConditionState {
+        type_: SPEC_VALID,
+        status: false,
+        reason: "InvalidSpec",
+        message,
+    }
+}
+
+/// Reports a spec that cannot be acted on: phase Invalid, the `SpecValid` condition
+/// `spec_valid` (False), and a Warning event of `reason` when this is news (not on every
+/// requeue).
+pub async fn invalid(
+    le: &LeaderElection,
+    ctx: &Context,
+    spec_valid: ConditionState,
+    reason: plan::EventReason,
+) -> Result<(), Error> {
+    stand_back(le, ctx, Phase::Invalid, spec_valid, reason).await
 }
 
 /// Reports that an older election claims the same pods: phase Conflict, Conflict True.

@@ -4,11 +4,15 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::election::owner_selectors::SELECTED_BY_OWNER;
+
 /// A pod leads and holds the Consul lock (`True`), or none does (`False`, with the reason).
 pub const LEADER_ELECTED: &str = "LeaderElected";
 /// Consul answered the operator's last requests for this election.
 pub const CONSUL_AVAILABLE: &str = "ConsulAvailable";
-/// The spec can be used (`False` with reason `InvalidSpec` and every problem in the message).
+/// The spec can be used (`False` with reason `InvalidSpec` and every problem in the message,
+/// or reason `LabelKeySelectedByOwner` when `spec.labels.key` is in the selector of a
+/// candidate pod's controller).
 pub const SPEC_VALID: &str = "SpecValid";
 /// An older election selects the same pods with the same label key, so this one stands back.
 pub const CONFLICT: &str = "Conflict";
@@ -35,7 +39,12 @@ pub const READY: &str = "Ready";
 pub fn readiness(conditions: &[Condition], candidates: usize) -> (bool, &'static str, String) {
     let find = |type_: &str| conditions.iter().find(|c| c.type_ == type_);
     if let Some(invalid) = find(SPEC_VALID).filter(|c| c.status != "True") {
-        return (false, "InvalidSpec", invalid.message.clone());
+        let reason = if invalid.reason == SELECTED_BY_OWNER {
+            SELECTED_BY_OWNER
+        } else {
+            "InvalidSpec"
+        };
+        return (false, reason, invalid.message.clone());
     }
     if let Some(conflict) = find(CONFLICT).filter(|c| c.status == "True") {
         return (false, "Conflict", conflict.message.clone());
@@ -265,6 +274,11 @@ mod tests {
             ready(&[elected.clone(), invalid], 3),
             (false, "InvalidSpec"),
             "an invalid spec is not ready whatever was elected before"
+        );
+        let refused = condition(SPEC_VALID, "False", SELECTED_BY_OWNER, 1);
+        assert_eq!(
+            ready(&[elected.clone(), refused], 3),
+            (false, SELECTED_BY_OWNER)
         );
         let conflict = condition(CONFLICT, "True", "Conflict", 1);
         assert_eq!(ready(&[elected, conflict], 3), (false, "Conflict"));
