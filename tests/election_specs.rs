@@ -62,9 +62,16 @@ async fn the_younger_of_two_conflicting_elections_writes_nothing() {
         let le = h
             .wait_status("younger", |le| phase(le).as_deref() == Some("Conflict"))
             .await;
-        let conflict = condition(&le, "Conflict").expect("Conflict condition");
-        assert_eq!(conflict.status, "True");
+        let conflict = condition(&le, "Exclusive").expect("Exclusive condition");
+        assert_eq!(
+            (conflict.status.as_str(), conflict.reason.as_str()),
+            ("False", "Conflict")
+        );
         assert!(conflict.message.contains("older"), "{}", conflict.message);
+        assert!(
+            condition(&le, "Conflict").is_none(),
+            "no condition of the old polarity"
+        );
         let notes = h.wait_event("younger", "Conflict").await;
         assert!(notes.iter().any(|n| n.contains("older")), "{notes:?}");
 
@@ -86,7 +93,7 @@ async fn the_younger_of_two_conflicting_elections_writes_nothing() {
         let le = h
             .wait_status("younger", |le| phase(le).as_deref() == Some("Elected"))
             .await;
-        assert!(has_condition(&le, "Conflict", "False"));
+        assert!(has_condition(&le, "Exclusive", "True"));
         h.wait_elected("younger", None).await;
         h.finish().await;
     })
@@ -158,7 +165,7 @@ async fn elections_with_different_label_keys_share_pods() {
         let le = h
             .wait_status("secondary", |le| phase(le).as_deref() == Some("Elected"))
             .await;
-        assert!(has_condition(&le, "Conflict", "False"));
+        assert!(has_condition(&le, "Exclusive", "True"));
         let both = status_leader(&le).expect("secondary leader");
         assert_eq!(
             both, primary.pod,
@@ -607,7 +614,7 @@ async fn an_election_that_becomes_the_younger_while_leading_yields_everything() 
         let le = h
             .wait_status("younger", |le| phase(le).as_deref() == Some("Conflict"))
             .await;
-        assert!(has_condition(&le, "Conflict", "True"));
+        assert!(has_condition(&le, "Exclusive", "False"));
 
         // It lets go of everything: its session, its key, its labels and annotations.
         let let_go = h
@@ -683,7 +690,8 @@ async fn elections_created_in_the_same_second_are_ordered_by_name() {
         let le = h
             .wait_status("b-first", |le| phase(le).as_deref() == Some("Conflict"))
             .await;
-        let conflict = condition(&le, "Conflict").expect("Conflict condition");
+        let conflict = condition(&le, "Exclusive").expect("Exclusive condition");
+        assert_eq!(conflict.status, "False");
         assert!(
             conflict.message.contains("a-second"),
             "{}",

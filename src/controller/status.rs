@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::Context;
 use crate::Error;
-use crate::crd::conditions::{self, CONFLICT, LEASE_TIMING_SAFE, SPEC_VALID, STATUS_WRITTEN};
+use crate::crd::conditions::{self, EXCLUSIVE, LEASE_TIMING_SAFE, SPEC_VALID, STATUS_WRITTEN};
 use crate::crd::{
     AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus, Phase,
     SpecProblem, SwitchoverResult, SwitchoverStatus,
@@ -22,7 +22,7 @@ use crate::election::plan::{self, ConditionState, Plan};
 use crate::election::planner::LEADER_ELECTED;
 use crate::leadership::LeaseSettings;
 
-/// Writes the status of the last plan (`spec_valid`, which is True, and Conflict False), as far
+/// Writes the status of the last plan (`spec_valid`, which is True, and Exclusive True), as far
 /// as it was carried out: `labelled` is the pod that carries the leader label now. A plan whose leader
 /// is not labelled (an action failed) reports phase Electing and `LeaderElected` False, never
 /// a leader that no pod shows.
@@ -202,9 +202,9 @@ fn decided(
     fresh.push(condition(
         le,
         &ConditionState {
-            type_: CONFLICT,
-            status: false,
-            reason: "NoConflict",
+            type_: EXCLUSIVE,
+            status: true,
+            reason: "Exclusive",
             message: "no older election selects these pods with the same label key".into(),
         },
     ));
@@ -304,15 +304,15 @@ pub async fn invalid(
     stand_back(le, ctx, Phase::Invalid, spec_valid, reason).await
 }
 
-/// Reports that an older election claims the same pods: phase Conflict, Conflict True.
+/// Reports that an older election claims the same pods: phase Conflict, Exclusive False.
 pub async fn conflict(le: &LeaderElection, ctx: &Context, older: &str) -> Result<(), Error> {
     stand_back(
         le,
         ctx,
         Phase::Conflict,
         ConditionState {
-            type_: CONFLICT,
-            status: true,
+            type_: EXCLUSIVE,
+            status: false,
             reason: "Conflict",
             message: format!(
                 "election {older} is older and selects the same pods with the same label key; this one writes nothing"
