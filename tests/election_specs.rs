@@ -62,9 +62,16 @@ async fn the_younger_of_two_conflicting_elections_writes_nothing() {
         let le = h
             .wait_status("younger", |le| phase(le).as_deref() == Some("Conflict"))
             .await;
-        let conflict = condition(&le, "Conflict").expect("Conflict condition");
-        assert_eq!(conflict.status, "True");
+        let conflict = condition(&le, "Exclusive").expect("Exclusive condition");
+        assert_eq!(
+            (conflict.status.as_str(), conflict.reason.as_str()),
+            ("False", "Conflict")
+        );
         assert!(conflict.message.contains("older"), "{}", conflict.message);
+        assert!(
+            condition(&le, "Conflict").is_none(),
+            "no condition of the old polarity"
+        );
         let notes = h.wait_event("younger", "Conflict").await;
         assert!(notes.iter().any(|n| n.contains("older")), "{notes:?}");
 
@@ -86,7 +93,7 @@ async fn the_younger_of_two_conflicting_elections_writes_nothing() {
         let le = h
             .wait_status("younger", |le| phase(le).as_deref() == Some("Elected"))
             .await;
-        assert!(has_condition(&le, "Conflict", "False"));
+        assert!(has_condition(&le, "Exclusive", "True"));
         h.wait_elected("younger", None).await;
         h.finish().await;
     })
@@ -158,7 +165,7 @@ async fn elections_with_different_label_keys_share_pods() {
         let le = h
             .wait_status("secondary", |le| phase(le).as_deref() == Some("Elected"))
             .await;
-        assert!(has_condition(&le, "Conflict", "False"));
+        assert!(has_condition(&le, "Exclusive", "True"));
         let both = status_leader(&le).expect("secondary leader");
         assert_eq!(
             both, primary.pod,
@@ -607,7 +614,7 @@ async fn an_election_that_becomes_the_younger_while_leading_yields_everything() 
         let le = h
             .wait_status("younger", |le| phase(le).as_deref() == Some("Conflict"))
             .await;
-        assert!(has_condition(&le, "Conflict", "True"));
+        assert!(has_condition(&le, "Exclusive", "False"));
 
         // It lets go of everything: its session, its key, its labels and annotations.
         let let_go = h
@@ -683,7 +690,8 @@ async fn elections_created_in_the_same_second_are_ordered_by_name() {
         let le = h
             .wait_status("b-first", |le| phase(le).as_deref() == Some("Conflict"))
             .await;
-        let conflict = condition(&le, "Conflict").expect("Conflict condition");
+        let conflict = condition(&le, "Exclusive").expect("Exclusive condition");
+        assert_eq!(conflict.status, "False");
         assert!(
             conflict.message.contains("a-second"),
             "{}",
@@ -739,6 +747,118 @@ async fn the_older_election_waits_for_the_younger_leader_label_to_go() {
             "the younger leader's patch was delayed"
         );
         // finish: never two pods labelled leader, over the whole history.
+        h.finish().await;
+    })
+    .await;
+}
+
+/// A Deployment `web` of 3 Ready pods labelled (and selected by) `app=web, tier=db`.
+async fn web_tier_db(h: &Harness) {
+    let labels = std::collections::BTreeMap::from([
+        ("app".to_owned(), "web".to_owned()),
+        ("tier".to_owned(), "db".to_owned()),
+    ]);
+    testkit::pods::create_deployment(&h.admin, &h.ns, "web", 3, labels)
+        .await
+        .expect("deployment");
+    testkit::pods::wait_deployment_ready(&h.admin, &h.ns, "web", SOON)
+        .await
+        .expect("deployment ready");
+}
+
+/// The election of [`web_tier_db`]'s pods with label key `tier`, which their ReplicaSet selects.
+fn tier_key() -> serde_json::Value {
+    json!({"selector": {"matchLabels": {"app": "web"}}, "labels": {"key": "tier"}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_key_the_pods_controller_selects_is_refused_until_it_changes() {
+    with_namespace("sp-owner-key", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        web_tier_db(&h).await;
+        let replica_sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> =
+            Api::namespaced(h.admin.clone(), &h.ns);
+        let owners = replica_sets.list(&Default::default()).await.expect("list");
+        let [owner] = &owners.items[..] else {
+            panic!("one ReplicaSet: {:?}", owners.items);
+        };
+        let owner = format!(
+            "ReplicaSet {}/{}",
+            h.ns,
+            owner.metadata.name.as_deref().unwrap()
+        );
+        h.start_operator().await;
+        h.election("web", tier_key()).await;
+
+        let le = h
+            .wait_status("web", |le| phase(le).as_deref() == Some("Invalid"))
+            .await;
+        let valid = condition(&le, "SpecValid").expect("SpecValid");
+        assert_eq!(
+            (valid.status.as_str(), valid.reason.as_str()),
+            ("False", "LabelKeySelectedByOwner")
+        );
+        assert!(valid.message.contains("\"tier\""), "{}", valid.message);
+        assert!(valid.message.contains(&owner), "{}", valid.message);
+        assert!(has_condition(&le, "Ready", "False"));
+        let notes = h.wait_event("web", "LabelKeySelectedByOwner").await;
+        assert!(notes.iter().any(|n| n.contains(&owner)), "{notes:?}");
+
+        // Nothing written: no pod ever lost `tier=db` (the ReplicaSet keeps its 3 pods), no
+        // key, no session.
+        assert!(!ever_labelled_by(&h, "web"));
+        assert!(
+            h.recorder
+                .versions()
+                .iter()
+                .all(|v| v.labels.get("tier").map(String::as_str) == Some("db")),
+            "a pod's tier label changed"
+        );
+        assert!(h.emu().kv_entry(&h.key("web")).is_none());
+        assert_eq!(h.emu().stats().requests_to("session.create"), 0);
+
+        // A key the ReplicaSet does not select: the election proceeds.
+        h.patch_spec("web", json!({"labels": {"key": ROLE}})).await;
+        h.wait_elected("web", None).await;
+        let le = h.elections().get("web").await.expect("election");
+        assert!(has_condition(&le, "SpecValid", "True"));
+        assert_eq!(
+            h.recorder.current().len(),
+            3,
+            "the ReplicaSet kept its pods"
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_get_on_the_pods_controller_the_label_key_goes_unchecked() {
+    with_namespace("sp-owner-forbidden", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        web_tier_db(&h).await;
+        // An install whose role lacks `get` on ReplicaSets.
+        h.kube_faults.add(
+            KubeFault::new(kube_faults::FaultAction::status(
+                403,
+                "Forbidden",
+                "replicasets.apps is forbidden",
+            ))
+            .verb(Verb::Get)
+            .resource("replicasets"),
+        );
+        h.start_operator().await;
+        h.election("web", web()).await;
+        h.wait_elected("web", None).await;
+        let le = h
+            .wait_status("web", |le| {
+                condition(le, "SpecValid").is_some_and(|c| c.reason == "OwnerSelectorUnknown")
+            })
+            .await;
+        let valid = condition(&le, "SpecValid").expect("SpecValid");
+        assert_eq!(valid.status, "True");
+        assert!(valid.message.contains("ReplicaSet"), "{}", valid.message);
+        assert!(has_condition(&le, "Ready", "True"));
         h.finish().await;
     })
     .await;

@@ -35,6 +35,7 @@ mod index;
 mod invariants;
 mod migrate;
 mod observe;
+mod owner_selectors;
 mod scoped_stream;
 mod sharing;
 mod status;
@@ -64,7 +65,8 @@ use crate::Error;
 use crate::consul::{ConsulClient, TokenBucket, WatchPacing};
 use crate::crd::{FINALIZER, LeaderElection, LeaderElectionStatus, Phase};
 use crate::election::config::{ElectionKey, Owner};
-use crate::election::plan::StoodBack;
+use crate::election::owner_selectors::check_label_key;
+use crate::election::plan::{ConditionState, EventReason, StoodBack};
 use crate::election::refusal::ConsulRefusal;
 use crate::http::Health;
 use crate::leadership::{Leadership, LeadershipError, LeaseSettings};
@@ -150,6 +152,8 @@ pub struct Context {
     index: Arc<index::Indexes>,
     /// The elections' validated configurations.
     validated: validated::Validated,
+    /// The selector keys of the candidate pods' controllers.
+    owner_selectors: owner_selectors::OwnerSelectors,
     /// Event publisher.
     pub recorder: Recorder,
     /// Metrics.
@@ -628,6 +632,7 @@ pub async fn run(
         elections: election_store.clone(),
         index: indexes,
         validated: validated::Validated::default(),
+        owner_selectors: owner_selectors::OwnerSelectors::default(),
         recorder,
         metrics,
         health: health.clone(),
@@ -698,6 +703,7 @@ pub async fn run(
                     ctx.elections.get(&reference).is_some()
                 };
                 ctx.validated.retain(known);
+                ctx.owner_selectors.prune(tokio::time::Instant::now());
                 if let Ok(mut stood) = ctx.stood_back.lock() {
                     stood.retain(|key, _| known(key));
                 }
@@ -900,13 +906,26 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let config = match ctx.validated.of(&key, le) {
         Ok(config) => config,
         Err(problems) => {
-            status::invalid(le, ctx, &problems[..]).await?;
-            let recheck = cleanup::fence_unusable(le, &key, ctx, false).await?;
-            return Ok(Action::requeue(
-                recheck.map_or(INVALID_REQUEUE, |d| d.min(INVALID_REQUEUE)),
-            ));
+            let invalid = status::spec_problems(&problems);
+            return refuse(le, &key, ctx, invalid, EventReason::InvalidSpec).await;
         }
     };
+    // A label key the pods' controller selects: writing it would make the controller disown
+    // the pods and create others, without end. Refused like an invalid spec.
+    let mut selected = observe::selected_pods(ctx, le, &key.namespace);
+    selected.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let owners = ctx.owner_selectors.of_pods(&ctx.client, &selected).await;
+    let spec_valid = check_label_key(&config.labels.key, &owners);
+    if !spec_valid.status {
+        return refuse(
+            le,
+            &key,
+            ctx,
+            spec_valid,
+            EventReason::LabelKeySelectedByOwner,
+        )
+        .await;
+    }
     if let Some(older) = observe::conflicting_election(ctx, le, &config) {
         // Yield: whatever this election labelled or held (it may have led before the older
         // one came to select its pods) goes, in rule 7's order.
@@ -938,7 +957,8 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let consul = match consul_access::client_for(le, &config.key, ctx).await {
         Ok(client) => client,
         Err(consul_access::AccessProblem::Invalid(problem)) => {
-            status::invalid(le, ctx, &[problem]).await?;
+            let invalid = status::spec_problems(&[problem]);
+            status::invalid(le, ctx, invalid, EventReason::InvalidSpec).await?;
             let in_use = migrate::access_in_use(le, ctx, &config);
             let recheck = cleanup::fence_unusable(le, &key, ctx, in_use).await?;
             return Ok(Action::requeue(
@@ -961,7 +981,8 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         .last_plan()
         .is_some_and(|plan| plan.managed_elsewhere.is_some());
     if !standing_back {
-        status::write(le, ctx, &config, labelled.as_deref(), round.last_plan()).await?;
+        let plan = round.last_plan();
+        status::write(le, ctx, &config, labelled.as_deref(), plan, spec_valid).await?;
     }
     outcome?;
     if round.unfinished() {
@@ -981,6 +1002,23 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         requeue = requeue.min(SECRET_RECHECK);
     }
     Ok(Action::requeue(requeue))
+}
+
+/// Stands back from an election whose spec cannot be acted on: phase Invalid with the
+/// `SpecValid` condition `spec_valid` and an `event` when that is news; the leader label it
+/// left stays only as long as rule 2 allows ([`cleanup::fence_unusable`]).
+async fn refuse(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    ctx: &Context,
+    spec_valid: ConditionState,
+    event: EventReason,
+) -> Result<Action, Error> {
+    status::invalid(le, ctx, spec_valid, event).await?;
+    let recheck = cleanup::fence_unusable(le, key, ctx, false).await?;
+    Ok(Action::requeue(
+        recheck.map_or(INVALID_REQUEUE, |d| d.min(INVALID_REQUEUE)),
+    ))
 }
 
 #[cfg(test)]

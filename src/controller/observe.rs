@@ -119,6 +119,16 @@ pub fn views(pods: &BTreeMap<String, (Arc<Pod>, bool)>, config: &ElectionConfig)
         .collect()
 }
 
+/// The cached pods of `namespace` that `le`'s selector matches.
+pub fn selected_pods(ctx: &Context, le: &LeaderElection, namespace: &str) -> Vec<Arc<Pod>> {
+    ctx.index
+        .pods_with_labels(namespace, &le.spec.selector.match_labels)
+        .into_iter()
+        .filter_map(|name| ctx.pods.get(&ObjectRef::new(&name).within(namespace)))
+        .filter(|p| selector_matches(&le.spec.selector, k8s::labels_of(p)))
+        .collect()
+}
+
 /// The claims of other elections, each with its election.
 type Claims = Vec<(Claim, Arc<LeaderElection>)>;
 
@@ -129,13 +139,7 @@ type Claims = Vec<(Claim, Arc<LeaderElection>)>;
 fn claims(ctx: &Context, le: &LeaderElection, config: &ElectionConfig) -> Option<(Claim, Claims)> {
     let namespace = le.namespace()?;
     let me = le.metadata.name.clone()?;
-    let mine: Vec<Arc<Pod>> = ctx
-        .index
-        .pods_with_labels(&namespace, &le.spec.selector.match_labels)
-        .into_iter()
-        .filter_map(|name| ctx.pods.get(&ObjectRef::new(&name).within(&namespace)))
-        .filter(|p| selector_matches(&le.spec.selector, k8s::labels_of(p)))
-        .collect();
+    let mine = selected_pods(ctx, le, &namespace);
     let mut others: BTreeMap<String, (Claim, Arc<LeaderElection>)> = BTreeMap::new();
     for pod in &mine {
         let Some(uid) = pod.metadata.uid.as_ref() else {

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::Context;
 use crate::Error;
-use crate::crd::conditions::{self, CONFLICT, LEASE_TIMING_SAFE, SPEC_VALID, STATUS_WRITTEN};
+use crate::crd::conditions::{self, EXCLUSIVE, LEASE_TIMING_SAFE, SPEC_VALID, STATUS_WRITTEN};
 use crate::crd::{
     AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus, Phase,
     SpecProblem, SwitchoverResult, SwitchoverStatus,
@@ -22,8 +22,8 @@ use crate::election::plan::{self, ConditionState, Plan};
 use crate::election::planner::LEADER_ELECTED;
 use crate::leadership::LeaseSettings;
 
-/// Writes the status of the last plan (SpecValid True, Conflict False), as far as it was
-/// carried out: `labelled` is the pod that carries the leader label now. A plan whose leader
+/// Writes the status of the last plan (`spec_valid`, which is True, and Exclusive True), as far
+/// as it was carried out: `labelled` is the pod that carries the leader label now. A plan whose leader
 /// is not labelled (an action failed) reports phase Electing and `LeaderElected` False, never
 /// a leader that no pod shows.
 pub async fn write(
@@ -32,11 +32,12 @@ pub async fn write(
     config: &ElectionConfig,
     labelled: Option<&str>,
     plan: Option<&Plan>,
+    spec_valid: ConditionState,
 ) -> Result<(), Error> {
     let Some(plan) = plan else {
         return Ok(());
     };
-    let (old, new) = decided(le, ctx, config, labelled, plan);
+    let (old, new) = decided(le, ctx, config, labelled, plan, spec_valid);
     patch_if_changed(le, ctx, &old, new, Write::Whole).await
 }
 
@@ -134,6 +135,7 @@ fn decided(
     config: &ElectionConfig,
     labelled: Option<&str>,
     plan: &Plan,
+    spec_valid: ConditionState,
 ) -> (LeaderElectionStatus, LeaderElectionStatus) {
     let old = ctx.current_status(le);
     let state = &plan.status;
@@ -196,21 +198,13 @@ fn decided(
     {
         new.leader = new.last_leader.take();
     }
+    fresh.push(condition(le, &spec_valid));
     fresh.push(condition(
         le,
         &ConditionState {
-            type_: SPEC_VALID,
+            type_: EXCLUSIVE,
             status: true,
-            reason: "Valid",
-            message: "the spec is valid".into(),
-        },
-    ));
-    fresh.push(condition(
-        le,
-        &ConditionState {
-            type_: CONFLICT,
-            status: false,
-            reason: "NoConflict",
+            reason: "Exclusive",
             message: "no older election selects these pods with the same label key".into(),
         },
     ));
@@ -282,42 +276,43 @@ pub fn lease_timing(lease: &LeaseSettings, config: &ElectionConfig) -> Condition
     }
 }
 
-/// Reports a spec that cannot be acted on: phase Invalid, SpecValid False, and a Warning
-/// event when this is news (not on every requeue).
-pub async fn invalid(
-    le: &LeaderElection,
-    ctx: &Context,
-    problems: &[SpecProblem],
-) -> Result<(), Error> {
+/// The `SpecValid` condition of a spec with `problems` (reason `InvalidSpec`, every problem
+/// in the message).
+pub fn spec_problems(problems: &[SpecProblem]) -> ConditionState {
     let message = problems
         .iter()
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("; ");
-    stand_back(
-        le,
-        ctx,
-        Phase::Invalid,
-        ConditionState {
-            type_: SPEC_VALID,
-            status: false,
-            reason: "InvalidSpec",
-            message,
-        },
-        plan::EventReason::InvalidSpec,
-    )
-    .await
+    ConditionState {
+        type_: SPEC_VALID,
+        status: false,
+        reason: "InvalidSpec",
+        message,
+    }
 }
 
-/// Reports that an older election claims the same pods: phase Conflict, Conflict True.
+/// Reports a spec that cannot be acted on: phase Invalid, the `SpecValid` condition
+/// `spec_valid` (False), and a Warning event of `reason` when this is news (not on every
+/// requeue).
+pub async fn invalid(
+    le: &LeaderElection,
+    ctx: &Context,
+    spec_valid: ConditionState,
+    reason: plan::EventReason,
+) -> Result<(), Error> {
+    stand_back(le, ctx, Phase::Invalid, spec_valid, reason).await
+}
+
+/// Reports that an older election claims the same pods: phase Conflict, Exclusive False.
 pub async fn conflict(le: &LeaderElection, ctx: &Context, older: &str) -> Result<(), Error> {
     stand_back(
         le,
         ctx,
         Phase::Conflict,
         ConditionState {
-            type_: CONFLICT,
-            status: true,
+            type_: EXCLUSIVE,
+            status: false,
             reason: "Conflict",
             message: format!(
                 "election {older} is older and selects the same pods with the same label key; this one writes nothing"

@@ -4,14 +4,24 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::election::owner_selectors::SELECTED_BY_OWNER;
+
 /// A pod leads and holds the Consul lock (`True`), or none does (`False`, with the reason).
 pub const LEADER_ELECTED: &str = "LeaderElected";
 /// Consul answered the operator's last requests for this election.
 pub const CONSUL_AVAILABLE: &str = "ConsulAvailable";
-/// The spec can be used (`False` with reason `InvalidSpec` and every problem in the message).
+/// The spec can be used (`False` with reason `InvalidSpec` and every problem in the message,
+/// or reason `LabelKeySelectedByOwner` when `spec.labels.key` is in the selector of a
+/// candidate pod's controller).
 pub const SPEC_VALID: &str = "SpecValid";
-/// An older election selects the same pods with the same label key, so this one stands back.
-pub const CONFLICT: &str = "Conflict";
+/// No older election selects this one's pods with the same label key (`True`, reason
+/// `Exclusive`); `False` (reason `Conflict`, the older election named in the message) when one
+/// does: this one then stands back and writes nothing.
+pub const EXCLUSIVE: &str = "Exclusive";
+/// Condition types that versions before [`EXCLUSIVE`] wrote, with the opposite polarity
+/// (`Conflict`: `True` when bad). Every condition is now `True` when all is well, so a stored
+/// one of these types is dropped at the next status write.
+pub const RETIRED: [&str; 1] = ["Conflict"];
 /// The status is written as the operator decides it (`True`, reason `Written`); after status
 /// writes failed, the first write that succeeds says how many failed before it (reason
 /// `WrittenAfterFailures`).
@@ -35,9 +45,14 @@ pub const READY: &str = "Ready";
 pub fn readiness(conditions: &[Condition], candidates: usize) -> (bool, &'static str, String) {
     let find = |type_: &str| conditions.iter().find(|c| c.type_ == type_);
     if let Some(invalid) = find(SPEC_VALID).filter(|c| c.status != "True") {
-        return (false, "InvalidSpec", invalid.message.clone());
+        let reason = if invalid.reason == SELECTED_BY_OWNER {
+            SELECTED_BY_OWNER
+        } else {
+            "InvalidSpec"
+        };
+        return (false, reason, invalid.message.clone());
     }
-    if let Some(conflict) = find(CONFLICT).filter(|c| c.status == "True") {
+    if let Some(conflict) = find(EXCLUSIVE).filter(|c| c.status != "True") {
         return (false, "Conflict", conflict.message.clone());
     }
     let Some(elected) = find(LEADER_ELECTED) else {
@@ -66,8 +81,8 @@ pub fn readiness(conditions: &[Condition], candidates: usize) -> (bool, &'static
     }
 }
 
-/// [`merge`], plus the [`READY`] condition derived from the merged conditions
-/// ([`readiness`]), with `generation` as its `observedGeneration`.
+/// [`merge`], without the [`RETIRED`] condition types, plus the [`READY`] condition derived
+/// from the merged conditions ([`readiness`]), with `generation` as its `observedGeneration`.
 pub fn merge_with_ready(
     old: &[Condition],
     new: Vec<Condition>,
@@ -75,7 +90,12 @@ pub fn merge_with_ready(
     generation: Option<i64>,
     now: Timestamp,
 ) -> Vec<Condition> {
-    let mut merged = merge(old, new, now);
+    let old: Vec<Condition> = old
+        .iter()
+        .filter(|c| !RETIRED.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    let mut merged = merge(&old, new, now);
     let (ready, reason, message) = readiness(&merged, candidates);
     merged.retain(|c| c.type_ != READY);
     merged.push(Condition {
@@ -86,7 +106,7 @@ pub fn merge_with_ready(
         observed_generation: generation,
         last_transition_time: Time(now),
     });
-    merge(old, merged, now)
+    merge(&old, merged, now)
 }
 
 /// The conditions to write: every condition of `new`, plus the conditions of `old` whose type
@@ -188,12 +208,12 @@ mod tests {
         let old = [
             condition(SPEC_VALID, "True", "Valid", 1),
             condition(LEADER_ELECTED, "True", "Elected", 2),
-            condition(CONFLICT, "False", "NoConflict", 3),
+            condition(EXCLUSIVE, "True", "Exclusive", 3),
         ];
         let merged = merge(
             &old,
             vec![
-                condition(CONFLICT, "True", "OlderElection", 0),
+                condition(EXCLUSIVE, "False", "Conflict", 0),
                 condition(SPEC_VALID, "True", "Valid", 0),
             ],
             at(50),
@@ -213,7 +233,7 @@ mod tests {
             [
                 (SPEC_VALID, "True", at(1)),
                 (LEADER_ELECTED, "True", at(2)),
-                (CONFLICT, "True", at(50)),
+                (EXCLUSIVE, "False", at(50)),
             ]
         );
     }
@@ -266,8 +286,15 @@ mod tests {
             (false, "InvalidSpec"),
             "an invalid spec is not ready whatever was elected before"
         );
-        let conflict = condition(CONFLICT, "True", "Conflict", 1);
-        assert_eq!(ready(&[elected, conflict], 3), (false, "Conflict"));
+        let refused = condition(SPEC_VALID, "False", SELECTED_BY_OWNER, 1);
+        assert_eq!(
+            ready(&[elected.clone(), refused], 3),
+            (false, SELECTED_BY_OWNER)
+        );
+        let conflict = condition(EXCLUSIVE, "False", "Conflict", 1);
+        assert_eq!(ready(&[elected.clone(), conflict], 3), (false, "Conflict"));
+        let exclusive = condition(EXCLUSIVE, "True", "Exclusive", 1);
+        assert_eq!(ready(&[elected, exclusive], 3), (true, "LeaderElected"));
     }
 
     #[test]
@@ -292,5 +319,26 @@ mod tests {
         let moving = merge_with_ready(&again, lost, 3, Some(2), at(30));
         assert_eq!(ready(&moving).status, "False");
         assert_eq!(ready(&moving).last_transition_time, Time(at(30)));
+    }
+
+    #[test]
+    fn a_stored_conflict_condition_of_an_older_version_is_dropped() {
+        let old = [
+            condition(LEADER_ELECTED, "True", "Elected", 1),
+            condition("Conflict", "False", "NoConflict", 1),
+        ];
+        let new = vec![
+            condition(LEADER_ELECTED, "True", "Elected", 0),
+            condition(EXCLUSIVE, "True", "Exclusive", 0),
+        ];
+        let merged = merge_with_ready(&old, new, 3, Some(1), at(10));
+        let types: Vec<_> = merged.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, [LEADER_ELECTED, EXCLUSIVE, READY]);
+        assert_eq!(merged[0].last_transition_time, Time(at(1)));
+        // Also when the new conditions do not mention it (an invalid spec's status).
+        let old = [condition("Conflict", "True", "Conflict", 1)];
+        let invalid = vec![condition(SPEC_VALID, "False", "InvalidSpec", 0)];
+        let merged = merge_with_ready(&old, invalid, 3, Some(1), at(10));
+        assert!(merged.iter().all(|c| c.type_ != "Conflict"), "{merged:?}");
     }
 }

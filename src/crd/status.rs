@@ -60,8 +60,9 @@ pub struct LeaderElectionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<AppliedSpec>,
 
-    /// `LeaderElected`, `ConsulAvailable`, `SpecValid`, `Conflict`; `lastTransitionTime` is
-    /// when the condition's status last changed.
+    /// `Ready`, `LeaderElected`, `ConsulAvailable`, `SpecValid`, `Exclusive`, `StatusWritten`,
+    /// `LeaseTimingSafe`, each `True` when all is well; `lastTransitionTime` is when the
+    /// condition's status last changed.
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
@@ -104,7 +105,7 @@ pub enum Phase {
     /// Observe mode: the operator mirrors the lock holder chosen by the applications.
     Observing,
     /// An older election selects the same pods with the same label key; this one writes
-    /// nothing.
+    /// nothing. See the `Exclusive` condition.
     Conflict,
     /// The spec cannot be used; see the `SpecValid` condition.
     Invalid,

@@ -6,6 +6,7 @@ pub mod conflict;
 pub mod eligibility;
 pub mod invariants;
 pub mod observe;
+pub mod owner_selectors;
 pub mod plan;
 pub mod planner;
 pub mod refusal;

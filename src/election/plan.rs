@@ -124,6 +124,8 @@ pub enum EventReason {
     ConsulUnavailable,
     /// The spec cannot be acted on.
     InvalidSpec,
+    /// The spec's label key is in the selector of a candidate pod's controller.
+    LabelKeySelectedByOwner,
     /// Another election selects the same pods with the same label key.
     Conflict,
     /// A deletion (or a move to other Consul settings) stopped waiting for Consul and left
@@ -151,6 +153,7 @@ impl EventReason {
             Self::SessionLost => "SessionLost",
             Self::ConsulUnavailable => "ConsulUnavailable",
             Self::InvalidSpec => "InvalidSpec",
+            Self::LabelKeySelectedByOwner => super::owner_selectors::SELECTED_BY_OWNER,
             Self::Conflict => "Conflict",
             Self::ConsulCleanupSkipped => "ConsulCleanupSkipped",
             Self::SwitchoverCompleted => "SwitchoverCompleted",

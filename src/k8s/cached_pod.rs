@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 /// A pod, reduced to what the operator reads. See the module documentation.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct Pod {
-    /// The pod's metadata, without its managed fields and owner references once
-    /// [`Pod::slim`] ran.
+    /// The pod's metadata, without its managed fields and with only its controller's owner
+    /// reference once [`Pod::slim`] ran.
     #[serde(default)]
     pub metadata: ObjectMeta,
     /// `spec.nodeName` only.
@@ -55,12 +55,20 @@ pub struct PodStatus {
 
 impl Pod {
     /// Drops what deserialization kept but the operator never reads: managed fields, owner
-    /// references, the generate-name prefix, kubectl's last-applied annotation and every
+    /// references other than the controller's (whose selector the election's label key must
+    /// stay out of), the generate-name prefix, kubectl's last-applied annotation and every
     /// condition but `Ready`. Applied to every pod before it is cached.
     pub fn slim(&mut self) {
         let meta = &mut self.metadata;
         meta.managed_fields = None;
-        meta.owner_references = None;
+        meta.owner_references = meta
+            .owner_references
+            .take()
+            .and_then(|refs| refs.into_iter().find(|r| r.controller == Some(true)))
+            .map(|mut controller| {
+                controller.block_owner_deletion = None;
+                vec![controller]
+            });
         meta.generate_name = None;
         if let Some(annotations) = meta.annotations.as_mut() {
             annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
@@ -117,7 +125,10 @@ mod tests {
             "metadata": {"name": "p", "uid": "u", "creationTimestamp": "2026-11-21T09:00:00Z",
                          "generateName": "p-", "labels": {"a": "b"},
                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                              "name": "rs", "uid": "r"}],
+                                              "name": "rs", "uid": "r"},
+                                             {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                              "name": "rs2", "uid": "r2", "controller": true,
+                                              "blockOwnerDeletion": true}],
                          "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
             "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
             "status": {"podIP": "10.0.0.2", "containerStatuses": [], "phase": "Running",
@@ -131,7 +142,9 @@ mod tests {
         pod.slim();
         let expected: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p", "uid": "u", "creationTimestamp": "2026-11-21T09:00:00Z",
-                         "labels": {"a": "b"}},
+                         "labels": {"a": "b"},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                              "name": "rs2", "uid": "r2", "controller": true}]},
             "spec": {"nodeName": "n1"},
             "status": {"podIP": "10.0.0.2", "phase": "Running",
                        "conditions": [{"type": "Ready", "status": "True",

@@ -5,6 +5,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde::Serialize;
 
+use crate::crd::conditions;
 use crate::crd::{
     CandidateStatus, LeaderElection, LeaderElectionStatus, PRIORITY_ANNOTATION, Phase,
     selector_matches, selector_string,
@@ -152,12 +153,15 @@ fn not_eligible(candidate: &CandidateStatus, pod: Option<&Pod>) -> String {
 }
 
 /// Why no pod leads: the `LeaderElected` condition's reason when it says more than the phase
-/// (the key held by another cluster or tool, another install, a pause), else the phase.
+/// (the key held by another cluster or tool, another install, a pause), else the phase, with
+/// the message of the condition that is `False` because of it (`Exclusive`, `SpecValid`).
 fn nobody_leads(status: &LeaderElectionStatus) -> String {
-    let elected = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == crate::crd::conditions::LEADER_ELECTED);
+    let find = |type_: &str| status.conditions.iter().find(|c| c.type_ == type_);
+    let because = |type_: &str, what: &str| match find(type_).filter(|c| c.status != "True") {
+        Some(c) => format!("{what}: {}", c.message),
+        None => what.to_owned(),
+    };
+    let elected = find(conditions::LEADER_ELECTED);
     match elected.map(|c| (c.reason.as_str(), c.message.as_str())) {
         Some(("LockHeldElsewhere", message)) => {
             format!(
@@ -171,13 +175,21 @@ fn nobody_leads(status: &LeaderElectionStatus) -> String {
             "the election is paused (spec.paused); `kubectl elector resume` resumes it".to_owned()
         }
         _ => match status.phase {
-            Some(Phase::Fenced) => "leadership is fenced: Consul cannot confirm the lock",
-            Some(Phase::Conflict) => "another election selects the same pods and wins",
-            Some(Phase::Invalid) => "the election's spec is invalid",
-            Some(Phase::Observing) => "in Observe mode the applications elect themselves",
-            _ => "the operator is electing one",
-        }
-        .to_owned(),
+            Some(Phase::Conflict) => because(
+                conditions::EXCLUSIVE,
+                "another election selects the same pods and wins",
+            ),
+            Some(Phase::Invalid) => {
+                because(conditions::SPEC_VALID, "the election's spec is invalid")
+            }
+            Some(Phase::Fenced) => {
+                "leadership is fenced: Consul cannot confirm the lock".to_owned()
+            }
+            Some(Phase::Observing) => {
+                "in Observe mode the applications elect themselves".to_owned()
+            }
+            _ => "the operator is electing one".to_owned(),
+        },
     }
 }
 
@@ -230,6 +242,26 @@ mod tests {
 
     fn web(name: &str) -> Pod {
         pod(name, json!({"app": "web"}), json!({}))
+    }
+
+    #[test]
+    fn a_yielding_election_names_the_older_one_from_its_exclusive_condition() {
+        let mut status = led_by_web_1();
+        status["phase"] = json!("Conflict");
+        status["leader"] = json!(null);
+        status["conditions"] = json!([{
+            "type": "Exclusive", "status": "False", "reason": "Conflict",
+            "message": "election web-a is older and selects the same pods",
+            "lastTransitionTime": "2024-05-01T09:57:00Z",
+        }]);
+        let answer = explain(&election(json!({}), status), "web-0", Some(&web("web-0")));
+        assert!(
+            answer.explanation.contains(
+                "another election selects the same pods and wins: election web-a is older"
+            ),
+            "{}",
+            answer.explanation
+        );
     }
 
     #[test]
