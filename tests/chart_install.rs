@@ -155,8 +155,9 @@ fn setup_venv() -> Result<PathBuf, String> {
     }
 }
 
-/// Runs the chart checker with `args`, printing its output; panics when it fails.
-async fn check_chart(python: &Path, args: &[&str]) {
+/// Runs the chart checker with `args`, printing its output; panics when it fails. Returns
+/// its standard output.
+async fn check_chart(python: &Path, args: &[&str]) -> String {
     let output = tokio::process::Command::new(python)
         .arg(root("charts/tests/check_chart.py"))
         .args(args)
@@ -176,6 +177,7 @@ async fn check_chart(python: &Path, args: &[&str]) {
         "check_chart.py {args:?} failed ({}):\n{stdout}{stderr}",
         output.status
     );
+    stdout.into_owned()
 }
 
 #[tokio::test]
@@ -796,4 +798,172 @@ async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+/// The chart as it stood before the last change of the LeaderElection CRD (`spec.paused` and
+/// `spec.observe.valueFormat`), packaged as Helm packages a release: what a user upgrades from.
+const PREVIOUS_CHART: &str = "tests/fixtures/charts/consul-elector-0.1.0-b233d12.tgz";
+
+/// An upgrade from the previous chart, as README's "Upgrading the CRD" says, on the oldest
+/// Kubernetes the chart claims (1.20), in a cluster of its own (the CRD is cluster-wide):
+/// `helm upgrade` alone keeps the old CRD, so the API server drops a new field
+/// (`spec.paused`); `kubectl replace --validate=false -f charts/consul-elector/crds/` then the
+/// upgrade installs the new schema, and the election created under the old one is kept and
+/// reads as the current type.
+#[tokio::test]
+async fn the_chart_upgrades_from_the_previous_version_as_documented() {
+    let Some(python) = helm_python() else { return };
+    if TestCluster::shared().is_none() {
+        return;
+    }
+    let readme = std::fs::read_to_string(root("README.md")).expect("README.md");
+    assert!(
+        readme.contains("kubectl replace -f charts/consul-elector/crds/     # on Kubernetes < 1.25 add --validate=false")
+            && readme.contains("helm upgrade <release> charts/consul-elector -n <namespace> --reuse-values"),
+        "README's upgrade commands are the ones this test runs"
+    );
+    consul_elector::install_crypto_provider();
+    let cluster = tokio::task::spawn_blocking(|| {
+        TestCluster::start(testkit::cluster::ClusterOptions {
+            controller_manager: false,
+            ..Default::default()
+        })
+    })
+    .await
+    .expect("the cluster's start thread")
+    .expect("a cluster of its own");
+    let admin = cluster.client().await;
+    let kubeconfig = cluster.kubeconfig_path().to_string_lossy().into_owned();
+    let ns = "upgrade";
+    let release = "ce-upgrade";
+    let values = std::env::temp_dir().join(format!("chart-upgrade-{}.json", std::process::id()));
+    std::fs::write(&values, "{}").expect("a values file");
+    let values_arg = values.to_string_lossy().into_owned();
+    let previous = root(PREVIOUS_CHART).to_string_lossy().into_owned();
+    let release_args = [
+        "--kubeconfig",
+        &kubeconfig,
+        "--namespace",
+        ns,
+        "--release",
+        release,
+    ];
+    check_chart(
+        &python,
+        &[
+            &["install"],
+            &release_args[..],
+            &["--values", &values_arg, "--chart", &previous],
+        ]
+        .concat(),
+    )
+    .await;
+    let _ = std::fs::remove_file(&values);
+    let crd_has_paused = || async {
+        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+            Api::all(admin.clone());
+        let crd = crds
+            .get("leaderelections.elector.dev")
+            .await
+            .expect("the CRD");
+        serde_json::to_string(&crd.spec)
+            .expect("JSON")
+            .contains("\"paused\"")
+    };
+    assert!(
+        !crd_has_paused().await,
+        "the previous chart's CRD has no spec.paused"
+    );
+
+    // An election under the old schema.
+    let elections = election_api(&admin, ns);
+    elections
+        .create(&PostParams::default(), &election_object("kept", false))
+        .await
+        .expect("create an election under the previous CRD");
+
+    // helm upgrade alone: the CRD stays the previous one, and spec.paused is dropped.
+    check_chart(&python, &[&["upgrade"], &release_args[..]].concat()).await;
+    assert!(!crd_has_paused().await, "helm upgrade never touches crds/");
+    let pruned = elections
+        .create(&PostParams::default(), &election_object("pruned", true))
+        .await
+        .expect("create an election with spec.paused");
+    assert_eq!(
+        pruned.data["spec"].get("paused"),
+        None,
+        "the previous CRD drops the new field: {:?}",
+        pruned.data["spec"]
+    );
+
+    // The documented sequence: replace the CRD, then upgrade.
+    let output = Command::new("kubectl")
+        .args([
+            "--kubeconfig",
+            &kubeconfig,
+            "replace",
+            "--validate=false",
+            "-f",
+        ])
+        .arg(root("charts/consul-elector/crds/"))
+        .output()
+        .expect("run kubectl");
+    assert!(
+        output.status.success(),
+        "kubectl replace: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let upgraded = check_chart(&python, &[&["upgrade"], &release_args[..]].concat()).await;
+    assert!(
+        upgraded.contains("Job/ce-upgrade-consul-elector-uninstall"),
+        "the values reused from the previous chart, which had no uninstallHook, still give the \
+         pre-delete hook: {upgraded}"
+    );
+    assert!(crd_has_paused().await, "the replaced CRD has spec.paused");
+    let paused = elections
+        .create(&PostParams::default(), &election_object("paused", true))
+        .await
+        .expect("create an election with spec.paused");
+    assert_eq!(
+        paused.data["spec"]["paused"], true,
+        "{:?}",
+        paused.data["spec"]
+    );
+    // The election created under the previous CRD reads as the current type, unchanged.
+    let typed: Api<consul_elector::crd::LeaderElection> = Api::namespaced(admin.clone(), ns);
+    let kept = typed
+        .get("kept")
+        .await
+        .expect("the kept election as the current type");
+    assert_eq!(
+        kept.spec
+            .selector
+            .match_labels
+            .get("app")
+            .map(String::as_str),
+        Some("web")
+    );
+    drop(cluster);
+}
+
+/// LeaderElections through the dynamic API (so that a field the server drops shows).
+fn election_api(admin: &Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("elector.dev", "v1alpha1", "LeaderElection");
+    Api::namespaced_with(admin.clone(), ns, &kube::api::ApiResource::from_gvk(&gvk))
+}
+
+/// A LeaderElection `name` selecting `app=web`, with `spec.paused: true` when `paused`.
+fn election_object(name: &str, paused: bool) -> DynamicObject {
+    let mut spec = serde_json::json!({"selector": {"matchLabels": {"app": "web"}}});
+    if paused {
+        spec["paused"] = Value::Bool(true);
+    }
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "elector.dev/v1alpha1",
+        "kind": "LeaderElection",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .expect("a LeaderElection")
 }

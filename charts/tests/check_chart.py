@@ -26,6 +26,14 @@ library), since no helm CLI exists here.
         Installs the chart as a user would (`helm install --create-namespace -f FILE`), for the
         real-node e2e suite: no checks, the exit status is Helm's.
 
+    check_chart.py install ... --chart PATH
+        The same with another chart (a directory or an archive): the upgrade test installs the
+        previous chart this way.
+
+    check_chart.py upgrade --kubeconfig PATH --namespace NS --release NAME
+        `helm upgrade --reuse-values` of the release to this chart; prints the revision and the
+        hooks. The exit status is Helm's.
+
     check_chart.py uninstall --kubeconfig PATH --namespace NS --release NAME [--timeout S]
         `helm uninstall --wait` with its hooks (the chart's pre-delete hook deletes the
         elections first), for the real-node e2e suite's uninstall test; the exit status is Helm's.
@@ -323,9 +331,9 @@ class Cluster:
     def api_versions(self) -> set[str]:
         return set(self.kubectl("api-versions").stdout.split())
 
-    def install(self, namespace: str, release: str, values: dict) -> dict:
+    def install(self, namespace: str, release: str, values: dict, chart: Path = CHART) -> dict:
         config = helm.Configuration(namespace=namespace, kubeconfig=self.kubeconfig)
-        return asyncio.run(helm.Install(config).run(release, str(CHART), values=values, wait=False))
+        return asyncio.run(helm.Install(config).run(release, str(chart), values=values, wait=False))
 
     def crd_labels(self, name: str) -> dict | None:
         crd = self.get("CustomResourceDefinition", "apiextensions.k8s.io/v1", name, None)
@@ -871,8 +879,9 @@ def run_cluster(args: argparse.Namespace) -> int:
         if labels is not None:
             cluster.wait("the ServiceMonitor API to go",
                          lambda: "monitoring.coreos.com/v1" not in cluster.api_versions())
-        # Also the release without the aggregated ClusterRoles.
-        nosm = deep_merge(features, {"rbac": {"aggregateToDefaultRoles": False}})
+        # Also the release without the aggregated ClusterRoles, and without the uninstall hook.
+        nosm = deep_merge(features, {"rbac": {"aggregateToDefaultRoles": False},
+                                     "uninstallHook": {"enabled": False}})
         e = Expect("ce-nosm", args.no_servicemonitor_namespace, nosm, servicemonitor=False,
                    pdb_version=pdb_version)
         summary["no_servicemonitor"] = check_install(
@@ -912,6 +921,11 @@ def main() -> int:
     i.add_argument("--namespace", required=True)
     i.add_argument("--release", required=True)
     i.add_argument("--values", required=True, help="a YAML (or JSON) values file")
+    i.add_argument("--chart", default=str(CHART), help="a chart directory or archive (default: this chart)")
+    g = sub.add_parser("upgrade", help="helm upgrade --reuse-values to this chart")
+    g.add_argument("--kubeconfig", required=True)
+    g.add_argument("--namespace", required=True)
+    g.add_argument("--release", required=True)
     u = sub.add_parser("uninstall", help="helm uninstall (hooks included), waiting for the deletions")
     u.add_argument("--kubeconfig", required=True)
     u.add_argument("--namespace", required=True)
@@ -920,6 +934,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.command == "uninstall":
         return run_uninstall(args)
+    if args.command == "upgrade":
+        return run_upgrade(args)
     if args.command == "lint":
         return run_lint()
     if args.command == "install":
@@ -933,12 +949,25 @@ def run_install(args: argparse.Namespace) -> int:
         cluster.kubectl("create", "namespace", args.namespace)
     values = yaml.safe_load(Path(args.values).read_text()) or {}
     try:
-        result = cluster.install(args.namespace, args.release, values)
+        result = cluster.install(args.namespace, args.release, values, Path(args.chart))
     except helm.HelmError as error:
         print(f"helm install {args.release} failed: {error}", file=sys.stderr)
         return 1
     print(f"installed {args.release} into {args.namespace}: {result.get('info', {}).get('status', result)}",
           flush=True)
+    return 0
+
+
+def run_upgrade(args: argparse.Namespace) -> int:
+    config = helm.Configuration(namespace=args.namespace, kubeconfig=args.kubeconfig)
+    try:
+        result = asyncio.run(helm.Upgrade(config).run(args.release, str(CHART), reuse_values=True, wait=False))
+    except helm.HelmError as error:
+        print(f"helm upgrade {args.release} failed: {error}", file=sys.stderr)
+        return 1
+    hooks = sorted(f"{hook.get('kind')}/{hook.get('name')}" for hook in result.get("hooks") or [])
+    print(f"upgraded {args.release} in {args.namespace} to revision {result.get('version')}: "
+          f"{result.get('info', {}).get('status')}; hooks {hooks}", flush=True)
     return 0
 
 
