@@ -1,7 +1,7 @@
 //! Rotated Consul credentials on a real Consul (`CONSUL_BIN`; skipped visibly without it, a
-//! failure with `CI=true`): the operator follows its token file and its TLS client certificate
-//! while it holds a lock, with no leader change, and a broken file keeps the working
-//! credential. Every test ends with the history check of [`Harness::finish`] (never two leader
+//! failure with `CI=true`): the operator follows its token file while it holds a lock, with no
+//! leader change, and a broken file keeps the working token (TLS rotation is tested against
+//! small TLS servers in tests/consul_credentials.rs). Every test ends with the history check of [`Harness::finish`] (never two leader
 //! labels) and checks that no label or fencing token changed.
 
 mod harness;
@@ -90,15 +90,7 @@ fn reloads(h: &Harness, credential: &str, result: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotated_token_file_keeps_the_lock_without_a_leader_change() {
-    let Some(consul) = ConsulUnderTest::real(
-        Shape::Dev,
-        Options {
-            acl: true,
-            ..Options::default()
-        },
-    )
-    .await
-    else {
+    let Some(consul) = ConsulUnderTest::real(Shape::Dev, Options { acl: true }).await else {
         return;
     };
     let real = consul.real_consul();
