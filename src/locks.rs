@@ -87,8 +87,8 @@ use tokio::sync::{mpsc::UnboundedSender, watch};
 use tokio::task::AbortHandle;
 
 use crate::consul::{
-    BlockingWatch, ConsulAddress, ConsulClient, ConsulError, ConsulToken, IndexChange, KvPair,
-    QueryOptions, QueryResult, RetryPolicy,
+    BlockingWatch, ConsulAddress, ConsulClient, ConsulError, IndexChange, KvPair, QueryOptions,
+    QueryResult, RetryPolicy, TokenIdentity,
 };
 use crate::election::config::ElectionKey;
 use crate::election::observe::LockView;
@@ -171,7 +171,7 @@ impl Scope {
 struct Access {
     address: ConsulAddress,
     datacenter: Option<String>,
-    token: Option<ConsulToken>,
+    token: TokenIdentity,
 }
 
 impl Access {
@@ -179,7 +179,7 @@ impl Access {
         Access {
             address: client.address().clone(),
             datacenter: client.datacenter().map(str::to_owned),
-            token: client.token().cloned(),
+            token: client.token_identity(),
         }
     }
 }

@@ -116,6 +116,12 @@ struct ConsulRequestLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CredentialReloadLabels {
+    credential: &'static str,
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct OperationLabel {
     operation: &'static str,
 }
@@ -201,6 +207,7 @@ struct Inner {
     active: Gauge,
     consul_requests: Family<ConsulRequestLabels, Counter>,
     consul_request_duration: Family<OperationLabel, Histogram>,
+    credential_reloads: Family<CredentialReloadLabels, Counter>,
 }
 
 impl RequestObserver for Metrics {
@@ -226,6 +233,13 @@ impl RequestObserver for Metrics {
                 .get_or_create(&OperationLabel { operation })
                 .observe(elapsed.as_secs_f64());
         }
+    }
+
+    fn credential_reload(&self, credential: &'static str, result: &'static str) {
+        self.inner
+            .credential_reloads
+            .get_or_create(&CredentialReloadLabels { credential, result })
+            .inc();
     }
 }
 
@@ -367,6 +381,16 @@ impl Metrics {
             Unit::Seconds,
             consul_request_duration.clone(),
         );
+        let credential_reloads = Family::<CredentialReloadLabels, Counter>::default();
+        registry.register(
+            "consul_credential_reloads",
+            "Consul credential files re-read with new contents, by credential (`token`, \
+             `client_certificate`, `ca`) and result: `reloaded`, or why the new contents were \
+             refused and the credential in use kept (`unreadable`, `empty`, `not_utf8`, \
+             `invalid_header`, `invalid_pem`, `no_certificate`, `invalid_key`, `key_mismatch`, \
+             `invalid_ca`)",
+            credential_reloads.clone(),
+        );
 
         registry.register(
             "disagreements",
@@ -393,6 +417,7 @@ impl Metrics {
                 active,
                 consul_requests,
                 consul_request_duration,
+                credential_reloads,
             }),
         }
     }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
@@ -16,9 +16,11 @@ use super::blocking::BlockingWatch;
 use super::error::{ConsulError, ErrorContext, Result, TransportFailure};
 use super::observer::RequestObserver;
 use super::query::{QueryMeta, QueryOptions};
+use super::reload::{ReloadOutcome, Reloading};
 use super::retry::RetryPolicy;
 use super::settings::{ConsulAddress, ConsulSettings, WatchPacing};
 use super::token::ConsulToken;
+use super::token_file::{TokenFile, TokenHeader};
 use super::transport::{AddressTransport, Lane, TransportConfig, TransportRegistry};
 use crate::write_gate::WriteGate;
 
@@ -57,6 +59,59 @@ struct Shared {
     gate: OnceLock<WriteGate>,
 }
 
+/// The ACL token a handle sends.
+#[derive(Clone)]
+enum Credential {
+    /// None: the agent's default token.
+    Agent,
+    /// A token given to the handle (an election's own token).
+    Given(TokenHeader),
+    /// The operator's token file, shared by every handle that uses it.
+    File(Arc<Reloading<TokenFile>>),
+}
+
+/// The token of one attempt.
+struct TokenInUse {
+    token: Option<TokenHeader>,
+    /// The token file's generation it was read at (`None`: not from the file).
+    generation: Option<u64>,
+}
+
+impl Credential {
+    fn in_use(&self) -> TokenInUse {
+        match self {
+            Self::Agent => TokenInUse {
+                token: None,
+                generation: None,
+            },
+            Self::Given(token) => TokenInUse {
+                token: Some(token.clone()),
+                generation: None,
+            },
+            Self::File(file) => {
+                let (token, generation) = file.current();
+                TokenInUse {
+                    token: token.as_ref().clone(),
+                    generation: Some(generation),
+                }
+            }
+        }
+    }
+}
+
+/// Which token a handle sends, as a key for things shared between handles that must see the
+/// same keys (ACLs filter reads). The operator's token file is one identity however often it is
+/// rotated.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TokenIdentity {
+    /// No token: the agent's default token.
+    Agent,
+    /// A token given to the handle.
+    Token(ConsulToken),
+    /// The token in the operator's token file (`CONSUL_HTTP_TOKEN_FILE`), whatever it is now.
+    OperatorFile,
+}
+
 /// A Consul HTTP API client. Cheap to clone; every clone and every
 /// [`with_overrides`](Self::with_overrides) handle shares the per-address connection budgets of the
 /// root client created by [`ConsulClient::new`]. Create one root client per process.
@@ -67,8 +122,7 @@ pub struct ConsulClient {
     retry: RetryPolicy,
     transport: Arc<AddressTransport>,
     datacenter: Option<String>,
-    token: Option<ConsulToken>,
-    token_header: Option<HeaderValue>,
+    credential: Credential,
 }
 
 impl fmt::Debug for ConsulClient {
@@ -76,7 +130,7 @@ impl fmt::Debug for ConsulClient {
         f.debug_struct("ConsulClient")
             .field("address", self.transport.address())
             .field("datacenter", &self.datacenter)
-            .field("token", &self.token)
+            .field("token", &self.token_identity())
             .finish_non_exhaustive()
     }
 }
@@ -106,6 +160,7 @@ impl ConsulClient {
             idle_timeout: settings.idle_timeout,
             tls: settings.tls.clone(),
             default_address: settings.address.clone(),
+            credentials_reload: settings.credentials_reload,
             session_runtime: session_runtime.clone(),
         });
         let shared = Arc::new(Shared {
@@ -120,11 +175,34 @@ impl ConsulClient {
             observer: OnceLock::new(),
             gate: OnceLock::new(),
         });
+        let setup_error = |detail: String| ConsulError::Configuration {
+            context: ErrorContext::new("client setup", settings.address.to_string()),
+            detail,
+        };
+        let credential = match (&settings.token_file, &settings.token) {
+            (Some(path), _) => {
+                let file = TokenFile { path: path.clone() };
+                // An empty file at start means the settings' fallback token, as in Consul's
+                // Go client.
+                let fallback = |error: super::reload::LoadError| match error.reason {
+                    "empty" => settings.token.clone().map(TokenHeader::new).transpose(),
+                    _ => Err(error),
+                };
+                let file =
+                    Reloading::load(file, settings.credentials_reload, Instant::now(), fallback)
+                        .map_err(|error| setup_error(error.detail))?;
+                Credential::File(Arc::new(file))
+            }
+            (None, Some(token)) => Credential::Given(
+                TokenHeader::new(token.clone()).map_err(|error| setup_error(error.detail))?,
+            ),
+            (None, None) => Credential::Agent,
+        };
         Self::handle(
             shared,
             &settings.address,
             settings.datacenter.clone(),
-            settings.token.clone(),
+            credential,
         )
     }
 
@@ -161,14 +239,21 @@ impl ConsulClient {
                 ),
             });
         }
-        let inherited = (address == self.transport.address())
-            .then(|| self.token.clone())
-            .flatten();
+        let credential = match overrides.token {
+            Some(token) => Credential::Given(TokenHeader::new(token).map_err(|error| {
+                ConsulError::Configuration {
+                    context: ErrorContext::new("client setup", address.to_string()),
+                    detail: error.detail,
+                }
+            })?),
+            None if address == self.transport.address() => self.credential.clone(),
+            None => Credential::Agent,
+        };
         Self::handle(
             self.shared.clone(),
             address,
             overrides.datacenter.or_else(|| self.datacenter.clone()),
-            overrides.token.or(inherited),
+            credential,
         )
     }
 
@@ -218,7 +303,7 @@ impl ConsulClient {
         shared: Arc<Shared>,
         address: &ConsulAddress,
         datacenter: Option<String>,
-        token: Option<ConsulToken>,
+        credential: Credential,
     ) -> Result<Self> {
         let context = || ErrorContext::new("client setup", address.to_string());
         let transport =
@@ -229,21 +314,12 @@ impl ConsulClient {
                     context: context(),
                     detail,
                 })?;
-        let token_header = token
-            .as_ref()
-            .map(ConsulToken::header_value)
-            .transpose()
-            .map_err(|error| ConsulError::Configuration {
-                context: context(),
-                detail: error.to_string(),
-            })?;
         Ok(Self {
             retry: shared.retry,
             shared,
             transport,
             datacenter: datacenter.filter(|dc| !dc.is_empty()),
-            token,
-            token_header,
+            credential,
         })
     }
 
@@ -257,11 +333,21 @@ impl ConsulClient {
         self.datacenter.as_deref()
     }
 
-    /// The ACL token of this handle (`None`: the agent's default token). Handles with
-    /// different tokens may see different keys (ACLs filter recursive reads), so anything
-    /// shared between handles, like a watch of a key prefix, must be keyed by it too.
-    pub fn token(&self) -> Option<&ConsulToken> {
-        self.token.as_ref()
+    /// The ACL token this handle sends now (`None`: the agent's default token); with a token
+    /// file, the newest usable token read from it.
+    pub fn token(&self) -> Option<ConsulToken> {
+        self.credential.in_use().token.map(|token| token.token)
+    }
+
+    /// Which token this handle sends. Handles with different tokens may see different keys
+    /// (ACLs filter recursive reads), so anything shared between handles, like a watch of a
+    /// key prefix, must be keyed by it too.
+    pub fn token_identity(&self) -> TokenIdentity {
+        match &self.credential {
+            Credential::Agent => TokenIdentity::Agent,
+            Credential::Given(token) => TokenIdentity::Token(token.token.clone()),
+            Credential::File(_) => TokenIdentity::OperatorFile,
+        }
     }
 
     /// A blocking-query loop paced by the configured [`WatchPacing`].
@@ -291,12 +377,33 @@ impl ConsulClient {
     pub(crate) async fn call(&self, call: Call) -> Result<Reply> {
         let policy = self.retry;
         let mut attempt: u32 = 0;
+        let mut sent_again_with_new_token = false;
         loop {
             attempt += 1;
-            let error = match self.attempt(&call).await {
+            self.refresh_credentials();
+            let token = self.credential.in_use();
+            let error = match self.attempt(&call, &token).await {
                 Ok(reply) => return Ok(reply),
                 Err(error) => error,
             };
+            // Consul refused the token: the token file may hold a new one already. The request
+            // was not applied, so it is sent once more if it does.
+            if !sent_again_with_new_token
+                && matches!(
+                    error,
+                    ConsulError::AclNotFound { .. } | ConsulError::PermissionDenied { .. }
+                )
+                && self.token_file_changed_since(&token)
+            {
+                sent_again_with_new_token = true;
+                tracing::info!(
+                    operation = call.context.operation,
+                    target = %call.context.target,
+                    "consul refused the token; sending the request again with the new token \
+                     from the token file"
+                );
+                continue;
+            }
             let retry = error.is_retryable()
                 && (call.idempotent || error.request_not_applied())
                 && policy.allows_another(attempt);
@@ -323,10 +430,53 @@ impl ConsulClient {
         }
     }
 
-    /// One attempt, reported to the observer.
-    async fn attempt(&self, call: &Call) -> Result<Reply> {
+    /// Re-reads the credential files that are due (see `super::reload`), and reports what
+    /// changed.
+    fn refresh_credentials(&self) {
+        let now = Instant::now();
+        if let Credential::File(file) = &self.credential {
+            self.report_reload(file.name(), file.refresh(now));
+        }
+        if let Some(tls) = self.shared.registry.tls_reload() {
+            for (credential, outcome) in tls.refresh(now) {
+                self.report_reload(credential, outcome);
+            }
+        }
+    }
+
+    /// Whether the token file, re-read now, holds another token than the one `used`.
+    fn token_file_changed_since(&self, used: &TokenInUse) -> bool {
+        let Credential::File(file) = &self.credential else {
+            return false;
+        };
+        file.reload_soon();
+        self.report_reload(file.name(), file.refresh(Instant::now()));
+        used.generation != Some(file.current().1)
+    }
+
+    /// Logs and counts a reload or a failed one.
+    fn report_reload(&self, credential: &'static str, outcome: ReloadOutcome) {
+        let Some(result) = outcome.label() else {
+            return;
+        };
+        match outcome {
+            ReloadOutcome::Failed(reason) => tracing::warn!(
+                credential,
+                reason,
+                "a Consul credential file changed but cannot be used; keeping the credential \
+                 in use and reading the file again at the next period"
+            ),
+            _ => tracing::info!(credential, "reloaded a Consul credential from its file"),
+        }
+        if let Some(observer) = self.shared.observer.get() {
+            observer.credential_reload(credential, result);
+        }
+    }
+
+    /// One attempt with `token`, reported to the observer.
+    async fn attempt(&self, call: &Call, token: &TokenInUse) -> Result<Reply> {
         let started = tokio::time::Instant::now();
-        let result = self.attempt_unobserved(call).await;
+        let result = self.attempt_unobserved(call, token).await;
         if let Some(observer) = self.shared.observer.get() {
             observer.observe(
                 call.context.operation,
@@ -339,8 +489,9 @@ impl ConsulClient {
     }
 
     /// One attempt: build, check the write gate, send within the timeout, classify.
-    async fn attempt_unobserved(&self, call: &Call) -> Result<Reply> {
-        let request = self.build(call)?;
+    async fn attempt_unobserved(&self, call: &Call, token: &TokenInUse) -> Result<Reply> {
+        let token = token.token.as_ref();
+        let request = self.build(call, token.map(|token| &token.header))?;
         let timeout = call.timeout.unwrap_or(self.shared.request_timeout);
         let transport = |failure, detail| ConsulError::Transport {
             context: call.context.clone(),
@@ -390,8 +541,8 @@ impl ConsulClient {
             return Ok(Reply { status, meta, body });
         }
         let text = String::from_utf8_lossy(&body);
-        let text = match &self.token {
-            Some(token) => token.redact(&text),
+        let text = match token {
+            Some(token) => token.token.redact(&text),
             None => text.into_owned(),
         };
         Err(ConsulError::from_response(
@@ -402,7 +553,7 @@ impl ConsulClient {
         ))
     }
 
-    fn build(&self, call: &Call) -> Result<Request<Bytes>> {
+    fn build(&self, call: &Call, token: Option<&HeaderValue>) -> Result<Request<Bytes>> {
         let mut target = call.path.clone();
         let datacenter = self.datacenter.iter().map(|dc| ("dc", dc.as_str()));
         let pairs = call.query.iter().map(|(k, v)| (*k, v.as_str()));
@@ -421,7 +572,7 @@ impl ConsulClient {
                 USER_AGENT,
                 concat!("consul-elector/", env!("CARGO_PKG_VERSION")),
             );
-        if let Some(token) = &self.token_header {
+        if let Some(token) = token {
             builder = builder.header(TOKEN_HEADER, token.clone());
         }
         let body = match &call.body {

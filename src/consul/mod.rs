@@ -6,6 +6,8 @@
 //! - [`ConsulClient`]: the operations; [`ConsulClient::with_overrides`] gives per-election
 //!   handles that share the connection budgets.
 //! - [`BlockingWatch`]: a blocking-query loop following Consul's client rules.
+//! - The token file and the TLS files are re-read while the client runs (`reload`,
+//!   `token_file`, `tls_reload`), so rotated credentials are used without a restart.
 //! - [`ConsulError`]: typed errors with [`ConsulError::category`] and
 //!   [`ConsulError::is_retryable`].
 
@@ -16,15 +18,18 @@ mod go_duration;
 mod kv;
 mod observer;
 mod query;
+mod reload;
 mod retry;
 mod session;
 mod settings;
 mod tls;
+mod tls_reload;
 mod token;
+mod token_file;
 mod transport;
 
 pub use blocking::{BlockingIndex, BlockingWatch, IndexChange, TokenBucket};
-pub use client::{ConsulClient, Overrides};
+pub use client::{ConsulClient, Overrides, TokenIdentity};
 pub use error::{ConsulError, ErrorContext, Result, TransportFailure};
 pub use go_duration::{
     DurationParseError, format as format_go_duration, parse as parse_go_duration,

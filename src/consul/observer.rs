@@ -16,4 +16,11 @@ pub trait RequestObserver: Send + Sync {
         elapsed: Duration,
         blocking: bool,
     );
+
+    /// A credential file (`credential`: `token`, `client_certificate` or `ca`) was re-read
+    /// with `result`: `reloaded`, or the `snake_case` reason its new contents were refused
+    /// (the credential in use was kept).
+    fn credential_reload(&self, credential: &'static str, result: &'static str) {
+        let _ = (credential, result);
+    }
 }

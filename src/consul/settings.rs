@@ -6,10 +6,10 @@
 //! | `CONSUL_HTTP_ADDR` | `host:port`, `http://host:port`, `https://host:port` or `unix:///path/to/agent.sock` (default `127.0.0.1:8500`) |
 //! | `CONSUL_HTTP_SSL` | `true`: use TLS for an address without a scheme (and never downgrade `http://`) |
 //! | `CONSUL_HTTP_TOKEN` | ACL token |
-//! | `CONSUL_HTTP_TOKEN_FILE` | file holding the ACL token (trimmed); wins over `CONSUL_HTTP_TOKEN`, as in Consul's Go client |
-//! | `CONSUL_CACERT` | PEM file with the CA certificate(s) to trust instead of the system roots |
-//! | `CONSUL_CAPATH` | directory of PEM CA certificates (added to `CONSUL_CACERT`) |
-//! | `CONSUL_CLIENT_CERT`, `CONSUL_CLIENT_KEY` | PEM client certificate chain and private key (mutual TLS) |
+//! | `CONSUL_HTTP_TOKEN_FILE` | file holding the ACL token (trimmed); wins over `CONSUL_HTTP_TOKEN`, as in Consul's Go client. Re-read while the operator runs (see below) |
+//! | `CONSUL_CACERT` | PEM file with the CA certificate(s) to trust instead of the system roots. Re-read while the operator runs |
+//! | `CONSUL_CAPATH` | directory of PEM CA certificates (added to `CONSUL_CACERT`). Re-read while the operator runs |
+//! | `CONSUL_CLIENT_CERT`, `CONSUL_CLIENT_KEY` | PEM client certificate chain and private key (mutual TLS). Re-read while the operator runs |
 //! | `CONSUL_HTTP_SSL_VERIFY` | `false`: do not verify the server certificate |
 //! | `CONSUL_TLS_SERVER_NAME` | name to send as SNI and to verify the certificate against |
 //! | `CONSUL_DATACENTER` | datacenter for every request (`?dc=`). **Not read by Consul itself**, which only has a `-datacenter` flag; ours. |
@@ -18,16 +18,36 @@
 //! | `CONSUL_ELECTOR_CONNECT_TIMEOUT` | TCP + TLS connect timeout (default `5s`) |
 //! | `CONSUL_ELECTOR_RETRY_ATTEMPTS` | attempts per request for retryable errors (default 4) |
 //! | `CONSUL_ELECTOR_RETRY_BASE_DELAY`, `CONSUL_ELECTOR_RETRY_MAX_DELAY` | backoff bounds (default `100ms`, `5s`) |
+//! | `CONSUL_ELECTOR_CREDENTIALS_RELOAD` | how often the token file and the TLS files are re-read (Go duration, default `5s`, at least `100ms`) |
 //!
 //! Booleans accept what Go's `strconv.ParseBool` accepts. Empty variables count as unset.
+//!
+//! # Rotated credentials
+//!
+//! The token file and the TLS files are read at start (a missing or unusable file fails the
+//! start) and then again while the operator runs, so a token rewritten by Vault agent or a
+//! certificate rotated by cert-manager (a Secret mount swaps its files atomically) is used
+//! without a restart and without a leader change. A file is re-read at most once per
+//! `CONSUL_ELECTOR_CREDENTIALS_RELOAD`, at the first Consul request after that period, and
+//! at once when Consul refuses the token (`ACL not found`, `Permission denied`: the request is
+//! then sent again once if the file holds a new token) or a TLS handshake fails. New contents
+//! that cannot be used (an empty or half-written file, a key that does not match its
+//! certificate) never replace the working ones: the operator keeps what it has, counts the
+//! failure in `consul_elector_consul_credential_reloads_total`, and tries again at the next
+//! period. New TLS material applies to new connections; open ones are kept.
 
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::go_duration;
+use super::reload::DEFAULT_RELOAD_PERIOD;
 use super::retry::RetryPolicy;
 use super::token::ConsulToken;
+
+/// The shortest `CONSUL_ELECTOR_CREDENTIALS_RELOAD`: reading the files more often buys
+/// nothing (a refused token or a failed handshake has them re-read at once anyway).
+const MIN_RELOAD_PERIOD: Duration = Duration::from_millis(100);
 
 /// Consul's default HTTP address.
 const DEFAULT_ADDRESS: &str = "127.0.0.1:8500";
@@ -209,8 +229,13 @@ pub struct ConsulSettings {
     pub address: ConsulAddress,
     /// Default datacenter (`?dc=`); `None` uses the agent's.
     pub datacenter: Option<String>,
-    /// Default ACL token; `None` uses the agent's default token.
+    /// Default ACL token; `None` uses the agent's default token. When `token_file` is set,
+    /// the token read at start (and the token used while the file is empty at start).
     pub token: Option<ConsulToken>,
+    /// The file the token is re-read from while the client runs (`CONSUL_HTTP_TOKEN_FILE`).
+    pub token_file: Option<PathBuf>,
+    /// How often the token file and the TLS files are re-read.
+    pub credentials_reload: Duration,
     /// TLS options.
     pub tls: TlsSettings,
     /// Cap on in-flight requests (and so HTTP/1 connections) per Consul address, split
@@ -247,6 +272,8 @@ impl Default for ConsulSettings {
             },
             datacenter: None,
             token: None,
+            token_file: None,
+            credentials_reload: DEFAULT_RELOAD_PERIOD,
             tls: TlsSettings::default(),
             max_connections: 64,
             request_timeout: Duration::from_secs(10),
@@ -293,8 +320,9 @@ impl ConsulSettings {
                 message,
             })?;
 
-        let token = match get("CONSUL_HTTP_TOKEN_FILE") {
-            Some(path) => read_token_file(&path)?,
+        let token_file = get("CONSUL_HTTP_TOKEN_FILE");
+        let token = match &token_file {
+            Some(path) => read_token_file(path)?,
             None => None,
         }
         .or_else(|| get("CONSUL_HTTP_TOKEN").and_then(ConsulToken::new));
@@ -348,10 +376,23 @@ impl ConsulSettings {
             max_delay: duration("CONSUL_ELECTOR_RETRY_MAX_DELAY", defaults.retry.max_delay)?,
         };
 
+        let credentials_reload = duration(
+            "CONSUL_ELECTOR_CREDENTIALS_RELOAD",
+            defaults.credentials_reload,
+        )?;
+        if credentials_reload < MIN_RELOAD_PERIOD {
+            return Err(SettingsError {
+                variable: "CONSUL_ELECTOR_CREDENTIALS_RELOAD",
+                message: format!("must be at least {MIN_RELOAD_PERIOD:?}"),
+            });
+        }
+
         Ok(Self {
             address,
             datacenter: get("CONSUL_DATACENTER").map(|dc| dc.trim().to_owned()),
             token,
+            token_file: token_file.map(PathBuf::from),
+            credentials_reload,
             tls,
             max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
             request_timeout: duration("CONSUL_ELECTOR_REQUEST_TIMEOUT", defaults.request_timeout)?,
@@ -407,6 +448,8 @@ mod tests {
         assert_eq!(s, ConsulSettings::default());
         assert_eq!(s.address.to_string(), "http://127.0.0.1:8500");
         assert_eq!(s.max_connections, 64);
+        assert_eq!(s.credentials_reload, Duration::from_secs(5));
+        assert_eq!(s.token_file, None);
         assert!(s.tls.verify);
     }
 
@@ -506,6 +549,7 @@ mod tests {
             ("CONSUL_ELECTOR_RETRY_ATTEMPTS", "6"),
             ("CONSUL_ELECTOR_RETRY_BASE_DELAY", "50ms"),
             ("CONSUL_ELECTOR_RETRY_MAX_DELAY", "2s"),
+            ("CONSUL_ELECTOR_CREDENTIALS_RELOAD", "1500ms"),
         ])
         .unwrap();
         assert!(s.address.is_tls());
@@ -525,6 +569,7 @@ mod tests {
         assert_eq!(s.max_connections, 8);
         assert_eq!(s.request_timeout, Duration::from_secs(3));
         assert_eq!(s.connect_timeout, Duration::from_millis(1500));
+        assert_eq!(s.credentials_reload, Duration::from_millis(1500));
         assert_eq!(
             s.retry,
             RetryPolicy {
@@ -543,6 +588,8 @@ mod tests {
             ("CONSUL_ELECTOR_REQUEST_TIMEOUT", "10"),
             ("CONSUL_ELECTOR_RETRY_ATTEMPTS", "-1"),
             ("CONSUL_HTTP_SSL_VERIFY", "maybe"),
+            ("CONSUL_ELECTOR_CREDENTIALS_RELOAD", "10ms"),
+            ("CONSUL_ELECTOR_CREDENTIALS_RELOAD", "soon"),
         ] {
             let error = settings(&[(variable, value)]).unwrap_err();
             assert_eq!(error.variable, variable);
@@ -565,6 +612,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(s.token, ConsulToken::new("file-token"));
+        assert_eq!(s.token_file.as_deref(), Some(file.as_path()));
 
         std::fs::write(&file, "\n").unwrap();
         let s = settings(&[

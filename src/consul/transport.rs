@@ -6,7 +6,9 @@
 //! Plain `http://` addresses speak HTTP/1.1 with keep-alive. Over TLS, ALPN offers HTTP/2
 //! first, and when Consul accepts it one connection carries every session request of the
 //! address and another one everything else (pinged, so a dead one is noticed). TLS uses
-//! the rustls configuration built from Consul's variables ([`super::tls`]). reqwest honours
+//! the rustls configuration built from Consul's variables ([`super::tls`]), whose client
+//! certificate and CA set follow their files (a failed handshake has them re-read before the
+//! next attempt), so the clients here are never rebuilt for a rotation. reqwest honours
 //! `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY` (and their lower-case forms), so a
 //! Consul behind a forward proxy needs no setting of ours; put Consul's address in `NO_PROXY`
 //! when the process has a proxy for other traffic. With `CONSUL_TLS_SERVER_NAME`, requests to
@@ -41,7 +43,7 @@
 use std::collections::HashMap;
 use std::error::Error as _;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
@@ -53,6 +55,7 @@ use tokio::task::JoinHandle;
 use super::error::TransportFailure;
 use super::settings::{ConsulAddress, TlsSettings};
 use super::tls;
+use super::tls_reload::TlsReload;
 
 /// How often an HTTP/2 connection is pinged. One connection carries every request of a lane,
 /// and a request that times out does not close it (unlike HTTP/1), so a connection whose peer
@@ -112,6 +115,8 @@ pub(crate) struct TransportConfig {
     pub tls: TlsSettings,
     /// The address `tls.server_name` applies to.
     pub default_address: ConsulAddress,
+    /// How often the TLS files are re-read.
+    pub credentials_reload: Duration,
     /// Where session requests run; `None`: on the caller's runtime.
     pub session_runtime: Option<Handle>,
 }
@@ -121,7 +126,7 @@ pub(crate) struct TransportConfig {
 #[derive(Debug)]
 pub(crate) struct TransportRegistry {
     config: TransportConfig,
-    tls_config: OnceLock<Result<Arc<ClientConfig>, String>>,
+    tls_config: OnceLock<Result<(Arc<ClientConfig>, TlsReload), String>>,
     /// Weak: the handles own the transports, so an address no election uses any more costs
     /// nothing.
     transports: Mutex<HashMap<ConsulAddress, Weak<AddressTransport>>>,
@@ -150,12 +155,20 @@ impl TransportRegistry {
             return Ok(transport);
         }
         transports.retain(|_, transport| transport.strong_count() > 0);
-        let tls = if address.is_tls() {
-            self.tls_config
-                .get_or_init(|| tls::client_config(&self.config.tls))
-                .clone()?
+        let (tls, tls_reload) = if address.is_tls() {
+            let (config, reload) = self
+                .tls_config
+                .get_or_init(|| {
+                    tls::client_config(
+                        &self.config.tls,
+                        self.config.credentials_reload,
+                        Instant::now(),
+                    )
+                })
+                .clone()?;
+            (config, Some(reload))
         } else {
-            tls::plain_http_config()?
+            (tls::plain_http_config()?, None)
         };
         let server_name = match &self.config.tls.server_name {
             Some(name) if address.is_tls() && *address == self.config.default_address => {
@@ -167,10 +180,19 @@ impl TransportRegistry {
             address.clone(),
             server_name,
             &tls,
+            tls_reload,
             &self.config,
         )?);
         transports.insert(address.clone(), Arc::downgrade(&transport));
         Ok(transport)
+    }
+
+    /// The reloading TLS files, once a TLS transport exists.
+    pub(crate) fn tls_reload(&self) -> Option<&TlsReload> {
+        match self.tls_config.get() {
+            Some(Ok((_, reload))) => Some(reload),
+            _ => None,
+        }
     }
 
     /// How many addresses have a transport that some handle still uses.
@@ -196,6 +218,8 @@ pub(crate) struct AddressTransport {
     session_permits: Semaphore,
     general_permits: Semaphore,
     session_runtime: Option<Handle>,
+    /// Told to re-read the TLS files when a handshake fails.
+    tls_reload: Option<TlsReload>,
 }
 
 impl std::fmt::Debug for AddressTransport {
@@ -215,6 +239,7 @@ impl AddressTransport {
         address: ConsulAddress,
         server_name: Option<&str>,
         tls: &ClientConfig,
+        tls_reload: Option<TlsReload>,
         config: &TransportConfig,
     ) -> Result<Self, String> {
         let budgets = LaneBudgets::split(config.max_connections);
@@ -264,6 +289,7 @@ impl AddressTransport {
             session_permits: Semaphore::new(budgets.sessions),
             general_permits: Semaphore::new(budgets.general),
             session_runtime: config.session_runtime.clone(),
+            tls_reload,
             base_url,
             address,
         })
@@ -355,6 +381,11 @@ impl AddressTransport {
         let error = error.without_url();
         let detail = chain(&error);
         if is_tls_failure(&error) {
+            // The certificate or the CA set in use may just have been rotated out: the
+            // next attempt re-reads the files.
+            if let Some(reload) = &self.tls_reload {
+                reload.reload_soon();
+            }
             (
                 TransportFailure::Connect,
                 format!("TLS handshake with {address}: {detail}"),

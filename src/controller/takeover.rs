@@ -28,7 +28,7 @@ use futures::StreamExt;
 use kube::runtime::reflector::ObjectRef;
 
 use super::{Context, consul_access};
-use crate::consul::{ConsulAddress, ConsulClient, ConsulToken, QueryOptions, SessionEntry};
+use crate::consul::{ConsulAddress, ConsulClient, QueryOptions, SessionEntry, TokenIdentity};
 use crate::crd::LeaderElection;
 use crate::election::config::{ElectionKey, Mode, Owner};
 use crate::sessions::{Found, SESSION_NAME_PREFIX, adoptable_pod};
@@ -161,7 +161,7 @@ pub async fn adopt_all(ctx: &Context) -> usize {
 /// client without any lookup; the others are resolved like their reconciles resolve them
 /// (reading an opted-in token Secret), and are skipped when that fails.
 async fn accesses(ctx: &Context) -> Vec<(ConsulClient, HashSet<ElectionKey>)> {
-    type Access = (ConsulAddress, Option<String>, Option<ConsulToken>);
+    type Access = (ConsulAddress, Option<String>, TokenIdentity);
     let mut groups: HashMap<Access, (ConsulClient, HashSet<ElectionKey>)> = HashMap::new();
     for le in ctx.elections.state() {
         let Ok(key) = super::election_key(&le) else {
@@ -184,7 +184,7 @@ async fn accesses(ctx: &Context) -> Vec<(ConsulClient, HashSet<ElectionKey>)> {
         let access = (
             consul.address().clone(),
             consul.datacenter().map(str::to_owned),
-            consul.token().cloned(),
+            consul.token_identity(),
         );
         groups
             .entry(access)

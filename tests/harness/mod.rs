@@ -171,6 +171,9 @@ pub struct OperatorConsul {
     pub allowed_addresses: Vec<String>,
     /// `--consul-allowed-datacenters`.
     pub allowed_datacenters: Vec<String>,
+    /// More of Consul's variables (a token file, TLS files, the reload period); an address
+    /// here replaces the harness' Consul's.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for HarnessOptions {
@@ -266,7 +269,18 @@ impl Harness {
         consul: ConsulUnderTest,
         spec: serde_json::Value,
     ) -> (Harness, Elected) {
-        let mut h = Harness::with_consul(admin, ns, HarnessOptions::default(), consul).await;
+        Self::web_elected_on_with(admin, ns, consul, HarnessOptions::default(), spec).await
+    }
+
+    /// [`web_elected_on`](Self::web_elected_on) with `options`.
+    pub async fn web_elected_on_with(
+        admin: Client,
+        ns: String,
+        consul: ConsulUnderTest,
+        options: HarnessOptions,
+        spec: serde_json::Value,
+    ) -> (Harness, Elected) {
+        let mut h = Harness::with_consul(admin, ns, options, consul).await;
         h.deployment("web", 3).await;
         h.start_operator().await;
         h.election("web", spec).await;
@@ -398,10 +412,16 @@ impl Harness {
         lease: &str,
     ) -> Operator {
         let url = self.consul.url();
-        let mut settings = ConsulSettings::from_env(|name| match name {
-            "CONSUL_HTTP_ADDR" => Some(url.clone()),
-            "CONSUL_HTTP_TOKEN" => token.clone(),
-            _ => None,
+        let extra = &self.operator_consul.env;
+        let mut settings = ConsulSettings::from_env(|name| {
+            if let Some((_, value)) = extra.iter().find(|(variable, _)| variable == name) {
+                return Some(value.clone());
+            }
+            match name {
+                "CONSUL_HTTP_ADDR" => Some(url.clone()),
+                "CONSUL_HTTP_TOKEN" => token.clone(),
+                _ => None,
+            }
         })
         .expect("consul settings");
         settings.allowed_addresses = self
@@ -415,6 +435,7 @@ impl Harness {
         let (stop, stop_rx) = watch::channel(false);
         let health = Health::new(Duration::from_secs(60));
         let metrics = Metrics::new();
+        consul.observe_requests(metrics.consul_observer());
         let mut watch_namespaces = vec![self.ns.clone()];
         watch_namespaces.extend(self.extra_watch_namespaces.iter().cloned());
         let settings = Settings {

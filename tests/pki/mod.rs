@@ -1,0 +1,93 @@
+//! Certificates made by the credential-rotation tests: CAs, server certificates for
+//! `127.0.0.1`/`localhost`, and client certificates with validity windows of a few seconds,
+//! written to files the way Kubernetes updates a mounted Secret (a new file renamed over the
+//! old one, so a reader never sees half of it).
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::path::Path;
+use std::time::Duration;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SanType,
+};
+use time::OffsetDateTime;
+
+/// A CA that signs the tests' certificates.
+pub struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+/// A certificate (PEM) and its private key (PEM).
+pub struct Issued {
+    pub cert: String,
+    pub key: String,
+}
+
+impl Ca {
+    /// A new CA named `name`, valid from a minute ago for a day.
+    pub fn new(name: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let now = OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::minutes(1);
+        params.not_after = now + time::Duration::days(1);
+        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        Ca { issuer }
+    }
+
+    /// The CA certificate (PEM).
+    pub fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    /// A server certificate for `127.0.0.1` and `localhost`, valid for a day.
+    pub fn server(&self) -> Issued {
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress([127, 0, 0, 1].into()));
+        params.distinguished_name.push(DnType::CommonName, "server");
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        self.issue(params, Duration::from_secs(24 * 3600))
+    }
+
+    /// A client certificate named `name` that expires `valid_for` from now.
+    pub fn client(&self, name: &str, valid_for: Duration) -> Issued {
+        let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(params, valid_for)
+    }
+
+    fn issue(&self, mut params: CertificateParams, valid_for: Duration) -> Issued {
+        let now = OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::minutes(1);
+        params.not_after = now + valid_for;
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Issued {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+}
+
+/// Writes `contents` to `path` atomically: a temporary file in the same directory, renamed
+/// over `path`.
+pub fn write_atomically(path: &Path, contents: impl AsRef<[u8]>) {
+    let temporary = path.with_extension("tmp");
+    std::fs::write(&temporary, contents).unwrap();
+    std::fs::rename(&temporary, path).unwrap();
+}
+
+/// Writes a certificate and its key (each atomically; the key first, then the certificate).
+pub fn write_pair(cert: &Path, key: &Path, issued: &Issued) {
+    write_atomically(key, &issued.key);
+    write_atomically(cert, &issued.cert);
+}
