@@ -314,3 +314,70 @@ async fn switchover_moves_leadership_to_the_named_pod_and_refuses_an_unknown_one
     })
     .await;
 }
+
+/// `list --watch` prints the table, then a row each time an election's row changes: here a
+/// pause and a resume, seen while the command keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_watch_prints_a_row_for_each_change_until_interrupted() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    with_namespace("plugin-watch", |admin, ns| async move {
+        let spec = json!({"selector": {"matchLabels": {"app": "web"}}});
+        let (h, elected) = Harness::web_elected(admin, ns, spec).await;
+        let cluster = TestCluster::shared().expect("cluster (with_namespace checked)");
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-elector"))
+            .args(["list", "--watch", "-n", &h.ns])
+            .env("KUBECONFIG", cluster.kubeconfig_path())
+            .env_remove("CONSUL_HTTP_ADDR")
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("run kubectl-elector list --watch");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        // The next line within the bound; the command must not have ended.
+        let mut next = async || {
+            tokio::time::timeout(harness::SOON, lines.next_line())
+                .await
+                .expect("a line within the bound")
+                .expect("read stdout")
+                .expect("the watch keeps running")
+        };
+        let header = next().await;
+        assert!(
+            header.starts_with("NAME") && header.contains("PHASE"),
+            "{header}"
+        );
+        let row = next().await;
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            fields.get(..3),
+            Some(&["web", "Elected", elected.pod.as_str()][..]),
+            "{row}"
+        );
+
+        for (verb, phase) in [("pause", "Paused"), ("resume", "Elected")] {
+            succeeded(&plugin(&h, false, &[verb, "web"]).await);
+            // Rows until the one showing the new phase (the operator may write the status
+            // more than once on the way).
+            loop {
+                let row = next().await;
+                assert!(
+                    !row.starts_with("NAME"),
+                    "the header is printed once: {row}"
+                );
+                let fields: Vec<&str> = row.split_whitespace().collect();
+                assert_eq!(fields.first(), Some(&"web"), "{row}");
+                if fields.get(1) == Some(&phase) {
+                    assert_eq!(
+                        fields.get(2),
+                        Some(&elected.pod.as_str()),
+                        "the leader stays: {row}"
+                    );
+                    break;
+                }
+            }
+        }
+        child.kill().await.expect("interrupt the watch");
+        h.finish().await;
+    })
+    .await;
+}

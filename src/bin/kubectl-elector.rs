@@ -21,11 +21,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(plugin::run(cli)) {
-        Ok(report) => {
-            // A closed pipe (`| head`) is not worth a panic.
-            let _ = std::io::stdout().write_all(report.text.as_bytes());
-            if report.success {
+    // Output goes out as it comes (`--watch` prints until interrupted); a closed pipe
+    // (`| head`) ends the command instead of panicking.
+    let emit = |text: &str| {
+        let mut stdout = std::io::stdout().lock();
+        stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush())
+            .is_ok()
+    };
+    match runtime.block_on(plugin::watch_command(cli, emit)) {
+        Ok(success) => {
+            if success {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE

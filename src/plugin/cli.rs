@@ -44,12 +44,20 @@ pub enum Command {
         /// Every election of every namespace.
         #[arg(short = 'A', long, conflicts_with = "election")]
         all_namespaces: bool,
+        /// After the first output, print each election again whenever what is shown changes,
+        /// until interrupted.
+        #[arg(short, long)]
+        watch: bool,
     },
     /// One line per election: phase, leader, fencing token, transitions, Ready.
     List {
         /// Every election of every namespace.
         #[arg(short = 'A', long)]
         all_namespaces: bool,
+        /// After the table, print a row whenever what an election's row shows changes, until
+        /// interrupted (like `kubectl get --watch`).
+        #[arg(short, long)]
+        watch: bool,
     },
     /// Prints a shell completion script (for example `source <(kubectl elector completion
     /// bash)`; kubectl completes plugins through a `kubectl_complete-elector` script on the
@@ -92,6 +100,17 @@ pub enum Command {
         /// The election.
         election: String,
     },
+}
+
+impl Cli {
+    /// Whether the command keeps printing until interrupted (`list` or `status` with
+    /// `--watch`): run it with [`super::watch_command`], not [`super::run`].
+    pub fn watches(&self) -> bool {
+        matches!(
+            self.command,
+            Command::List { watch: true, .. } | Command::Status { watch: true, .. }
+        )
+    }
 }
 
 /// The completion script of `kubectl-elector` for `shell`.
@@ -175,9 +194,23 @@ mod tests {
         assert_eq!(
             parse(&["list", "-A"]).expect("parses").command,
             Command::List {
-                all_namespaces: true
+                all_namespaces: true,
+                watch: false,
             }
         );
+        assert_eq!(
+            parse(&["list", "-w"]).expect("parses").command,
+            Command::List {
+                all_namespaces: false,
+                watch: true,
+            }
+        );
+        assert!(
+            parse(&["status", "web", "--watch"])
+                .expect("parses")
+                .watches()
+        );
+        assert!(!parse(&["status", "web"]).expect("parses").watches());
         assert_eq!(
             parse(&["completion", "zsh"]).expect("parses").command,
             Command::Completion {

@@ -26,6 +26,15 @@ pub enum PluginError {
         #[source]
         source: kube::runtime::wait::Error,
     },
+    /// `--watch` lost the watch and could not resume it.
+    #[error("watching {what}: {source}")]
+    WatchStream {
+        /// What was being watched.
+        what: String,
+        /// The watcher's error.
+        #[source]
+        source: kube::runtime::watcher::Error,
+    },
     /// The named election does not exist.
     #[error("LeaderElection {namespace}/{name} not found")]
     ElectionNotFound {

@@ -7,6 +7,7 @@
 //! - [`switchover`]: the request annotation and the wait for the operator's decision.
 //! - [`why`]: why a pod leads or does not.
 //! - [`history`]: the election's events.
+//! - [`watch`]: `list --watch` and `status --watch`.
 //! - `pause` and `resume`: `spec.paused`.
 //! - [`output`]: tables, JSON and YAML.
 
@@ -17,6 +18,7 @@ pub mod history;
 pub mod output;
 pub mod status;
 pub mod switchover;
+pub mod watch;
 pub mod why;
 
 use jiff::Timestamp;
@@ -65,15 +67,9 @@ pub async fn run(cli: Cli) -> Result<Report, PluginError> {
         Command::Status {
             election,
             all_namespaces,
+            ..
         } => {
-            let scope = match (&election, all_namespaces) {
-                (_, true) => status::Scope::AllNamespaces,
-                (Some(name), false) => status::Scope::One {
-                    namespace: &namespace,
-                    name,
-                },
-                (None, false) => status::Scope::Namespace(&namespace),
-            };
+            let scope = status_scope(election.as_deref(), all_namespaces, &namespace);
             let consul = consul_holder::client_from_env();
             let views = match &consul {
                 Ok(client_or_none) => {
@@ -128,12 +124,8 @@ pub async fn run(cli: Cli) -> Result<Report, PluginError> {
             })?;
             Ok(done(text))
         }
-        Command::List { all_namespaces } => {
-            let scope = if all_namespaces {
-                status::Scope::AllNamespaces
-            } else {
-                status::Scope::Namespace(&namespace)
-            };
+        Command::List { all_namespaces, .. } => {
+            let scope = list_scope(all_namespaces, &namespace);
             let views = status::collect(client, scope, None).await?;
             let text = output::render(format, views.as_slice(), |v| {
                 status::render_list(v, all_namespaces)
@@ -155,6 +147,70 @@ pub async fn run(cli: Cli) -> Result<Report, PluginError> {
             let text = output::render(format, entries.as_slice(), |e| history::render(e, now))?;
             Ok(done(text))
         }
+    }
+}
+
+/// Runs `list --watch` or `status --watch`, passing each piece of output to `emit` until it
+/// returns `false` (its reader is gone) or the watch breaks. Any other command runs once,
+/// as [`run`] runs it.
+pub async fn watch_command(
+    cli: Cli,
+    mut emit: impl FnMut(&str) -> bool,
+) -> Result<bool, PluginError> {
+    if !cli.watches() {
+        let report = run(cli).await?;
+        emit(&report.text);
+        return Ok(report.success);
+    }
+    let client = client(&cli).await?;
+    let namespace = cli
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let (scope, shape, consul) = match &cli.command {
+        Command::Status {
+            election,
+            all_namespaces,
+            ..
+        } => (
+            status_scope(election.as_deref(), *all_namespaces, &namespace),
+            watch::Shape::Status,
+            // Like `status`: Consul's view when its settings are valid.
+            consul_holder::client_from_env().ok().flatten(),
+        ),
+        Command::List { all_namespaces, .. } => (
+            list_scope(*all_namespaces, &namespace),
+            watch::Shape::List {
+                all_namespaces: *all_namespaces,
+            },
+            None,
+        ),
+        // `watches()` holds only for the two above.
+        _ => return Ok(false),
+    };
+    watch::watch(client, scope, consul.as_ref(), cli.output, shape, emit).await?;
+    Ok(true)
+}
+
+/// The elections `status` shows: one, the namespace's, or every namespace's.
+fn status_scope<'a>(
+    election: Option<&'a str>,
+    all_namespaces: bool,
+    namespace: &'a str,
+) -> status::Scope<'a> {
+    match (election, all_namespaces) {
+        (_, true) => status::Scope::AllNamespaces,
+        (Some(name), false) => status::Scope::One { namespace, name },
+        (None, false) => status::Scope::Namespace(namespace),
+    }
+}
+
+/// The elections `list` shows: the namespace's or every namespace's.
+fn list_scope(all_namespaces: bool, namespace: &str) -> status::Scope<'_> {
+    if all_namespaces {
+        status::Scope::AllNamespaces
+    } else {
+        status::Scope::Namespace(namespace)
     }
 }
 
