@@ -24,8 +24,9 @@ const CONTROLLERS: &str = "deployment,replicaset,endpointslice,garbagecollector,
 /// What a real node adds: every namespace's `default` ServiceAccount (pods mount its token);
 /// Endpoints (and their mirrors) beside the slices, for kube-proxy and
 /// the `kubernetes` Service; deleting the pods of a node that stopped reporting; collecting
-/// terminated pods.
-const NODE_CONTROLLERS: &str = "endpoint,endpointslicemirroring,nodelifecycle,podgc,serviceaccount";
+/// terminated pods; Jobs (the chart's pre-delete hook is one).
+const NODE_CONTROLLERS: &str =
+    "endpoint,endpointslicemirroring,nodelifecycle,podgc,serviceaccount,job";
 
 impl ClusterError {
     /// Whether a process failed because a port picked for it was taken meanwhile.
