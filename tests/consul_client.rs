@@ -2,6 +2,7 @@
 //! category, blocking-query index rules, retries, the connection cap, settings and TLS.
 
 mod common;
+mod pki;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -928,7 +929,6 @@ mod tls {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     use rustls::server::WebPkiClientVerifier;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     fn fixture(name: &str) -> PathBuf {
@@ -957,27 +957,7 @@ mod tls {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let Ok(mut tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let mut request = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match tls.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => request.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let response = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Consul-Index: 5\r\nX-Consul-KnownLeader: true\r\nContent-Length: 2\r\nConnection: close\r\n\r\n[]";
-                    let _ = tls.write_all(response.as_bytes()).await;
-                    let _ = tls.shutdown().await;
-                });
-            }
-        });
+        crate::pki::serve_empty_session_lists(listener, move || acceptor.clone());
         addr
     }
 

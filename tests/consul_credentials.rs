@@ -15,7 +15,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use testkit::consul::AclPolicy;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use common::emulator_with_tokens;
@@ -193,26 +192,8 @@ impl TlsServer {
         let addr = listener.local_addr().unwrap();
         let config = Arc::new(Mutex::new(config));
         let current = config.clone();
-        tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let acceptor = tokio_rustls::TlsAcceptor::from(current.lock().unwrap().clone());
-                tokio::spawn(async move {
-                    let Ok(mut tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let mut request = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match tls.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => request.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let response = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Consul-Index: 5\r\nX-Consul-KnownLeader: true\r\nContent-Length: 2\r\nConnection: close\r\n\r\n[]";
-                    let _ = tls.write_all(response.as_bytes()).await;
-                    let _ = tls.shutdown().await;
-                });
-            }
+        pki::serve_empty_session_lists(listener, move || {
+            tokio_rustls::TlsAcceptor::from(current.lock().unwrap().clone())
         });
         TlsServer { addr, config }
     }

@@ -1,7 +1,7 @@
 //! Certificates made by the credential-rotation tests: CAs, server certificates for
 //! `127.0.0.1`/`localhost`, and client certificates with validity windows of a few seconds,
 //! written to files the way Kubernetes updates a mounted Secret (a new file renamed over the
-//! old one, so a reader never sees half of it).
+//! old one, so a reader never sees half of it); and a small TLS server standing in for Consul.
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::path::Path;
@@ -90,4 +90,35 @@ pub fn write_atomically(path: &Path, contents: impl AsRef<[u8]>) {
 pub fn write_pair(cert: &Path, key: &Path, issued: &Issued) {
     write_atomically(key, &issued.key);
     write_atomically(cert, &issued.cert);
+}
+
+/// Serves TLS on `listener`, each connection with the acceptor `acceptor` returns when it is
+/// accepted (so a test can swap the server's certificate), answering every request with an
+/// empty session list as Consul would.
+pub fn serve_empty_session_lists(
+    listener: tokio::net::TcpListener,
+    acceptor: impl Fn() -> tokio_rustls::TlsAcceptor + Send + 'static,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let response = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Consul-Index: 5\r\nX-Consul-KnownLeader: true\r\nContent-Length: 2\r\nConnection: close\r\n\r\n[]";
+                let _ = tls.write_all(response.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
 }
