@@ -45,27 +45,7 @@ const OK: &str = "ok";
 /// Label value of a failed operation (`result` and `outcome` labels).
 const ERROR: &str = "error";
 
-/// Why the operator removed a leader label without choosing a successor first (safety rule 2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FencingCause {
-    /// Renewals failed for a whole TTL, so the lock could not be confirmed.
-    Unconfirmed,
-    /// Consul invalidated the session or the key was deleted.
-    Lost,
-}
-
-impl FencingCause {
-    /// Every cause, so each series exists (at zero) from the start.
-    const ALL: [Self; 2] = [Self::Unconfirmed, Self::Lost];
-
-    /// The `cause` label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Unconfirmed => "unconfirmed",
-            Self::Lost => "lost",
-        }
-    }
-}
+pub use crate::election::plan::FencingCause;
 
 /// The `operation` label value of a Consul operation as the client names it (`session renew`
 /// becomes `session_renew`); `other` for one this list does not know.

@@ -24,7 +24,6 @@ use crate::election::plan::{Action, ElectionEvent, EventReason, Plan};
 use crate::election::planner::{Observation, holder_from_value, plan};
 use crate::election::refusal::ConsulRefusal;
 use crate::k8s::{self, PodRole};
-use crate::metrics::FencingCause;
 use crate::sessions::{Found, adoptable_session};
 
 /// Flags written with every acquisition and release: marks the key as an elector lock.
@@ -228,6 +227,7 @@ impl<'a> Round<'a> {
                 pod: None,
                 note: refusal.message,
                 warning: EventReason::ConsulRefused.is_warning(),
+                fenced: None,
             })
             .await;
         }
@@ -528,10 +528,8 @@ impl<'a> Round<'a> {
     }
 
     async fn publish(&self, event: &ElectionEvent) {
-        match event.reason {
-            EventReason::ConsulUnavailable => self.ctx.metrics.fenced(FencingCause::Unconfirmed),
-            EventReason::SessionLost => self.ctx.metrics.fenced(FencingCause::Lost),
-            _ => {}
+        if let Some(cause) = event.fenced {
+            self.ctx.metrics.fenced(cause);
         }
         let ev = Event {
             type_: if event.warning {

@@ -94,7 +94,9 @@ where
 /// Where an election stands.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
-    /// Not looked at yet.
+    /// No pod leads and none is being elected: no eligible candidate, the key held by
+    /// another cluster or tool, or another install serving the election (also the phase
+    /// before the operator first looked).
     Pending,
     /// A leader is being chosen or moved.
     Electing,

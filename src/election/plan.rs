@@ -165,11 +165,15 @@ impl EventReason {
     }
 
     /// Whether an event of this reason is a Warning (otherwise Normal), unless the planner
-    /// says otherwise ([`ElectionEvent::warning`]).
+    /// says otherwise ([`ElectionEvent::warning`]). Only what needs a look is a Warning:
+    /// another install serving the election is a state the user chose.
     pub fn is_warning(self) -> bool {
         !matches!(
             self,
-            Self::LeaderElected | Self::SwitchoverCompleted | Self::Failback
+            Self::LeaderElected
+                | Self::SwitchoverCompleted
+                | Self::Failback
+                | Self::ManagedElsewhere
         )
     }
 }
@@ -187,6 +191,33 @@ pub struct ElectionEvent {
     /// leader the operator moves away on purpose (a switchover, a failback, the leader pod
     /// deleted or no longer selected) is no longer leader without anything having failed.
     pub warning: bool,
+    /// The event tells of a leader label taken because the lock was lost or could not be
+    /// confirmed (rule 2): counted once per label taken, by cause.
+    pub fenced: Option<FencingCause>,
+}
+
+/// Why a leader label was taken without the leader having been moved on purpose (rule 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FencingCause {
+    /// Renewals failed for a whole TTL, or the key went unread: the lock could not be
+    /// confirmed.
+    Unconfirmed,
+    /// Consul invalidated the session, or the key was deleted, released or taken by another
+    /// holder.
+    Lost,
+}
+
+impl FencingCause {
+    /// Every cause.
+    pub const ALL: [Self; 2] = [Self::Unconfirmed, Self::Lost];
+
+    /// The metrics' `cause` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unconfirmed => "unconfirmed",
+            Self::Lost => "lost",
+        }
+    }
 }
 
 /// The election's phase, as shown by `kubectl get le`.

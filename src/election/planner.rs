@@ -30,8 +30,8 @@ use super::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverRecord,
 };
 use super::plan::{
-    Action, CandidateState, ConditionState, ElectionEvent, EventReason, Phase, Plan, StatusState,
-    StoodBack, TAKEOVER_GRACE,
+    Action, CandidateState, ConditionState, ElectionEvent, EventReason, FencingCause, Phase, Plan,
+    StatusState, StoodBack, TAKEOVER_GRACE,
 };
 use super::refusal::ConsulRefusal;
 
@@ -209,21 +209,33 @@ impl<'a> Builder<'a> {
 
     /// Demotes every pod carrying the leader label except `keep` (rule 1: first).
     fn demote_others(&mut self, keep: Option<&str>) {
+        self.demote_all_but(keep, None);
+    }
+
+    /// Demotes every pod carrying the leader label: nobody holds the lock for it (rule 2).
+    fn demote_without_lock(&mut self) {
+        self.demote_all_but(None, Some(FencingCause::Lost));
+    }
+
+    /// Demotes every pod carrying the leader label except `keep`; `fenced` when the lock
+    /// was lost (unless the leader is being moved on purpose).
+    fn demote_all_but(&mut self, keep: Option<&str>, fenced: Option<FencingCause>) {
         let leader = self.leader_value();
         for pod in self.obs.pods {
             if pod.role.as_deref() == Some(leader) && Some(pod.uid.as_str()) != keep {
-                self.push_demotion(pod);
+                self.push_demotion(pod, fenced);
             }
         }
     }
 
-    fn push_demotion(&mut self, pod: &PodView) {
+    fn push_demotion(&mut self, pod: &PodView, fenced: Option<FencingCause>) {
         self.actions.push(demotion(pod));
         self.actions.push(Action::Emit(ElectionEvent {
             reason: EventReason::LeaderLost,
             pod: Some(pod.name.clone()),
             note: format!("pod {} is no longer leader", pod.name),
             warning: !self.moving_on_purpose,
+            fenced: fenced.filter(|_| !self.moving_on_purpose),
         }));
     }
 
@@ -252,11 +264,29 @@ impl<'a> Builder<'a> {
     }
 
     fn emit(&mut self, reason: EventReason, pod: Option<&str>, note: String) {
+        self.push_event(reason, pod, note, None);
+    }
+
+    /// A `ConsulUnavailable` event for the leader label of `pod` taken because its lock
+    /// cannot be confirmed.
+    fn emit_unconfirmed(&mut self, pod: &str, note: String) {
+        let reason = EventReason::ConsulUnavailable;
+        self.push_event(reason, Some(pod), note, Some(FencingCause::Unconfirmed));
+    }
+
+    fn push_event(
+        &mut self,
+        reason: EventReason,
+        pod: Option<&str>,
+        note: String,
+        fenced: Option<FencingCause>,
+    ) {
         self.actions.push(Action::Emit(ElectionEvent {
             reason,
             pod: pod.map(str::to_owned),
             note,
             warning: reason.is_warning(),
+            fenced,
         }));
     }
 
@@ -320,6 +350,8 @@ impl<'a> Builder<'a> {
                         "the key is held outside the operator; nothing to move".into(),
                     );
                 }
+                // Not fencing: a key held elsewhere is a state of its own
+                // (`lock_held_elsewhere`), not a lost lock.
                 self.demote_others(None);
                 if let Some(s) = self.obs.session {
                     self.drop_session(s);
@@ -330,7 +362,7 @@ impl<'a> Builder<'a> {
             }
             Holder::Nobody if self.obs.config.paused => {
                 // No lock to back a leader label (rule 2), and no election while paused.
-                self.demote_others(None);
+                self.demote_without_lock();
                 self.paused_without_leader();
             }
             Holder::Nobody => {
@@ -354,7 +386,7 @@ impl<'a> Builder<'a> {
                         return;
                     }
                 } else {
-                    self.demote_others(None);
+                    self.demote_without_lock();
                 }
                 // The pod about to be elected is labelled leader once it holds the lock:
                 // labelling it follower first would be a write for nothing.
@@ -489,7 +521,7 @@ impl<'a> Builder<'a> {
                 pod: pod.name.clone(),
                 uid: pod.uid.clone(),
             });
-            self.emit(EventReason::ConsulUnavailable, Some(&pod.name), note);
+            self.emit_unconfirmed(&pod.name, note);
         }
         self.phase = Phase::Fenced;
         self.elected_reason = (
@@ -523,9 +555,8 @@ impl<'a> Builder<'a> {
                 continue;
             }
             self.actions.push(demotion(pod));
-            self.emit(
-                EventReason::ConsulUnavailable,
-                Some(&pod.name),
+            self.emit_unconfirmed(
+                &pod.name,
                 format!(
                     "the lock of pod {} cannot be confirmed; leader label removed",
                     pod.name
@@ -680,7 +711,7 @@ impl<'a> Builder<'a> {
         // Rule 1 order: a pod carrying the leader label (with another token, or put there by
         // somebody else) loses it before the lock is let go, even for a moment.
         if pod.role.as_deref() == Some(self.leader_value()) {
-            self.push_demotion(pod);
+            self.push_demotion(pod, None);
         }
         self.actions.push(Action::Release {
             session: session.id.clone(),
@@ -876,7 +907,7 @@ impl<'a> Builder<'a> {
                 self.settle_followers(Some(&pod.uid));
             }
             None => {
-                self.demote_others(None);
+                self.demote_without_lock();
                 self.settle_followers(None);
                 self.elected_reason = (
                     "NoHolder",

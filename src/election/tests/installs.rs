@@ -45,6 +45,11 @@ fn another_install_holding_the_key_for_a_pod_here_is_left_alone() {
         plan.actions
     );
     assert_eq!(
+        warnings(&plan),
+        vec![],
+        "another install serving is a chosen state, not a Warning"
+    );
+    assert_eq!(
         plan.managed_elsewhere.map(|s| s.other).as_deref(),
         Some("test-cluster/team.consul-elector")
     );

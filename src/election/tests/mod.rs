@@ -4,6 +4,7 @@
 mod model;
 mod support;
 
+mod fencing_causes;
 mod installs;
 mod invariants;
 mod observe_mode;
