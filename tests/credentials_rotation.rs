@@ -90,7 +90,10 @@ fn reloads(h: &Harness, credential: &str, result: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotated_token_file_keeps_the_lock_without_a_leader_change() {
-    let Some(consul) = ConsulUnderTest::real(Shape::Dev, Options { acl: true }).await else {
+    let Some(consul) = ConsulUnderTest::real(Shape::Dev, Options {
+            acl: true,
+            ..Options::default()
+        }).await else {
         return;
     };
     let real = consul.real_consul();
