@@ -26,7 +26,15 @@ fn selecting(app: &str) -> serde_json::Value {
 /// false naming `right`, publishes one `ConsulRefused` event, labels nobody, and does not
 /// retry in a tight loop.
 async fn a_token_lacking_a_right(prefix: &str, rules: &str, right: &str) {
-    let Some(consul) = ConsulUnderTest::real(Shape::Dev, Options { acl: true }).await else {
+    let Some(consul) = ConsulUnderTest::real(
+        Shape::Dev,
+        Options {
+            acl: true,
+            ..Options::default()
+        },
+    )
+    .await
+    else {
         return;
     };
     let real = consul.real_consul();
@@ -351,7 +359,15 @@ async fn a_whole_cluster_outage_fences_within_a_ttl_and_recovers_by_itself() {
 async fn a_deleted_token_fences_within_a_ttl_and_is_reported() {
     const TTL: Duration = Duration::from_secs(10);
     const SLACK: Duration = Duration::from_secs(3);
-    let Some(consul) = ConsulUnderTest::real(Shape::Dev, Options { acl: true }).await else {
+    let Some(consul) = ConsulUnderTest::real(
+        Shape::Dev,
+        Options {
+            acl: true,
+            ..Options::default()
+        },
+    )
+    .await
+    else {
         return;
     };
     let token = consul

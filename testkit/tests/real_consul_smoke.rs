@@ -107,10 +107,15 @@ async fn a_three_server_cluster_survives_its_leader_killed_or_paused() {
 
 #[tokio::test]
 async fn acl_tokens_allow_what_their_rules_say() {
-    let Some(consul) = RealConsul::start(Shape::Dev, Options { acl: true })
-        .await
-        .expect("start")
-    else {
+    let Some(consul) = RealConsul::start(
+        Shape::Dev,
+        Options {
+            acl: true,
+            ..Options::default()
+        },
+    )
+    .await
+    .expect("start") else {
         return;
     };
     let operator = consul

@@ -122,3 +122,50 @@ pub fn serve_empty_session_lists(
         }
     });
 }
+
+/// A directory laid out as the kubelet lays out a Secret volume: each file is a symlink
+/// `name -> ..data/name`, `..data` a symlink to a timestamped directory, and an update writes
+/// a new timestamped directory and renames a new `..data` link over the old one, so every
+/// file of the Secret changes in one atomic step.
+pub struct SecretVolume {
+    dir: std::path::PathBuf,
+    updates: u32,
+}
+
+impl SecretVolume {
+    /// An empty volume in `dir` (which exists).
+    pub fn new(dir: &Path) -> SecretVolume {
+        SecretVolume {
+            dir: dir.to_path_buf(),
+            updates: 0,
+        }
+    }
+
+    /// The path a reader is given for `name`.
+    pub fn file(&self, name: &str) -> std::path::PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Replaces the volume's contents with `files` (name, contents) in one atomic swap.
+    pub fn write(&mut self, files: &[(&str, &[u8])]) {
+        self.updates += 1;
+        let stamp = format!("..update-{}", self.updates);
+        std::fs::create_dir(self.dir.join(&stamp)).unwrap();
+        for (name, contents) in files {
+            std::fs::write(self.dir.join(&stamp).join(name), contents).unwrap();
+        }
+        let link = self.dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&stamp, &link).unwrap();
+        std::fs::rename(&link, self.dir.join("..data")).unwrap();
+        for (name, _) in files {
+            let path = self.dir.join(name);
+            if std::fs::symlink_metadata(&path).is_err() {
+                std::os::unix::fs::symlink(Path::new("..data").join(name), &path).unwrap();
+            }
+        }
+        if self.updates > 1 {
+            let previous = self.dir.join(format!("..update-{}", self.updates - 1));
+            std::fs::remove_dir_all(previous).unwrap();
+        }
+    }
+}

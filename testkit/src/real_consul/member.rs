@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::proxy::Proxy;
-use super::{RealConsulError, Shape};
+use super::{RealConsulError, Shape, Tls};
 use crate::cluster::ports::free_ports;
 use crate::cluster::processes::ManagedProcess;
 
@@ -19,6 +19,8 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 pub(super) struct Plan {
     node: String,
     http_port: u16,
+    /// Set with [`super::Options::tls`].
+    https_port: Option<u16>,
     server_port: u16,
     args: Vec<String>,
     log_dir: PathBuf,
@@ -30,9 +32,11 @@ pub(super) fn plan(
     count: usize,
     dir: &Path,
     master_token: Option<&str>,
+    tls: Option<&Tls>,
 ) -> Result<Vec<Plan>, RealConsulError> {
+    // The fifth port is the HTTPS one, used only with `tls`.
     let ports = (0..count)
-        .map(|_| free_ports::<4>())
+        .map(|_| free_ports::<5>())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| RealConsulError::Io {
             context: "picking ports".into(),
@@ -45,10 +49,10 @@ pub(super) fn plan(
     };
     let joins: Vec<String> = ports[..servers]
         .iter()
-        .map(|[_, serf_lan, _, _]| format!("-retry-join=127.0.0.1:{serf_lan}"))
+        .map(|[_, serf_lan, _, _, _]| format!("-retry-join=127.0.0.1:{serf_lan}"))
         .collect();
     let mut plans = Vec::with_capacity(count);
-    for (i, [http, serf_lan, serf_wan, server]) in ports.into_iter().enumerate() {
+    for (i, [http, serf_lan, serf_wan, server, https]) in ports.into_iter().enumerate() {
         let node = match shape {
             Shape::Dev => "dev".to_string(),
             Shape::Cluster if i < servers => format!("s{}", i + 1),
@@ -68,6 +72,15 @@ pub(super) fn plan(
             ),
             "-log-level=debug".into(),
         ];
+        if let Some(tls) = tls {
+            args.extend([
+                format!("-hcl=ports {{ https = {https} }}"),
+                format!("-hcl=cert_file = {}", hcl_path(&tls.cert_file)),
+                format!("-hcl=key_file = {}", hcl_path(&tls.key_file)),
+                format!("-hcl=ca_file = {}", hcl_path(&tls.ca_file)),
+                format!("-hcl=verify_incoming_https = {}", tls.require_client_cert),
+            ]);
+        }
         match shape {
             Shape::Dev => args.push("-dev".into()),
             Shape::Cluster => {
@@ -99,12 +112,18 @@ pub(super) fn plan(
         plans.push(Plan {
             node,
             http_port: http,
+            https_port: tls.map(|_| https),
             server_port: server,
             args,
             log_dir: dir.to_path_buf(),
         });
     }
     Ok(plans)
+}
+
+/// A path as an HCL string (quoted and escaped as JSON, whose strings HCL reads alike).
+fn hcl_path(path: &Path) -> String {
+    serde_json::Value::from(path.display().to_string()).to_string()
 }
 
 /// One Consul process with a proxy in front of its HTTP port.
@@ -144,6 +163,14 @@ impl Member {
     /// The HTTP URL of the process itself, bypassing the proxy.
     pub fn direct_url(&self) -> String {
         format!("http://{}", self.direct_addr())
+    }
+
+    /// `https://127.0.0.1:<port>` of the process' HTTPS port (no proxy), when started with
+    /// [`super::Options::tls`].
+    pub fn https_url(&self) -> Option<String> {
+        self.plan
+            .https_port
+            .map(|port| format!("https://127.0.0.1:{port}"))
     }
 
     /// The address of the process' own HTTP port, bypassing the proxy.

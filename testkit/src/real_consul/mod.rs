@@ -19,6 +19,12 @@
 //! Every member's HTTP port sits behind a [`Proxy`]: [`Member::url`] goes through it, so a test
 //! can partition the operator from the agent it talks to ([`Member::partition`]) while the
 //! server itself keeps running. All ports are picked at runtime.
+//!
+//! # HTTPS
+//! With [`Options::tls`] every member also serves HTTPS ([`Member::https_url`], not proxied)
+//! with the given certificate, and can require client certificates; its plain HTTP port stays,
+//! so the harness' own requests need no certificate. Consul reads the files at every start of
+//! a member: a test changes the server certificate by rewriting them and restarting the member.
 
 mod acl;
 mod member;
@@ -54,10 +60,28 @@ pub enum Shape {
 }
 
 /// Options of a start.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Options {
     /// Legacy ACLs on with `acl_default_policy = "deny"`; [`RealConsul::master_token`] is set.
     pub acl: bool,
+    /// An HTTPS port on every member besides its HTTP port; `None` (the default): HTTP only.
+    pub tls: Option<Tls>,
+}
+
+/// The HTTPS listener of every member: Consul's `ports { https }`, `cert_file`, `key_file`,
+/// `ca_file` and `verify_incoming_https`. Only the HTTP API uses TLS: the members' RPC and
+/// gossip between themselves stay plain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    /// The server certificate chain (PEM), valid for `127.0.0.1`.
+    pub cert_file: PathBuf,
+    /// The server certificate's private key (PEM).
+    pub key_file: PathBuf,
+    /// The CA certificates (PEM, one file) that client certificates are checked against.
+    pub ca_file: PathBuf,
+    /// Refuse HTTPS clients without a valid certificate from `ca_file` (Consul checks it at
+    /// the TLS handshake only: a connection open before the certificate expired goes on).
+    pub require_client_cert: bool,
 }
 
 /// Why a real Consul could not be started.
@@ -178,7 +202,7 @@ impl RealConsul {
     ) -> Result<Self, RealConsulError> {
         let mut attempt = 1;
         loop {
-            match Self::start_once(binary.clone(), shape, options).await {
+            match Self::start_once(binary.clone(), shape, options.clone()).await {
                 Err(RealConsulError::MemberExited { node, log_tail })
                     if attempt < START_ATTEMPTS =>
                 {
@@ -208,7 +232,13 @@ impl RealConsul {
             Shape::Dev => 1,
             Shape::Cluster => 4,
         };
-        let plans = member::plan(shape, count, dir.path(), master_token.as_deref())?;
+        let plans = member::plan(
+            shape,
+            count,
+            dir.path(),
+            master_token.as_deref(),
+            options.tls.as_ref(),
+        )?;
         let mut members = Vec::with_capacity(count);
         for plan in plans {
             members.push(Member::launch(binary.clone(), plan).await?);
