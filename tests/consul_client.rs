@@ -918,11 +918,6 @@ mod tls {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use bytes::Bytes;
-    use http_body_util::Full;
-    use hyper::service::service_fn;
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-
     use consul_elector::consul::{
         ConsulAddress, ConsulClient, ConsulSettings, QueryOptions, RetryPolicy, TlsSettings,
     };
@@ -957,7 +952,11 @@ mod tls {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        crate::pki::serve_empty_session_lists(listener, move || acceptor.clone());
+        crate::pki::serve_empty_session_lists(
+            listener,
+            crate::pki::Connections::OneRequestEach,
+            move || acceptor.clone(),
+        );
         addr
     }
 
@@ -978,27 +977,14 @@ mod tls {
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));
         let accepted = connections.clone();
-        tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
+        crate::pki::serve_empty_session_lists(
+            listener,
+            crate::pki::Connections::KeptOpen,
+            move || {
                 accepted.fetch_add(1, Ordering::SeqCst);
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let service = service_fn(|_request| async {
-                        http::Response::builder()
-                            .header("Content-Type", "application/json")
-                            .header("X-Consul-Index", "5")
-                            .header("X-Consul-KnownLeader", "true")
-                            .body(Full::new(Bytes::from_static(b"[]")))
-                    });
-                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
+                acceptor.clone()
+            },
+        );
         (addr, connections)
     }
 

@@ -167,6 +167,8 @@ struct TlsServer {
     config: Arc<Mutex<Arc<rustls::ServerConfig>>>,
 }
 
+/// The server's TLS configuration: `server`'s certificate, client certificates of
+/// `client_ca` required, HTTP/2 offered (as Consul does) besides HTTP/1.1.
 fn server_config(server: &Issued, client_ca: &Ca) -> Arc<rustls::ServerConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots
@@ -177,12 +179,12 @@ fn server_config(server: &Issued, client_ca: &Ca) -> Arc<rustls::ServerConfig> {
         .unwrap();
     let chain = vec![CertificateDer::from_pem_slice(server.cert.as_bytes()).unwrap()];
     let key = PrivateKeyDer::from_pem_slice(server.key.as_bytes()).unwrap();
-    Arc::new(
-        rustls::ServerConfig::builder()
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(chain, key)
-            .unwrap(),
-    )
+    let mut config = rustls::ServerConfig::builder()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Arc::new(config)
 }
 
 impl TlsServer {
@@ -192,7 +194,9 @@ impl TlsServer {
         let addr = listener.local_addr().unwrap();
         let config = Arc::new(Mutex::new(config));
         let current = config.clone();
-        pki::serve_empty_session_lists(listener, move || {
+        // Every request on a new connection: each one shows the server's current certificate
+        // and checks the client's.
+        pki::serve_empty_session_lists(listener, pki::Connections::OneRequestEach, move || {
             tokio_rustls::TlsAcceptor::from(current.lock().unwrap().clone())
         });
         TlsServer { addr, config }
@@ -299,6 +303,41 @@ async fn a_server_certificate_from_a_new_ca_is_trusted_once_the_ca_bundle_has_it
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(reloads.count("ca/reloaded"), 1);
     assert!(lists_sessions(&consul).await);
+}
+
+/// The server refuses the client certificate (its CA moved on). Under TLS 1.3 the refusal
+/// is an alert that arrives after the client finished its side of the handshake, with the
+/// request already sent; it still counts as a TLS failure: the files are read again at once,
+/// not at the next period.
+#[tokio::test]
+async fn a_client_certificate_the_server_refuses_is_reread_at_once() {
+    let old = Ca::new("old-client-ca");
+    let new = Ca::new("new-client-ca");
+    let server = TlsServer::start(server_config(&old.server(), &old)).await;
+    let dir = Dir::new("refused-client");
+    write_atomically(&dir.file("ca.pem"), old.pem());
+    let (cert, key) = client_files(&dir);
+    write_pair(
+        &cert,
+        &key,
+        &old.client("client", Duration::from_secs(3600)),
+    );
+    // A period far longer than the test: only the refusal has the files read.
+    let consul = ConsulClient::new(&tls_settings(server.addr, &dir, "1h")).unwrap();
+    let reloads = Arc::new(Reloads::default());
+    consul.observe_requests(reloads.clone());
+    assert!(lists_sessions(&consul).await);
+
+    // The server now trusts only client certificates of the new CA; the Secret gets one.
+    server.swap(server_config(&old.server(), &new));
+    write_pair(
+        &cert,
+        &key,
+        &new.client("client", Duration::from_secs(3600)),
+    );
+    let result = consul.list_sessions(QueryOptions::default()).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(reloads.count("client_certificate/reloaded"), 1);
 }
 
 #[tokio::test]

@@ -30,7 +30,8 @@
 //! without a restart and without a leader change. A file is re-read at most once per
 //! `CONSUL_ELECTOR_CREDENTIALS_RELOAD`, at the first Consul request after that period, and
 //! at once when Consul refuses the token (`ACL not found`, `Permission denied`: the request is
-//! then sent again once if the file holds a new token) or a TLS handshake fails. New contents
+//! then sent again once if the file holds a new token) or, with TLS, when a request fails (a
+//! refused certificate included). New contents
 //! that cannot be used (an empty or half-written file, a key that does not match its
 //! certificate) never replace the working ones: the operator keeps what it has, counts the
 //! failure in `consul_elector_consul_credential_reloads_total`, and tries again at the next

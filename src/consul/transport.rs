@@ -362,9 +362,10 @@ impl AddressTransport {
         if let Some(headers) = builder.headers_mut() {
             *headers = std::mem::take(response.headers_mut());
         }
-        let body = read_body(&mut response)
-            .await
-            .map_err(|error| (TransportFailure::Io, error))?;
+        let body = read_body(&mut response).await.map_err(|error| {
+            self.reread_tls_files_soon();
+            (TransportFailure::Io, error)
+        })?;
         drop(response);
         // reqwest puts the connection back into its pool from a background task: give it a
         // chance to run before the permit lets the next request look for an idle connection.
@@ -374,18 +375,26 @@ impl AddressTransport {
             .map_err(|error| (TransportFailure::Io, error.to_string()))
     }
 
+    /// After a failed exchange: the certificate or the CA set in use may just have been
+    /// rotated out, so the next attempt reads the TLS files again (unchanged ones are not
+    /// parsed again). After any failure, not only a recognised handshake error: under TLS
+    /// 1.3 the server refuses a client certificate with an alert that comes after the
+    /// handshake, and over HTTP/2 it reaches us as a connection error whose TLS cause is only
+    /// text.
+    fn reread_tls_files_soon(&self) {
+        if let Some(reload) = &self.tls_reload {
+            reload.reload_soon();
+        }
+    }
+
     /// Classifies a reqwest error: connect (TCP or TLS handshake; nothing was sent), timeout,
     /// or a broken exchange.
     fn failure(&self, error: reqwest::Error) -> TransportError {
         let address = &self.address;
         let error = error.without_url();
         let detail = chain(&error);
+        self.reread_tls_files_soon();
         if is_tls_failure(&error) {
-            // The certificate or the CA set in use may just have been rotated out: the
-            // next attempt re-reads the files.
-            if let Some(reload) = &self.tls_reload {
-                reload.reload_soon();
-            }
             (
                 TransportFailure::Connect,
                 format!("TLS handshake with {address}: {detail}"),

@@ -92,35 +92,99 @@ pub fn write_pair(cert: &Path, key: &Path, issued: &Issued) {
     write_atomically(cert, &issued.cert);
 }
 
+/// How many requests a connection of [`serve_empty_session_lists`] serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Connections {
+    /// One: every request needs a new connection, and so a new TLS handshake.
+    OneRequestEach,
+    /// As many as the client sends (HTTP/2 multiplexes them on one connection).
+    KeptOpen,
+}
+
 /// Serves TLS on `listener`, each connection with the acceptor `acceptor` returns when it is
-/// accepted (so a test can swap the server's certificate), answering every request with an
-/// empty session list as Consul would.
+/// accepted (so a test can swap the server's certificate or count connections), answering
+/// every request with an empty session list as Consul would: over HTTP/2 when the client and
+/// the acceptor's configuration agree on it (ALPN `h2`), else over HTTP/1.1.
 pub fn serve_empty_session_lists(
     listener: tokio::net::TcpListener,
+    connections: Connections,
     acceptor: impl Fn() -> tokio_rustls::TlsAcceptor + Send + 'static,
 ) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let acceptor = acceptor();
             tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
                 };
-                let mut request = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match tls.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
+                if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    answer_over_http2(tls, connections).await;
+                } else {
+                    answer_over_http1(tls).await;
                 }
-                let response = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Consul-Index: 5\r\nX-Consul-KnownLeader: true\r\nContent-Length: 2\r\nConnection: close\r\n\r\n[]";
-                let _ = tls.write_all(response.as_bytes()).await;
-                let _ = tls.shutdown().await;
             });
         }
     });
+}
+
+/// The response headers of an empty session list.
+const EMPTY_LIST_HEADERS: [(&str, &str); 3] = [
+    ("Content-Type", "application/json"),
+    ("X-Consul-Index", "5"),
+    ("X-Consul-KnownLeader", "true"),
+];
+
+async fn answer_over_http2(
+    tls: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    connections: Connections,
+) {
+    let served = std::sync::Arc::new(tokio::sync::Notify::new());
+    let notify = served.clone();
+    let service = hyper::service::service_fn(move |_request| {
+        notify.notify_one();
+        async {
+            let mut response = http::Response::builder();
+            for (name, value) in EMPTY_LIST_HEADERS {
+                response = response.header(name, value);
+            }
+            response.body(http_body_util::Full::new(bytes::Bytes::from_static(b"[]")))
+        }
+    });
+    let connection = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+    tokio::pin!(connection);
+    if connections == Connections::KeptOpen {
+        let _ = connection.await;
+        return;
+    }
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = served.notified() => {
+            // GOAWAY: the request in flight completes, the next needs a new connection.
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
+}
+
+/// Answers one HTTP/1.1 request and closes the connection.
+async fn answer_over_http1(mut tls: tokio_rustls::server::TlsStream<tokio::net::TcpStream>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut request = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tls.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    let mut response = "HTTP/1.1 200 OK\r\n".to_owned();
+    for (name, value) in EMPTY_LIST_HEADERS {
+        response.push_str(&format!("{name}: {value}\r\n"));
+    }
+    response.push_str("Content-Length: 2\r\nConnection: close\r\n\r\n[]");
+    let _ = tls.write_all(response.as_bytes()).await;
+    let _ = tls.shutdown().await;
 }
 
 /// A directory laid out as the kubelet lays out a Secret volume: each file is a symlink
