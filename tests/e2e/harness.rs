@@ -118,8 +118,11 @@ impl Env {
             self.dump(&name).await;
         }
         if outcome.is_ok() || !keep {
-            if let Err(error) = namespaces.delete(&name, &DeleteParams::default()).await {
-                eprintln!("cannot delete namespace {name}: {error}");
+            match namespaces.delete(&name, &DeleteParams::default()).await {
+                // The test deleted it itself.
+                Err(kube::Error::Api(status)) if status.is_not_found() => {}
+                Err(error) => eprintln!("cannot delete namespace {name}: {error}"),
+                Ok(_) => {}
             }
         } else {
             eprintln!("ELECTOR_E2E_KEEP=1: namespace {name} is kept");
