@@ -4,8 +4,6 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::election::owner_selectors::SELECTED_BY_OWNER;
-
 /// A pod leads and holds the Consul lock (`True`), or none does (`False`, with the reason).
 pub const LEADER_ELECTED: &str = "LeaderElected";
 /// Consul answered the operator's last requests for this election.
@@ -14,6 +12,9 @@ pub const CONSUL_AVAILABLE: &str = "ConsulAvailable";
 /// or reason `LabelKeySelectedByOwner` when `spec.labels.key` is in the selector of a
 /// candidate pod's controller).
 pub const SPEC_VALID: &str = "SpecValid";
+/// The `SpecValid` reason (and the event's) of a label key the pods' controller selects on
+/// (see [`crate::election::owner_selectors`]).
+pub const SELECTED_BY_OWNER: &str = "LabelKeySelectedByOwner";
 /// No older election selects this one's pods with the same label key (`True`, reason
 /// `Exclusive`); `False` (reason `Conflict`, the older election named in the message) when one
 /// does: this one then stands back and writes nothing.

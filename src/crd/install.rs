@@ -8,7 +8,8 @@ use kube::api::PostParams;
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, CustomResourceExt};
 
-use super::{CRD_NAME, LeaderElection};
+use super::names::CRD_NAME;
+use super::spec::LeaderElection;
 
 /// How often a create/replace race with another installer is retried.
 const ATTEMPTS: usize = 5;

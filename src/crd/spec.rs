@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+use super::names::DEFAULT_ROLE_LABEL;
 use super::rules::{self, *};
 use super::status::LeaderElectionStatus;
 use crate::election::config;
@@ -358,7 +359,7 @@ impl Default for LabelsSpec {
 }
 
 fn default_label_key() -> String {
-    super::DEFAULT_ROLE_LABEL.to_owned()
+    DEFAULT_ROLE_LABEL.to_owned()
 }
 
 fn default_leader_value() -> String {

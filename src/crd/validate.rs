@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 
-use super::LeaderElection;
 use super::rules::{self, CelRule};
-use super::spec::{LeaderElectionSpec, PodSelector, SelectorOperator, ValueFormatSpec};
+use super::spec::{
+    LeaderElection, LeaderElectionSpec, PodSelector, SelectorOperator, ValueFormatSpec,
+};
 use super::syntax;
 use crate::consul::{ConsulAddress, parse_go_duration};
 use crate::election::config::{ElectionConfig, LabelConfig, SessionConfig, ValueFormat};

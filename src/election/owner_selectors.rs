@@ -14,10 +14,8 @@
 use std::collections::BTreeSet;
 
 use super::plan::ConditionState;
-use crate::crd::conditions::SPEC_VALID;
+use crate::crd::conditions::{SELECTED_BY_OWNER, SPEC_VALID};
 
-/// The `SpecValid` reason (and the event's) of a label key the pods' controller selects on.
-pub const SELECTED_BY_OWNER: &str = "LabelKeySelectedByOwner";
 /// The `SpecValid` reason of a valid spec whose label key could not be checked against the
 /// selector of every pod's controller.
 pub const UNCHECKED: &str = "OwnerSelectorUnknown";

@@ -153,7 +153,7 @@ impl EventReason {
             Self::SessionLost => "SessionLost",
             Self::ConsulUnavailable => "ConsulUnavailable",
             Self::InvalidSpec => "InvalidSpec",
-            Self::LabelKeySelectedByOwner => super::owner_selectors::SELECTED_BY_OWNER,
+            Self::LabelKeySelectedByOwner => crate::crd::conditions::SELECTED_BY_OWNER,
             Self::Conflict => "Conflict",
             Self::ConsulCleanupSkipped => "ConsulCleanupSkipped",
             Self::SwitchoverCompleted => "SwitchoverCompleted",
