@@ -13,8 +13,9 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
+use super::context::Context;
+use super::observe;
 use super::sharing::{self, Annotations};
-use super::{Context, observe};
 use crate::Error;
 use crate::consul::{ConsulClient, ConsulError};
 use crate::crd::{LeaderElection, LeaderElectionStatus};

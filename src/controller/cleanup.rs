@@ -22,7 +22,9 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
 use super::act::LOCK_FLAGS;
-use super::{Context, consul_access, election_key, observe, sharing};
+use super::context::Context;
+use super::keys::election_key;
+use super::{consul_access, observe, sharing};
 use crate::Error;
 use crate::consul::{ConsulClient, parse_go_duration};
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
@@ -79,7 +81,7 @@ impl Footprint {
         let managed = config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
         if let Some(applied) = ctx.current_status(le).applied {
             let mut acted_on = le.clone();
-            acted_on.spec = super::migrate::with_applied(&le.spec, &applied);
+            acted_on.spec = super::applied::with_applied(&le.spec, &applied);
             return Footprint {
                 le: acted_on,
                 labelled: Labelled {

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
 
-use super::Context;
+use super::context::Context;
 use crate::Error;
 use crate::consul::{ConsulAddress, ConsulClient, ConsulToken, Overrides};
 use crate::crd::{LeaderElection, SECRET_ALLOWED_ELECTIONS_ANNOTATION, SpecProblem};

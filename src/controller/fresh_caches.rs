@@ -16,7 +16,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::{Context, scoped_apis};
+use super::context::Context;
+use super::scoped_stream::scoped_apis;
 use crate::crd::LeaderElection;
 use crate::k8s::Pod;
 

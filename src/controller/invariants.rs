@@ -13,7 +13,9 @@ use std::time::Duration;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType};
 
-use super::{Context, act, election_key, observe};
+use super::context::Context;
+use super::keys::election_key;
+use super::{act, observe};
 use crate::crd::{LeaderElection, Phase};
 use crate::election::config::ElectionKey;
 use crate::election::invariants::{Disagreement, Snapshot, disagreements};

@@ -21,65 +21,13 @@
 //! retried; the annotation `elector.dev/skip-consul-cleanup: "true"` lets the election go on
 //! without it (the old session, no longer renewed, expires after its TTL).
 
-use super::{Context, cleanup, election_key, status};
+use super::applied::applied_of;
+use super::context::Context;
+use super::keys::election_key;
+use super::{cleanup, status};
 use crate::Error;
-use crate::consul::format_go_duration;
-use crate::crd::{
-    AppliedSession, AppliedSpec, ConsulSpec, LabelsSpec, LeaderElection, LeaderElectionSpec,
-    SecretKeyRef,
-};
-use crate::election::config::{Behavior, ElectionConfig, Mode};
-
-/// What the spec of `le`, validated as `config`, makes the operator act with.
-pub fn applied_of(le: &LeaderElection, config: &ElectionConfig) -> AppliedSpec {
-    let consul = le.spec.consul.as_ref();
-    let token = consul.and_then(|c| c.token_secret_ref.as_ref());
-    AppliedSpec {
-        label_key: config.labels.key.clone(),
-        leader: config.labels.leader.clone(),
-        follower: config.labels.follower.clone(),
-        key: config.key.clone(),
-        consul_address: consul.and_then(|c| c.address.clone()),
-        datacenter: consul.and_then(|c| c.datacenter.clone()),
-        token_secret_name: token.map(|t| t.name.clone()),
-        token_secret_key: token.map(|t| t.key.clone()),
-        session: (config.mode == Mode::Managed).then(|| AppliedSession {
-            ttl: format_go_duration(config.session.ttl),
-            lock_delay: format_go_duration(config.session.lock_delay),
-            behavior: match config.session.behavior {
-                Behavior::Release => "release",
-                Behavior::Delete => "delete",
-            }
-            .to_owned(),
-        }),
-    }
-}
-
-/// `spec` with the labels, key and Consul access of `applied`.
-pub fn with_applied(spec: &LeaderElectionSpec, applied: &AppliedSpec) -> LeaderElectionSpec {
-    let token_secret_ref = match (&applied.token_secret_name, &applied.token_secret_key) {
-        (Some(name), Some(key)) => Some(SecretKeyRef {
-            name: name.clone(),
-            key: key.clone(),
-        }),
-        _ => None,
-    };
-    let consul = ConsulSpec {
-        address: applied.consul_address.clone(),
-        datacenter: applied.datacenter.clone(),
-        token_secret_ref,
-    };
-    LeaderElectionSpec {
-        labels: LabelsSpec {
-            key: applied.label_key.clone(),
-            leader: applied.leader.clone(),
-            follower: applied.follower.clone(),
-        },
-        key: Some(applied.key.clone()),
-        consul: (consul != ConsulSpec::default()).then_some(consul),
-        ..spec.clone()
-    }
-}
+use crate::crd::{AppliedSpec, LeaderElection};
+use crate::election::config::ElectionConfig;
 
 /// Whether the Consul access the spec of `le` names (address, datacenter, token Secret) is
 /// the one the operator acts with (`status.applied`): then a refusal of it means the access in
@@ -155,6 +103,7 @@ pub async fn migrate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::applied::with_applied;
 
     fn election(spec: serde_json::Value) -> LeaderElection {
         let le = serde_json::json!({

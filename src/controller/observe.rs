@@ -10,7 +10,7 @@ use crate::k8s::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::Context;
+use super::context::Context;
 use super::index::{Indexes, Term};
 use crate::crd::{LeaderElection, selector_matches};
 use crate::election::config::{ElectionConfig, ElectionKey};

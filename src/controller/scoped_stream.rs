@@ -20,6 +20,7 @@
 //!
 //! The decisions are made by [`ScopedMerge`] (pure); only the clean-up after a relist reads
 //! the store, at the moment it is emitted, when every event before it has been applied.
+//! [`scoped_apis`] gives the APIs, one per scope, those streams watch.
 
 use std::collections::{HashSet, VecDeque};
 use std::hash::Hash;
@@ -28,6 +29,7 @@ use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
 use kube::runtime::reflector::{Lookup, ObjectRef, Store};
 use kube::runtime::watcher;
+use kube::{Api, Client};
 
 /// The watch stream of one scope: a namespace, or every namespace (`None`).
 pub type Scoped<S> = (Option<String>, S);
@@ -259,6 +261,21 @@ where
             steps.extend(scope.deferred.drain(..).map(Step::Event));
         }
         steps
+    }
+}
+
+/// One API per watched namespace (or one over all namespaces), each with its scope.
+pub fn scoped_apis<K>(client: &Client, namespaces: &[String]) -> Vec<(Option<String>, Api<K>)>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    if namespaces.is_empty() {
+        vec![(None, Api::all(client.clone()))]
+    } else {
+        namespaces
+            .iter()
+            .map(|ns| (Some(ns.clone()), Api::namespaced(client.clone(), ns)))
+            .collect()
     }
 }
 

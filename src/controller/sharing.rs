@@ -25,7 +25,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
-use super::Context;
+use super::context::Context;
 use crate::crd::LeaderElection;
 use crate::election::config::LabelConfig;
 use crate::k8s::{self, PodRole};

@@ -9,7 +9,8 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::Context;
+use super::context::Context;
+use super::keys::election_key;
 use crate::Error;
 use crate::crd::conditions::{self, EXCLUSIVE, LEASE_TIMING_SAFE, SPEC_VALID, STATUS_WRITTEN};
 use crate::crd::{
@@ -90,7 +91,7 @@ fn applied(
 ) -> AppliedSpec {
     old.applied
         .clone()
-        .unwrap_or_else(|| super::migrate::applied_of(le, config))
+        .unwrap_or_else(|| super::applied::applied_of(le, config))
 }
 
 /// `status.lastSwitchover` as the planner reads it.
@@ -225,7 +226,7 @@ fn decided(
 /// The [`STATUS_WRITTEN`] condition: after failed status writes, the write that succeeds
 /// says so.
 fn status_written(le: &LeaderElection, ctx: &Context) -> ConditionState {
-    let failures = super::election_key(le)
+    let failures = election_key(le)
         .ok()
         .and_then(|key| ctx.status_failures(&key));
     match failures {
@@ -429,7 +430,7 @@ async fn patch_if_changed(
             }
             _ => Error::kube("patch status")(source),
         });
-    let key = super::election_key(le)?;
+    let key = election_key(le)?;
     match written {
         Ok(written) => {
             // A record keeps the count: the whole status written next reports it.

@@ -5,7 +5,7 @@ use json_patch::jsonptr::PointerBuf;
 use json_patch::{PatchOperation, RemoveOperation, TestOperation};
 use kube::api::{Api, Patch, PatchParams};
 
-use super::Context;
+use super::context::Context;
 use crate::Error;
 use crate::crd::{LeaderElection, SWITCHOVER_ANNOTATION};
 use crate::election::config::ElectionKey;

@@ -27,7 +27,9 @@ use std::time::Instant;
 use futures::StreamExt;
 use kube::runtime::reflector::ObjectRef;
 
-use super::{Context, consul_access};
+use super::consul_access;
+use super::context::Context;
+use super::keys::election_key;
 use crate::consul::{ConsulAddress, ConsulClient, QueryOptions, SessionEntry, TokenIdentity};
 use crate::crd::LeaderElection;
 use crate::election::config::{ElectionKey, Mode, Owner};
@@ -49,7 +51,7 @@ struct Candidate {
 /// `LeaseTimingSafe` condition).
 pub fn warn_short_ttls(ctx: &Context) {
     for le in ctx.elections.state() {
-        let Ok(key) = super::election_key(&le) else {
+        let Ok(key) = election_key(&le) else {
             continue;
         };
         let Ok(config) = ctx.validated.of(&key, &le) else {
@@ -164,7 +166,7 @@ async fn accesses(ctx: &Context) -> Vec<(ConsulClient, HashSet<ElectionKey>)> {
     type Access = (ConsulAddress, Option<String>, TokenIdentity);
     let mut groups: HashMap<Access, (ConsulClient, HashSet<ElectionKey>)> = HashMap::new();
     for le in ctx.elections.state() {
-        let Ok(key) = super::election_key(&le) else {
+        let Ok(key) = election_key(&le) else {
             continue;
         };
         let Ok(config) = ctx.validated.of(&key, &le) else {
