@@ -362,6 +362,14 @@ impl Metrics {
             consul_request_duration.clone(),
         );
         let credential_reloads = Family::<CredentialReloadLabels, Counter>::default();
+        // Each credential's `reloaded` series exists (at zero) from the start, so that the
+        // family is exported, and a rate over it is defined, before the first rotation.
+        for credential in ["token", "client_certificate", "ca"] {
+            let _ = credential_reloads.get_or_create(&CredentialReloadLabels {
+                credential,
+                result: "reloaded",
+            });
+        }
         registry.register(
             "consul_credential_reloads",
             "Consul credential files re-read with new contents, by credential (`token`, \
