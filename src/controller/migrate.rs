@@ -2,7 +2,7 @@
 //! `spec.consul` (address, datacenter, tokenSecretRef) may change while the election runs.
 //!
 //! The object alone cannot tell what changed, so the status records what the operator acts
-//! with ([`AppliedSpec`]) before it acts with other values. A new election records them with
+//! with ([`crate::crd::AppliedSpec`]) before it acts with other values. A new election records them with
 //! its first status write (the fencing token's, before any pod is labelled leader), which
 //! spares a write per election; the price: if the operator crashes between that election's
 //! first acquisition and that write, and the spec's key is edited before it restarts, the
@@ -26,7 +26,8 @@ use super::context::Context;
 use super::keys::election_key;
 use super::{cleanup, status};
 use crate::Error;
-use crate::crd::{AppliedSpec, LeaderElection};
+use crate::crd::LeaderElection;
+use crate::election::applied::{needs_withdrawal, same_access};
 use crate::election::config::ElectionConfig;
 
 /// Whether the Consul access the spec of `le` names (address, datacenter, token Secret) is
@@ -37,37 +38,6 @@ pub fn access_in_use(le: &LeaderElection, ctx: &Context, config: &ElectionConfig
         return true;
     };
     same_access(&recorded, &applied_of(le, config))
-}
-
-/// Whether `a` and `b` name the same Consul access.
-fn same_access(a: &AppliedSpec, b: &AppliedSpec) -> bool {
-    (
-        &a.consul_address,
-        &a.datacenter,
-        &a.token_secret_name,
-        &a.token_secret_key,
-    ) == (
-        &b.consul_address,
-        &b.datacenter,
-        &b.token_secret_name,
-        &b.token_secret_key,
-    )
-}
-
-/// Whether acting with `new` after `old` needs the old labels, key and session gone first:
-/// any change but the leader and follower values (rewritten in place under the same key), and
-/// new session settings (Consul keeps a session's TTL, lock-delay and behavior for its life,
-/// so the held session is replaced). A record without session settings (made by an earlier
-/// version, or in Observe mode) is not a change of them.
-fn needs_withdrawal(old: &AppliedSpec, new: &AppliedSpec) -> bool {
-    let session_changed = matches!((&old.session, &new.session), (Some(a), Some(b)) if a != b);
-    let values_only = AppliedSpec {
-        leader: new.leader.clone(),
-        follower: new.follower.clone(),
-        session: new.session.clone(),
-        ..old.clone()
-    };
-    session_changed || values_only != *new
 }
 
 /// Before the operator acts on `le` with `config`: when the status records other labels, key
@@ -104,6 +74,7 @@ pub async fn migrate(
 mod tests {
     use super::*;
     use crate::controller::applied::with_applied;
+    use crate::crd::AppliedSpec;
 
     fn election(spec: serde_json::Value) -> LeaderElection {
         let le = serde_json::json!({
@@ -143,7 +114,9 @@ mod tests {
     }
 
     #[test]
-    fn new_session_settings_replace_the_session_but_a_record_without_them_does_not() {
+    fn session_settings_are_recorded_in_canonical_form() {
+        // `needs_withdrawal` (election::applied) compares records: the same durations
+        // written differently must make the same record, other settings another one.
         let web = |session: serde_json::Value| {
             applied(&election(serde_json::json!({
                 "selector": {"matchLabels": {"app": "web"}},
@@ -151,6 +124,7 @@ mod tests {
             })))
         };
         let old = web(serde_json::json!({"ttl": "10s"}));
+        assert_eq!(old, web(serde_json::json!({"ttl": "10000ms"})));
         assert!(needs_withdrawal(
             &old,
             &web(serde_json::json!({"ttl": "30s"}))
@@ -159,56 +133,6 @@ mod tests {
             &old,
             &web(serde_json::json!({"ttl": "10s", "behavior": "Delete"}))
         ));
-        // The same durations written differently are the same settings.
-        assert!(!needs_withdrawal(
-            &old,
-            &web(serde_json::json!({"ttl": "10000ms"}))
-        ));
-        let earlier_version = AppliedSpec {
-            session: None,
-            ..old.clone()
-        };
-        assert!(!needs_withdrawal(&earlier_version, &old));
-    }
-
-    #[test]
-    fn only_label_values_change_in_place() {
-        let base = applied(&election(
-            serde_json::json!({"selector": {"matchLabels": {"app": "web"}}}),
-        ));
-        let values = AppliedSpec {
-            leader: "primary".into(),
-            follower: "standby".into(),
-            ..base.clone()
-        };
-        assert!(!needs_withdrawal(&base, &values));
-        let changes = [
-            AppliedSpec {
-                label_key: "example.com/role".into(),
-                ..base.clone()
-            },
-            AppliedSpec {
-                key: "elector/ns/web/other".into(),
-                ..base.clone()
-            },
-            AppliedSpec {
-                consul_address: Some("consul:8500".into()),
-                ..base.clone()
-            },
-            AppliedSpec {
-                datacenter: Some("dc2".into()),
-                ..base.clone()
-            },
-            AppliedSpec {
-                token_secret_name: Some("token".into()),
-                token_secret_key: Some("t".into()),
-                ..base.clone()
-            },
-        ];
-        for changed in changes {
-            assert!(needs_withdrawal(&base, &changed), "{changed:?}");
-            assert!(needs_withdrawal(&changed, &base), "{changed:?}");
-        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The pure decision core: (spec, candidate pods, lock state, session state, now) -> plan.
 //! No I/O and no clock reads; every safety rule of docs/design.md section 2 is a unit test here.
 
+pub mod applied;
 pub mod config;
 pub mod conflict;
 pub mod eligibility;
