@@ -2,7 +2,7 @@
 //! `spec.consul` (address, datacenter, tokenSecretRef) may change while the election runs.
 //!
 //! The object alone cannot tell what changed, so the status records what the operator acts
-//! with ([`crate::crd::AppliedSpec`]) before it acts with other values. A new election records them with
+//! with ([`AppliedSpec`]) before it acts with other values. A new election records them with
 //! its first status write (the fencing token's, before any pod is labelled leader), which
 //! spares a write per election; the price: if the operator crashes between that election's
 //! first acquisition and that write, and the spec's key is edited before it restarts, the
@@ -26,7 +26,7 @@ use super::context::Context;
 use super::keys::election_key;
 use super::{cleanup, status};
 use crate::Error;
-use crate::crd::LeaderElection;
+use crate::crd::{AppliedSpec, LeaderElection};
 use crate::election::applied::{needs_withdrawal, same_access};
 use crate::election::config::ElectionConfig;
 
@@ -40,41 +40,50 @@ pub fn access_in_use(le: &LeaderElection, ctx: &Context, config: &ElectionConfig
     same_access(&recorded, &applied_of(le, config))
 }
 
-/// Before the operator acts on `le` with `config`: when the status records other labels, key
-/// or Consul access, withdraws what was done with those first; then records the new ones.
-pub async fn migrate(
-    le: &LeaderElection,
-    ctx: &Context,
-    config: &ElectionConfig,
-) -> Result<(), Error> {
+/// The spec's values for `le` (validated as `config`) when the status records other ones.
+pub struct Edit {
+    /// What the spec makes the operator act with.
+    now: AppliedSpec,
+    /// Whether what was done with the recorded values must be withdrawn first
+    /// ([`needs_withdrawal`]).
+    pub needs_withdrawal: bool,
+}
+
+/// The edit of `le`'s spec since the operator last acted on it, if any. Nothing recorded yet
+/// is no edit: the reconcile's first status write records the values (sparing a write per new
+/// election).
+pub fn edit(le: &LeaderElection, ctx: &Context, config: &ElectionConfig) -> Option<Edit> {
     let now = applied_of(le, config);
-    let Some(recorded) = ctx.current_status(le).applied else {
-        // Nothing acted with other values yet: the reconcile's first status write records
-        // these (sparing a write per new election).
-        return Ok(());
-    };
-    if recorded == now {
-        return Ok(());
-    }
-    if needs_withdrawal(&recorded, &now) {
-        let key = election_key(le)?;
-        tracing::info!(election = %key, "labels, key or Consul access changed: withdrawing the old ones first");
-        ctx.locks.unwatch(&key);
-        let mut footprint = cleanup::Footprint::of(le, ctx);
-        // Whatever the mode is now, the operator's own session of the old values goes (in
-        // Observe mode it has none, or one left from Managed mode).
-        footprint.managed = true;
-        let withdrawal = cleanup::withdraw(&footprint, ctx).await?;
-        cleanup::settle_consul(le, &key, ctx, withdrawal).await?;
-    }
-    status::record_applied(le, ctx, &now).await
+    let recorded = ctx.current_status(le).applied?;
+    (recorded != now).then(|| Edit {
+        needs_withdrawal: needs_withdrawal(&recorded, &now),
+        now,
+    })
+}
+
+/// Withdraws what was done with the labels, key and Consul access the status records, in
+/// rule 7's order, before the operator acts with other ones.
+pub async fn withdraw(le: &LeaderElection, ctx: &Context) -> Result<(), Error> {
+    let key = election_key(le)?;
+    tracing::info!(election = %key, "labels, key or Consul access changed: withdrawing the old ones first");
+    ctx.locks.unwatch(&key);
+    let mut footprint = cleanup::Footprint::of(le, ctx);
+    // Whatever the mode is now, the operator's own session of the old values goes (in
+    // Observe mode it has none, or one left from Managed mode).
+    footprint.managed = true;
+    let withdrawal = cleanup::withdraw(&footprint, ctx).await?;
+    cleanup::settle_consul(le, &key, ctx, withdrawal).await
+}
+
+/// Records the values of `edit` as the ones the operator acts with.
+pub async fn record(le: &LeaderElection, ctx: &Context, edit: &Edit) -> Result<(), Error> {
+    status::record_applied(le, ctx, &edit.now).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::controller::applied::with_applied;
-    use crate::crd::AppliedSpec;
 
     fn election(spec: serde_json::Value) -> LeaderElection {
         let le = serde_json::json!({
