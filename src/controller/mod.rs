@@ -548,7 +548,7 @@ fn error_policy(le: Arc<LeaderElection>, error: &Error, _ctx: Arc<Context>) -> A
 
 /// Brings one election's pods, session and lock in line with its spec.
 ///
-/// First whether it may act at all ([`admission::admit`], the pure precedence): the inputs
+/// First whether it may act at all ([`admit`], the pure precedence): the inputs
 /// are gathered one at a time, in the order the precedence asks for them, and none once a
 /// step decided (the pods' controllers are read only for a valid spec, the Consul access is
 /// built only when nothing earlier stood in the way).
