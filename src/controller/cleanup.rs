@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -28,15 +28,13 @@ use super::{consul_access, observe, sharing};
 use crate::Error;
 use crate::consul::{ConsulClient, parse_go_duration};
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
+use crate::election::cleanup_deadline::{Deadline, deadline};
 use crate::election::config::{ElectionKey, LabelConfig, Mode};
 use crate::election::observe::SessionHealth;
 use crate::election::plan::EventReason;
 use crate::election::unusable::{UnusableLabel, unusable_label};
 use crate::k8s::{self, PodRole};
 use crate::sessions::{Found, adoptable_session};
-
-/// Shortest and longest wait between two attempts to clean up in Consul.
-const RETRY_BOUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
 
 /// `id`, a session the status names but this process has not adopted, when Consul still has
 /// it and its name says this cluster's operator created it for this election: only such a
@@ -326,57 +324,16 @@ async fn release_and_destroy(
     Ok(())
 }
 
-/// Whether a deletion still waits for Consul.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Deadline {
-    /// Try again after this delay.
-    RetryIn(Duration),
-    /// Stop waiting, for this reason.
-    GiveUp(String),
-}
-
-/// When to try Consul again, or why not any more: the annotation says skip, or the bound has
-/// passed since `metadata.deletionTimestamp`.
+/// When to try Consul again for `le`, or why not any more ([`deadline`], on this instant).
 fn consul_deadline(le: &LeaderElection, ctx: &Context) -> Deadline {
-    let skip = le
-        .annotations()
-        .get(SKIP_CONSUL_CLEANUP_ANNOTATION)
-        .is_some_and(|v| v == "true");
-    let deleted_at = le.metadata.deletion_timestamp.as_ref().map(|t| t.0);
     deadline(
-        skip,
-        deleted_at,
+        le.annotations()
+            .get(SKIP_CONSUL_CLEANUP_ANNOTATION)
+            .map(String::as_str),
+        le.metadata.deletion_timestamp.as_ref().map(|t| t.0),
         Timestamp::now(),
         ctx.settings.consul_cleanup_bound,
     )
-}
-
-/// [`consul_deadline`] without the clock: the retry delay grows with the time since the
-/// deletion (a quarter of it, within [`RETRY_BOUNDS`]) and never passes the bound.
-fn deadline(
-    skip: bool,
-    deleted_at: Option<Timestamp>,
-    now: Timestamp,
-    bound: Duration,
-) -> Deadline {
-    if skip {
-        return Deadline::GiveUp(format!(
-            "the annotation {SKIP_CONSUL_CLEANUP_ANNOTATION} says so"
-        ));
-    }
-    let elapsed = deleted_at
-        .and_then(|at| Duration::try_from(now.duration_since(at)).ok())
-        .unwrap_or_default();
-    let Some(left) = bound.checked_sub(elapsed).filter(|l| !l.is_zero()) else {
-        return Deadline::GiveUp(format!(
-            "Consul could not be reached for {}s after the deletion",
-            SignedDuration::try_from(elapsed)
-                .unwrap_or_default()
-                .as_secs()
-        ));
-    };
-    let (min, max) = RETRY_BOUNDS;
-    Deadline::RetryIn((elapsed / 4).clamp(min, max).min(left))
 }
 
 /// Stops waiting for Consul: the session is no longer renewed (it expires after its TTL
@@ -412,34 +369,4 @@ async fn give_up(
         secondary: None,
     };
     ctx.publish(&event, &le.object_ref(&())).await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const BOUND: Duration = Duration::from_secs(300);
-
-    fn at(secs: i64) -> Timestamp {
-        Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH)
-    }
-
-    #[test]
-    fn the_retry_delay_grows_and_never_passes_the_bound() {
-        let retry = |elapsed: i64| deadline(false, Some(at(1_000)), at(1_000 + elapsed), BOUND);
-        assert_eq!(retry(0), Deadline::RetryIn(Duration::from_secs(1)));
-        assert_eq!(retry(20), Deadline::RetryIn(Duration::from_secs(5)));
-        assert_eq!(retry(200), Deadline::RetryIn(Duration::from_secs(30)));
-        assert_eq!(retry(290), Deadline::RetryIn(Duration::from_secs(10)));
-        assert!(matches!(retry(300), Deadline::GiveUp(_)));
-        assert!(matches!(retry(10_000), Deadline::GiveUp(_)));
-    }
-
-    #[test]
-    fn the_annotation_gives_up_at_once() {
-        assert!(matches!(
-            deadline(true, Some(at(1_000)), at(1_000), BOUND),
-            Deadline::GiveUp(why) if why.contains(SKIP_CONSUL_CLEANUP_ANNOTATION)
-        ));
-    }
 }

@@ -27,6 +27,7 @@ use super::keys::election_key;
 use super::{cleanup, status};
 use crate::Error;
 use crate::crd::{AppliedSpec, LeaderElection};
+use crate::election::applied::{needs_withdrawal, same_access};
 use crate::election::config::ElectionConfig;
 
 /// Whether the Consul access the spec of `le` names (address, datacenter, token Secret) is
@@ -39,65 +40,44 @@ pub fn access_in_use(le: &LeaderElection, ctx: &Context, config: &ElectionConfig
     same_access(&recorded, &applied_of(le, config))
 }
 
-/// Whether `a` and `b` name the same Consul access.
-fn same_access(a: &AppliedSpec, b: &AppliedSpec) -> bool {
-    (
-        &a.consul_address,
-        &a.datacenter,
-        &a.token_secret_name,
-        &a.token_secret_key,
-    ) == (
-        &b.consul_address,
-        &b.datacenter,
-        &b.token_secret_name,
-        &b.token_secret_key,
-    )
+/// The spec's values for `le` (validated as `config`) when the status records other ones.
+pub struct Edit {
+    /// What the spec makes the operator act with.
+    now: AppliedSpec,
+    /// Whether what was done with the recorded values must be withdrawn first
+    /// ([`needs_withdrawal`]).
+    pub needs_withdrawal: bool,
 }
 
-/// Whether acting with `new` after `old` needs the old labels, key and session gone first:
-/// any change but the leader and follower values (rewritten in place under the same key), and
-/// new session settings (Consul keeps a session's TTL, lock-delay and behavior for its life,
-/// so the held session is replaced). A record without session settings (made by an earlier
-/// version, or in Observe mode) is not a change of them.
-fn needs_withdrawal(old: &AppliedSpec, new: &AppliedSpec) -> bool {
-    let session_changed = matches!((&old.session, &new.session), (Some(a), Some(b)) if a != b);
-    let values_only = AppliedSpec {
-        leader: new.leader.clone(),
-        follower: new.follower.clone(),
-        session: new.session.clone(),
-        ..old.clone()
-    };
-    session_changed || values_only != *new
-}
-
-/// Before the operator acts on `le` with `config`: when the status records other labels, key
-/// or Consul access, withdraws what was done with those first; then records the new ones.
-pub async fn migrate(
-    le: &LeaderElection,
-    ctx: &Context,
-    config: &ElectionConfig,
-) -> Result<(), Error> {
+/// The edit of `le`'s spec since the operator last acted on it, if any. Nothing recorded yet
+/// is no edit: the reconcile's first status write records the values (sparing a write per new
+/// election).
+pub fn edit(le: &LeaderElection, ctx: &Context, config: &ElectionConfig) -> Option<Edit> {
     let now = applied_of(le, config);
-    let Some(recorded) = ctx.current_status(le).applied else {
-        // Nothing acted with other values yet: the reconcile's first status write records
-        // these (sparing a write per new election).
-        return Ok(());
-    };
-    if recorded == now {
-        return Ok(());
-    }
-    if needs_withdrawal(&recorded, &now) {
-        let key = election_key(le)?;
-        tracing::info!(election = %key, "labels, key or Consul access changed: withdrawing the old ones first");
-        ctx.locks.unwatch(&key);
-        let mut footprint = cleanup::Footprint::of(le, ctx);
-        // Whatever the mode is now, the operator's own session of the old values goes (in
-        // Observe mode it has none, or one left from Managed mode).
-        footprint.managed = true;
-        let withdrawal = cleanup::withdraw(&footprint, ctx).await?;
-        cleanup::settle_consul(le, &key, ctx, withdrawal).await?;
-    }
-    status::record_applied(le, ctx, &now).await
+    let recorded = ctx.current_status(le).applied?;
+    (recorded != now).then(|| Edit {
+        needs_withdrawal: needs_withdrawal(&recorded, &now),
+        now,
+    })
+}
+
+/// Withdraws what was done with the labels, key and Consul access the status records, in
+/// rule 7's order, before the operator acts with other ones.
+pub async fn withdraw(le: &LeaderElection, ctx: &Context) -> Result<(), Error> {
+    let key = election_key(le)?;
+    tracing::info!(election = %key, "labels, key or Consul access changed: withdrawing the old ones first");
+    ctx.locks.unwatch(&key);
+    let mut footprint = cleanup::Footprint::of(le, ctx);
+    // Whatever the mode is now, the operator's own session of the old values goes (in
+    // Observe mode it has none, or one left from Managed mode).
+    footprint.managed = true;
+    let withdrawal = cleanup::withdraw(&footprint, ctx).await?;
+    cleanup::settle_consul(le, &key, ctx, withdrawal).await
+}
+
+/// Records the values of `edit` as the ones the operator acts with.
+pub async fn record(le: &LeaderElection, ctx: &Context, edit: &Edit) -> Result<(), Error> {
+    status::record_applied(le, ctx, &edit.now).await
 }
 
 #[cfg(test)]
@@ -143,7 +123,9 @@ mod tests {
     }
 
     #[test]
-    fn new_session_settings_replace_the_session_but_a_record_without_them_does_not() {
+    fn session_settings_are_recorded_in_canonical_form() {
+        // `needs_withdrawal` (election::applied) compares records: the same durations
+        // written differently must make the same record, other settings another one.
         let web = |session: serde_json::Value| {
             applied(&election(serde_json::json!({
                 "selector": {"matchLabels": {"app": "web"}},
@@ -151,6 +133,7 @@ mod tests {
             })))
         };
         let old = web(serde_json::json!({"ttl": "10s"}));
+        assert_eq!(old, web(serde_json::json!({"ttl": "10000ms"})));
         assert!(needs_withdrawal(
             &old,
             &web(serde_json::json!({"ttl": "30s"}))
@@ -159,56 +142,6 @@ mod tests {
             &old,
             &web(serde_json::json!({"ttl": "10s", "behavior": "Delete"}))
         ));
-        // The same durations written differently are the same settings.
-        assert!(!needs_withdrawal(
-            &old,
-            &web(serde_json::json!({"ttl": "10000ms"}))
-        ));
-        let earlier_version = AppliedSpec {
-            session: None,
-            ..old.clone()
-        };
-        assert!(!needs_withdrawal(&earlier_version, &old));
-    }
-
-    #[test]
-    fn only_label_values_change_in_place() {
-        let base = applied(&election(
-            serde_json::json!({"selector": {"matchLabels": {"app": "web"}}}),
-        ));
-        let values = AppliedSpec {
-            leader: "primary".into(),
-            follower: "standby".into(),
-            ..base.clone()
-        };
-        assert!(!needs_withdrawal(&base, &values));
-        let changes = [
-            AppliedSpec {
-                label_key: "example.com/role".into(),
-                ..base.clone()
-            },
-            AppliedSpec {
-                key: "elector/ns/web/other".into(),
-                ..base.clone()
-            },
-            AppliedSpec {
-                consul_address: Some("consul:8500".into()),
-                ..base.clone()
-            },
-            AppliedSpec {
-                datacenter: Some("dc2".into()),
-                ..base.clone()
-            },
-            AppliedSpec {
-                token_secret_name: Some("token".into()),
-                token_secret_key: Some("t".into()),
-                ..base.clone()
-            },
-        ];
-        for changed in changes {
-            assert!(needs_withdrawal(&base, &changed), "{changed:?}");
-            assert!(needs_withdrawal(&changed, &base), "{changed:?}");
-        }
     }
 
     #[test]

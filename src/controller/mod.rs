@@ -66,6 +66,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::Error;
 use crate::consul::{ConsulClient, TokenBucket, WatchPacing};
 use crate::crd::{FINALIZER, LeaderElection, Phase};
+use crate::election::admission::{Access, Admission, Input, Observed, admit};
 use crate::election::config::ElectionKey;
 use crate::election::owner_selectors::check_label_key;
 use crate::election::plan::{ConditionState, EventReason};
@@ -546,76 +547,72 @@ fn error_policy(le: Arc<LeaderElection>, error: &Error, _ctx: Arc<Context>) -> A
 }
 
 /// Brings one election's pods, session and lock in line with its spec.
+///
+/// First whether it may act at all ([`admit`], the pure precedence): the inputs
+/// are gathered one at a time, in the order the precedence asks for them, and none once a
+/// step decided (the pods' controllers are read only for a valid spec, the Consul access is
+/// built only when nothing earlier stood in the way).
 async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let key = election_key(le)?;
-    let config = match ctx.validated.of(&key, le) {
-        Ok(config) => config,
-        Err(problems) => {
-            let invalid = status::spec_problems(&problems);
-            return refuse(le, &key, ctx, invalid, EventReason::InvalidSpec).await;
-        }
+    let mut observed = Observed::default();
+    let validation = ctx.validated.of(&key, le);
+    observed.spec = Some(match &validation {
+        Ok(_) => Ok(()),
+        Err(problems) => Err(status::spec_problems(problems)),
+    });
+    let config = match (admit(&observed), validation) {
+        (Admission::Observe(Input::LabelKey), Ok(config)) => config,
+        (decision, _) => return stand_back(le, &key, ctx, decision).await,
     };
     // A label key the pods' controller selects: writing it would make the controller disown
-    // the pods and create others, without end. Refused like an invalid spec.
+    // the pods and create others, without end.
     let mut selected = observe::selected_pods(ctx, le, &key.namespace);
     selected.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let owners = ctx.owner_selectors.of_pods(&ctx.client, &selected).await;
     let spec_valid = check_label_key(&config.labels.key, &owners);
-    if !spec_valid.status {
-        return refuse(
-            le,
-            &key,
-            ctx,
-            spec_valid,
-            EventReason::LabelKeySelectedByOwner,
-        )
-        .await;
+    observed.label_key = Some(spec_valid.clone());
+    if let Some(outcome) = decided(&observed, Input::Older, le, &key, ctx).await {
+        return outcome;
     }
-    if let Some(older) = observe::conflicting_election(ctx, le, &config) {
-        // Yield: whatever this election labelled or held (it may have led before the older
-        // one came to select its pods) goes, in rule 7's order.
-        ctx.locks.unwatch(&key);
-        status::conflict(le, ctx, &older).await?;
-        let withdrawal = cleanup::withdraw(&cleanup::Footprint::of(le, ctx), ctx).await?;
-        cleanup::settle_consul(le, &key, ctx, withdrawal).await?;
-        // The older election may be waiting for this withdrawal (it is not woken by the
-        // patches of pods it does not select).
-        ctx.reconcile_soon(&ElectionKey {
-            namespace: key.namespace.clone(),
-            name: older,
-        });
-        return Ok(Action::requeue(INVALID_REQUEUE));
+    observed.older = Some(observe::conflicting_election(ctx, le, &config));
+    if let Some(outcome) = decided(&observed, Input::YieldingLeader, le, &key, ctx).await {
+        return outcome;
     }
-    if let Some((pod, younger)) = observe::yielding_leader(ctx, le, &config) {
-        // Nothing else may wake the younger election (this one writes nothing meanwhile):
-        // queue it. Its withdrawal (a pod patch) wakes this one; the requeue is a fallback.
-        tracing::debug!(election = %key, pod, younger, "waiting for a younger conflicting election to withdraw its leader label");
-        let younger = ElectionKey {
-            namespace: key.namespace.clone(),
-            name: younger,
-        };
-        if ctx.wake.send(younger).is_err() {
-            tracing::debug!(election = %key, "the controller is stopping");
-        }
-        return Ok(Action::requeue(YIELD_WAIT));
+    observed.yielding_leader = Some(observe::yielding_leader(ctx, le, &config));
+    if let Some(outcome) = decided(&observed, Input::Access, le, &key, ctx).await {
+        return outcome;
     }
     let consul = match consul_access::client_for(le, &config.key, ctx).await {
-        Ok(client) => client,
+        Ok(client) => {
+            observed.access = Some(Access::Usable);
+            Some(client)
+        }
         Err(consul_access::AccessProblem::Invalid(problem)) => {
-            let invalid = status::spec_problems(&[problem]);
-            status::invalid(le, ctx, invalid, EventReason::InvalidSpec).await?;
-            let in_use = migrate::access_in_use(le, ctx, &config);
-            let recheck = cleanup::fence_unusable(le, &key, ctx, in_use).await?;
-            return Ok(Action::requeue(
-                recheck.map_or(SECRET_REQUEUE, |d| d.min(SECRET_REQUEUE)),
-            ));
+            observed.access = Some(Access::Invalid {
+                spec_valid: status::spec_problems(&[problem]),
+                in_use: migrate::access_in_use(le, ctx, &config),
+            });
+            None
         }
         Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
+    };
+    let consul = match (admit(&observed), consul) {
+        (Admission::Observe(Input::Applied), Some(consul)) => consul,
+        (decision, _) => return stand_back(le, &key, ctx, decision).await,
     };
     // Changed labels, key or Consul access: undo what was done with the old ones first (only
     // once the new access is known to be usable, so that a mistyped Secret name does not
     // take the leader away).
-    migrate::migrate(le, ctx, &config).await?;
+    let edit = migrate::edit(le, ctx, &config);
+    observed.needs_withdrawal = Some(edit.as_ref().is_some_and(|e| e.needs_withdrawal));
+    match admit(&observed) {
+        Admission::Withdraw => migrate::withdraw(le, ctx).await?,
+        Admission::Proceed => {}
+        decision => return stand_back(le, &key, ctx, decision).await,
+    }
+    if let Some(edit) = &edit {
+        migrate::record(le, ctx, edit).await?;
+    }
     ctx.locks
         .watch(&key, &consul, &config.key, config.session.ttl);
     let mut round = act::Round::new(le, &key, &config, &consul, ctx).await;
@@ -647,6 +644,86 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         requeue = requeue.min(SECRET_RECHECK);
     }
     Ok(Action::requeue(requeue))
+}
+
+/// `None` when the admission so far asks for `next` (gather it); otherwise executes the
+/// decision and returns the reconcile's outcome.
+async fn decided(
+    observed: &Observed,
+    next: Input,
+    le: &LeaderElection,
+    key: &ElectionKey,
+    ctx: &Context,
+) -> Option<Result<Action, Error>> {
+    match admit(observed) {
+        Admission::Observe(input) if input == next => None,
+        decision => Some(stand_back(le, key, ctx, decision).await),
+    }
+}
+
+/// Executes an admission that keeps the election from acting (refused, yielding, waiting,
+/// unusable Consul access).
+async fn stand_back(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    ctx: &Context,
+    decision: Admission,
+) -> Result<Action, Error> {
+    match decision {
+        Admission::Refuse { spec_valid, event } => refuse(le, key, ctx, spec_valid, event).await,
+        Admission::Yield { older } => yield_to(le, key, ctx, older).await,
+        Admission::WaitFor { younger, pod } => Ok(wait_for(key, ctx, younger, &pod)),
+        Admission::AccessInvalid { spec_valid, in_use } => {
+            status::invalid(le, ctx, spec_valid, EventReason::InvalidSpec).await?;
+            let recheck = cleanup::fence_unusable(le, key, ctx, in_use).await?;
+            Ok(Action::requeue(
+                recheck.map_or(SECRET_REQUEUE, |d| d.min(SECRET_REQUEUE)),
+            ))
+        }
+        Admission::Observe(_) | Admission::Withdraw | Admission::Proceed => {
+            // The inputs were gathered out of the admission's order: a bug, not the
+            // election's fault. Look again soon rather than act on half an observation.
+            tracing::error!(election = %key, ?decision, "admission out of step with its inputs");
+            Ok(Action::requeue(ERROR_REQUEUE))
+        }
+    }
+}
+
+/// Yields to the `older` election that claims the same pods: whatever this election labelled
+/// or held (it may have led before the older one came to select its pods) goes, in rule 7's
+/// order.
+async fn yield_to(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    ctx: &Context,
+    older: String,
+) -> Result<Action, Error> {
+    ctx.locks.unwatch(key);
+    status::conflict(le, ctx, &older).await?;
+    let withdrawal = cleanup::withdraw(&cleanup::Footprint::of(le, ctx), ctx).await?;
+    cleanup::settle_consul(le, key, ctx, withdrawal).await?;
+    // The older election may be waiting for this withdrawal (it is not woken by the patches
+    // of pods it does not select).
+    ctx.reconcile_soon(&ElectionKey {
+        namespace: key.namespace.clone(),
+        name: older,
+    });
+    Ok(Action::requeue(INVALID_REQUEUE))
+}
+
+/// Waits for the `younger` election, which yields to this one, to take its leader label off
+/// `pod`. Nothing else may wake it (this one writes nothing meanwhile): queue it. Its
+/// withdrawal (a pod patch) wakes this one; the requeue is a fallback.
+fn wait_for(key: &ElectionKey, ctx: &Context, younger: String, pod: &str) -> Action {
+    tracing::debug!(election = %key, pod, younger, "waiting for a younger conflicting election to withdraw its leader label");
+    let younger = ElectionKey {
+        namespace: key.namespace.clone(),
+        name: younger,
+    };
+    if ctx.wake.send(younger).is_err() {
+        tracing::debug!(election = %key, "the controller is stopping");
+    }
+    Action::requeue(YIELD_WAIT)
 }
 
 /// Stands back from an election whose spec cannot be acted on: phase Invalid with the

@@ -1,6 +1,9 @@
 //! The pure decision core: (spec, candidate pods, lock state, session state, now) -> plan.
 //! No I/O and no clock reads; every safety rule of docs/design.md section 2 is a unit test here.
 
+pub mod admission;
+pub mod applied;
+pub mod cleanup_deadline;
 pub mod config;
 pub mod conflict;
 pub mod eligibility;

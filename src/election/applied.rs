@@ -1,0 +1,152 @@
+//! Spec edits of a live election (see `controller::migrate`): what the operator acts with is
+//! recorded in `status.applied`; comparing that record with what the spec asks now tells
+//! whether the old labels, key and session must be withdrawn first, and whether a refused
+//! Consul access is the one in use.
+
+use crate::crd::AppliedSpec;
+
+/// Whether `a` and `b` name the same Consul access (address, datacenter, token Secret).
+pub fn same_access(a: &AppliedSpec, b: &AppliedSpec) -> bool {
+    (
+        &a.consul_address,
+        &a.datacenter,
+        &a.token_secret_name,
+        &a.token_secret_key,
+    ) == (
+        &b.consul_address,
+        &b.datacenter,
+        &b.token_secret_name,
+        &b.token_secret_key,
+    )
+}
+
+/// Whether acting with `new` after `old` needs the old labels, key and session gone first:
+/// any change but the leader and follower values (rewritten in place under the same key), and
+/// new session settings (Consul keeps a session's TTL, lock-delay and behavior for its life,
+/// so the held session is replaced). A record without session settings (made by an earlier
+/// version, or in Observe mode) is not a change of them.
+pub fn needs_withdrawal(old: &AppliedSpec, new: &AppliedSpec) -> bool {
+    let session_changed = matches!((&old.session, &new.session), (Some(a), Some(b)) if a != b);
+    let values_only = AppliedSpec {
+        leader: new.leader.clone(),
+        follower: new.follower.clone(),
+        session: new.session.clone(),
+        ..old.clone()
+    };
+    session_changed || values_only != *new
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::AppliedSession;
+
+    /// The record of a default election `web` in `ns` (as `controller::applied` makes it).
+    fn base() -> AppliedSpec {
+        AppliedSpec {
+            label_key: crate::crd::DEFAULT_ROLE_LABEL.into(),
+            leader: "leader".into(),
+            follower: "follower".into(),
+            key: crate::crd::default_key("ns", "web"),
+            session: Some(session("10s", "release")),
+            ..AppliedSpec::default()
+        }
+    }
+
+    fn session(ttl: &str, behavior: &str) -> AppliedSession {
+        AppliedSession {
+            ttl: ttl.into(),
+            lock_delay: "15s".into(),
+            behavior: behavior.into(),
+        }
+    }
+
+    #[test]
+    fn new_session_settings_replace_the_session_but_a_record_without_them_does_not() {
+        let old = base();
+        let with = |s: AppliedSession| AppliedSpec {
+            session: Some(s),
+            ..base()
+        };
+        assert!(needs_withdrawal(&old, &with(session("30s", "release"))));
+        assert!(needs_withdrawal(&old, &with(session("10s", "delete"))));
+        assert!(!needs_withdrawal(&old, &with(session("10s", "release"))));
+        let earlier_version = AppliedSpec {
+            session: None,
+            ..old.clone()
+        };
+        assert!(!needs_withdrawal(&earlier_version, &old));
+    }
+
+    #[test]
+    fn only_label_values_change_in_place() {
+        let base = base();
+        let values = AppliedSpec {
+            leader: "primary".into(),
+            follower: "standby".into(),
+            ..base.clone()
+        };
+        assert!(!needs_withdrawal(&base, &values));
+        assert!(!needs_withdrawal(&base, &base));
+        let changes = [
+            AppliedSpec {
+                label_key: "example.com/role".into(),
+                ..base.clone()
+            },
+            AppliedSpec {
+                key: "elector/ns/web/other".into(),
+                ..base.clone()
+            },
+            AppliedSpec {
+                consul_address: Some("consul:8500".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
+                datacenter: Some("dc2".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
+                token_secret_name: Some("token".into()),
+                token_secret_key: Some("t".into()),
+                ..base.clone()
+            },
+        ];
+        for changed in changes {
+            assert!(needs_withdrawal(&base, &changed), "{changed:?}");
+            assert!(needs_withdrawal(&changed, &base), "{changed:?}");
+        }
+    }
+
+    #[test]
+    fn the_access_is_the_address_the_datacenter_and_the_token_secret() {
+        let base = base();
+        let other_labels = AppliedSpec {
+            label_key: "example.com/role".into(),
+            key: "elector/ns/web/other".into(),
+            session: None,
+            ..base.clone()
+        };
+        assert!(same_access(&base, &other_labels));
+        let changes = [
+            AppliedSpec {
+                consul_address: Some("consul:8500".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
+                datacenter: Some("dc2".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
+                token_secret_name: Some("token".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
+                token_secret_key: Some("t".into()),
+                ..base.clone()
+            },
+        ];
+        for changed in changes {
+            assert!(!same_access(&base, &changed), "{changed:?}");
+        }
+    }
+}

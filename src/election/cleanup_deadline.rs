@@ -1,0 +1,97 @@
+//! Rule 7's bound: a deleted election whose Consul cleanup fails (Consul unreachable) is
+//! retried with a growing delay, and the operator gives up on Consul once the bound has passed
+//! since `metadata.deletionTimestamp`, or at once when the election carries
+//! [`SKIP_CONSUL_CLEANUP_ANNOTATION`] = `"true"`: a namespace must never stay Terminating
+//! because Consul is unreachable.
+
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+
+use crate::crd::SKIP_CONSUL_CLEANUP_ANNOTATION;
+
+/// Shortest and longest wait between two attempts to clean up in Consul.
+pub const RETRY_BOUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
+
+/// Whether a cleanup still waits for Consul.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deadline {
+    /// Try again after this delay.
+    RetryIn(Duration),
+    /// Stop waiting, for this reason.
+    GiveUp(String),
+}
+
+/// When to try Consul again, or why not any more. `skip` is the value of the election's
+/// [`SKIP_CONSUL_CLEANUP_ANNOTATION`], `deleted_at` its `metadata.deletionTimestamp` (none: an
+/// election not deleted, such as one withdrawing before a spec edit, counts from `now`). The
+/// retry delay grows with the time since the deletion (a quarter of it, within
+/// [`RETRY_BOUNDS`]) and never passes the bound.
+pub fn deadline(
+    skip: Option<&str>,
+    deleted_at: Option<Timestamp>,
+    now: Timestamp,
+    bound: Duration,
+) -> Deadline {
+    if skip == Some("true") {
+        return Deadline::GiveUp(format!(
+            "the annotation {SKIP_CONSUL_CLEANUP_ANNOTATION} says so"
+        ));
+    }
+    let elapsed = deleted_at
+        .and_then(|at| Duration::try_from(now.duration_since(at)).ok())
+        .unwrap_or_default();
+    let Some(left) = bound.checked_sub(elapsed).filter(|l| !l.is_zero()) else {
+        return Deadline::GiveUp(format!(
+            "Consul could not be reached for {}s after the deletion",
+            SignedDuration::try_from(elapsed)
+                .unwrap_or_default()
+                .as_secs()
+        ));
+    };
+    let (min, max) = RETRY_BOUNDS;
+    Deadline::RetryIn((elapsed / 4).clamp(min, max).min(left))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOUND: Duration = Duration::from_secs(300);
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    #[test]
+    fn the_retry_delay_grows_and_never_passes_the_bound() {
+        let retry = |elapsed: i64| deadline(None, Some(at(1_000)), at(1_000 + elapsed), BOUND);
+        assert_eq!(retry(0), Deadline::RetryIn(Duration::from_secs(1)));
+        assert_eq!(retry(20), Deadline::RetryIn(Duration::from_secs(5)));
+        assert_eq!(retry(200), Deadline::RetryIn(Duration::from_secs(30)));
+        assert_eq!(retry(290), Deadline::RetryIn(Duration::from_secs(10)));
+        assert!(matches!(retry(300), Deadline::GiveUp(_)));
+        assert!(matches!(retry(10_000), Deadline::GiveUp(_)));
+    }
+
+    #[test]
+    fn the_annotation_gives_up_at_once() {
+        assert!(matches!(
+            deadline(Some("true"), Some(at(1_000)), at(1_000), BOUND),
+            Deadline::GiveUp(why) if why.contains(SKIP_CONSUL_CLEANUP_ANNOTATION)
+        ));
+        // Only "true" skips.
+        assert_eq!(
+            deadline(Some("yes"), Some(at(1_000)), at(1_000), BOUND),
+            Deadline::RetryIn(Duration::from_secs(1))
+        );
+    }
+
+    #[test]
+    fn an_election_not_deleted_retries_from_the_shortest_delay() {
+        assert_eq!(
+            deadline(None, None, at(1_000), BOUND),
+            Deadline::RetryIn(Duration::from_secs(1))
+        );
+    }
+}
