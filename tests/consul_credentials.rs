@@ -276,25 +276,47 @@ async fn a_client_certificate_rotated_before_it_expires_keeps_requests_going() {
     assert!(lists_sessions(&consul).await);
 }
 
-#[tokio::test]
-async fn a_server_certificate_from_a_new_ca_is_trusted_once_the_ca_bundle_has_it() {
-    let old = Ca::new("old-ca");
-    let new = Ca::new("new-ca");
-    let server = TlsServer::start(server_config(&old.server(), &old)).await;
-    let dir = Dir::new("ca-bundle");
-    let bundle = dir.file("ca.pem");
-    write_atomically(&bundle, old.pem());
+/// A client connected to a fresh server, both of CA `ca`.
+struct Connected {
+    server: TlsServer,
+    dir: Dir,
+    consul: ConsulClient,
+    reloads: Arc<Reloads>,
+}
+
+/// A server with a certificate of `ca` that requires client certificates of `ca`, and a client
+/// whose files (in a directory named after `name`) are the bundle of `ca` and a client
+/// certificate of `ca`, once a request went through. The reload period is far longer than a
+/// test: only a failure has the files read.
+async fn connected(name: &str, ca: &Ca) -> Connected {
+    let server = TlsServer::start(server_config(&ca.server(), ca)).await;
+    let dir = Dir::new(name);
+    write_atomically(&dir.file("ca.pem"), ca.pem());
     let (cert, key) = client_files(&dir);
-    write_pair(
-        &cert,
-        &key,
-        &old.client("client", Duration::from_secs(3600)),
-    );
-    // A period far longer than the test: only the failed handshake has the files read.
+    write_pair(&cert, &key, &ca.client("client", Duration::from_secs(3600)));
     let consul = ConsulClient::new(&tls_settings(server.addr, &dir, "1h")).unwrap();
     let reloads = Arc::new(Reloads::default());
     consul.observe_requests(reloads.clone());
     assert!(lists_sessions(&consul).await);
+    Connected {
+        server,
+        dir,
+        consul,
+        reloads,
+    }
+}
+
+#[tokio::test]
+async fn a_server_certificate_from_a_new_ca_is_trusted_once_the_ca_bundle_has_it() {
+    let old = Ca::new("old-ca");
+    let new = Ca::new("new-ca");
+    let Connected {
+        server,
+        dir,
+        consul,
+        reloads,
+    } = connected("ca-bundle", &old).await;
+    let bundle = dir.file("ca.pem");
 
     // The server moves to a certificate of the new CA; the bundle gets the new CA too.
     server.swap(server_config(&new.server(), &old));
@@ -313,20 +335,13 @@ async fn a_server_certificate_from_a_new_ca_is_trusted_once_the_ca_bundle_has_it
 async fn a_client_certificate_the_server_refuses_is_reread_at_once() {
     let old = Ca::new("old-client-ca");
     let new = Ca::new("new-client-ca");
-    let server = TlsServer::start(server_config(&old.server(), &old)).await;
-    let dir = Dir::new("refused-client");
-    write_atomically(&dir.file("ca.pem"), old.pem());
+    let Connected {
+        server,
+        dir,
+        consul,
+        reloads,
+    } = connected("refused-client", &old).await;
     let (cert, key) = client_files(&dir);
-    write_pair(
-        &cert,
-        &key,
-        &old.client("client", Duration::from_secs(3600)),
-    );
-    // A period far longer than the test: only the refusal has the files read.
-    let consul = ConsulClient::new(&tls_settings(server.addr, &dir, "1h")).unwrap();
-    let reloads = Arc::new(Reloads::default());
-    consul.observe_requests(reloads.clone());
-    assert!(lists_sessions(&consul).await);
 
     // The server now trusts only client certificates of the new CA; the Secret gets one.
     server.swap(server_config(&old.server(), &new));

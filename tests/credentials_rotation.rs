@@ -155,14 +155,7 @@ async fn a_rotated_token_file_keeps_the_lock_without_a_leader_change() {
         holds_without_change(&h, &first, TTL * 5 / 2).await;
         assert!(reloads(&h, "token", "reloaded") >= 2);
 
-        let tokens: Vec<u64> = h
-            .recorder
-            .annotation_history(&first.pod, consul_elector::crd::FENCING_TOKEN_ANNOTATION)
-            .into_iter()
-            .flatten()
-            .map(|t| t.parse().expect("numeric token"))
-            .collect();
-        assert!(tokens.windows(2).all(|w| w[0] <= w[1]), "{tokens:?}");
+        assert_token_never_backwards(&h, &first.pod);
         h.finish().await;
     })
     .await;
@@ -364,17 +357,22 @@ async fn a_rotated_client_certificate_and_ca_keep_the_lock_without_a_leader_chan
         assert!(reloads(&h, "client_certificate", "reloaded") >= 1);
         assert!(reloads(&h, "ca", "reloaded") >= 1);
 
-        let tokens: Vec<u64> = h
-            .recorder
-            .annotation_history(&first.pod, consul_elector::crd::FENCING_TOKEN_ANNOTATION)
-            .into_iter()
-            .flatten()
-            .map(|t| t.parse().expect("numeric token"))
-            .collect();
-        assert!(tokens.windows(2).all(|w| w[0] <= w[1]), "{tokens:?}");
+        assert_token_never_backwards(&h, &first.pod);
         h.finish().await;
     })
     .await;
+}
+
+/// The fencing token on `pod` never went backwards over the recorded history.
+fn assert_token_never_backwards(h: &Harness, pod: &str) {
+    let tokens: Vec<u64> = h
+        .recorder
+        .annotation_history(pod, consul_elector::crd::FENCING_TOKEN_ANNOTATION)
+        .into_iter()
+        .flatten()
+        .map(|t| t.parse().expect("numeric token"))
+        .collect();
+    assert!(tokens.windows(2).all(|w| w[0] <= w[1]), "{tokens:?}");
 }
 
 /// The operator's failed Consul requests by operation and outcome, for a failure message.
