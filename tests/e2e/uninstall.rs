@@ -15,7 +15,7 @@ use consul_elector::crd::{LeaderElection, default_key};
 use http_body_util::BodyExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use serde_json::Value;
@@ -23,10 +23,13 @@ use testkit::recorder::WatchRecorder;
 use tokio::sync::watch;
 
 use crate::election::{SELECTOR, web_elected};
-use crate::harness::{self, CONVERGE, Env, IGNORE_REASON, operator_marks, wait_for};
+use crate::harness::{self, Env, IGNORE_REASON, operator_marks, wait_for};
 
 /// How long `helm uninstall` (its hook included) and the reinstall may take.
 const HELM: Duration = Duration::from_secs(300);
+/// How long a namespace without LeaderElections may take to go: the namespace controller
+/// looks again with a growing delay while content remains (terminating pods).
+const NAMESPACE_DELETION: Duration = Duration::from_secs(240);
 
 /// What the suite provides to uninstall and reinstall its release.
 struct Release {
@@ -160,26 +163,27 @@ async fn uninstalling_the_chart_cleans_up_every_election_first() {
             harness::assert_history(&recorder);
             recorder.stop().await;
 
-            // Nothing holds the namespace: it deletes.
+            // Nothing holds the namespace: it deletes. Its pods are then deleted at once (their
+            // grace period is not the point here, and while pods remain the namespace
+            // controller looks again only with a growing delay); once the namespace is
+            // terminating, their ReplicaSet cannot make others.
             let namespaces: Api<Namespace> = Api::all(env.client.clone());
             namespaces
                 .delete(&ns, &DeleteParams::default())
                 .await
                 .expect("delete the namespace");
-            wait_for(&format!("namespace {ns} is gone"), CONVERGE, || {
-                let namespaces = &namespaces;
-                let ns = &ns;
-                async move {
-                    namespaces
-                        .get_opt(ns)
-                        .await
-                        .ok()
-                        .flatten()
-                        .is_none()
-                        .then_some(())
-                }
-            })
-            .await;
+            env.api::<Pod>(&ns)
+                .delete_collection(
+                    &DeleteParams {
+                        grace_period_seconds: Some(0),
+                        ..DeleteParams::default()
+                    },
+                    &ListParams::default(),
+                )
+                .await
+                .expect("delete the pods");
+            let left = wait_namespace_gone(&namespaces, &ns).await;
+            assert!(left.is_none(), "namespace {ns} is still there: {left:?}");
             *deleted_namespace = Some(ns);
         }
     })
@@ -206,6 +210,26 @@ async fn uninstalling_the_chart_cleans_up_every_election_first() {
             },
         )
         .await;
+    }
+}
+
+/// Waits up to [`NAMESPACE_DELETION`] for namespace `ns` to go; `None` once it is gone, else
+/// its last status (the namespace controller's conditions say what holds it).
+async fn wait_namespace_gone(
+    namespaces: &Api<Namespace>,
+    ns: &str,
+) -> Option<k8s_openapi::api::core::v1::NamespaceStatus> {
+    let deadline = tokio::time::Instant::now() + NAMESPACE_DELETION;
+    loop {
+        let status = match namespaces.get_opt(ns).await {
+            Ok(None) => return None,
+            Ok(Some(namespace)) => namespace.status,
+            Err(error) => panic!("get namespace {ns}: {error}"),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Some(status.unwrap_or_default());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
