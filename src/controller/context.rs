@@ -14,7 +14,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::{mpsc, watch};
 
 use super::keys::election_key;
-use super::{index, owner_selectors, validated};
+use super::validated;
+use crate::cache::{index, owner_selectors};
 use crate::consul::{ConsulClient, TokenBucket};
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::{ElectionKey, Owner};

@@ -17,7 +17,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::context::Context;
-use super::scoped_stream::scoped_apis;
+use crate::cache::scoped_stream::scoped_apis;
 use crate::crd::LeaderElection;
 use crate::k8s::Pod;
 

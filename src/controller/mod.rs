@@ -33,13 +33,10 @@ mod cleanup;
 mod consul_access;
 mod context;
 mod fresh_caches;
-mod index;
 mod invariants;
 mod keys;
 mod migrate;
 mod observe;
-mod owner_selectors;
-mod scoped_stream;
 mod sharing;
 mod status;
 mod switchover;
@@ -64,6 +61,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::Error;
+use crate::cache::scoped_stream::{self, scoped_apis};
 use crate::consul::{ConsulClient, TokenBucket, WatchPacing};
 use crate::crd::{FINALIZER, LeaderElection, Phase};
 use crate::election::admission::{Access, Admission, Input, Observed, admit};
@@ -79,7 +77,6 @@ use crate::write_gate::{self, WriteGate};
 use context::Context;
 pub use context::Settings;
 use keys::election_key;
-use scoped_stream::scoped_apis;
 
 /// How many plan/act rounds one reconcile may run (a move takes three; raising a re-created
 /// key's LockIndex takes one per step).
@@ -191,7 +188,7 @@ pub async fn run(
     health.set_ready("leaderelections-cache", false);
     health.set_ready("pods-cache", false);
 
-    let indexes = Arc::new(index::Indexes::default());
+    let indexes = Arc::new(crate::cache::index::Indexes::default());
     // Pods: one watcher per watched namespace, slimmed before caching, indexed, and merged
     // into one store (a relist of one namespace must not wipe the others').
     let (pod_store, pod_writer) = reflector::store::<Pod>();
@@ -278,7 +275,7 @@ pub async fn run(
         elections: election_store.clone(),
         index: indexes,
         validated: validated::Validated::default(),
-        owner_selectors: owner_selectors::OwnerSelectors::default(),
+        owner_selectors: crate::cache::owner_selectors::OwnerSelectors::default(),
         recorder,
         metrics,
         health: health.clone(),

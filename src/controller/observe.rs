@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::context::Context;
-use super::index::{Indexes, Term};
+use crate::cache::index::{Indexes, Term};
 use crate::crd::{LeaderElection, selector_matches};
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::conflict::{Claim, yielding_to_me, yields_to};

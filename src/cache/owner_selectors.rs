@@ -3,7 +3,7 @@
 //! (ReplicaSet, StatefulSet, DaemonSet in `apps/v1`, Job in `batch/v1`), never a watch of
 //! them. The selectors of these kinds are immutable, so what was read is kept by the owner's
 //! UID; an entry no reconcile used for [`UNUSED_FOR`] is dropped (every election is
-//! reconciled at least every [`super::RESYNC`]), so the cache holds about the owners of the
+//! reconciled at least every the controller's resync period), so the cache holds about the owners of the
 //! pods elections select, whatever the cluster's size. A selector that could not be read is
 //! read again after [`FORBIDDEN_RETRY`] (the operator's role lacks `get` on the kind) or
 //! [`FAILED_RETRY`] (any other failure).
