@@ -5,6 +5,10 @@
 mod harness;
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use kube::runtime::watcher;
 
 use harness::{Harness, ROLE, SOON, phase};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -219,10 +223,12 @@ async fn failing_status_writes_stall_a_failover_safely_and_the_status_recovers()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leader_elected_is_never_reported_for_a_pod_without_the_label() {
+async fn a_leader_label_that_cannot_be_written_is_reported_as_electing_without_flapping() {
     with_namespace("st-truth", |admin, ns| async move {
         // Two bare pods (no replacement appears): when the leader goes, the other is the only
-        // successor, and its label cannot be written.
+        // successor, and its label cannot be written. The status names the successor once, an
+        // instant before its first label write (rule 6's write of the token), then Electing
+        // until the label is written: retries do not report it as leading again.
         let mut h = Harness::new(admin, ns).await;
         h.bare_pod("a", &[("app", "web")]).await;
         h.bare_pod("b", &[("app", "web")]).await;
@@ -230,6 +236,12 @@ async fn leader_elected_is_never_reported_for_a_pod_without_the_label() {
         h.election("web", web()).await;
         let first = h.wait_elected("web", None).await;
         let successor = if first.pod == "a" { "b" } else { "a" };
+        let statuses = record_statuses(&h, "web");
+        assert!(
+            h.poll_until(SOON, || statuses.lock().expect("statuses").listed)
+                .await,
+            "the election watch listed"
+        );
         let fault = h.kube_faults.add(
             KubeFault::new(FaultAction::status(500, "InternalError", "injected"))
                 .verb(Verb::Patch)
@@ -256,9 +268,117 @@ async fn leader_elected_is_never_reported_for_a_pod_without_the_label() {
             "{}",
             elected.message
         );
+        let claims = statuses
+            .lock()
+            .expect("statuses")
+            .seen
+            .iter()
+            .filter(|s| s["phase"] == "Elected" && s["leader"]["pod"] == successor)
+            .count();
+        assert!(
+            claims <= 1,
+            "the successor was reported leading {claims} times while its label failed: {:#?}",
+            statuses.lock().expect("statuses").seen
+        );
         h.kube_faults.remove(fault);
         let second = h.wait_elected("web", Some(&first.pod)).await;
         assert_eq!(second.pod, successor);
+        h.finish().await;
+    })
+    .await;
+}
+
+/// What a watch of one election showed.
+#[derive(Default)]
+struct Statuses {
+    /// The watch's first list is complete.
+    listed: bool,
+    /// Every status it showed, in order (a version whose status equals the one before it, a
+    /// write of the metadata such as the finalizer's, is left out).
+    seen: Vec<serde_json::Value>,
+}
+
+/// Watches election `name` from now on.
+fn record_statuses(h: &Harness, name: &str) -> Arc<Mutex<Statuses>> {
+    let recorded = Arc::new(Mutex::new(Statuses::default()));
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let stream = watcher::watcher(h.elections(), config);
+    let sink = recorded.clone();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            let le = match event.expect("election watch") {
+                watcher::Event::Apply(le) | watcher::Event::InitApply(le) => le,
+                watcher::Event::InitDone => {
+                    sink.lock().expect("statuses").listed = true;
+                    continue;
+                }
+                watcher::Event::Init | watcher::Event::Delete(_) => continue,
+            };
+            let status = serde_json::to_value(&le.status).expect("status as JSON");
+            let mut recorded = sink.lock().expect("statuses");
+            if recorded.seen.last() != Some(&status) {
+                recorded.seen.push(status);
+            }
+        }
+    });
+    recorded
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_election_writes_its_status_once_naming_its_leader() {
+    with_namespace("st-once", |admin, ns| async move {
+        // Rule 6 needs the token in the status before the pod carries it; that one write
+        // says everything the election's status has to say, so none follows it.
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        let statuses = record_statuses(&h, "web");
+        // The watch has listed (the election does not exist yet) before it is created.
+        assert!(
+            h.poll_until(SOON, || statuses.lock().expect("statuses").listed)
+                .await,
+            "the election watch listed"
+        );
+        h.election("web", web()).await;
+        let elected = h.wait_elected("web", None).await;
+        let names_leader = |status: &serde_json::Value| {
+            status["phase"] == "Elected"
+                && status["leader"]["pod"] == elected.pod.as_str()
+                && status["fencingToken"] == elected.token
+        };
+        let seen = h
+            .poll_until(SOON, || {
+                statuses
+                    .lock()
+                    .expect("statuses")
+                    .seen
+                    .iter()
+                    .any(names_leader)
+            })
+            .await;
+        assert!(seen, "the watch shows the elected status");
+        let written: Vec<serde_json::Value> = statuses
+            .lock()
+            .expect("statuses")
+            .seen
+            .iter()
+            .filter(|s| !s.is_null())
+            .cloned()
+            .collect();
+        assert!(
+            names_leader(&written[0]),
+            "the first status written names the leader: {:#}",
+            written[0]
+        );
+        assert_eq!(
+            harness::condition(
+                &h.elections().get("web").await.expect("election"),
+                "LeaderElected"
+            )
+            .map(|c| c.status),
+            Some("True".to_owned())
+        );
         h.finish().await;
     })
     .await;

@@ -21,7 +21,7 @@ use crate::consul::{ConsulClient, ConsulError};
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
 use crate::election::observe::{LeaderRecord, LockView, PodView, Recorded};
-use crate::election::plan::{Action, ElectionEvent, EventReason, Plan};
+use crate::election::plan::{Action, ConditionState, ElectionEvent, EventReason, Plan};
 use crate::election::planner::{Observation, holder_from_value, plan};
 use crate::election::refusal::ConsulRefusal;
 use crate::k8s::{self, PodRole};
@@ -55,6 +55,8 @@ pub struct Round<'a> {
     labelled_leader: Option<(String, u64, Timestamp)>,
     /// The election's switchover request, until this reconcile removed it.
     switchover: Option<String>,
+    /// The `SpecValid` condition the status reports (True: the round runs on a valid spec).
+    spec_valid: ConditionState,
 }
 
 impl<'a> Round<'a> {
@@ -66,6 +68,7 @@ impl<'a> Round<'a> {
         config: &'a ElectionConfig,
         consul: &'a ConsulClient,
         ctx: &'a Context,
+        spec_valid: ConditionState,
     ) -> Round<'a> {
         let mut round = Round {
             le,
@@ -83,6 +86,7 @@ impl<'a> Round<'a> {
             replan: false,
             labelled_leader: None,
             switchover: super::switchover::request(le).map(str::to_owned),
+            spec_valid,
         };
         if round.lock == LockView::Unknown {
             // Not read yet (new election) or Consul unreachable: the group's first answer if
@@ -248,7 +252,18 @@ impl<'a> Round<'a> {
                 fencing_token,
                 since,
             } => {
-                super::status::record_token(self.le, self.ctx, self.config, fencing_token).await?;
+                if let Some(plan) = &self.last {
+                    super::status::write_before_label(
+                        self.le,
+                        self.ctx,
+                        self.config,
+                        plan,
+                        &uid,
+                        fencing_token,
+                        self.spec_valid.clone(),
+                    )
+                    .await?;
+                }
                 self.set_role(
                     &pod,
                     &uid,

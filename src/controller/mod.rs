@@ -612,7 +612,7 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     }
     ctx.locks
         .watch(&key, &consul, &config.key, config.session.ttl);
-    let mut round = act::Round::new(le, &key, &config, &consul, ctx).await;
+    let mut round = act::Round::new(le, &key, &config, &consul, ctx, spec_valid.clone()).await;
     let outcome = round.run(MAX_ROUNDS).await;
     let labelled = round.labelled_leader_uid();
     // Standing back for another install (rule 8): the status is that install's to write.

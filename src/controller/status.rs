@@ -45,26 +45,38 @@ pub async fn write(
 /// Rule 6 across failures: before a pod is labelled with `token`, the status must already
 /// hold it, so that a token handed out once is never handed out again even if the reconcile's
 /// final status write is lost and the key is later re-created (its LockIndex restarts at 1;
-/// the planner raises it above the recorded token). The status as this process last wrote it,
-/// with the new token (and, for a new election, what it acts with: see `migrate`), applied
-/// like every other status write. The status cannot be written as it will be once the pod is
-/// labelled: it would report a leader that may never carry the label.
-pub async fn record_token(
+/// the planner raises it above the recorded token).
+///
+/// For a pod the status does not name yet, that write is the whole status `plan` decides once
+/// the pod with UID `uid` carries the label: it names the pod the lock is now held for, an
+/// instant before its label is written, and the reconcile's final write then has nothing left
+/// to change (one status write per leader change, not two). When the label cannot be written,
+/// that final write reports phase Electing, and a retry for the same pod records only its new
+/// token: a label that keeps failing is reported as leading once, never again.
+pub async fn write_before_label(
     le: &LeaderElection,
     ctx: &Context,
     config: &ElectionConfig,
+    plan: &Plan,
+    uid: &str,
     token: u64,
+    spec_valid: ConditionState,
 ) -> Result<(), Error> {
     let current = ctx.current_status(le);
     if current.fencing_token.is_some_and(|t| t >= token) {
         return Ok(());
     }
-    let new = LeaderElectionStatus {
-        fencing_token: Some(token),
-        applied: Some(applied(le, config, &current)),
-        ..current.clone()
-    };
-    patch_if_changed(le, ctx, &current, new, Write::Record).await
+    if current.leader_or_last().is_some_and(|l| l.uid == uid) {
+        let new = LeaderElectionStatus {
+            fencing_token: Some(token),
+            applied: Some(applied(le, config, &current)),
+            ..current.clone()
+        };
+        return patch_if_changed(le, ctx, &current, new, Write::Record).await;
+    }
+    let (old, mut new) = decided(le, ctx, config, Some(uid), plan, spec_valid);
+    new.fencing_token = new.fencing_token.max(Some(token));
+    patch_if_changed(le, ctx, &old, new, Write::Whole).await
 }
 
 /// Writes how a switchover request was decided (`status.lastSwitchover`) before the request
