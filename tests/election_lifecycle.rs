@@ -602,3 +602,82 @@ async fn the_uninstall_hook_deletes_every_election_and_waits_for_the_cleanup() {
     })
     .await;
 }
+
+/// Deleting an election switched to Observe mode before its operator session was handed over
+/// (Consul refused the release) still releases the key and destroys the session: the session
+/// is the operator's, whatever the mode says now, and must not be renewed for an election that
+/// no longer exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_election_switched_to_observe_destroys_the_session_left_from_managed() {
+    with_namespace("lc-observe-delete", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, spec()).await;
+        let error = |status| FaultAction::Respond {
+            status,
+            body: "injected".into(),
+            retry_after: None,
+        };
+        let refuse_release = h.emu().add_fault(Fault {
+            method: Some(http::Method::PUT),
+            ..Fault::always(Endpoint::Kv, error(500))
+        });
+        let refuse_destroy = h
+            .emu()
+            .add_fault(Fault::always(Endpoint::SessionDestroy, error(500)));
+        h.patch_spec("web", json!({"mode": "Observe"})).await;
+        // The hand-over took the leader label off, then could not release the key.
+        h.wait_pods(SOON, "no leader label", |pods| {
+            with_role(pods, "leader").is_empty()
+        })
+        .await;
+        assert!(h.session_exists(&first.session).await);
+        let uid = h
+            .elections()
+            .get("web")
+            .await
+            .expect("election")
+            .metadata
+            .uid
+            .expect("uid");
+        h.elections()
+            .delete("web", &Default::default())
+            .await
+            .expect("delete election");
+        // Rule 7: while Consul refuses the release, the finalizer waits (up to its bound).
+        let gone = || await_condition(h.elections(), "web", conditions::is_deleted(&uid));
+        assert!(
+            tokio::time::timeout(Duration::from_secs(3), gone())
+                .await
+                .is_err(),
+            "the election went while its session could not be destroyed"
+        );
+        h.emu().remove_fault(refuse_release);
+        h.emu().remove_fault(refuse_destroy);
+        tokio::time::timeout(Duration::from_secs(30), gone())
+            .await
+            .expect("the election is deleted within 30 s")
+            .expect("watch the election");
+        // Not renewed any more, it would expire after 2×TTL (20 s); destroyed, it is gone at
+        // once.
+        let mut destroyed = false;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if !h.session_exists(&first.session).await {
+                destroyed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            destroyed,
+            "the session of the deleted election is still in Consul 15 s after the deletion"
+        );
+        assert!(
+            h.key_lock(&h.key("web"))
+                .await
+                .is_none_or(|lock| lock.session.is_none()),
+            "the key is released"
+        );
+        h.finish().await;
+    })
+    .await;
+}

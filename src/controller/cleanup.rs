@@ -13,6 +13,7 @@
 //!
 //! [`Settings::consul_cleanup_bound`]: super::Settings::consul_cleanup_bound
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -33,7 +34,8 @@ use crate::election::config::{ElectionKey, LabelConfig, Mode};
 use crate::election::observe::SessionHealth;
 use crate::election::plan::EventReason;
 use crate::election::unusable::{UnusableLabel, unusable_label};
-use crate::k8s::{self, PodRole};
+use crate::election::withdrawal::{self, LabelledPod, Step, fence, withdrawal};
+use crate::k8s::{self, Pod, PodRole};
 use crate::sessions::{Found, adoptable_session};
 
 /// `id`, a session the status names but this process has not adopted, when Consul still has
@@ -73,10 +75,21 @@ pub struct Footprint {
 }
 
 impl Footprint {
+    /// As the pure withdrawal sees it.
+    fn view(&self) -> withdrawal::Footprint<'_> {
+        withdrawal::Footprint {
+            follower: self.labelled.follower.as_deref(),
+            managed: self.managed,
+        }
+    }
+
     /// The footprint of `le`.
     pub fn of(le: &LeaderElection, ctx: &Context) -> Footprint {
         let config = crate::crd::validate(le).ok();
-        let managed = config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
+        // A session this process holds for the election is the operator's whatever the mode
+        // says now (one left from Managed mode that Observe mode did not hand over yet).
+        let holds_session = election_key(le).is_ok_and(|key| ctx.sessions.view(&key).is_some());
+        let managed = holds_session || config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
         if let Some(applied) = ctx.current_status(le).applied {
             let mut acted_on = le.clone();
             acted_on.spec = super::applied::with_applied(&le.spec, &applied);
@@ -116,27 +129,26 @@ pub struct Withdrawal {
     consul: Result<(), Error>,
 }
 
-/// Takes an election off its pods and out of Consul, in rule 7's order: the leader label
-/// first, then the key released and the session destroyed, then the remaining labels and
-/// annotations. A pod patch that fails stops it (`Err`), before Consul when it was the leader
-/// label; Consul failing does not stop the labels from coming off, and is reported in the
-/// [`Withdrawal`]. Used on deletion, by an election that must yield to an older one, and
-/// before acting with changed labels, key or Consul access. Nothing is written to Consul
-/// unless the footprint is `managed`.
+/// Takes an election off its pods and out of Consul in the order
+/// [`crate::election::withdrawal::withdrawal`] decides (rule 7). A pod patch that fails stops
+/// it (`Err`), before Consul when it was a leader label; Consul failing does not stop the
+/// labels from coming off, and is reported in the [`Withdrawal`]. Used on deletion, by an
+/// election that must yield to an older one, and before acting with changed labels, key or
+/// Consul access. Nothing is written to Consul unless the footprint is `managed`.
 pub async fn withdraw(footprint: &Footprint, ctx: &Context) -> Result<Withdrawal, Error> {
     let le = &footprint.le;
     let key = election_key(le)?;
-    // 1. No pod may carry the leader label once the lock may be gone (rules 1 and 2).
-    unlabel(le, ctx, &footprint.labelled, true).await?;
-    // 2. Consul: release the key, destroy the session.
-    let consul = if footprint.managed {
-        release_and_destroy(le, &key, &footprint.consul_key, ctx).await
-    } else {
-        Ok(())
-    };
-    // 3. The rest of the labels and annotations: at once even when Consul failed, since no
-    // other pod than the leader needs to wait for it.
-    unlabel(le, ctx, &footprint.labelled, false).await?;
+    let pods = labelled_pods(le, ctx, &footprint.labelled.key);
+    let views: Vec<LabelledPod> = pods.iter().map(|(view, _)| view.clone()).collect();
+    let mut consul = Ok(());
+    for step in withdrawal(footprint.view(), &views) {
+        match step {
+            Step::Unlabel { pod, .. } => unlabel(le, ctx, &footprint.labelled, &pods, &pod).await?,
+            Step::ReleaseAndDestroy => {
+                consul = release_and_destroy(le, &key, &footprint.consul_key, ctx).await;
+            }
+        }
+    }
     Ok(Withdrawal {
         consul_key: footprint.consul_key.clone(),
         consul,
@@ -218,60 +230,77 @@ pub async fn fence_unusable(
     match unusable_label(renewing, confirmed_at, now, ttl) {
         UnusableLabel::Keep(recheck) => Ok(recheck),
         UnusableLabel::Fence => {
-            unlabel(le, ctx, &footprint.labelled, true).await?;
+            let pods = labelled_pods(le, ctx, &footprint.labelled.key);
+            let views: Vec<LabelledPod> = pods.iter().map(|(view, _)| view.clone()).collect();
+            for step in fence(footprint.view(), &views) {
+                if let Step::Unlabel { pod, .. } = step {
+                    unlabel(le, ctx, &footprint.labelled, &pods, &pod).await?;
+                }
+            }
             Ok(None)
         }
     }
 }
 
-/// Gives every pod `le` labelled no role; with `only_leaders`, only the pods that may carry a
-/// leader label (every labelled pod but those carrying the follower value).
+/// The pods `le` labelled under `label_key` ([`sharing::labelled_by`]), as a withdrawal sees
+/// them, each with the cached pod.
+fn labelled_pods(
+    le: &LeaderElection,
+    ctx: &Context,
+    label_key: &str,
+) -> Vec<(LabelledPod, Arc<Pod>)> {
+    observe::pods_of(ctx, le)
+        .into_values()
+        .filter(|(pod, _)| sharing::labelled_by(ctx, le, pod))
+        .filter_map(|(pod, _)| {
+            let view = LabelledPod {
+                pod: pod.name_any(),
+                uid: pod.metadata.uid.clone()?,
+                value: k8s::labels_of(&pod).get(label_key).cloned(),
+            };
+            Some((view, pod))
+        })
+        .collect()
+}
+
+/// Gives pod `name` of `pods` no role under the election's label key (a pod gone meanwhile
+/// needs nothing).
 async fn unlabel(
     le: &LeaderElection,
     ctx: &Context,
     labelled: &Labelled,
-    only_leaders: bool,
+    pods: &[(LabelledPod, Arc<Pod>)],
+    name: &str,
 ) -> Result<(), Error> {
-    let name = le.name_any();
+    let Some((view, pod)) = pods.iter().find(|(view, _)| view.pod == name) else {
+        return Ok(());
+    };
+    let election = le.name_any();
     let labels = LabelConfig {
         key: labelled.key.clone(),
         leader: String::new(),
         follower: String::new(),
     };
     let pods_api = Api::namespaced(ctx.client.clone(), &le.namespace().unwrap_or_default());
-    for (pod, _) in observe::pods_of(ctx, le).values() {
-        if !sharing::labelled_by(ctx, le, pod) {
-            continue;
+    let annotations = sharing::annotations_for(ctx, &election, &labels.key, pod, PodRole::None);
+    match sharing::set_role(
+        &pods_api,
+        name,
+        &view.uid,
+        &labels,
+        &election,
+        PodRole::None,
+        annotations,
+    )
+    .await
+    {
+        Ok(patched) => {
+            ctx.remember_pod(&Arc::new(patched));
+            Ok(())
         }
-        let value = k8s::labels_of(pod).get(&labelled.key);
-        let leads = labelled
-            .follower
-            .as_ref()
-            .is_none_or(|follower| value != Some(follower));
-        if only_leaders && !leads {
-            continue;
-        }
-        let Some(uid) = pod.metadata.uid.as_deref() else {
-            continue;
-        };
-        let annotations = sharing::annotations_for(ctx, &name, &labels.key, pod, PodRole::None);
-        match sharing::set_role(
-            &pods_api,
-            &pod.name_any(),
-            uid,
-            &labels,
-            &name,
-            PodRole::None,
-            annotations,
-        )
-        .await
-        {
-            Ok(patched) => ctx.remember_pod(&std::sync::Arc::new(patched)),
-            Err(kube::Error::Api(s)) if s.is_not_found() => {}
-            Err(error) => return Err(Error::kube("patch pod")(error)),
-        }
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(error) => Err(Error::kube("patch pod")(error)),
     }
-    Ok(())
 }
 
 /// Releases the election's key and destroys its session, through the election's own Consul

@@ -14,6 +14,7 @@ pub mod plan;
 pub mod planner;
 pub mod refusal;
 pub mod unusable;
+pub mod withdrawal;
 
 #[cfg(test)]
 mod tests;

@@ -9,9 +9,13 @@
 //! Every executed action is followed by the safety checks of docs/design.md section 2; a
 //! violation panics with the trace of the run (events, observations, plans, actions).
 //!
-//! Assumed of the controller: the status write at the end of a reconcile succeeds (see
-//! `Model::reconcile`); a lost status write can re-issue a fencing token, which the planner
-//! alone cannot prevent.
+//! The status is written twice at most per reconcile, as the controller does: before a leader
+//! label (the token, with the status it leads to) and at the end. The end write can be lost
+//! ([`Event::LoseStatusWrite`]); the write before the label is what keeps rule 6 then
+//! ([`Knobs::token_before_label`]).
+//!
+//! The election's life around the planner is in [`lifecycle`]: spec edits that move it to
+//! another label key or Consul key, its mode switched, and its deletion.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,6 +24,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::support::{record, t};
+use crate::crd::AppliedSpec;
 use crate::election::config::{Behavior, ElectionConfig, Mode, Owner, UnavailablePolicy};
 use crate::election::eligibility::{elapsed, eligibility};
 use crate::election::observe::{
@@ -27,6 +32,10 @@ use crate::election::observe::{
 };
 use crate::election::plan::{Action, Phase, Plan};
 use crate::election::planner::{Observation, holder_from_value, plan};
+
+mod lifecycle;
+
+use lifecycle::Faults;
 
 /// Consul's cap on lock-delays applied at invalidation.
 const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
@@ -76,6 +85,9 @@ pub struct Consul {
     pub sessions: BTreeMap<String, ConsulSession>,
     /// When the key's lock-delay ends.
     pub lock_delay_until: Option<Timestamp>,
+    /// The other keys of the election's Consul (of earlier specs), by name, with their
+    /// lock-delays: Consul keeps them when the operator moves to another key.
+    stashed: BTreeMap<String, (Option<Key>, Option<Timestamp>)>,
     next_session: u64,
     acquisitions: u64,
 }
@@ -94,6 +106,7 @@ impl Consul {
             key: None,
             sessions: BTreeMap::new(),
             lock_delay_until: None,
+            stashed: BTreeMap::new(),
             next_session: 0,
             acquisitions: 0,
         }
@@ -179,6 +192,22 @@ impl Consul {
     /// and gets the session's lock-delay. Returns the end of the lock-delay it started.
     fn invalidate(&mut self, id: &str, now: Timestamp) -> Option<Timestamp> {
         let session = self.sessions.remove(id)?;
+        for (key, delay) in self.stashed.values_mut() {
+            if key
+                .as_ref()
+                .is_some_and(|k| k.session.as_deref() == Some(id))
+            {
+                match session.behavior {
+                    Behavior::Release => {
+                        if let Some(k) = key {
+                            k.session = None;
+                        }
+                    }
+                    Behavior::Delete => *key = None,
+                }
+                *delay = now.checked_add(session.lock_delay.min(MAX_LOCK_DELAY)).ok();
+            }
+        }
         let holds = self
             .key
             .as_ref()
@@ -293,6 +322,17 @@ impl Consul {
     fn holder(&self) -> Option<&str> {
         self.key.as_ref().and_then(|k| k.session.as_deref())
     }
+
+    /// The election's key is `to` from now on; `from`, the key so far, stays in Consul as it
+    /// is.
+    pub fn switch_key(&mut self, from: &str, to: &str) {
+        let (key, delay) = self.stashed.remove(to).unwrap_or_default();
+        let old = (
+            std::mem::replace(&mut self.key, key),
+            std::mem::replace(&mut self.lock_delay_until, delay),
+        );
+        self.stashed.insert(from.to_owned(), old);
+    }
 }
 
 /// The session registered in the operator's session manager.
@@ -371,6 +411,22 @@ pub enum Event {
     Switchover(Option<usize>),
     /// The user switches failback (minimum interval in seconds) and the drain time.
     EditMoves { failback: Option<u64>, drain: u64 },
+    /// The user deletes the LeaderElection: from then on every loop runs its cleanup
+    /// (rule 7) until the finalizer goes.
+    DeleteElection,
+    /// The user edits `spec.labels.key` (between two keys).
+    EditLabelKey,
+    /// The user edits `spec.key` (between two keys) or the Consul access, which moves the
+    /// election to keys and sessions of another Consul: either way its lock lives under
+    /// another key from then on. Managed mode only (like `DeleteKey`: in Observe mode the
+    /// applications' new key restarts its LockIndex, which the operator cannot raise).
+    EditKey,
+    /// The user switches the mode (to Observe only while the key was never edited, see
+    /// `EditKey`).
+    EditMode(Mode),
+    /// The next loop's final status write is lost (the operator dies before it, or the write
+    /// fails).
+    LoseStatusWrite,
     /// One reconcile; its `fail_at`-th action fails, before or after taking effect.
     Loop {
         fail_at: Option<usize>,
@@ -383,6 +439,9 @@ pub enum Event {
 pub struct Knobs {
     /// The controller passes the lock-delay it saw starting to the planner.
     pub tell_lock_delay: bool,
+    /// The controller writes the fencing token into the status before it labels a pod with
+    /// it (`controller::status::write_before_label`); off only to show what it prevents.
+    pub token_before_label: bool,
 }
 
 /// The world.
@@ -410,6 +469,16 @@ pub struct Model {
     switchover: Option<String>,
     /// Highest fencing token put on a pod, and the acquisition it belongs to.
     max_label: Option<(u64, u64)>,
+    /// What the status records the operator acts with (`status.applied`).
+    applied: Option<AppliedSpec>,
+    /// The key was edited once: the mode stays Managed (see [`Event::EditKey`]).
+    key_edited: bool,
+    /// When the LeaderElection was deleted.
+    deleted_at: Option<Timestamp>,
+    /// Its cleanup is done and the finalizer gone.
+    finalized: bool,
+    /// The next loop's final status write is lost.
+    lose_status_write: bool,
     pub trace: String,
     /// How often each situation occurred (for the generator's coverage test).
     pub seen: BTreeMap<String, u32>,
@@ -417,8 +486,9 @@ pub struct Model {
 
 /// The result of one reconcile.
 pub struct LoopResult {
-    /// The last plan (whose status was written).
-    pub plan: Plan,
+    /// The last plan (whose status was written); none when the loop stopped before the
+    /// planner (a withdrawal after a spec edit that did not finish).
+    pub plan: Option<Plan>,
     /// The reconcile ended with a plan without actions.
     pub complete: bool,
     /// Actions attempted.
@@ -443,6 +513,11 @@ impl Model {
             started_at: t(1000),
             switchover: None,
             max_label: None,
+            applied: None,
+            key_edited: false,
+            deleted_at: None,
+            finalized: false,
+            lose_status_write: false,
             trace: String::new(),
             seen: BTreeMap::new(),
         };
@@ -650,6 +725,8 @@ impl Model {
                     self.saw_lock_delay(until);
                 }
             }
+            // Once the election is gone, a label put by hand is nobody's business here.
+            Event::StrayLeaderLabel(_) if self.finalized => {}
             Event::StrayLeaderLabel(i) => {
                 let leader = self.config.labels.leader.clone();
                 if let Some(p) = self.pod_at(*i) {
@@ -710,11 +787,42 @@ impl Model {
                     .clone()
                     .filter(|l| l.session_id.is_some());
             }
+            Event::DeleteElection => {
+                if self.deleted_at.is_none() {
+                    self.seen_under_a_leader("deleted under a leader");
+                    self.deleted_at = Some(now);
+                }
+            }
+            Event::EditLabelKey => {
+                self.config.labels.key = lifecycle::other_label_key(&self.config.labels.key);
+                self.seen_under_a_leader("label key edited under a leader");
+            }
+            Event::EditKey => {
+                if managed {
+                    self.config.key = lifecycle::other_key(&self.config.key);
+                    self.key_edited = true;
+                    self.seen_under_a_leader("key edited under a leader");
+                }
+            }
+            Event::EditMode(mode) => {
+                if *mode == Mode::Managed || !self.key_edited {
+                    if self.config.mode != *mode {
+                        self.seen_under_a_leader("mode switched under a leader");
+                    }
+                    self.config.mode = *mode;
+                }
+            }
+            Event::LoseStatusWrite => self.lose_status_write = true,
             Event::Loop {
                 fail_at,
                 after_effect,
             } => {
-                self.reconcile(*fail_at, *after_effect);
+                let faults = Faults::new(*fail_at, *after_effect);
+                if self.deleted_at.is_some() {
+                    self.finalize(faults);
+                } else {
+                    self.reconcile_with(faults);
+                }
             }
         }
     }
@@ -831,15 +939,23 @@ impl Model {
     /// fails (the `fail_at`-th action of the reconcile, before or after taking effect) or 16
     /// rounds ran; then the status of the last plan is written (also after a failure).
     ///
-    /// The status write always succeeds here. If it were lost (or the operator died before
-    /// it), a pod could carry a token the status never recorded; should the key then be
-    /// re-created, its LockIndex would count up to no more than the recorded token and the
-    /// same token would be handed out again. Only the controller can close that window, by
-    /// persisting the token before (or with) the leader label.
+    /// The final status write may be lost ([`Event::LoseStatusWrite`]); before a leader
+    /// label the status already holds its token ([`Self::write_before_label`]).
     pub fn reconcile(&mut self, fail_at: Option<usize>, after_effect: bool) -> LoopResult {
+        self.reconcile_with(Faults::new(fail_at, after_effect))
+    }
+
+    /// [`Self::reconcile`] with the failures of `faults`.
+    fn reconcile_with(&mut self, mut faults: Faults) -> LoopResult {
         self.tick_sessions();
+        if !self.admit(&mut faults) {
+            return LoopResult {
+                plan: None,
+                complete: false,
+                actions: faults.index,
+            };
+        }
         let mut recorded = self.recorded.clone();
-        let mut index = 0;
         let mut last = None;
         let mut complete = false;
         'rounds: for _ in 0..16 {
@@ -863,9 +979,15 @@ impl Model {
                 {
                     self.fail("Acquire executed during a lock-delay the planner was told about");
                 }
-                let failing = fail_at == Some(index);
-                index += 1;
-                let executed = !failing || after_effect;
+                let (executed, failing) = faults.next();
+                if let Action::LabelLeader {
+                    uid, fencing_token, ..
+                } = action
+                    && self.knobs.token_before_label
+                {
+                    // The status write before the label (it may succeed while the label fails).
+                    self.write_before_label(&plan, uid, *fencing_token);
+                }
                 let ok = executed && self.execute(action) && !failing;
                 self.count_action(action, ok);
                 self.check_action(action, executed, leaders_before, &before);
@@ -877,12 +999,17 @@ impl Model {
             last = Some(plan);
         }
         let plan = last.expect("at least one round");
-        self.write_status(&plan);
+        if std::mem::take(&mut self.lose_status_write) {
+            let _ = writeln!(self.trace, "   status write lost");
+            *self.seen.entry("status write lost".into()).or_default() += 1;
+        } else {
+            self.write_status(&plan);
+        }
         self.check_after_reconcile(complete);
         LoopResult {
-            plan,
+            plan: Some(plan),
             complete,
-            actions: index,
+            actions: faults.index,
         }
     }
 
@@ -933,8 +1060,20 @@ impl Model {
         if plan.status.transitions > recorded.transitions {
             *self.seen.entry("transition".into()).or_default() += 1;
         }
+        // In Observe mode the operator's only Consul writes undo its own session left from
+        // Managed mode (release, destroy).
+        let own = |a: &Action| match a {
+            Action::Release { session } | Action::DestroySession { session } => {
+                self.registered.as_ref().is_some_and(|r| r.id == *session)
+            }
+            Action::ForgetSession => true,
+            _ => false,
+        };
         if self.config.mode == Mode::Observe
-            && let Some(a) = plan.actions.iter().find(|a| super::support::is_consul(a))
+            && let Some(a) = plan
+                .actions
+                .iter()
+                .find(|a| super::support::is_consul(a) && !own(a))
         {
             self.fail(&format!("Observe mode planned a Consul action {a:?}"));
         }
@@ -970,6 +1109,9 @@ impl Model {
             self.fail("status transitions decreased");
         }
         self.recorded = new;
+        if self.applied.is_none() {
+            self.applied = Some(self.spec_applied());
+        }
     }
 
     fn pod_by_uid(&mut self, uid: &str) -> Option<&mut PodView> {
@@ -1296,6 +1438,10 @@ impl Model {
     /// to do; then checks the end state and that it is stable.
     pub fn quiesce(&mut self) {
         let _ = writeln!(self.trace, "@{} --- quiesce ---", self.secs());
+        if self.deleted_at.is_some() {
+            self.quiesce_deleted();
+            return;
+        }
         if self.config.paused {
             // Resumed: from here on the election must converge as any other.
             let _ = writeln!(self.trace, "@{} resume (paused: false)", self.secs());
@@ -1312,16 +1458,19 @@ impl Model {
         // Let orphaned sessions expire and lock-delays pass, with the controller running.
         for _ in 0..30 {
             let r = self.reconcile(None, false);
-            let step = r.plan.requeue_after.unwrap_or(Duration::from_secs(5));
+            let step = r
+                .plan
+                .and_then(|p| p.requeue_after)
+                .unwrap_or(Duration::from_secs(5));
             self.advance(step.clamp(Duration::from_secs(1), Duration::from_secs(5)));
         }
         let mut converged = None;
         for _ in 0..60 {
             let r = self.reconcile(None, false);
-            if r.complete {
-                match r.plan.requeue_after {
+            if let (true, Some(plan)) = (r.complete, r.plan) {
+                match plan.requeue_after {
                     None => {
-                        converged = Some(r.plan);
+                        converged = Some(plan);
                         break;
                     }
                     Some(d) => self.advance(d),
@@ -1339,16 +1488,16 @@ impl Model {
         for _ in 0..3 {
             self.advance(Duration::from_secs(3));
             let r = self.reconcile(None, false);
-            if !r.complete || r.actions > 0 {
+            let Some(plan) = r.plan.filter(|_| r.complete && r.actions == 0) else {
                 self.fail("a converged election planned actions again");
-            }
-            if r.plan.status != previous.status {
+            };
+            if plan.status != previous.status {
                 self.fail(&format!(
                     "status flapped: {:?} -> {:?}",
-                    previous.status, r.plan.status
+                    previous.status, plan.status
                 ));
             }
-            previous = r.plan;
+            previous = plan;
         }
     }
 

@@ -107,26 +107,38 @@ fn world_event() -> impl Strategy<Value = Event> {
         1 => (prop::option::of(0u64..30), prop_oneof![Just(0u64), 1u64..20]).prop_map(
             |(failback, drain)| Event::EditMoves { failback, drain }
         ),
+        1 => Just(Event::EditLabelKey),
+        1 => Just(Event::EditKey),
+        1 => prop_oneof![Just(Mode::Managed), Just(Mode::Observe)].prop_map(Event::EditMode),
+        1 => Just(Event::LoseStatusWrite),
     ]
 }
 
 /// Up to 40 world events, most of them followed by the reconcile their watch event
-/// triggers, plus some extra loops (requeues).
+/// triggers, plus some extra loops (requeues). In a fifth of the runs the election is
+/// deleted somewhere among them: the events after it run next to its cleanup.
 fn events() -> impl Strategy<Value = Vec<Event>> {
-    prop::collection::vec(
-        (
-            world_event(),
-            prop::option::weighted(0.75, controller_loop()),
-            prop::option::weighted(0.15, controller_loop()),
+    (
+        prop::collection::vec(
+            (
+                world_event(),
+                prop::option::weighted(0.75, controller_loop()),
+                prop::option::weighted(0.15, controller_loop()),
+            ),
+            0..40,
         ),
-        0..40,
+        prop::option::weighted(0.2, 0usize..40),
     )
-    .prop_map(|steps| {
-        steps
-            .into_iter()
-            .flat_map(|(e, l1, l2)| std::iter::once(e).chain(l1).chain(l2))
-            .collect()
-    })
+        .prop_map(|(steps, deleted_after)| {
+            let mut events: Vec<Event> = Vec::new();
+            for (i, (e, l1, l2)) in steps.into_iter().enumerate() {
+                if deleted_after == Some(i) {
+                    events.push(Event::DeleteElection);
+                }
+                events.extend(std::iter::once(e).chain(l1).chain(l2));
+            }
+            events
+        })
 }
 
 /// A spec, knobs, initial pods (Ready, age in seconds), and the events.
@@ -136,6 +148,7 @@ fn scenario() -> impl Strategy<Value = (ElectionConfig, Knobs, Vec<(bool, i64)>,
             Just(config),
             Just(Knobs {
                 tell_lock_delay: tell,
+                token_before_label: true,
             }),
             prop::collection::vec(
                 (
@@ -222,6 +235,16 @@ fn the_generator_reaches_every_interesting_situation() {
         "ok AnnotateHandover",
         "reason HandingOver",
         "reason Moving",
+        "deleted under a leader",
+        "label key edited under a leader",
+        "key edited under a leader",
+        "mode switched under a leader",
+        "withdrew after an edit",
+        "withdrawal ok Unlabel",
+        "withdrawal failed Unlabel",
+        "withdrawal ok ReleaseAndDestroy",
+        "withdrawal failed ReleaseAndDestroy",
+        "status write lost",
     ] {
         assert!(
             seen.get(situation).copied().unwrap_or(0) > 0,
@@ -252,6 +275,7 @@ fn a_stalled_watch_hides_an_outside_change_for_at_most_a_ttl() {
             };
             let knobs = Knobs {
                 tell_lock_delay: true,
+                token_before_label: true,
             };
             let mut model = Model::new(config, knobs, &[(true, 20), (true, 10)]);
             for _ in 0..3 {
@@ -268,4 +292,37 @@ fn a_stalled_watch_hides_an_outside_change_for_at_most_a_ttl() {
             model.quiesce();
         }
     }
+}
+
+/// The status write before the leader label is what keeps rule 6 when the status write at the
+/// end of the reconcile is lost and the key is then re-created: without it, the new key's
+/// LockIndex counts up to the token already handed out, and the model sees one token handed
+/// out for two acquisitions.
+#[test]
+fn a_lost_status_write_and_a_recreated_key_hand_out_no_token_twice() {
+    let loop_once = Event::Loop {
+        fail_at: None,
+        after_effect: false,
+    };
+    let run = |token_before_label| {
+        let knobs = Knobs {
+            tell_lock_delay: true,
+            token_before_label,
+        };
+        let mut model = Model::new(config(), knobs, &[(true, 20), (true, 10)]);
+        model.apply(&Event::LoseStatusWrite);
+        model.apply(&loop_once);
+        model.apply(&Event::DeleteKey);
+        for _ in 0..3 {
+            model.apply(&loop_once);
+        }
+        model.quiesce();
+    };
+    run(true);
+    let without = std::panic::catch_unwind(|| run(false)).expect_err("rule 6 broken");
+    let message = without.downcast_ref::<String>().map_or("", String::as_str);
+    assert!(
+        message.contains("handed out for two acquisitions"),
+        "{message}"
+    );
 }

@@ -1,0 +1,369 @@
+//! The model's election over its life: the spec edits that move it to another label key or
+//! Consul key (admitted by `admission::admit`, the old footprint withdrawn in the order of
+//! `withdrawal::withdrawal`), the status write before a leader label, and the deletion that
+//! runs the same withdrawal until the finalizer goes (`cleanup_deadline::deadline`). The
+//! controller's `apply`, `migrate` and `cleanup` do the same with the same pure functions.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::{Action, Mode, Model, PodView, SessionHealth, record};
+use crate::crd::{AppliedSession, AppliedSpec};
+use crate::election::admission::{Access, Admission, Observed, admit};
+use crate::election::applied::needs_withdrawal;
+use crate::election::cleanup_deadline::{Deadline, deadline};
+use crate::election::config::Behavior;
+use crate::election::plan::{ConditionState, Plan};
+use crate::election::withdrawal::{Footprint, LabelledPod, Step, withdrawal};
+
+/// How long a deleted election's cleanup waits for Consul (the controller's
+/// `CONSUL_CLEANUP_BOUND`).
+const CLEANUP_BOUND: Duration = Duration::from_secs(300);
+
+/// The second label key and Consul key the edits switch to.
+const OTHER_LABEL_KEY: &str = "example.com/role";
+const KEY_SUFFIX: &str = "-moved";
+
+/// The label key an edit switches to from `key`.
+pub fn other_label_key(key: &str) -> String {
+    if key == OTHER_LABEL_KEY {
+        super::super::support::ROLE.to_owned()
+    } else {
+        OTHER_LABEL_KEY.to_owned()
+    }
+}
+
+/// The Consul key an edit switches to from `key`.
+pub fn other_key(key: &str) -> String {
+    match key.strip_suffix(KEY_SUFFIX) {
+        Some(first) => first.to_owned(),
+        None => format!("{key}{KEY_SUFFIX}"),
+    }
+}
+
+/// Which actions of one loop fail: the `fail_at`-th, before or after taking effect.
+#[derive(Debug, Clone, Copy)]
+pub struct Faults {
+    fail_at: Option<usize>,
+    after_effect: bool,
+    /// Actions attempted so far.
+    pub index: usize,
+}
+
+impl Faults {
+    /// The failures of one loop.
+    pub fn new(fail_at: Option<usize>, after_effect: bool) -> Self {
+        Self {
+            fail_at,
+            after_effect,
+            index: 0,
+        }
+    }
+
+    /// For the next action: whether it takes effect, and whether it reports a failure.
+    pub fn next(&mut self) -> (bool, bool) {
+        let failing = self.fail_at == Some(self.index);
+        self.index += 1;
+        (!failing || self.after_effect, failing)
+    }
+}
+
+/// How a withdrawal ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Withdrawn {
+    /// A pod patch failed: the rest was not attempted.
+    Stopped,
+    /// Every label is off, but releasing or destroying in Consul failed.
+    ConsulFailed,
+    /// Everything is off.
+    Done,
+}
+
+impl Model {
+    /// What the spec makes the operator act with (`controller::applied::applied_of`).
+    pub(super) fn spec_applied(&self) -> AppliedSpec {
+        let session = &self.config.session;
+        AppliedSpec {
+            label_key: self.config.labels.key.clone(),
+            leader: self.config.labels.leader.clone(),
+            follower: self.config.labels.follower.clone(),
+            key: self.config.key.clone(),
+            session: (self.config.mode == Mode::Managed).then(|| AppliedSession {
+                ttl: format!("{}s", session.ttl.as_secs()),
+                lock_delay: format!("{}s", session.lock_delay.as_secs()),
+                behavior: match session.behavior {
+                    Behavior::Release => "release".into(),
+                    Behavior::Delete => "delete".into(),
+                },
+            }),
+            ..AppliedSpec::default()
+        }
+    }
+
+    /// The admission of a valid, unconflicted election with a usable Consul access: after an
+    /// edit of what the status records, withdraw the old footprint first. Whether the planner
+    /// may run.
+    pub(super) fn admit(&mut self, faults: &mut Faults) -> bool {
+        let now = self.spec_applied();
+        let needs = self
+            .applied
+            .as_ref()
+            .is_some_and(|recorded| needs_withdrawal(recorded, &now));
+        let observed = Observed {
+            spec: Some(Ok(())),
+            label_key: Some(ConditionState {
+                type_: crate::crd::conditions::SPEC_VALID,
+                status: true,
+                reason: "Valid",
+                message: String::new(),
+            }),
+            older: Some(None),
+            yielding_leader: Some(None),
+            access: Some(Access::Usable),
+            needs_withdrawal: Some(needs),
+        };
+        match admit(&observed) {
+            Admission::Withdraw => {
+                let _ = writeln!(self.trace, "   withdraw {:?} for {now:?}", self.applied);
+                if self.withdraw(true, faults) != Withdrawn::Done {
+                    return false;
+                }
+                *self
+                    .seen
+                    .entry("withdrew after an edit".into())
+                    .or_default() += 1;
+                let from = self.applied.as_ref().map(|a| a.key.clone());
+                if let Some(from) = from.filter(|from| *from != now.key) {
+                    self.consul.switch_key(&from, &now.key);
+                    self.cached_lock = super::LockView::Unknown;
+                }
+                self.applied = Some(now);
+                true
+            }
+            Admission::Proceed => {
+                if self
+                    .applied
+                    .as_ref()
+                    .is_some_and(|recorded| *recorded != now)
+                {
+                    self.applied = Some(now);
+                }
+                true
+            }
+            other => self.fail(&format!("admission {other:?} for a valid election")),
+        }
+    }
+
+    /// The follower value and label key the operator acted with.
+    fn footprint_follower(&self) -> String {
+        self.applied.as_ref().map_or_else(
+            || self.config.labels.follower.clone(),
+            |a| a.follower.clone(),
+        )
+    }
+
+    /// Whether the election labelled `pod` (its label or any of its annotations).
+    fn labelled(pod: &PodView) -> bool {
+        pod.role.is_some()
+            || pod.fencing_token.is_some()
+            || pod.leader_since.is_some()
+            || pod.handover.is_some()
+    }
+
+    /// Runs the withdrawal of what the election did with the recorded values, each step
+    /// checked like a planner's action.
+    fn withdraw(&mut self, managed: bool, faults: &mut Faults) -> Withdrawn {
+        let pods: Vec<LabelledPod> = self
+            .pods
+            .iter()
+            .filter(|p| Self::labelled(p))
+            .map(|p| LabelledPod {
+                pod: p.name.clone(),
+                uid: p.uid.clone(),
+                value: p.role.clone(),
+            })
+            .collect();
+        let follower = self.footprint_follower();
+        let footprint = Footprint {
+            follower: Some(&follower),
+            managed,
+        };
+        let mut outcome = Withdrawn::Done;
+        for step in withdrawal(footprint, &pods) {
+            let before = self.rule2_violators();
+            let leaders_before = self.leaders().len();
+            let (executed, failing) = faults.next();
+            let (ok, checked_as) = match &step {
+                Step::Unlabel { pod, uid } => {
+                    if executed && let Some(p) = self.pods.iter_mut().find(|p| p.uid == *uid) {
+                        p.role = None;
+                        p.fencing_token = None;
+                        p.leader_since = None;
+                        p.handover = None;
+                    }
+                    let action = Action::Unlabel {
+                        pod: pod.clone(),
+                        uid: uid.clone(),
+                    };
+                    (executed && !failing, action)
+                }
+                Step::ReleaseAndDestroy => {
+                    let session = self.session_to_clean_up();
+                    let ok = executed && self.release_and_destroy(session.as_deref()) && !failing;
+                    let action = Action::Release {
+                        session: session.unwrap_or_default(),
+                    };
+                    (ok, action)
+                }
+            };
+            let _ = writeln!(
+                self.trace,
+                "   {} withdrawal {step:?}",
+                if ok { "ok  " } else { "FAIL" }
+            );
+            *self
+                .seen
+                .entry(format!(
+                    "withdrawal {} {}",
+                    if ok { "ok" } else { "failed" },
+                    match step {
+                        Step::Unlabel { .. } => "Unlabel",
+                        Step::ReleaseAndDestroy => "ReleaseAndDestroy",
+                    }
+                ))
+                .or_default() += 1;
+            self.check_action(&checked_as, executed, leaders_before, &before);
+            match step {
+                Step::Unlabel { .. } if !ok => return Withdrawn::Stopped,
+                Step::ReleaseAndDestroy if !ok => outcome = Withdrawn::ConsulFailed,
+                _ => {}
+            }
+        }
+        outcome
+    }
+
+    /// The operator's session to release and destroy: the registered one, else the one the
+    /// status names if Consul still has it as the operator's (`cleanup::recorded_session_if_ours`).
+    fn session_to_clean_up(&self) -> Option<String> {
+        if let Some(r) = &self.registered {
+            return Some(r.id.clone());
+        }
+        self.recorded
+            .leader
+            .as_ref()
+            .and_then(|l| l.session_id.clone())
+            .filter(|id| self.consul.sessions.get(id).is_some_and(|s| !s.foreign))
+    }
+
+    /// Releases the key if `session` holds it, then destroys `session`; false when Consul
+    /// failed. A session the status names is looked up first, which needs the session
+    /// endpoints.
+    fn release_and_destroy(&mut self, session: Option<&str>) -> bool {
+        let Some(id) = session else {
+            return self.registered.is_some() || self.consul.sessions_reachable().is_ok();
+        };
+        let now = self.now;
+        if self.consul.release(id).is_err() || self.consul.destroy(id, now).is_err() {
+            return false;
+        }
+        if self.registered.as_ref().is_some_and(|r| r.id == id) {
+            self.registered = None;
+        }
+        true
+    }
+
+    /// Rule 6 across failures (`controller::status::write_before_label`): before pod `uid`
+    /// is labelled with `token`, the status holds the token; for a pod it does not name yet,
+    /// that write is the whole status the plan decides.
+    pub(super) fn write_before_label(&mut self, plan: &Plan, uid: &str, token: u64) {
+        if self.recorded.fencing_token.is_some_and(|t| t >= token) {
+            return;
+        }
+        let mut new = if self.recorded.leader.as_ref().is_some_and(|l| l.uid == uid) {
+            self.recorded.clone()
+        } else {
+            record(&plan.status)
+        };
+        new.fencing_token = new.fencing_token.max(Some(token));
+        self.recorded = new;
+        if self.applied.is_none() {
+            self.applied = Some(self.spec_applied());
+        }
+    }
+
+    /// One loop of a deleted election: the withdrawal with its Consul bound; the finalizer
+    /// goes once it is done or the bound gave up on Consul.
+    pub(super) fn finalize(&mut self, mut faults: Faults) {
+        self.tick_sessions();
+        if self.finalized {
+            return;
+        }
+        // As `cleanup::Footprint::of`: a registered session is the operator's whatever the
+        // mode says now.
+        let managed = self.registered.is_some() || self.config.mode == Mode::Managed;
+        match self.withdraw(managed, &mut faults) {
+            Withdrawn::Stopped => {}
+            Withdrawn::Done => self.finalized = true,
+            Withdrawn::ConsulFailed => {
+                let deleted_at = self.deleted_at;
+                if let Deadline::GiveUp(why) = deadline(None, deleted_at, self.now, CLEANUP_BOUND) {
+                    let _ = writeln!(self.trace, "   gave up on Consul: {why}");
+                    *self.seen.entry("cleanup gave up".into()).or_default() += 1;
+                    self.registered = None;
+                    self.finalized = true;
+                }
+            }
+        }
+        if self.finalized {
+            let _ = writeln!(self.trace, "   finalizer removed");
+        }
+    }
+
+    /// Quiesce for a deleted election: Consul answers again, the cleanup finishes, and
+    /// nothing of the election is left: no label or annotation on any pod, no session
+    /// renewed, and (once the sessions the operator lost track of expired) no session of
+    /// the operator in Consul.
+    pub(super) fn quiesce_deleted(&mut self) {
+        self.consul.up = true;
+        self.consul.kv_up = true;
+        self.consul.kv_stalled = false;
+        self.consul.sessions_up = true;
+        self.tick_sessions();
+        for _ in 0..10 {
+            if self.finalized {
+                break;
+            }
+            self.finalize(Faults::new(None, false));
+            self.advance(Duration::from_secs(1));
+        }
+        if !self.finalized {
+            self.fail("the deleted election's cleanup never finished with Consul up");
+        }
+        if let Some(p) = self.pods.iter().find(|p| Self::labelled(p)) {
+            self.fail(&format!(
+                "pod {} kept the deleted election's labels",
+                p.name
+            ));
+        }
+        if self.registered.is_some() {
+            self.fail("a session of the deleted election is still renewed");
+        }
+        let ttl = self.config.session.ttl.max(Duration::from_secs(15));
+        self.advance(3 * ttl);
+        let left: Vec<&String> = self
+            .consul
+            .sessions
+            .iter()
+            .filter(|(_, s)| !s.foreign)
+            .map(|(id, _)| id)
+            .collect();
+        if !left.is_empty() {
+            self.fail(&format!("the deleted election left sessions {left:?}"));
+        }
+        if let Some(r) = &self.registered
+            && r.health != SessionHealth::Lost
+        {
+            self.fail("a session is registered after the cleanup");
+        }
+    }
+}

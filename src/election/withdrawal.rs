@@ -1,0 +1,173 @@
+//! Rule 7's order for taking an election off its pods and out of Consul: on deletion, when it
+//! yields to an older conflicting election, and before it acts with changed labels, key or
+//! Consul access. Also rule 2 for an election the operator cannot act on: only its leader
+//! labels go.
+//!
+//! The steps are decided here from what the election left (the pods it labelled, with the
+//! value each carries, and whether it may hold a session); the controller executes them in
+//! order. A pod patch that fails stops the rest, so the key is never released while a pod
+//! still carries the leader label. Consul failing does not stop the labels after it: the
+//! outcome of the Consul step is reported with the rest (see `cleanup_deadline`).
+
+/// A pod the election labelled, as a withdrawal sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelledPod {
+    /// Pod name.
+    pub pod: String,
+    /// Pod UID (the patch must not touch another incarnation).
+    pub uid: String,
+    /// The value the pod carries under the election's label key, if any.
+    pub value: Option<String>,
+}
+
+/// What the election left behind, as the status recorded it (or as the spec says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint<'a> {
+    /// The follower value the election wrote; `None` when it cannot be told (the spec cannot
+    /// be read): then every pod it labelled may be a leader.
+    pub follower: Option<&'a str>,
+    /// The operator may hold a session for the election (it is not in Observe mode, or it is
+    /// moving away from the values it held a session with).
+    pub managed: bool,
+}
+
+/// One step of a withdrawal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Take the election's label and annotations off the pod.
+    Unlabel {
+        /// Pod name.
+        pod: String,
+        /// Pod UID.
+        uid: String,
+    },
+    /// Release the election's key and destroy its session, through the election's own Consul
+    /// access. Its failure does not stop the steps after it.
+    ReleaseAndDestroy,
+}
+
+impl Footprint<'_> {
+    /// Whether `pod` may carry the leader label: every labelled pod but those carrying the
+    /// follower value.
+    pub fn may_lead(&self, pod: &LabelledPod) -> bool {
+        self.follower
+            .is_none_or(|follower| pod.value.as_deref() != Some(follower))
+    }
+}
+
+/// The whole withdrawal, in rule 7's order: every pod that may carry the leader label loses
+/// it, then (when managed) the key is released and the session destroyed, then the other
+/// pods lose the election's labels and annotations.
+pub fn withdrawal(footprint: Footprint<'_>, pods: &[LabelledPod]) -> Vec<Step> {
+    let (leaders, others): (Vec<&LabelledPod>, Vec<&LabelledPod>) =
+        pods.iter().partition(|pod| footprint.may_lead(pod));
+    let unlabel = |pod: &&LabelledPod| Step::Unlabel {
+        pod: pod.pod.clone(),
+        uid: pod.uid.clone(),
+    };
+    let mut steps: Vec<Step> = leaders.iter().map(unlabel).collect();
+    if footprint.managed {
+        steps.push(Step::ReleaseAndDestroy);
+    }
+    steps.extend(others.iter().map(unlabel));
+    steps
+}
+
+/// Rule 2 for an election the operator cannot act on, once its lock went unconfirmed for a
+/// TTL (`unusable::unusable_label`): only the pods that may carry the leader label lose the
+/// election's labels.
+pub fn fence(footprint: Footprint<'_>, pods: &[LabelledPod]) -> Vec<Step> {
+    pods.iter()
+        .filter(|pod| footprint.may_lead(pod))
+        .map(|pod| Step::Unlabel {
+            pod: pod.pod.clone(),
+            uid: pod.uid.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, value: Option<&str>) -> LabelledPod {
+        LabelledPod {
+            pod: name.to_owned(),
+            uid: format!("uid-{name}"),
+            value: value.map(str::to_owned),
+        }
+    }
+
+    fn unlabel(name: &str) -> Step {
+        Step::Unlabel {
+            pod: name.to_owned(),
+            uid: format!("uid-{name}"),
+        }
+    }
+
+    const MANAGED: Footprint<'static> = Footprint {
+        follower: Some("follower"),
+        managed: true,
+    };
+
+    #[test]
+    fn the_leader_label_goes_before_the_key_and_the_followers_after_it() {
+        let pods = [
+            pod("a", Some("follower")),
+            pod("b", Some("leader")),
+            pod("c", Some("follower")),
+        ];
+        assert_eq!(
+            withdrawal(MANAGED, &pods),
+            vec![
+                unlabel("b"),
+                Step::ReleaseAndDestroy,
+                unlabel("a"),
+                unlabel("c")
+            ]
+        );
+    }
+
+    #[test]
+    fn any_value_but_the_follower_counts_as_a_leader() {
+        // A leader value the spec has since replaced, or no value at all (the pod kept only
+        // the annotations), is still taken off before the key is released.
+        let pods = [pod("a", Some("primary")), pod("b", None)];
+        assert_eq!(
+            withdrawal(MANAGED, &pods),
+            vec![unlabel("a"), unlabel("b"), Step::ReleaseAndDestroy]
+        );
+    }
+
+    #[test]
+    fn without_a_readable_spec_every_labelled_pod_counts_as_a_leader() {
+        let unknown = Footprint {
+            follower: None,
+            managed: true,
+        };
+        let pods = [pod("a", Some("follower"))];
+        assert_eq!(
+            withdrawal(unknown, &pods),
+            vec![unlabel("a"), Step::ReleaseAndDestroy]
+        );
+    }
+
+    #[test]
+    fn observe_mode_never_touches_consul() {
+        let observed = Footprint {
+            follower: Some("follower"),
+            managed: false,
+        };
+        let pods = [pod("a", Some("leader")), pod("b", Some("follower"))];
+        assert_eq!(
+            withdrawal(observed, &pods),
+            vec![unlabel("a"), unlabel("b")]
+        );
+    }
+
+    #[test]
+    fn fencing_takes_only_the_leader_labels() {
+        let pods = [pod("a", Some("follower")), pod("b", Some("leader"))];
+        assert_eq!(fence(MANAGED, &pods), vec![unlabel("b")]);
+    }
+}
