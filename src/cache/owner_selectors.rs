@@ -2,11 +2,11 @@
 //! [`crate::election::owner_selectors::check_label_key`]: one GET of each controller
 //! (ReplicaSet, StatefulSet, DaemonSet in `apps/v1`, Job in `batch/v1`), never a watch of
 //! them. The selectors of these kinds are immutable, so what was read is kept by the owner's
-//! UID; an entry no reconcile used for [`UNUSED_FOR`] is dropped (every election is
+//! UID; an entry no reconcile used for `UNUSED_FOR` is dropped (every election is
 //! reconciled at least every the controller's resync period), so the cache holds about the owners of the
 //! pods elections select, whatever the cluster's size. A selector that could not be read is
-//! read again after [`FORBIDDEN_RETRY`] (the operator's role lacks `get` on the kind) or
-//! [`FAILED_RETRY`] (any other failure).
+//! read again after `FORBIDDEN_RETRY` (the operator's role lacks `get` on the kind) or
+//! `FAILED_RETRY` (any other failure).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -166,7 +166,7 @@ impl OwnerSelectors {
         keys
     }
 
-    /// Forgets the owners no reconcile asked about for [`UNUSED_FOR`].
+    /// Forgets the owners no reconcile asked about for `UNUSED_FOR`.
     pub fn prune(&self, now: Instant) {
         self.entries()
             .retain(|_, entry| now.saturating_duration_since(entry.used_at) < UNUSED_FOR);

@@ -18,7 +18,7 @@
 //!   after the `InitDone`, for the objects of its abandoned attempts;
 //! - a single stream (watching all namespaces) passes through unchanged.
 //!
-//! The decisions are made by [`ScopedMerge`] (pure); only the clean-up after a relist reads
+//! The decisions are made by `ScopedMerge` (pure); only the clean-up after a relist reads
 //! the store, at the moment it is emitted, when every event before it has been applied.
 //! [`scoped_apis`] gives the APIs, one per scope, those streams watch.
 

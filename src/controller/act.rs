@@ -79,7 +79,7 @@ impl<'a> Round<'a> {
             pods_api: Api::namespaced(ctx.client.clone(), &key.namespace),
             pods: observe::pods_of(ctx, le),
             lock: ctx.locks.lock(key),
-            recorded: recorded(&ctx.current_status(le)),
+            recorded: recorded(&ctx.memory.current_status(le)),
             last: None,
             move_started: None,
             unfinished: false,
@@ -105,10 +105,13 @@ impl<'a> Round<'a> {
             }
         }
         if round.lock != LockView::Unknown
-            && ctx.refusal(key).is_some_and(|refusal| refusal.on_read)
+            && ctx
+                .memory
+                .refusal(key)
+                .is_some_and(|refusal| refusal.on_read)
         {
             // The key is readable again.
-            ctx.remember_refusal(key, None);
+            ctx.memory.remember_refusal(key, None);
         }
         if config.mode == Mode::Managed && ctx.sessions.view(key).is_none() {
             round.adopt().await;
@@ -152,7 +155,7 @@ impl<'a> Round<'a> {
                 let writes_consul = action.writes_consul();
                 match self.execute(action).await {
                     Ok(()) if writes_consul => {
-                        self.ctx.remember_refusal(self.key, None);
+                        self.ctx.memory.remember_refusal(self.key, None);
                     }
                     Ok(()) => {}
                     Err(error) => {
@@ -176,15 +179,15 @@ impl<'a> Round<'a> {
         let mut views = observe::views(&self.pods, self.config);
         self.shared_views(&mut views);
         let session = self.ctx.sessions.view(self.key);
-        let stood_back = self.ctx.stood_back(self.key);
-        let refusal = self.ctx.refusal(self.key);
+        let stood_back = self.ctx.memory.stood_back(self.key);
+        let refusal = self.ctx.memory.refusal(self.key);
         let decided = plan(&Observation {
             config: self.config,
             pods: &views,
             lock: &self.lock,
             session: session.as_ref(),
             recorded: &self.recorded,
-            lock_delay_until: self.ctx.lock_delay_until(self.key),
+            lock_delay_until: self.ctx.memory.lock_delay_until(self.key),
             lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
             switchover: self.switchover.as_deref(),
             now: Timestamp::now(),
@@ -199,6 +202,7 @@ impl<'a> Round<'a> {
             .clone_from(&decided.status.last_switchover);
         // The next plan (of this reconcile or the next) knows whether this one stood back.
         self.ctx
+            .memory
             .remember_stood_back(self.key, decided.managed_elsewhere.clone());
         let actions = decided.actions.clone();
         self.last = Some(decided);
@@ -226,7 +230,11 @@ impl<'a> Round<'a> {
             }
             _ => return false,
         };
-        if self.ctx.remember_refusal(self.key, Some(refusal.clone())) {
+        if self
+            .ctx
+            .memory
+            .remember_refusal(self.key, Some(refusal.clone()))
+        {
             self.publish(&ElectionEvent {
                 reason: EventReason::ConsulRefused,
                 pod: None,
@@ -242,6 +250,28 @@ impl<'a> Round<'a> {
     async fn execute(&mut self, action: Action) -> Result<(), Error> {
         tracing::debug!(election = %self.key, ?action, "executing");
         match action {
+            Action::RecordToken {
+                uid,
+                fencing_token,
+                whole,
+            } => {
+                let Some(plan) = &self.last else {
+                    return Ok(());
+                };
+                super::status::record_token(
+                    self.le,
+                    self.ctx,
+                    self.config,
+                    plan,
+                    super::status::TokenRecord {
+                        uid: &uid,
+                        token: fencing_token,
+                        whole,
+                    },
+                    self.spec_valid.clone(),
+                )
+                .await
+            }
             Action::LabelFollower { pod, uid } => {
                 self.set_role(&pod, &uid, PodRole::Follower).await
             }
@@ -252,18 +282,6 @@ impl<'a> Round<'a> {
                 fencing_token,
                 since,
             } => {
-                if let Some(plan) = &self.last {
-                    super::status::write_before_label(
-                        self.le,
-                        self.ctx,
-                        self.config,
-                        plan,
-                        &uid,
-                        fencing_token,
-                        self.spec_valid.clone(),
-                    )
-                    .await?;
-                }
                 self.set_role(
                     &pod,
                     &uid,
@@ -309,7 +327,7 @@ impl<'a> Round<'a> {
                 let delay = SignedDuration::try_from(self.config.session.lock_delay)
                     .unwrap_or(SignedDuration::ZERO);
                 let until = Timestamp::now().checked_add(delay).ok();
-                self.ctx.set_lock_delay(self.key, until);
+                self.ctx.memory.set_lock_delay(self.key, until);
                 Ok(())
             }
             Action::CreateSession { pod, uid } => {
@@ -361,7 +379,7 @@ impl<'a> Round<'a> {
             .await
             .map_err(Error::kube("patch pod"))?;
         let patched = Arc::new(patched);
-        self.ctx.remember_pod(&patched);
+        self.ctx.memory.remember_pod(&patched);
         let selected = self.pods.get(name).is_some_and(|(_, s)| *s);
         self.pods.insert(name.to_owned(), (patched, selected));
         Ok(())
@@ -390,7 +408,7 @@ impl<'a> Round<'a> {
         .await
         .map_err(Error::kube("patch pod"))?;
         let patched = Arc::new(patched);
-        self.ctx.remember_pod(&patched);
+        self.ctx.memory.remember_pod(&patched);
         if matches!(role, PodRole::Follower)
             && self.pods.get(name).is_some_and(|(p, _)| {
                 p.labels().get(&self.config.labels.key) == Some(&self.config.labels.leader)
@@ -504,12 +522,12 @@ impl<'a> Round<'a> {
         };
         self.refresh_lock().await?;
         if acquired {
-            self.ctx.set_lock_delay(self.key, None);
+            self.ctx.memory.set_lock_delay(self.key, None);
         } else if !matches!(self.lock, LockView::Held { .. }) {
             let until = Timestamp::now()
                 .checked_add(SignedDuration::try_from(REFUSED_ACQUIRE_RETRY).unwrap_or_default())
                 .ok();
-            self.ctx.set_lock_delay(self.key, until);
+            self.ctx.memory.set_lock_delay(self.key, until);
         }
         Ok(())
     }
@@ -662,7 +680,7 @@ pub(super) fn recorded(status: &LeaderElectionStatus) -> Recorded {
         last_switchover: status
             .last_switchover
             .as_ref()
-            .map(super::status::switchover_record),
+            .map(crate::election::report::switchover_record),
     }
 }
 

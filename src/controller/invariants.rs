@@ -14,8 +14,8 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType};
 
 use super::context::Context;
-use super::keys::election_key;
 use super::{act, observe};
+use crate::cache::keys::election_key;
 use crate::crd::{LeaderElection, Phase};
 use crate::election::config::ElectionKey;
 use crate::election::invariants::{Disagreement, Snapshot, disagreements};
@@ -107,7 +107,7 @@ fn check(
         let pods = observe::views(&observe::pods_of(ctx, &le), &config);
         let lock = ctx.locks.lock(&key);
         let session = ctx.sessions.view(&key);
-        let recorded = act::recorded(&ctx.current_status(&le));
+        let recorded = act::recorded(&ctx.memory.current_status(&le));
         let snapshot = Snapshot {
             mode: config.mode,
             leader_value: &config.labels.leader,

@@ -11,7 +11,7 @@
 //! Every replica runs this controller, but only the one holding the Lease
 //! ([`crate::leadership`]) writes. The reflectors (pods, elections) and the controller's queue
 //! run in every replica, so a standby's caches are warm when it takes over; the gate is at the
-//! top of [`reconcile`], which returns at once, writing nothing, until this replica *may
+//! top of `reconcile`, which returns at once, writing nothing, until this replica *may
 //! write*. That happens once the Lease is held, the caches are complete, and every session of
 //! this cluster was adopted ([`takeover`]); then a `reconcile_all_on` trigger reconciles every
 //! election. Nothing else writes: the session manager renews only sessions that a reconcile
@@ -34,16 +34,13 @@ mod consul_access;
 mod context;
 mod fresh_caches;
 mod invariants;
-mod keys;
 mod migrate;
 mod observe;
 mod sharing;
 mod status;
 mod switchover;
 mod takeover;
-mod validated;
 
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -61,6 +58,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::Error;
+use crate::cache::keys::election_key;
 use crate::cache::scoped_stream::{self, scoped_apis};
 use crate::consul::{ConsulClient, TokenBucket, WatchPacing};
 use crate::crd::{FINALIZER, LeaderElection, Phase};
@@ -76,7 +74,6 @@ use crate::sessions::SessionManager;
 use crate::write_gate::{self, WriteGate};
 use context::Context;
 pub use context::Settings;
-use keys::election_key;
 
 /// How many plan/act rounds one reconcile may run (a move takes three; raising a re-created
 /// key's LockIndex takes one per step).
@@ -274,24 +271,18 @@ pub async fn run(
         pods: pod_store.clone(),
         elections: election_store.clone(),
         index: indexes,
-        validated: validated::Validated::default(),
+        validated: crate::cache::validated::Validated::default(),
         owner_selectors: crate::cache::owner_selectors::OwnerSelectors::default(),
         recorder,
         metrics,
         health: health.clone(),
         settings,
         wake,
-        lock_delays: Mutex::new(HashMap::new()),
         caches_ready,
         changes: changes_tx,
-        started_at: Mutex::new(Timestamp::now()),
         may_write,
-        statuses: Mutex::new(HashMap::new()),
-        status_failures: Mutex::new(HashMap::new()),
-        pods_written: Mutex::new(HashMap::new()),
-        stood_back: Mutex::new(HashMap::new()),
-        refusals: Mutex::new(HashMap::new()),
         event_budget: Mutex::new(TokenBucket::new(EVENT_RATE, tokio::time::Instant::now())),
+        memory: crate::cache::written::Memory::new(Timestamp::now()),
     });
 
     let readiness = {
@@ -339,20 +330,13 @@ pub async fn run(
             loop {
                 tick.tick().await;
                 report_gauges(&ctx);
-                ctx.prune_written_pods();
-                ctx.prune_statuses();
+                ctx.memory.prune(&ctx.pods, &ctx.elections);
                 let known = |key: &ElectionKey| {
                     let reference = ObjectRef::new(&key.name).within(&key.namespace);
                     ctx.elections.get(&reference).is_some()
                 };
                 ctx.validated.retain(known);
                 ctx.owner_selectors.prune(tokio::time::Instant::now());
-                if let Ok(mut stood) = ctx.stood_back.lock() {
-                    stood.retain(|key, _| known(key));
-                }
-                if let Ok(mut refusals) = ctx.refusals.lock() {
-                    refusals.retain(|key, _| known(key));
-                }
             }
         }
     };
@@ -381,9 +365,7 @@ pub async fn run(
                 // Decide nothing on caches older than this moment (rule 8).
                 let caught_up = fresh_caches::catch_up(&ctx).await;
                 tracing::info!(?caught_up, "caches as new as a fresh list: writing");
-                if let Ok(mut started) = ctx.started_at.lock() {
-                    *started = Timestamp::now();
-                }
+                ctx.memory.start(Timestamp::now());
                 may_write_tx.send_replace(true);
                 ctx.metrics.set_active(true);
                 // The receiver lives as long as the controller.
@@ -555,7 +537,7 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let validation = ctx.validated.of(&key, le);
     observed.spec = Some(match &validation {
         Ok(_) => Ok(()),
-        Err(problems) => Err(status::spec_problems(problems)),
+        Err(problems) => Err(crate::election::report::spec_problems(problems)),
     });
     let config = match (admit(&observed), validation) {
         (Admission::Observe(Input::LabelKey), Ok(config)) => config,
@@ -586,7 +568,7 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         }
         Err(consul_access::AccessProblem::Invalid(problem)) => {
             observed.access = Some(Access::Invalid {
-                spec_valid: status::spec_problems(&[problem]),
+                spec_valid: crate::election::report::spec_problems(&[problem]),
                 in_use: migrate::access_in_use(le, ctx, &config),
             });
             None

@@ -78,7 +78,7 @@ fn candidate_pods(ctx: &Context, le: &LeaderElection, namespace: &str) -> BTreeS
             names.extend(index.pods_under_all(namespace, &[Term::Owner(owner.clone()), carrying]));
         }
     }
-    names.extend(ctx.written_pods_in(namespace));
+    names.extend(ctx.memory.written_pods_in(namespace));
     names
 }
 
@@ -94,7 +94,7 @@ pub fn pods_of(ctx: &Context, le: &LeaderElection) -> BTreeMap<String, (Arc<Pod>
         .filter_map(|name| ctx.pods.get(&ObjectRef::new(&name).within(&namespace)))
         .filter_map(|p| {
             // Our own latest write of the pod, when the cache has not caught up with it.
-            let p = ctx.freshest(p);
+            let p = ctx.memory.freshest(p);
             let selected = selector_matches(&le.spec.selector, k8s::labels_of(&p));
             let ours = super::sharing::labelled_by(ctx, le, &p);
             (selected || ours).then(|| (p.name_any(), (p, selected)))

@@ -3,24 +3,20 @@
 //! of elections that cannot act.
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::context::Context;
-use super::keys::election_key;
 use crate::Error;
-use crate::crd::conditions::{self, EXCLUSIVE, LEASE_TIMING_SAFE, SPEC_VALID, STATUS_WRITTEN};
-use crate::crd::{
-    AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionStatus, LeaderStatus, Phase,
-    SpecProblem, SwitchoverResult, SwitchoverStatus,
-};
+use crate::cache::keys::election_key;
+use crate::crd::conditions::{EXCLUSIVE, LEASE_TIMING_SAFE};
+use crate::crd::{AppliedSpec, LeaderElection, LeaderElectionStatus, Phase};
 use crate::election::config::{ElectionConfig, Mode};
-use crate::election::observe::{SwitchoverOutcome, SwitchoverRecord};
+use crate::election::observe::SwitchoverRecord;
 use crate::election::plan::{self, ConditionState, Plan};
-use crate::election::planner::LEADER_ELECTED;
+use crate::election::report::{self, Rendering, truncate};
 use crate::leadership::LeaseSettings;
 
 /// Writes the status of the last plan (`spec_valid`, which is True, and Exclusive True), as far
@@ -42,40 +38,78 @@ pub async fn write(
     patch_if_changed(le, ctx, &old, new, Write::Whole).await
 }
 
-/// Rule 6 across failures: before a pod is labelled with `token`, the status must already
-/// hold it, so that a token handed out once is never handed out again even if the reconcile's
-/// final status write is lost and the key is later re-created (its LockIndex restarts at 1;
-/// the planner raises it above the recorded token).
-///
-/// For a pod the status does not name yet, that write is the whole status `plan` decides once
-/// the pod with UID `uid` carries the label: it names the pod the lock is now held for, an
-/// instant before its label is written, and the reconcile's final write then has nothing left
-/// to change (one status write per leader change, not two). When the label cannot be written,
-/// that final write reports phase Electing, and a retry for the same pod records only its new
-/// token: a label that keeps failing is reported as leading once, never again.
-pub async fn write_before_label(
+/// The status as this process last wrote it, and the one `plan` decides when the pod with UID
+/// `labelled` carries the leader label ([`report::decided`]).
+fn decided(
+    le: &LeaderElection,
+    ctx: &Context,
+    config: &ElectionConfig,
+    labelled: Option<&str>,
+    plan: &Plan,
+    spec_valid: ConditionState,
+) -> (LeaderElectionStatus, LeaderElectionStatus) {
+    let old = ctx.memory.current_status(le);
+    let failed_writes = election_key(le)
+        .ok()
+        .and_then(|key| ctx.memory.status_failures(&key));
+    let new = report::decided(
+        plan,
+        Rendering {
+            old: &old,
+            generation: le.metadata.generation,
+            labelled,
+            // First written with the first status: until then nothing was done that an edit
+            // of the spec would have to undo (see `migrate`).
+            applied: applied(le, config, &old),
+            spec_valid,
+            lease_timing: (config.mode == Mode::Managed)
+                .then(|| lease_timing(&ctx.settings.lease, config)),
+            failed_writes,
+            now: Timestamp::now(),
+        },
+    );
+    (old, new)
+}
+
+/// The status write before a leader label ([`crate::election::plan::Action::RecordToken`]).
+pub struct TokenRecord<'a> {
+    /// The pod about to be labelled.
+    pub uid: &'a str,
+    /// Its token.
+    pub token: u64,
+    /// Write the whole status the plan decides with the pod labelled (else only the token).
+    pub whole: bool,
+}
+
+/// Rule 6 across failures: before a pod is labelled with a token, the status holds it, so
+/// that a token handed out once is never handed out again even if the reconcile's final
+/// status write is lost and the key is later re-created (its LockIndex restarts at 1; the
+/// planner raises it above the recorded token). A `whole` record is the status `plan` decides
+/// once the pod carries the label: it names the pod an instant before its label is written,
+/// and the reconcile's final write then has nothing left to change.
+pub async fn record_token(
     le: &LeaderElection,
     ctx: &Context,
     config: &ElectionConfig,
     plan: &Plan,
-    uid: &str,
-    token: u64,
+    record: TokenRecord<'_>,
     spec_valid: ConditionState,
 ) -> Result<(), Error> {
-    let current = ctx.current_status(le);
-    if current.fencing_token.is_some_and(|t| t >= token) {
+    let current = ctx.memory.current_status(le);
+    if current.fencing_token.is_some_and(|t| t >= record.token) {
+        // Recorded by an earlier round of this reconcile.
         return Ok(());
     }
-    if current.leader_or_last().is_some_and(|l| l.uid == uid) {
+    if !record.whole {
         let new = LeaderElectionStatus {
-            fencing_token: Some(token),
+            fencing_token: Some(record.token),
             applied: Some(applied(le, config, &current)),
             ..current.clone()
         };
         return patch_if_changed(le, ctx, &current, new, Write::Record).await;
     }
-    let (old, mut new) = decided(le, ctx, config, Some(uid), plan, spec_valid);
-    new.fencing_token = new.fencing_token.max(Some(token));
+    let (old, mut new) = decided(le, ctx, config, Some(record.uid), plan, spec_valid);
+    new.fencing_token = new.fencing_token.max(Some(record.token));
     patch_if_changed(le, ctx, &old, new, Write::Whole).await
 }
 
@@ -87,9 +121,9 @@ pub async fn record_switchover(
     ctx: &Context,
     record: &SwitchoverRecord,
 ) -> Result<(), Error> {
-    let current = ctx.current_status(le);
+    let current = ctx.memory.current_status(le);
     let new = LeaderElectionStatus {
-        last_switchover: Some(switchover_status(record)),
+        last_switchover: Some(report::switchover_status(record)),
         ..current.clone()
     };
     patch_if_changed(le, ctx, &current, new, Write::Record).await
@@ -104,159 +138,6 @@ fn applied(
     old.applied
         .clone()
         .unwrap_or_else(|| super::applied::applied_of(le, config))
-}
-
-/// `status.lastSwitchover` as the planner reads it.
-pub(super) fn switchover_record(status: &SwitchoverStatus) -> SwitchoverRecord {
-    SwitchoverRecord {
-        to: status.to.clone(),
-        from: status.from.clone(),
-        leader: status.leader.clone(),
-        requested_at: status.requested_at,
-        completed_at: status.completed_at,
-        outcome: match status.result {
-            SwitchoverResult::InProgress => SwitchoverOutcome::InProgress,
-            SwitchoverResult::Completed => SwitchoverOutcome::Completed,
-            SwitchoverResult::Refused => SwitchoverOutcome::Refused,
-        },
-        message: status.message.clone(),
-    }
-}
-
-/// `status.lastSwitchover` as the planner decided it.
-fn switchover_status(record: &SwitchoverRecord) -> SwitchoverStatus {
-    SwitchoverStatus {
-        to: record.to.clone(),
-        from: record.from.clone(),
-        leader: record.leader.clone(),
-        requested_at: record.requested_at,
-        completed_at: record.completed_at,
-        result: match record.outcome {
-            SwitchoverOutcome::InProgress => SwitchoverResult::InProgress,
-            SwitchoverOutcome::Completed => SwitchoverResult::Completed,
-            SwitchoverOutcome::Refused => SwitchoverResult::Refused,
-        },
-        message: record.message.clone(),
-    }
-}
-
-/// The status as this process last wrote it, and the one `plan` decides when the pod with UID
-/// `labelled` carries the leader label.
-fn decided(
-    le: &LeaderElection,
-    ctx: &Context,
-    config: &ElectionConfig,
-    labelled: Option<&str>,
-    plan: &Plan,
-    spec_valid: ConditionState,
-) -> (LeaderElectionStatus, LeaderElectionStatus) {
-    let old = ctx.current_status(le);
-    let state = &plan.status;
-    let mut new = LeaderElectionStatus {
-        phase: Some(phase(state.phase)),
-        leader: None,
-        last_leader: state.leader.as_ref().map(|l| LeaderStatus {
-            pod: l.pod.clone(),
-            uid: l.uid.clone(),
-            pod_ip: l.pod_ip.clone(),
-            since: l.since,
-            session_id: l.session_id.clone(),
-        }),
-        fencing_token: state.fencing_token,
-        transitions: state.transitions,
-        candidates: state
-            .candidates
-            .iter()
-            .map(|c| CandidateStatus {
-                pod: c.pod.clone(),
-                eligible: c.eligible,
-                reason: c.reason.map(str::to_owned),
-                priority: c.priority,
-            })
-            .collect(),
-        last_switchover: state.last_switchover.as_ref().map(switchover_status),
-        observed_generation: le.metadata.generation,
-        // First written with the first status: until then nothing was done that an edit of
-        // the spec would have to undo (see `migrate`).
-        applied: Some(applied(le, config, &old)),
-        conditions: Vec::new(),
-    };
-    let carried_out = state.phase != plan::Phase::Elected
-        || state.leader.as_ref().map(|l| l.uid.as_str()) == labelled;
-    let mut fresh: Vec<Condition> = state
-        .conditions
-        .iter()
-        .map(|c| match c.type_ {
-            LEADER_ELECTED if !carried_out => condition(
-                le,
-                &ConditionState {
-                    type_: LEADER_ELECTED,
-                    status: false,
-                    reason: "Electing",
-                    message: "the leader is not labelled yet; retrying".into(),
-                },
-            ),
-            _ => condition(le, c),
-        })
-        .collect();
-    if !carried_out {
-        new.phase = Some(Phase::Electing);
-    }
-    // The leader is the pod that carries the label now; the plan's leader otherwise stays on
-    // record as the last one.
-    if new
-        .last_leader
-        .as_ref()
-        .is_some_and(|l| Some(l.uid.as_str()) == labelled)
-    {
-        new.leader = new.last_leader.take();
-    }
-    fresh.push(condition(le, &spec_valid));
-    fresh.push(condition(
-        le,
-        &ConditionState {
-            type_: EXCLUSIVE,
-            status: true,
-            reason: "Exclusive",
-            message: "no older election selects these pods with the same label key".into(),
-        },
-    ));
-    if config.mode == Mode::Managed {
-        fresh.push(condition(le, &lease_timing(&ctx.settings.lease, config)));
-    }
-    fresh.push(condition(le, &status_written(le, ctx)));
-    new.conditions = conditions::merge_with_ready(
-        &old.conditions,
-        fresh,
-        new.candidates.len(),
-        le.metadata.generation,
-        Timestamp::now(),
-    );
-    (old, new)
-}
-
-/// The [`STATUS_WRITTEN`] condition: after failed status writes, the write that succeeds
-/// says so.
-fn status_written(le: &LeaderElection, ctx: &Context) -> ConditionState {
-    let failures = election_key(le)
-        .ok()
-        .and_then(|key| ctx.status_failures(&key));
-    match failures {
-        Some((count, category)) => ConditionState {
-            type_: STATUS_WRITTEN,
-            status: true,
-            reason: "WrittenAfterFailures",
-            message: format!(
-                "{count} status write(s) failed before this one (last error: {category})"
-            ),
-        },
-        None => ConditionState {
-            type_: STATUS_WRITTEN,
-            status: true,
-            reason: "Written",
-            message: "the status is written as the operator decides it".into(),
-        },
-    }
 }
 
 /// The [`LEASE_TIMING_SAFE`] condition of a managed election.
@@ -286,22 +167,6 @@ pub fn lease_timing(lease: &LeaseSettings, config: &ElectionConfig) -> Condition
                 lease.min_session_ttl().as_secs()
             ),
         }
-    }
-}
-
-/// The `SpecValid` condition of a spec with `problems` (reason `InvalidSpec`, every problem
-/// in the message).
-pub fn spec_problems(problems: &[SpecProblem]) -> ConditionState {
-    let message = problems
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ");
-    ConditionState {
-        type_: SPEC_VALID,
-        status: false,
-        reason: "InvalidSpec",
-        message,
     }
 }
 
@@ -343,22 +208,12 @@ async fn stand_back(
     state: ConditionState,
     reason: plan::EventReason,
 ) -> Result<(), Error> {
-    let old = ctx.current_status(le);
-    let news = !old.conditions.iter().any(|c| {
-        c.type_ == state.type_
-            && c.status == bool_status(state.status)
-            && c.message == state.message
-    });
-    let mut new = LeaderElectionStatus {
-        phase: Some(phase),
-        observed_generation: le.metadata.generation,
-        ..old.clone()
-    };
-    new.conditions = conditions::merge_with_ready(
-        &old.conditions,
-        vec![condition(le, &state)],
-        new.candidates.len(),
+    let old = ctx.memory.current_status(le);
+    let (new, news) = report::standing_back(
+        &old,
         le.metadata.generation,
+        phase,
+        &state,
         Timestamp::now(),
     );
     patch_if_changed(le, ctx, &old, new, Write::Whole).await?;
@@ -383,7 +238,7 @@ pub async fn record_applied(
     ctx: &Context,
     applied: &AppliedSpec,
 ) -> Result<(), Error> {
-    let current = ctx.current_status(le);
+    let current = ctx.memory.current_status(le);
     if current.applied.as_ref() == Some(applied) {
         return Ok(());
     }
@@ -397,7 +252,7 @@ pub async fn record_applied(
 /// What a status write is.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Write {
-    /// The status decided by a reconcile (it carries the [`STATUS_WRITTEN`] condition).
+    /// The status decided by a reconcile (it carries the `StatusWritten` condition).
     Whole,
     /// A record made before acting (the fencing token, what the operator acts with).
     Record,
@@ -417,7 +272,7 @@ async fn patch_if_changed(
         ctx.client.clone(),
         &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
     );
-    let status_exists = le.status.is_some() || ctx.remembers_status(le);
+    let status_exists = le.status.is_some() || ctx.memory.remembers_status(le);
     let patch = conditional_status_patch(old.fencing_token, status_exists, &new)?;
     let written = api
         .patch_status(
@@ -432,7 +287,7 @@ async fn patch_if_changed(
         .map_err(|source| match &source {
             // The test operation failed: the status is not the one this write was based on.
             kube::Error::Api(status) if status.code == 422 || status.code == 409 => {
-                ctx.remember_status(le, None);
+                ctx.memory.remember_status(le, None);
                 Error::StatusStale {
                     expected: old
                         .fencing_token
@@ -447,14 +302,14 @@ async fn patch_if_changed(
         Ok(written) => {
             // A record keeps the count: the whole status written next reports it.
             if write == Write::Whole {
-                ctx.status_written(&key, Ok(()));
+                ctx.memory.status_written(&key, Ok(()));
             }
             let version = written.metadata.resource_version.as_deref();
-            ctx.remember_status(le, Some((new, version)));
+            ctx.memory.remember_status(le, Some((new, version)));
             Ok(())
         }
         Err(error) => {
-            let failed = ctx.status_written(&key, Err(error.category()));
+            let failed = ctx.memory.status_written(&key, Err(error.category()));
             ctx.metrics.status_write_failed();
             if failed == STATUS_FAILURES_REPORTED {
                 report_status_failures(le, ctx, failed, &error).await;
@@ -501,41 +356,4 @@ async fn report_status_failures(le: &LeaderElection, ctx: &Context, failed: u32,
         secondary: None,
     };
     ctx.publish(&event, &le.object_ref(&())).await;
-}
-
-fn condition(le: &LeaderElection, c: &ConditionState) -> Condition {
-    Condition {
-        type_: c.type_.to_owned(),
-        status: bool_status(c.status).to_owned(),
-        reason: c.reason.to_owned(),
-        message: truncate(&c.message, 32_768),
-        observed_generation: le.metadata.generation,
-        last_transition_time: Time(Timestamp::now()),
-    }
-}
-
-fn bool_status(b: bool) -> &'static str {
-    if b { "True" } else { "False" }
-}
-
-fn phase(p: plan::Phase) -> Phase {
-    match p {
-        plan::Phase::Pending => Phase::Pending,
-        plan::Phase::Electing => Phase::Electing,
-        plan::Phase::Elected => Phase::Elected,
-        plan::Phase::Fenced => Phase::Fenced,
-        plan::Phase::Observing => Phase::Observing,
-        plan::Phase::Paused => Phase::Paused,
-    }
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
 }

@@ -13,6 +13,7 @@ pub mod owner_selectors;
 pub mod plan;
 pub mod planner;
 pub mod refusal;
+pub mod report;
 pub mod unusable;
 pub mod withdrawal;
 

@@ -55,6 +55,20 @@ pub enum Action {
         /// Pod name, for the key's value.
         pod: String,
     },
+    /// Write the fencing token into the status before a pod is labelled with it (rule 6
+    /// across failures: a token handed out once is never handed out again, even if the key
+    /// is re-created and nothing else of this reconcile reaches the status). Planned right
+    /// before the [`Action::LabelLeader`] of a token the status does not hold yet.
+    RecordToken {
+        /// The pod about to be labelled.
+        uid: String,
+        /// Its token.
+        fencing_token: u64,
+        /// The status does not name this pod yet: the write is the whole status this plan
+        /// decides with the pod labelled, so the write at the end has nothing left to change.
+        /// Otherwise (a retry for the same pod) only the token is written.
+        whole: bool,
+    },
     /// Label the pod leader with its fencing token; only ever planned for the pod whose lock
     /// the operator holds, and only when no other pod carries the leader label.
     LabelLeader {

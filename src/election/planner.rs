@@ -317,6 +317,14 @@ impl<'a> Builder<'a> {
             && pod.leader_since.as_deref() == Some(since_text.as_str());
         if !up_to_date {
             let newly = pod.role.as_deref() != Some(self.leader_value());
+            let recorded = &self.obs.recorded;
+            if recorded.fencing_token < Some(token) {
+                self.actions.push(Action::RecordToken {
+                    uid: pod.uid.clone(),
+                    fencing_token: token,
+                    whole: recorded.leader.as_ref().is_none_or(|l| l.uid != pod.uid),
+                });
+            }
             self.actions.push(Action::LabelLeader {
                 pod: pod.name.clone(),
                 uid: pod.uid.clone(),

@@ -439,8 +439,9 @@ pub enum Event {
 pub struct Knobs {
     /// The controller passes the lock-delay it saw starting to the planner.
     pub tell_lock_delay: bool,
-    /// The controller writes the fencing token into the status before it labels a pod with
-    /// it (`controller::status::write_before_label`); off only to show what it prevents.
+    /// The controller executes the planner's [`Action::RecordToken`] (the fencing token
+    /// written into the status before a pod is labelled with it); off only to show what it
+    /// prevents.
     pub token_before_label: bool,
 }
 
@@ -940,7 +941,7 @@ impl Model {
     /// rounds ran; then the status of the last plan is written (also after a failure).
     ///
     /// The final status write may be lost ([`Event::LoseStatusWrite`]); before a leader
-    /// label the status already holds its token ([`Self::write_before_label`]).
+    /// label the status already holds its token ([`Action::RecordToken`]).
     pub fn reconcile(&mut self, fail_at: Option<usize>, after_effect: bool) -> LoopResult {
         self.reconcile_with(Faults::new(fail_at, after_effect))
     }
@@ -980,15 +981,19 @@ impl Model {
                     self.fail("Acquire executed during a lock-delay the planner was told about");
                 }
                 let (executed, failing) = faults.next();
-                if let Action::LabelLeader {
-                    uid, fencing_token, ..
-                } = action
-                    && self.knobs.token_before_label
-                {
-                    // The status write before the label (it may succeed while the label fails).
-                    self.write_before_label(&plan, uid, *fencing_token);
-                }
-                let ok = executed && self.execute(action) && !failing;
+                let ok = match action {
+                    Action::RecordToken {
+                        fencing_token,
+                        whole,
+                        ..
+                    } => {
+                        if executed && self.knobs.token_before_label {
+                            self.record_token(&plan, *fencing_token, *whole);
+                        }
+                        executed && !failing
+                    }
+                    _ => executed && self.execute(action) && !failing,
+                };
                 self.count_action(action, ok);
                 self.check_action(action, executed, leaders_before, &before);
                 if !ok {
@@ -1238,7 +1243,7 @@ impl Model {
                 let value = serde_json::json!({"pod": pod, "uid": uid}).to_string();
                 self.consul.acquire(session, now, value.into_bytes()) == Ok(true)
             }
-            Action::Emit(_) => true,
+            Action::Emit(_) | Action::RecordToken { .. } => true,
         }
     }
 
@@ -1361,6 +1366,12 @@ impl Model {
             if leaders.len() != 1 {
                 self.fail(&format!(
                     "{action:?} while another pod carries the leader label"
+                ));
+            }
+            if self.knobs.token_before_label && self.recorded.fencing_token < Some(*fencing_token) {
+                self.fail(&format!(
+                    "{action:?}: labelled before the status held the token ({:?})",
+                    self.recorded.fencing_token
                 ));
             }
             // Rule 6: tokens never decrease; one token, one acquisition.

@@ -326,3 +326,28 @@ fn a_lost_status_write_and_a_recreated_key_hand_out_no_token_twice() {
         "{message}"
     );
 }
+
+/// A deleted election leaves no session renewed, even one its status names that could not
+/// be adopted before the deletion (the session endpoints were down after a restart) and that
+/// the cleanup did not know of (the election had been switched to Observe mode): nothing
+/// adopts a session for an election that is gone.
+#[test]
+fn a_deleted_election_adopts_no_session_afterwards() {
+    let loop_once = Event::Loop {
+        fail_at: None,
+        after_effect: false,
+    };
+    let knobs = Knobs {
+        tell_lock_delay: true,
+        token_before_label: true,
+    };
+    let mut model = Model::new(config(), knobs, &[(true, 20), (true, 10)]);
+    model.apply(&loop_once);
+    model.apply(&Event::SessionsDown);
+    model.apply(&Event::Restart);
+    model.apply(&Event::EditMode(Mode::Observe));
+    model.apply(&Event::DeleteElection);
+    model.apply(&loop_once);
+    model.apply(&Event::SessionsUp);
+    model.quiesce();
+}

@@ -207,3 +207,66 @@ fn a_move_whose_final_status_write_was_lost_is_not_bumped() {
         Some("a")
     );
 }
+
+/// The status records and the label, as the plan orders them.
+fn records_and_labels(plan: &crate::election::plan::Plan) -> Vec<Action> {
+    plan.actions
+        .iter()
+        .filter(|a| matches!(a, Action::RecordToken { .. } | Action::LabelLeader { .. }))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_new_token_is_recorded_in_the_status_right_before_its_label() {
+    // `a` holds the key with LockIndex 1 and is not labelled; the status holds no token.
+    let scene = Scene::new(vec![pod("a"), pod("b")])
+        .lock(held("s1", 1, "a"))
+        .session(Some(session("s1", "a")));
+    let plan = scene.plan();
+    let labelled = records_and_labels(&plan);
+    assert_eq!(
+        labelled.first(),
+        Some(&Action::RecordToken {
+            uid: uid("a"),
+            fencing_token: 1,
+            whole: true,
+        }),
+        "{labelled:?}"
+    );
+    assert!(matches!(
+        labelled.get(1),
+        Some(Action::LabelLeader {
+            fencing_token: 1,
+            ..
+        })
+    ));
+    assert_eq!(labelled.len(), 2);
+}
+
+#[test]
+fn a_token_already_recorded_is_not_written_again_and_a_retry_records_only_the_token() {
+    // The leader's annotations are rewritten (its leader-since differs from the status'):
+    // the status holds the token already.
+    let rewritten = Scene::elected("a", &["b"], 1).with_pod(pod("a").leader(1, t(5)));
+    assert!(
+        matches!(
+            records_and_labels(&rewritten.plan()).as_slice(),
+            [Action::LabelLeader { .. }]
+        ),
+        "{:?}",
+        rewritten.plan().actions
+    );
+    // The status names `a` with an older token (its label failed, the token was raised):
+    // the new token alone is recorded.
+    let mut retry = Scene::elected("a", &["b"], 2).with_pod(pod("a"));
+    retry.recorded.fencing_token = Some(1);
+    assert_eq!(
+        records_and_labels(&retry.plan()).first(),
+        Some(&Action::RecordToken {
+            uid: uid("a"),
+            fencing_token: 2,
+            whole: false,
+        })
+    );
+}

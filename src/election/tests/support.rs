@@ -414,11 +414,11 @@ pub fn label_leader(pod: &str, fencing_token: u64, since: Timestamp) -> Action {
     }
 }
 
-/// The plan's actions without its events.
+/// The plan's actions without its events and status records.
 pub fn steps(plan: &Plan) -> Vec<Action> {
     plan.actions
         .iter()
-        .filter(|a| !matches!(a, Action::Emit(_)))
+        .filter(|a| !matches!(a, Action::Emit(_) | Action::RecordToken { .. }))
         .cloned()
         .collect()
 }
@@ -687,6 +687,10 @@ impl World {
             Action::ClearHandover { uid, .. } => self.pod_mut(uid).handover = None,
             Action::RecordSwitchover(record) => {
                 self.scene.recorded.last_switchover = Some(record.clone());
+            }
+            Action::RecordToken { fencing_token, .. } => {
+                let recorded = &mut self.scene.recorded.fencing_token;
+                *recorded = (*recorded).max(Some(*fencing_token));
             }
             Action::ClearSwitchover { request } => {
                 if self.scene.switchover.as_deref() == Some(request.as_str()) {

@@ -272,17 +272,16 @@ impl Model {
         true
     }
 
-    /// Rule 6 across failures (`controller::status::write_before_label`): before pod `uid`
-    /// is labelled with `token`, the status holds the token; for a pod it does not name yet,
-    /// that write is the whole status the plan decides.
-    pub(super) fn write_before_label(&mut self, plan: &Plan, uid: &str, token: u64) {
+    /// Executes [`Action::RecordToken`] as `controller::status::record_token` does: the
+    /// token, and for a `whole` record the status the plan decides with its pod labelled.
+    pub(super) fn record_token(&mut self, plan: &Plan, token: u64, whole: bool) {
         if self.recorded.fencing_token.is_some_and(|t| t >= token) {
             return;
         }
-        let mut new = if self.recorded.leader.as_ref().is_some_and(|l| l.uid == uid) {
-            self.recorded.clone()
-        } else {
+        let mut new = if whole {
             record(&plan.status)
+        } else {
+            self.recorded.clone()
         };
         new.fencing_token = new.fencing_token.max(Some(token));
         self.recorded = new;
@@ -315,6 +314,9 @@ impl Model {
             }
         }
         if self.finalized {
+            // The election is gone: nothing adopts a session for it any more (the controller
+            // adopts in a reconcile, or at its start for the elections that exist).
+            self.adopt = None;
             let _ = writeln!(self.trace, "   finalizer removed");
         }
     }

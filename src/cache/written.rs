@@ -1,0 +1,365 @@
+//! What this process remembers between reconciles, beside the caches: its own writes that the
+//! caches may not show yet (statuses, patched pods), and per election what its last decision
+//! passes to the next (standing back for another install, Consul's refusal of its writes, a
+//! lock-delay seen starting, status writes failing in a row).
+//!
+//! Only reconciles of the active replica write here, each for its own election (the
+//! controller never runs two reconciles of one election at once). One map holds everything of
+//! an election, so an election costs one entry, and an entry with nothing left in it goes.
+//!
+//! The locks are held for one map operation at a time, with no code inside that could panic;
+//! should a panic ever poison one, the map is still consistent (every change is a single
+//! insert, update or removal), so it is used as it is rather than skipped.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use jiff::Timestamp;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::cache::keys::election_key;
+use crate::crd::{LeaderElection, LeaderElectionStatus};
+use crate::election::config::ElectionKey;
+use crate::election::plan::StoodBack;
+use crate::election::refusal::ConsulRefusal;
+use crate::k8s::Pod;
+
+/// A status this process wrote: the object's UID, the status, and the object's
+/// resourceVersion the write produced (once the cache holds that version, it holds the status).
+#[derive(Debug, Clone)]
+struct WrittenStatus {
+    uid: String,
+    status: LeaderElectionStatus,
+    version: Option<u64>,
+}
+
+/// Everything remembered of one election.
+#[derive(Debug, Default)]
+struct Memo {
+    /// The status this process last wrote, until the cache shows it.
+    status: Option<WrittenStatus>,
+    /// Status writes that failed in a row, with the last error's category.
+    status_failures: Option<(u32, &'static str)>,
+    /// What the last plan said about standing back, passed to the next.
+    stood_back: Option<StoodBack>,
+    /// Consul's last refusal (for lack of ACL rights) of the election's writes, until a write
+    /// of the election succeeds.
+    refusal: Option<ConsulRefusal>,
+    /// Until when an acquisition of the election's key is probably refused by a lock-delay.
+    lock_delay_until: Option<Timestamp>,
+}
+
+impl Memo {
+    fn is_empty(&self) -> bool {
+        self.status.is_none()
+            && self.status_failures.is_none()
+            && self.stood_back.is_none()
+            && self.refusal.is_none()
+            && self.lock_delay_until.is_none()
+    }
+}
+
+/// Enters `mutex` (see the module documentation on poisoning).
+fn enter<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// This process's memory of its own writes and decisions.
+#[derive(Debug)]
+pub struct Memory {
+    elections: Mutex<HashMap<ElectionKey, Memo>>,
+    /// Pods as this process last patched them, by UID, until the cache has caught up: the
+    /// next reconcile often starts (woken by those very patches) before the pod watch has
+    /// delivered them, and planning on the older versions would undo the patches (a leader
+    /// that looks unlabelled is "re-elected", and rule 6 then raises its token).
+    pods_written: Mutex<HashMap<String, Arc<Pod>>>,
+    /// When this replica started deciding (became active): the Fence clock of a key it has
+    /// never read runs from here (it cannot know a later confirmation).
+    started_at: Mutex<Timestamp>,
+}
+
+impl Memory {
+    /// An empty memory of a process that starts deciding `now` (until [`Self::start`]).
+    pub fn new(now: Timestamp) -> Self {
+        Memory {
+            elections: Mutex::default(),
+            pods_written: Mutex::default(),
+            started_at: Mutex::new(now),
+        }
+    }
+
+    /// Reads or changes the memo of `key`, dropping it once empty.
+    fn memo<T>(&self, key: &ElectionKey, f: impl FnOnce(&mut Memo) -> T) -> T {
+        let mut map = enter(&self.elections);
+        match map.get_mut(key) {
+            Some(memo) => {
+                let result = f(memo);
+                if memo.is_empty() {
+                    map.remove(key);
+                }
+                result
+            }
+            None => {
+                let mut memo = Memo::default();
+                let result = f(&mut memo);
+                if !memo.is_empty() {
+                    map.insert(key.clone(), memo);
+                }
+                result
+            }
+        }
+    }
+
+    /// Reads the memo of `key` (an empty one when nothing is remembered).
+    fn read<T>(&self, key: &ElectionKey, f: impl FnOnce(&Memo) -> T) -> T {
+        let map = enter(&self.elections);
+        match map.get(key) {
+            Some(memo) => f(memo),
+            None => f(&Memo::default()),
+        }
+    }
+
+    /// This replica starts deciding now.
+    pub fn start(&self, now: Timestamp) {
+        *enter(&self.started_at) = now;
+    }
+
+    /// When this replica started deciding (became active).
+    pub fn started_at(&self) -> Timestamp {
+        *enter(&self.started_at)
+    }
+
+    /// Status writes of `key` that failed in a row, with the last error's category.
+    pub fn status_failures(&self, key: &ElectionKey) -> Option<(u32, &'static str)> {
+        self.read(key, |memo| memo.status_failures)
+    }
+
+    /// Records how a status write of `key` went; returns how many failed in a row now.
+    pub fn status_written(&self, key: &ElectionKey, result: Result<(), &'static str>) -> u32 {
+        self.memo(key, |memo| match result {
+            Ok(()) => {
+                memo.status_failures = None;
+                0
+            }
+            Err(category) => {
+                let count = memo.status_failures.map_or(0, |(n, _)| n).saturating_add(1);
+                memo.status_failures = Some((count, category));
+                count
+            }
+        })
+    }
+
+    /// Until when an acquisition of `key` is probably refused by a lock-delay.
+    pub fn lock_delay_until(&self, key: &ElectionKey) -> Option<Timestamp> {
+        self.read(key, |memo| memo.lock_delay_until)
+    }
+
+    /// Records (`Some`) or forgets the end of a lock-delay of `key`.
+    pub fn set_lock_delay(&self, key: &ElectionKey, until: Option<Timestamp>) {
+        self.memo(key, |memo| memo.lock_delay_until = until);
+    }
+
+    /// The election's current status: what this process last wrote for this object, else
+    /// what the cache holds.
+    pub fn current_status(&self, le: &LeaderElection) -> LeaderElectionStatus {
+        let remembered = election_key(le).ok().and_then(|key| {
+            self.read(&key, |memo| {
+                memo.status
+                    .as_ref()
+                    .filter(|written| le.metadata.uid.as_ref() == Some(&written.uid))
+                    .map(|written| written.status.clone())
+            })
+        });
+        remembered.unwrap_or_else(|| le.status.clone().unwrap_or_default())
+    }
+
+    /// Whether this process remembers a status it wrote for `le` (then the object has one).
+    pub fn remembers_status(&self, le: &LeaderElection) -> bool {
+        election_key(le).is_ok_and(|key| {
+            self.read(&key, |memo| {
+                memo.status
+                    .as_ref()
+                    .is_some_and(|written| le.metadata.uid.as_ref() == Some(&written.uid))
+            })
+        })
+    }
+
+    /// Records `status` as written by this process, in the object's `version` (the
+    /// resourceVersion the write returned); `None` forgets it.
+    pub fn remember_status(
+        &self,
+        le: &LeaderElection,
+        status: Option<(LeaderElectionStatus, Option<&str>)>,
+    ) {
+        let (Ok(key), Some(uid)) = (election_key(le), le.metadata.uid.clone()) else {
+            return;
+        };
+        self.memo(&key, |memo| {
+            memo.status = status.map(|(status, version)| WrittenStatus {
+                uid,
+                status,
+                version: version.and_then(|v| v.parse::<u64>().ok()),
+            });
+        });
+    }
+
+    /// What this install's last decision for `key` said about standing back.
+    pub fn stood_back(&self, key: &ElectionKey) -> Option<StoodBack> {
+        self.read(key, |memo| memo.stood_back.clone())
+    }
+
+    /// Remembers what a decision for `key` said about standing back.
+    pub fn remember_stood_back(&self, key: &ElectionKey, stood: Option<StoodBack>) {
+        self.memo(key, |memo| memo.stood_back = stood);
+    }
+
+    /// Consul's standing refusal of `key`'s writes, if any.
+    pub fn refusal(&self, key: &ElectionKey) -> Option<ConsulRefusal> {
+        self.read(key, |memo| memo.refusal.clone())
+    }
+
+    /// Records (`Some`) or clears (`None`) Consul's refusal of `key`'s writes; true when the
+    /// refusal is new or differs from the one recorded (worth an event).
+    pub fn remember_refusal(&self, key: &ElectionKey, refusal: Option<ConsulRefusal>) -> bool {
+        self.memo(key, |memo| {
+            let news = refusal.is_some() && memo.refusal != refusal;
+            memo.refusal = refusal;
+            news
+        })
+    }
+
+    /// Records `pod` as this process just wrote it.
+    pub fn remember_pod(&self, pod: &Arc<Pod>) {
+        if let Some(uid) = pod.metadata.uid.clone() {
+            enter(&self.pods_written).insert(uid, pod.clone());
+        }
+    }
+
+    /// The newer of a cached pod and the version this process last wrote of it.
+    pub fn freshest(&self, cached: Arc<Pod>) -> Arc<Pod> {
+        let Some(uid) = cached.metadata.uid.as_deref() else {
+            return cached;
+        };
+        let mut map = enter(&self.pods_written);
+        match map.get(uid) {
+            Some(written) if version(written) > version(&cached) => written.clone(),
+            Some(_) => {
+                // The cache has caught up.
+                map.remove(uid);
+                cached
+            }
+            None => cached,
+        }
+    }
+
+    /// The names of the pods of `namespace` this process wrote and the cache does not show
+    /// yet.
+    pub fn written_pods_in(&self, namespace: &str) -> Vec<String> {
+        enter(&self.pods_written)
+            .values()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+            .filter_map(|p| p.metadata.name.clone())
+            .collect()
+    }
+
+    /// Forgets what the caches have caught up with or no longer have: written pods that
+    /// `pods` shows (or lost), statuses that `elections` shows (at 10,000 elections they
+    /// would otherwise keep a second copy of every status), and everything of an election
+    /// `elections` no longer has.
+    pub fn prune(&self, pods: &Store<Pod>, elections: &Store<LeaderElection>) {
+        enter(&self.pods_written).retain(|uid, written| {
+            let (Some(namespace), Some(name)) = (
+                written.metadata.namespace.as_deref(),
+                written.metadata.name.as_deref(),
+            ) else {
+                return false;
+            };
+            pods.get(&ObjectRef::new(name).within(namespace))
+                .filter(|cached| cached.metadata.uid.as_deref() == Some(uid.as_str()))
+                .is_some_and(|cached| version(written) > version(&cached))
+        });
+        enter(&self.elections).retain(|key, memo| {
+            let reference = ObjectRef::new(&key.name).within(&key.namespace);
+            let Some(cached) = elections.get(&reference) else {
+                return false;
+            };
+            let cached_version = cached
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok());
+            // A written status is kept until the cache shows the written version (or a
+            // later one) of the same object.
+            let caught_up = memo.status.as_ref().is_some_and(|written| {
+                cached.metadata.uid.as_ref() != Some(&written.uid)
+                    || written.version.is_some_and(|v| cached_version >= Some(v))
+            });
+            if caught_up {
+                memo.status = None;
+            }
+            !memo.is_empty()
+        });
+    }
+}
+
+/// A pod's resourceVersion as a number.
+fn version(pod: &Pod) -> Option<u64> {
+    pod.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ElectionKey {
+        ElectionKey {
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn an_election_with_nothing_left_to_remember_costs_no_entry() {
+        let memory = Memory::new(Timestamp::UNIX_EPOCH);
+        memory.set_lock_delay(&key("a"), Some(Timestamp::UNIX_EPOCH));
+        assert_eq!(memory.status_written(&key("a"), Err("kube")), 1);
+        assert_eq!(memory.status_written(&key("a"), Err("kube")), 2);
+        assert_eq!(enter(&memory.elections).len(), 1);
+        memory.status_written(&key("a"), Ok(()));
+        memory.set_lock_delay(&key("a"), None);
+        assert!(enter(&memory.elections).is_empty());
+        // Reading creates nothing.
+        assert_eq!(memory.refusal(&key("b")), None);
+        assert!(enter(&memory.elections).is_empty());
+    }
+
+    #[test]
+    fn a_refusal_is_news_once() {
+        let memory = Memory::new(Timestamp::UNIX_EPOCH);
+        let refusal = ConsulRefusal::permission_denied("kv put", "elector/ns/a");
+        assert!(memory.remember_refusal(&key("a"), Some(refusal.clone())));
+        assert!(!memory.remember_refusal(&key("a"), Some(refusal)));
+        assert!(!memory.remember_refusal(&key("a"), None));
+        assert_eq!(memory.refusal(&key("a")), None);
+    }
+
+    #[test]
+    fn a_poisoned_lock_is_entered_as_it_is() {
+        let memory = Arc::new(Memory::new(Timestamp::UNIX_EPOCH));
+        memory.set_lock_delay(&key("a"), Some(Timestamp::UNIX_EPOCH));
+        let poisoner = memory.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = poisoner.elections.lock();
+            panic!("poison the lock");
+        })
+        .join();
+        assert!(memory.elections.is_poisoned());
+        assert_eq!(
+            memory.lock_delay_until(&key("a")),
+            Some(Timestamp::UNIX_EPOCH)
+        );
+    }
+}

@@ -1,0 +1,299 @@
+//! The status an election reports, rendered from a plan (or from a decision to stand back) and
+//! the status written before: phase, leader, candidates, the switchover record and the
+//! conditions with their transition times. Pure: the controller passes what it knows (the pod
+//! that carries the leader label now, status writes that failed before, the clock) and writes
+//! the result when it differs from the status before.
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::observe::{SwitchoverOutcome, SwitchoverRecord};
+use super::plan::{self, ConditionState, Plan};
+use super::planner::LEADER_ELECTED;
+use crate::crd::conditions::{self, EXCLUSIVE, SPEC_VALID, STATUS_WRITTEN};
+use crate::crd::{
+    AppliedSpec, CandidateStatus, LeaderElectionStatus, LeaderStatus, Phase, SpecProblem,
+    SwitchoverResult, SwitchoverStatus,
+};
+
+/// What a status is rendered from, beside the plan.
+#[derive(Debug, Clone)]
+pub struct Rendering<'a> {
+    /// The status as last written.
+    pub old: &'a LeaderElectionStatus,
+    /// The election's `metadata.generation`.
+    pub generation: Option<i64>,
+    /// The UID of the pod that carries the leader label now (or will, when rendered before
+    /// the label is written).
+    pub labelled: Option<&'a str>,
+    /// What the operator acts with (`status.applied`).
+    pub applied: AppliedSpec,
+    /// The `SpecValid` condition (True: the spec is acted on).
+    pub spec_valid: ConditionState,
+    /// The `LeaseTimingSafe` condition of a managed election.
+    pub lease_timing: Option<ConditionState>,
+    /// Status writes that failed in a row before this one, with the last error's category.
+    pub failed_writes: Option<(u32, &'static str)>,
+    /// Now, for the transition times of conditions that change.
+    pub now: Timestamp,
+}
+
+/// The status `plan` decides, as far as it was carried out: a plan whose leader is not
+/// `labelled` reports phase Electing and `LeaderElected` False, never a leader no pod shows.
+pub fn decided(plan: &Plan, r: Rendering<'_>) -> LeaderElectionStatus {
+    let state = &plan.status;
+    let mut new = LeaderElectionStatus {
+        phase: Some(phase(state.phase)),
+        leader: None,
+        last_leader: state.leader.as_ref().map(|l| LeaderStatus {
+            pod: l.pod.clone(),
+            uid: l.uid.clone(),
+            pod_ip: l.pod_ip.clone(),
+            since: l.since,
+            session_id: l.session_id.clone(),
+        }),
+        fencing_token: state.fencing_token,
+        transitions: state.transitions,
+        candidates: state
+            .candidates
+            .iter()
+            .map(|c| CandidateStatus {
+                pod: c.pod.clone(),
+                eligible: c.eligible,
+                reason: c.reason.map(str::to_owned),
+                priority: c.priority,
+            })
+            .collect(),
+        last_switchover: state.last_switchover.as_ref().map(switchover_status),
+        observed_generation: r.generation,
+        applied: Some(r.applied),
+        conditions: Vec::new(),
+    };
+    let carried_out = state.phase != plan::Phase::Elected
+        || state.leader.as_ref().map(|l| l.uid.as_str()) == r.labelled;
+    let mut fresh: Vec<Condition> = state
+        .conditions
+        .iter()
+        .map(|c| match c.type_ {
+            LEADER_ELECTED if !carried_out => condition(
+                r.generation,
+                &ConditionState {
+                    type_: LEADER_ELECTED,
+                    status: false,
+                    reason: "Electing",
+                    message: "the leader is not labelled yet; retrying".into(),
+                },
+            ),
+            _ => condition(r.generation, c),
+        })
+        .collect();
+    if !carried_out {
+        new.phase = Some(Phase::Electing);
+    }
+    // The leader is the pod that carries the label now; the plan's leader otherwise stays on
+    // record as the last one.
+    if new
+        .last_leader
+        .as_ref()
+        .is_some_and(|l| Some(l.uid.as_str()) == r.labelled)
+    {
+        new.leader = new.last_leader.take();
+    }
+    fresh.push(condition(r.generation, &r.spec_valid));
+    fresh.push(condition(
+        r.generation,
+        &ConditionState {
+            type_: EXCLUSIVE,
+            status: true,
+            reason: "Exclusive",
+            message: "no older election selects these pods with the same label key".into(),
+        },
+    ));
+    if let Some(lease_timing) = &r.lease_timing {
+        fresh.push(condition(r.generation, lease_timing));
+    }
+    fresh.push(condition(r.generation, &status_written(r.failed_writes)));
+    new.conditions = conditions::merge_with_ready(
+        &r.old.conditions,
+        fresh,
+        new.candidates.len(),
+        r.generation,
+        r.now,
+    );
+    new
+}
+
+/// The status of an election that stands back (phase Invalid or Conflict) with `state` as
+/// its one changed condition, and whether that condition is news (worth an event).
+pub fn standing_back(
+    old: &LeaderElectionStatus,
+    generation: Option<i64>,
+    phase: Phase,
+    state: &ConditionState,
+    now: Timestamp,
+) -> (LeaderElectionStatus, bool) {
+    let news = !old.conditions.iter().any(|c| {
+        c.type_ == state.type_
+            && c.status == bool_status(state.status)
+            && c.message == state.message
+    });
+    let mut new = LeaderElectionStatus {
+        phase: Some(phase),
+        observed_generation: generation,
+        ..old.clone()
+    };
+    new.conditions = conditions::merge_with_ready(
+        &old.conditions,
+        vec![condition(generation, state)],
+        new.candidates.len(),
+        generation,
+        now,
+    );
+    (new, news)
+}
+
+/// The [`STATUS_WRITTEN`] condition: after failed status writes, the write that succeeds
+/// says so.
+fn status_written(failed: Option<(u32, &'static str)>) -> ConditionState {
+    match failed {
+        Some((count, category)) => ConditionState {
+            type_: STATUS_WRITTEN,
+            status: true,
+            reason: "WrittenAfterFailures",
+            message: format!(
+                "{count} status write(s) failed before this one (last error: {category})"
+            ),
+        },
+        None => ConditionState {
+            type_: STATUS_WRITTEN,
+            status: true,
+            reason: "Written",
+            message: "the status is written as the operator decides it".into(),
+        },
+    }
+}
+
+/// The `SpecValid` condition of a spec with `problems` (reason `InvalidSpec`, every problem
+/// in the message).
+pub fn spec_problems(problems: &[SpecProblem]) -> ConditionState {
+    let message = problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    ConditionState {
+        type_: SPEC_VALID,
+        status: false,
+        reason: "InvalidSpec",
+        message,
+    }
+}
+
+/// `status.lastSwitchover` as the planner reads it.
+pub fn switchover_record(status: &SwitchoverStatus) -> SwitchoverRecord {
+    SwitchoverRecord {
+        to: status.to.clone(),
+        from: status.from.clone(),
+        leader: status.leader.clone(),
+        requested_at: status.requested_at,
+        completed_at: status.completed_at,
+        outcome: match status.result {
+            SwitchoverResult::InProgress => SwitchoverOutcome::InProgress,
+            SwitchoverResult::Completed => SwitchoverOutcome::Completed,
+            SwitchoverResult::Refused => SwitchoverOutcome::Refused,
+        },
+        message: status.message.clone(),
+    }
+}
+
+/// `status.lastSwitchover` as the planner decided it.
+pub fn switchover_status(record: &SwitchoverRecord) -> SwitchoverStatus {
+    SwitchoverStatus {
+        to: record.to.clone(),
+        from: record.from.clone(),
+        leader: record.leader.clone(),
+        requested_at: record.requested_at,
+        completed_at: record.completed_at,
+        result: match record.outcome {
+            SwitchoverOutcome::InProgress => SwitchoverResult::InProgress,
+            SwitchoverOutcome::Completed => SwitchoverResult::Completed,
+            SwitchoverOutcome::Refused => SwitchoverResult::Refused,
+        },
+        message: record.message.clone(),
+    }
+}
+
+/// A condition of `generation` (its transition time is set when merged).
+fn condition(generation: Option<i64>, c: &ConditionState) -> Condition {
+    Condition {
+        type_: c.type_.to_owned(),
+        status: bool_status(c.status).to_owned(),
+        reason: c.reason.to_owned(),
+        message: truncate(&c.message, 32_768),
+        observed_generation: generation,
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+    }
+}
+
+fn bool_status(b: bool) -> &'static str {
+    if b { "True" } else { "False" }
+}
+
+fn phase(p: plan::Phase) -> Phase {
+    match p {
+        plan::Phase::Pending => Phase::Pending,
+        plan::Phase::Electing => Phase::Electing,
+        plan::Phase::Elected => Phase::Elected,
+        plan::Phase::Fenced => Phase::Fenced,
+        plan::Phase::Observing => Phase::Observing,
+        plan::Phase::Paused => Phase::Paused,
+    }
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+pub fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_keeps_whole_characters() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("héllo", 3), "hé");
+        assert_eq!(truncate("abc", 10), "abc");
+    }
+
+    #[test]
+    fn a_condition_standing_back_is_news_only_when_its_message_changes() {
+        let state = ConditionState {
+            type_: SPEC_VALID,
+            status: false,
+            reason: "InvalidSpec",
+            message: "spec.key: empty".into(),
+        };
+        let now = Timestamp::UNIX_EPOCH;
+        let (first, news) = standing_back(
+            &LeaderElectionStatus::default(),
+            Some(2),
+            Phase::Invalid,
+            &state,
+            now,
+        );
+        assert!(news);
+        assert_eq!(first.phase, Some(Phase::Invalid));
+        assert_eq!(first.observed_generation, Some(2));
+        let (again, news) = standing_back(&first, Some(2), Phase::Invalid, &state, now);
+        assert!(!news);
+        assert_eq!(again, first);
+    }
+}
