@@ -1,18 +1,6 @@
-//! Pods shared by elections with different label keys (docs/design.md section 1: "a pod can be
-//! leader in one election and follower in another").
-//!
-//! Each election writes its own label key, but the operator's annotations
-//! (`elector.dev/fencing-token`, `elector.dev/leader-since`, `elector.dev/election`) exist
-//! once per pod. Two elections writing them would undo each other forever: a follower patch
-//! of one strips the leader annotations of the other, which labels its leader again (and,
-//! the label looking like a new acquisition, raises its token by releasing and re-acquiring
-//! the lock). So one election owns them, the one `elector.dev/election` names:
-//! - the election a pod leads takes ownership when it labels it leader, unless the owner
-//!   also labels it leader (then the first one keeps the annotations; the second leader's
-//!   token is in its status only);
-//! - an owner that demotes or unlabels a pod another election leads gives ownership up
-//!   (removes `elector.dev/election` with its leader annotations), so that one can take it;
-//! - any other patch of a pod owned by another election writes only the election's label.
+//! Pods shared by elections with different label keys: the controller's side of
+//! [`crate::election::sharing`] (which election writes a pod's annotations), reading the
+//! caches for what it needs, and the patch that follows its answer.
 //!
 //! An election finds the pods it labelled by the annotation, or by its label key when the
 //! annotation names an election with another label key.
@@ -28,6 +16,8 @@ use serde_json::{Value, json};
 use super::context::Context;
 use crate::crd::LeaderElection;
 use crate::election::config::LabelConfig;
+pub use crate::election::sharing::Annotations;
+use crate::election::sharing::{SharedPod, annotations};
 use crate::k8s::{self, PodRole};
 
 /// The existing election of `pod`'s namespace, other than `me`, that owns the pod's
@@ -85,19 +75,8 @@ pub fn labelled_by(ctx: &Context, le: &LeaderElection, pod: &Pod) -> bool {
     foreign_owner(ctx, me, pod).is_none_or(|owner| owner.spec.labels.key != labels.key)
 }
 
-/// How a patch of `pod` by election `me` treats the operator's annotations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Annotations {
-    /// Write them as the role says (this election owns them, or takes them).
-    Write,
-    /// Leave them alone (another election owns them).
-    Keep,
-    /// Remove them all, the ownership included (the pod leads in another election).
-    GiveUp,
-}
-
 /// What a patch giving `pod` the `role` in election `me` (writing label key `key`) does with
-/// the annotations.
+/// the annotations ([`annotations`], on what the caches say of the pod).
 pub fn annotations_for(
     ctx: &Context,
     me: &str,
@@ -105,23 +84,19 @@ pub fn annotations_for(
     pod: &Pod,
     role: PodRole,
 ) -> Annotations {
-    if let Some(owner) = foreign_owner(ctx, me, pod) {
-        return match role {
-            PodRole::Leader { .. } if !leads(&owner, pod) => Annotations::Write,
-            _ => Annotations::Keep,
-        };
-    }
-    match role {
-        PodRole::Leader { .. } => Annotations::Write,
-        PodRole::Follower | PodRole::None if led_by_another(ctx, me, key, pod) => {
-            if k8s::labelled_by(pod) == Some(me) {
-                Annotations::GiveUp
-            } else {
-                Annotations::Keep
-            }
-        }
-        PodRole::Follower | PodRole::None => Annotations::Write,
-    }
+    let foreign_owner_leads = foreign_owner(ctx, me, pod).map(|owner| leads(&owner, pod));
+    let to_leader = matches!(role, PodRole::Leader { .. });
+    annotations(
+        SharedPod {
+            foreign_owner_leads,
+            owned_by_me: k8s::labelled_by(pod) == Some(me),
+            // Only asked when it can matter (an index lookup per label of the pod).
+            led_by_another: foreign_owner_leads.is_none()
+                && !to_leader
+                && led_by_another(ctx, me, key, pod),
+        },
+        to_leader,
+    )
 }
 
 /// Gives pod `name` (incarnation `uid`) the `role` under `labels` for election `me`, treating

@@ -14,6 +14,7 @@ pub mod plan;
 pub mod planner;
 pub mod refusal;
 pub mod report;
+pub mod sharing;
 pub mod unusable;
 pub mod withdrawal;
 
