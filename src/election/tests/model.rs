@@ -323,6 +323,15 @@ impl Consul {
         self.key.as_ref().and_then(|k| k.session.as_deref())
     }
 
+    /// The foreign sessions holding a key of an earlier spec.
+    pub fn foreign_holders_of_stashed_keys(&self) -> Vec<String> {
+        self.stashed
+            .values()
+            .filter_map(|(key, _)| key.as_ref()?.session.clone())
+            .filter(|id| self.sessions.get(id).is_some_and(|s| s.foreign))
+            .collect()
+    }
+
     /// The election's key is `to` from now on; `from`, the key so far, stays in Consul as it
     /// is.
     pub fn switch_key(&mut self, from: &str, to: &str) {
@@ -1465,6 +1474,12 @@ impl Model {
         self.apply(&Event::SessionsUp);
         if self.config.mode == Mode::Managed {
             self.apply(&Event::ForeignRelease);
+            // The applications holding a key of an earlier spec (which an edit may return to)
+            // stop too.
+            let now = self.now;
+            for id in self.consul.foreign_holders_of_stashed_keys() {
+                self.consul.destroy(&id, now).expect("up");
+            }
         }
         // Let orphaned sessions expire and lock-delays pass, with the controller running.
         for _ in 0..30 {

@@ -351,3 +351,34 @@ fn a_deleted_election_adopts_no_session_afterwards() {
     model.apply(&Event::SessionsUp);
     model.quiesce();
 }
+
+/// Switching back to a key the applications took meanwhile: the operator waits for them (the
+/// key is held elsewhere), and once they let go it elects under that key again, with a token
+/// above the ones it handed out under the other key.
+#[test]
+fn an_edit_back_to_a_key_taken_meanwhile_waits_for_its_holder() {
+    let loop_once = Event::Loop {
+        fail_at: None,
+        after_effect: false,
+    };
+    let knobs = Knobs {
+        tell_lock_delay: true,
+        token_before_label: true,
+    };
+    let mut model = Model::new(config(), knobs, &[(true, 20), (true, 10)]);
+    model.apply(&loop_once);
+    model.apply(&Event::EditKey);
+    model.apply(&Event::DestroyOurSession);
+    model.apply(&Event::Advance(20));
+    model.apply(&Event::ForeignAcquire(0));
+    model.apply(&loop_once);
+    assert!(
+        model.seen.contains_key("withdrew after an edit"),
+        "{}",
+        model.trace
+    );
+    // Back to the first key, which the applications hold; the world quiets down before the
+    // operator has moved.
+    model.apply(&Event::EditKey);
+    model.quiesce();
+}
