@@ -14,9 +14,9 @@ use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
 use super::context::Context;
-use super::observe;
 use super::sharing::{self, Annotations};
 use crate::Error;
+use crate::cache::views as observe;
 use crate::consul::{ConsulClient, ConsulError};
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
@@ -77,9 +77,9 @@ impl<'a> Round<'a> {
             consul,
             ctx,
             pods_api: Api::namespaced(ctx.client.clone(), &key.namespace),
-            pods: observe::pods_of(ctx, le),
+            pods: observe::pods_of(&ctx.caches, le),
             lock: ctx.locks.lock(key),
-            recorded: recorded(&ctx.memory.current_status(le)),
+            recorded: recorded(&ctx.caches.written.current_status(le)),
             last: None,
             move_started: None,
             unfinished: false,
@@ -106,12 +106,13 @@ impl<'a> Round<'a> {
         }
         if round.lock != LockView::Unknown
             && ctx
-                .memory
+                .caches
+                .written
                 .refusal(key)
                 .is_some_and(|refusal| refusal.on_read)
         {
             // The key is readable again.
-            ctx.memory.remember_refusal(key, None);
+            ctx.caches.written.remember_refusal(key, None);
         }
         if config.mode == Mode::Managed && ctx.sessions.view(key).is_none() {
             round.adopt().await;
@@ -155,7 +156,7 @@ impl<'a> Round<'a> {
                 let writes_consul = action.writes_consul();
                 match self.execute(action).await {
                     Ok(()) if writes_consul => {
-                        self.ctx.memory.remember_refusal(self.key, None);
+                        self.ctx.caches.written.remember_refusal(self.key, None);
                     }
                     Ok(()) => {}
                     Err(error) => {
@@ -179,15 +180,15 @@ impl<'a> Round<'a> {
         let mut views = observe::views(&self.pods, self.config);
         self.shared_views(&mut views);
         let session = self.ctx.sessions.view(self.key);
-        let stood_back = self.ctx.memory.stood_back(self.key);
-        let refusal = self.ctx.memory.refusal(self.key);
+        let stood_back = self.ctx.caches.written.stood_back(self.key);
+        let refusal = self.ctx.caches.written.refusal(self.key);
         let decided = plan(&Observation {
             config: self.config,
             pods: &views,
             lock: &self.lock,
             session: session.as_ref(),
             recorded: &self.recorded,
-            lock_delay_until: self.ctx.memory.lock_delay_until(self.key),
+            lock_delay_until: self.ctx.caches.written.lock_delay_until(self.key),
             lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
             switchover: self.switchover.as_deref(),
             now: Timestamp::now(),
@@ -202,7 +203,8 @@ impl<'a> Round<'a> {
             .clone_from(&decided.status.last_switchover);
         // The next plan (of this reconcile or the next) knows whether this one stood back.
         self.ctx
-            .memory
+            .caches
+            .written
             .remember_stood_back(self.key, decided.managed_elsewhere.clone());
         let actions = decided.actions.clone();
         self.last = Some(decided);
@@ -232,7 +234,8 @@ impl<'a> Round<'a> {
         };
         if self
             .ctx
-            .memory
+            .caches
+            .written
             .remember_refusal(self.key, Some(refusal.clone()))
         {
             self.publish(&ElectionEvent {
@@ -327,7 +330,7 @@ impl<'a> Round<'a> {
                 let delay = SignedDuration::try_from(self.config.session.lock_delay)
                     .unwrap_or(SignedDuration::ZERO);
                 let until = Timestamp::now().checked_add(delay).ok();
-                self.ctx.memory.set_lock_delay(self.key, until);
+                self.ctx.caches.written.set_lock_delay(self.key, until);
                 Ok(())
             }
             Action::CreateSession { pod, uid } => {
@@ -379,7 +382,7 @@ impl<'a> Round<'a> {
             .await
             .map_err(Error::kube("patch pod"))?;
         let patched = Arc::new(patched);
-        self.ctx.memory.remember_pod(&patched);
+        self.ctx.caches.written.remember_pod(&patched);
         let selected = self.pods.get(name).is_some_and(|(_, s)| *s);
         self.pods.insert(name.to_owned(), (patched, selected));
         Ok(())
@@ -408,7 +411,7 @@ impl<'a> Round<'a> {
         .await
         .map_err(Error::kube("patch pod"))?;
         let patched = Arc::new(patched);
-        self.ctx.memory.remember_pod(&patched);
+        self.ctx.caches.written.remember_pod(&patched);
         if matches!(role, PodRole::Follower)
             && self.pods.get(name).is_some_and(|(p, _)| {
                 p.labels().get(&self.config.labels.key) == Some(&self.config.labels.leader)
@@ -435,7 +438,7 @@ impl<'a> Round<'a> {
             if k8s::labelled_by(pod) == Some(me) {
                 continue;
             }
-            let foreign = sharing::foreign_owner(self.ctx, me, pod).is_some();
+            let foreign = observe::foreign_owner(&self.ctx.caches, me, pod).is_some();
             if view.role.as_deref() == Some(self.config.labels.leader.as_str()) {
                 let expected = self.leadership_of(&view.uid);
                 view.fencing_token = expected.map(|(token, _)| token.to_string());
@@ -447,7 +450,7 @@ impl<'a> Round<'a> {
                 view.leader_since = None;
             } else if view.role.as_deref() == Some(self.config.labels.follower.as_str())
                 && k8s::labelled_by(pod).is_none()
-                && !sharing::led_by_another(self.ctx, me, &self.config.labels.key, pod)
+                && !observe::led_by_another(&self.ctx.caches, me, &self.config.labels.key, pod)
             {
                 // Our follower, with nobody's annotations (another election that owned them
                 // went away): label it again, which claims them.
@@ -522,12 +525,12 @@ impl<'a> Round<'a> {
         };
         self.refresh_lock().await?;
         if acquired {
-            self.ctx.memory.set_lock_delay(self.key, None);
+            self.ctx.caches.written.set_lock_delay(self.key, None);
         } else if !matches!(self.lock, LockView::Held { .. }) {
             let until = Timestamp::now()
                 .checked_add(SignedDuration::try_from(REFUSED_ACQUIRE_RETRY).unwrap_or_default())
                 .ok();
-            self.ctx.memory.set_lock_delay(self.key, until);
+            self.ctx.caches.written.set_lock_delay(self.key, until);
         }
         Ok(())
     }

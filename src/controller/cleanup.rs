@@ -24,9 +24,10 @@ use kube::{Resource, ResourceExt};
 
 use super::act::LOCK_FLAGS;
 use super::context::Context;
-use super::{consul_access, observe, sharing};
+use super::{consul_access, sharing};
 use crate::Error;
 use crate::cache::keys::election_key;
+use crate::cache::views as observe;
 use crate::consul::{ConsulClient, parse_go_duration};
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
 use crate::election::cleanup_deadline::{Deadline, deadline};
@@ -90,7 +91,7 @@ impl Footprint {
         // says now (one left from Managed mode that Observe mode did not hand over yet).
         let holds_session = election_key(le).is_ok_and(|key| ctx.sessions.view(&key).is_some());
         let managed = holds_session || config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
-        if let Some(applied) = ctx.memory.current_status(le).applied {
+        if let Some(applied) = ctx.caches.written.current_status(le).applied {
             let mut acted_on = le.clone();
             acted_on.spec = super::applied::with_applied(&le.spec, &applied);
             return Footprint {
@@ -185,7 +186,7 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
     ctx.locks.unwatch(&key);
     let withdrawal = withdraw(&Footprint::of(le, ctx), ctx).await?;
     settle_consul(le, &key, ctx, withdrawal).await?;
-    ctx.memory.remember_status(le, None);
+    ctx.caches.written.remember_status(le, None);
     Ok(Action::await_change())
 }
 
@@ -217,11 +218,12 @@ pub async fn fence_unusable(
         Some(SessionHealth::Alive { renewed_at }) if in_use_refused => (false, renewed_at),
         Some(SessionHealth::Alive { .. }) => (true, now),
         Some(SessionHealth::Unconfirmed { renewed_at }) => (false, renewed_at),
-        Some(SessionHealth::Lost) | None => (false, ctx.memory.started_at()),
+        Some(SessionHealth::Lost) | None => (false, ctx.caches.written.started_at()),
     };
     let footprint = Footprint::of(le, ctx);
     let ttl = ctx
-        .memory
+        .caches
+        .written
         .current_status(le)
         .applied
         .and_then(|applied| applied.session)
@@ -243,16 +245,16 @@ pub async fn fence_unusable(
     }
 }
 
-/// The pods `le` labelled under `label_key` ([`sharing::labelled_by`]), as a withdrawal sees
+/// The pods `le` labelled under `label_key` ([`observe::labelled_by`]), as a withdrawal sees
 /// them, each with the cached pod.
 fn labelled_pods(
     le: &LeaderElection,
     ctx: &Context,
     label_key: &str,
 ) -> Vec<(LabelledPod, Arc<Pod>)> {
-    observe::pods_of(ctx, le)
+    observe::pods_of(&ctx.caches, le)
         .into_values()
-        .filter(|(pod, _)| sharing::labelled_by(ctx, le, pod))
+        .filter(|(pod, _)| observe::labelled_by(&ctx.caches, le, pod))
         .filter_map(|(pod, _)| {
             let view = LabelledPod {
                 pod: pod.name_any(),
@@ -296,7 +298,7 @@ async fn unlabel(
     .await
     {
         Ok(patched) => {
-            ctx.memory.remember_pod(&Arc::new(patched));
+            ctx.caches.written.remember_pod(&Arc::new(patched));
             Ok(())
         }
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
@@ -332,7 +334,8 @@ async fn release_and_destroy(
     let session = match known.clone() {
         Some(id) => Some(id),
         None => match ctx
-            .memory
+            .caches
+            .written
             .current_status(le)
             .leader_or_last()
             .and_then(|l| l.session_id.clone())
@@ -378,7 +381,8 @@ async fn give_up(
     error: &Error,
 ) {
     let session = ctx.sessions.view(key).map(|s| s.id).or_else(|| {
-        ctx.memory
+        ctx.caches
+            .written
             .current_status(le)
             .leader_or_last()
             .and_then(|l| l.session_id.clone())

@@ -2,24 +2,19 @@
 //! and what this process remembers between reconciles (statuses and pods it wrote, lock
 //! delays, refusals, ...).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, Recorder};
-use kube::runtime::reflector::Store;
 use tokio::sync::{mpsc, watch};
 
-use crate::cache::validated;
-use crate::cache::written::Memory;
-use crate::cache::{index, owner_selectors};
+use crate::cache::caches::Caches;
 use crate::consul::{ConsulClient, TokenBucket};
-use crate::crd::LeaderElection;
 use crate::election::config::{ElectionKey, Owner};
 use crate::http::Health;
-use crate::k8s::Pod;
 use crate::leadership::LeaseSettings;
 use crate::locks::LockWatcher;
 use crate::metrics::Metrics;
@@ -58,16 +53,8 @@ pub struct Context {
     pub sessions: SessionManager,
     /// Watches of the election keys.
     pub locks: LockWatcher,
-    /// Cache of pods.
-    pub pods: Store<Pod>,
-    /// Cache of elections.
-    pub elections: Store<LeaderElection>,
-    /// Indexes over both caches.
-    pub(super) index: Arc<index::Indexes>,
-    /// The elections' validated configurations.
-    pub(super) validated: validated::Validated,
-    /// The selector keys of the candidate pods' controllers.
-    pub(super) owner_selectors: owner_selectors::OwnerSelectors,
+    /// What the operator knows of the cluster between two reads.
+    pub caches: Caches,
     /// Event publisher.
     pub recorder: Recorder,
     /// Metrics.
@@ -87,8 +74,6 @@ pub struct Context {
     pub(super) may_write: watch::Receiver<bool>,
     /// The operator-wide event rate limit (see [`EVENT_RATE`](super::EVENT_RATE)).
     pub(super) event_budget: Mutex<TokenBucket>,
-    /// This process's memory of its own writes and decisions.
-    pub(super) memory: Memory,
 }
 
 impl Context {
@@ -97,7 +82,7 @@ impl Context {
     pub(super) fn lock_confirmed_at(&self, key: &ElectionKey) -> Timestamp {
         self.locks
             .read_at(key)
-            .unwrap_or_else(|| self.memory.started_at())
+            .unwrap_or_else(|| self.caches.written.started_at())
     }
 
     /// Asks for a reconcile of `key`.

@@ -13,9 +13,10 @@ use std::time::Duration;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType};
 
+use super::act;
 use super::context::Context;
-use super::{act, observe};
 use crate::cache::keys::election_key;
+use crate::cache::views as observe;
 use crate::crd::{LeaderElection, Phase};
 use crate::election::config::ElectionKey;
 use crate::election::invariants::{Disagreement, Snapshot, disagreements};
@@ -58,6 +59,7 @@ fn next_batch(
     after: &mut Option<ElectionKey>,
 ) -> Vec<(ElectionKey, Arc<LeaderElection>)> {
     let mut all: Vec<(ElectionKey, Arc<LeaderElection>)> = ctx
+        .caches
         .elections
         .state()
         .into_iter()
@@ -98,16 +100,16 @@ fn check(
                 le.status.as_ref().and_then(|s| s.phase),
                 Some(Phase::Conflict | Phase::Invalid)
             );
-        let Ok(config) = ctx.validated.of(&key, &le) else {
+        let Ok(config) = ctx.caches.validated.of(&key, &le) else {
             continue;
         };
         if !acting {
             continue;
         }
-        let pods = observe::views(&observe::pods_of(ctx, &le), &config);
+        let pods = observe::views(&observe::pods_of(&ctx.caches, &le), &config);
         let lock = ctx.locks.lock(&key);
         let session = ctx.sessions.view(&key);
-        let recorded = act::recorded(&ctx.memory.current_status(&le));
+        let recorded = act::recorded(&ctx.caches.written.current_status(&le));
         let snapshot = Snapshot {
             mode: config.mode,
             leader_value: &config.labels.leader,

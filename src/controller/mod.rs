@@ -32,10 +32,8 @@ mod applied;
 mod cleanup;
 mod consul_access;
 mod context;
-mod fresh_caches;
 mod invariants;
 mod migrate;
-mod observe;
 mod sharing;
 mod status;
 mod switchover;
@@ -58,6 +56,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::Error;
+use crate::cache::caches::Caches;
 use crate::cache::keys::election_key;
 use crate::cache::scoped_stream::{self, scoped_apis};
 use crate::consul::{ConsulClient, TokenBucket, WatchPacing};
@@ -241,7 +240,7 @@ pub async fn run(
     let mapper_indexes = indexes.clone();
     let controller = controller
         .watches_stream(pod_events, move |pod: Pod| {
-            observe::elections_of_pod(&mapper_indexes, &mapper_store, &pod)
+            crate::cache::views::elections_of_pod(&mapper_indexes, &mapper_store, &pod)
                 .into_iter()
                 .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
                 .collect::<Vec<_>>()
@@ -268,11 +267,14 @@ pub async fn run(
         consul,
         sessions,
         locks,
-        pods: pod_store.clone(),
-        elections: election_store.clone(),
-        index: indexes,
-        validated: crate::cache::validated::Validated::default(),
-        owner_selectors: crate::cache::owner_selectors::OwnerSelectors::default(),
+        caches: Caches {
+            pods: pod_store.clone(),
+            elections: election_store.clone(),
+            index: indexes,
+            validated: crate::cache::validated::Validated::default(),
+            owner_selectors: crate::cache::owner_selectors::OwnerSelectors::default(),
+            written: crate::cache::written::Memory::new(Timestamp::now()),
+        },
         recorder,
         metrics,
         health: health.clone(),
@@ -282,7 +284,6 @@ pub async fn run(
         changes: changes_tx,
         may_write,
         event_budget: Mutex::new(TokenBucket::new(EVENT_RATE, tokio::time::Instant::now())),
-        memory: crate::cache::written::Memory::new(Timestamp::now()),
     });
 
     let readiness = {
@@ -330,13 +331,17 @@ pub async fn run(
             loop {
                 tick.tick().await;
                 report_gauges(&ctx);
-                ctx.memory.prune(&ctx.pods, &ctx.elections);
+                ctx.caches
+                    .written
+                    .prune(&ctx.caches.pods, &ctx.caches.elections);
                 let known = |key: &ElectionKey| {
                     let reference = ObjectRef::new(&key.name).within(&key.namespace);
-                    ctx.elections.get(&reference).is_some()
+                    ctx.caches.elections.get(&reference).is_some()
                 };
-                ctx.validated.retain(known);
-                ctx.owner_selectors.prune(tokio::time::Instant::now());
+                ctx.caches.validated.retain(known);
+                ctx.caches
+                    .owner_selectors
+                    .prune(tokio::time::Instant::now());
             }
         }
     };
@@ -363,9 +368,14 @@ pub async fn run(
                 && caches.wait_for(|ready| *ready).await.is_ok()
             {
                 // Decide nothing on caches older than this moment (rule 8).
-                let caught_up = fresh_caches::catch_up(&ctx).await;
+                let caught_up = crate::cache::fresh::catch_up(
+                    &ctx.client,
+                    &ctx.settings.watch_namespaces,
+                    &ctx.caches,
+                )
+                .await;
                 tracing::info!(?caught_up, "caches as new as a fresh list: writing");
-                ctx.memory.start(Timestamp::now());
+                ctx.caches.written.start(Timestamp::now());
                 may_write_tx.send_replace(true);
                 ctx.metrics.set_active(true);
                 // The receiver lives as long as the controller.
@@ -459,7 +469,7 @@ fn without_leader(le: &LeaderElection) -> Option<&'static str> {
 /// Updates the gauges that describe the whole operator: elections per phase and without a
 /// leader by reason, sessions held.
 fn report_gauges(ctx: &Context) {
-    let elections = ctx.elections.state();
+    let elections = ctx.caches.elections.state();
     let gauge = |count: usize| i64::try_from(count).unwrap_or(i64::MAX);
     for phase in PHASES {
         let count = elections
@@ -534,7 +544,7 @@ fn error_policy(le: Arc<LeaderElection>, error: &Error, _ctx: Arc<Context>) -> A
 async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let key = election_key(le)?;
     let mut observed = Observed::default();
-    let validation = ctx.validated.of(&key, le);
+    let validation = ctx.caches.validated.of(&key, le);
     observed.spec = Some(match &validation {
         Ok(_) => Ok(()),
         Err(problems) => Err(crate::election::report::spec_problems(problems)),
@@ -545,19 +555,31 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     };
     // A label key the pods' controller selects: writing it would make the controller disown
     // the pods and create others, without end.
-    let mut selected = observe::selected_pods(ctx, le, &key.namespace);
+    let mut selected = crate::cache::views::selected_pods(&ctx.caches, le, &key.namespace);
     selected.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let owners = ctx.owner_selectors.of_pods(&ctx.client, &selected).await;
+    let owners = ctx
+        .caches
+        .owner_selectors
+        .of_pods(&ctx.client, &selected)
+        .await;
     let spec_valid = check_label_key(&config.labels.key, &owners);
     observed.label_key = Some(spec_valid.clone());
     if let Some(outcome) = decided(&observed, Input::Older, le, &key, ctx).await {
         return outcome;
     }
-    observed.older = Some(observe::conflicting_election(ctx, le, &config));
+    observed.older = Some(crate::cache::views::conflicting_election(
+        &ctx.caches,
+        le,
+        &config,
+    ));
     if let Some(outcome) = decided(&observed, Input::YieldingLeader, le, &key, ctx).await {
         return outcome;
     }
-    observed.yielding_leader = Some(observe::yielding_leader(ctx, le, &config));
+    observed.yielding_leader = Some(crate::cache::views::yielding_leader(
+        &ctx.caches,
+        le,
+        &config,
+    ));
     if let Some(outcome) = decided(&observed, Input::Access, le, &key, ctx).await {
         return outcome;
     }

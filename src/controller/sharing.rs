@@ -1,79 +1,17 @@
 //! Pods shared by elections with different label keys: the controller's side of
 //! [`crate::election::sharing`] (which election writes a pod's annotations), reading the
 //! caches for what it needs, and the patch that follows its answer.
-//!
-//! An election finds the pods it labelled by the annotation, or by its label key when the
-//! annotation names an election with another label key.
-
-use std::sync::Arc;
 
 use crate::k8s::Pod;
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
 use super::context::Context;
-use crate::crd::LeaderElection;
+use crate::cache::views;
 use crate::election::config::LabelConfig;
 pub use crate::election::sharing::Annotations;
 use crate::election::sharing::{SharedPod, annotations};
 use crate::k8s::{self, PodRole};
-
-/// The existing election of `pod`'s namespace, other than `me`, that owns the pod's
-/// annotations.
-pub fn foreign_owner(ctx: &Context, me: &str, pod: &Pod) -> Option<Arc<LeaderElection>> {
-    let owner = k8s::labelled_by(pod).filter(|owner| *owner != me)?;
-    let namespace = pod.namespace()?;
-    ctx.elections
-        .get(&ObjectRef::new(owner).within(&namespace))
-        .filter(|le| le.metadata.deletion_timestamp.is_none())
-}
-
-/// Whether `election` labels `pod` leader under its own label key.
-fn leads(election: &LeaderElection, pod: &Pod) -> bool {
-    let labels = &election.spec.labels;
-    k8s::labels_of(pod).get(&labels.key) == Some(&labels.leader)
-}
-
-/// Whether an election of the pod's namespace other than `me`, writing another label key than
-/// `key` (`me`'s), labels it leader. (Under `me`'s own key the label is `me`'s: two elections
-/// writing one key on one pod are in conflict, and the younger withdraws.)
-pub fn led_by_another(ctx: &Context, me: &str, key: &str, pod: &Pod) -> bool {
-    let Some(namespace) = pod.namespace() else {
-        return false;
-    };
-    k8s::labels_of(pod)
-        .iter()
-        .filter(|(k, _)| k.as_str() != key)
-        .any(|(k, v)| {
-            ctx.index
-                .elections_leading(&namespace, k, v)
-                .iter()
-                .any(|name| {
-                    name != me
-                        && ctx
-                            .elections
-                            .get(&ObjectRef::new(name).within(&namespace))
-                            .is_some_and(|le| leads(&le, pod))
-                })
-        })
-}
-
-/// Whether `le` labelled `pod`: the annotation names it, or the pod carries its label key
-/// (with its leader or follower value) while the annotation names no election using that key.
-pub fn labelled_by(ctx: &Context, le: &LeaderElection, pod: &Pod) -> bool {
-    let me = le.metadata.name.as_deref().unwrap_or_default();
-    if k8s::labelled_by(pod) == Some(me) {
-        return true;
-    }
-    let labels = &le.spec.labels;
-    let value = k8s::labels_of(pod).get(&labels.key);
-    if value != Some(&labels.leader) && value != Some(&labels.follower) {
-        return false;
-    }
-    foreign_owner(ctx, me, pod).is_none_or(|owner| owner.spec.labels.key != labels.key)
-}
 
 /// What a patch giving `pod` the `role` in election `me` (writing label key `key`) does with
 /// the annotations ([`annotations`], on what the caches say of the pod).
@@ -84,7 +22,8 @@ pub fn annotations_for(
     pod: &Pod,
     role: PodRole,
 ) -> Annotations {
-    let foreign_owner_leads = foreign_owner(ctx, me, pod).map(|owner| leads(&owner, pod));
+    let foreign_owner_leads =
+        views::foreign_owner(&ctx.caches, me, pod).map(|owner| views::leads(&owner, pod));
     let to_leader = matches!(role, PodRole::Leader { .. });
     annotations(
         SharedPod {
@@ -93,7 +32,7 @@ pub fn annotations_for(
             // Only asked when it can matter (an index lookup per label of the pod).
             led_by_another: foreign_owner_leads.is_none()
                 && !to_leader
-                && led_by_another(ctx, me, key, pod),
+                && views::led_by_another(&ctx.caches, me, key, pod),
         },
         to_leader,
     )

@@ -48,10 +48,10 @@ fn decided(
     plan: &Plan,
     spec_valid: ConditionState,
 ) -> (LeaderElectionStatus, LeaderElectionStatus) {
-    let old = ctx.memory.current_status(le);
+    let old = ctx.caches.written.current_status(le);
     let failed_writes = election_key(le)
         .ok()
-        .and_then(|key| ctx.memory.status_failures(&key));
+        .and_then(|key| ctx.caches.written.status_failures(&key));
     let new = report::decided(
         plan,
         Rendering {
@@ -95,7 +95,7 @@ pub async fn record_token(
     record: TokenRecord<'_>,
     spec_valid: ConditionState,
 ) -> Result<(), Error> {
-    let current = ctx.memory.current_status(le);
+    let current = ctx.caches.written.current_status(le);
     if current.fencing_token.is_some_and(|t| t >= record.token) {
         // Recorded by an earlier round of this reconcile.
         return Ok(());
@@ -121,7 +121,7 @@ pub async fn record_switchover(
     ctx: &Context,
     record: &SwitchoverRecord,
 ) -> Result<(), Error> {
-    let current = ctx.memory.current_status(le);
+    let current = ctx.caches.written.current_status(le);
     let new = LeaderElectionStatus {
         last_switchover: Some(report::switchover_status(record)),
         ..current.clone()
@@ -208,7 +208,7 @@ async fn stand_back(
     state: ConditionState,
     reason: plan::EventReason,
 ) -> Result<(), Error> {
-    let old = ctx.memory.current_status(le);
+    let old = ctx.caches.written.current_status(le);
     let (new, news) = report::standing_back(
         &old,
         le.metadata.generation,
@@ -238,7 +238,7 @@ pub async fn record_applied(
     ctx: &Context,
     applied: &AppliedSpec,
 ) -> Result<(), Error> {
-    let current = ctx.memory.current_status(le);
+    let current = ctx.caches.written.current_status(le);
     if current.applied.as_ref() == Some(applied) {
         return Ok(());
     }
@@ -272,7 +272,7 @@ async fn patch_if_changed(
         ctx.client.clone(),
         &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
     );
-    let status_exists = le.status.is_some() || ctx.memory.remembers_status(le);
+    let status_exists = le.status.is_some() || ctx.caches.written.remembers_status(le);
     let patch = conditional_status_patch(old.fencing_token, status_exists, &new)?;
     let written = api
         .patch_status(
@@ -287,7 +287,7 @@ async fn patch_if_changed(
         .map_err(|source| match &source {
             // The test operation failed: the status is not the one this write was based on.
             kube::Error::Api(status) if status.code == 422 || status.code == 409 => {
-                ctx.memory.remember_status(le, None);
+                ctx.caches.written.remember_status(le, None);
                 Error::StatusStale {
                     expected: old
                         .fencing_token
@@ -302,14 +302,17 @@ async fn patch_if_changed(
         Ok(written) => {
             // A record keeps the count: the whole status written next reports it.
             if write == Write::Whole {
-                ctx.memory.status_written(&key, Ok(()));
+                ctx.caches.written.status_written(&key, Ok(()));
             }
             let version = written.metadata.resource_version.as_deref();
-            ctx.memory.remember_status(le, Some((new, version)));
+            ctx.caches.written.remember_status(le, Some((new, version)));
             Ok(())
         }
         Err(error) => {
-            let failed = ctx.memory.status_written(&key, Err(error.category()));
+            let failed = ctx
+                .caches
+                .written
+                .status_written(&key, Err(error.category()));
             ctx.metrics.status_write_failed();
             if failed == STATUS_FAILURES_REPORTED {
                 report_status_failures(le, ctx, failed, &error).await;

@@ -50,11 +50,11 @@ struct Candidate {
 /// failover of the operator's replicas (its status carries the same as the
 /// `LeaseTimingSafe` condition).
 pub fn warn_short_ttls(ctx: &Context) {
-    for le in ctx.elections.state() {
+    for le in ctx.caches.elections.state() {
         let Ok(key) = election_key(&le) else {
             continue;
         };
-        let Ok(config) = ctx.validated.of(&key, &le) else {
+        let Ok(config) = ctx.caches.validated.of(&key, &le) else {
             continue;
         };
         if config.mode != Mode::Managed {
@@ -165,11 +165,11 @@ pub async fn adopt_all(ctx: &Context) -> usize {
 async fn accesses(ctx: &Context) -> Vec<(ConsulClient, HashSet<ElectionKey>)> {
     type Access = (ConsulAddress, Option<String>, TokenIdentity);
     let mut groups: HashMap<Access, (ConsulClient, HashSet<ElectionKey>)> = HashMap::new();
-    for le in ctx.elections.state() {
+    for le in ctx.caches.elections.state() {
         let Ok(key) = election_key(&le) else {
             continue;
         };
-        let Ok(config) = ctx.validated.of(&key, &le) else {
+        let Ok(config) = ctx.caches.validated.of(&key, &le) else {
             continue;
         };
         if config.mode != Mode::Managed {
@@ -247,8 +247,8 @@ fn recorded_candidates(
         .filter(|key| !covered.contains(key))
         .filter_map(|key| {
             let reference = ObjectRef::<LeaderElection>::new(&key.name).within(&key.namespace);
-            let le = ctx.elections.get(&reference)?;
-            let status = ctx.memory.current_status(&le);
+            let le = ctx.caches.elections.get(&reference)?;
+            let status = ctx.caches.written.current_status(&le);
             let leader = status.leader.as_ref()?;
             let session = by_id.get(leader.session_id.as_deref()?)?;
             let pod = adoptable_pod(&session.name, &ctx.settings.owner, key, Found::InStatus)?;
@@ -265,23 +265,23 @@ fn recorded_candidates(
 async fn adopt_one(ctx: &Context, candidate: Candidate) -> bool {
     let Candidate { key, session, pod } = candidate;
     let reference = ObjectRef::<LeaderElection>::new(&key.name).within(&key.namespace);
-    let Some(le) = ctx.elections.get(&reference) else {
+    let Some(le) = ctx.caches.elections.get(&reference) else {
         return false;
     };
-    let Ok(config) = ctx.validated.of(&key, &le) else {
+    let Ok(config) = ctx.caches.validated.of(&key, &le) else {
         return false;
     };
     if config.mode != Mode::Managed || ctx.sessions.view(&key).is_some() {
         return false;
     }
-    let status = ctx.memory.current_status(&le);
+    let status = ctx.caches.written.current_status(&le);
     let uid = status
         .leader_or_last()
         .filter(|leader| leader.pod == pod)
         .map(|leader| leader.uid.clone())
         .or_else(|| {
             let pod_ref = ObjectRef::new(&pod).within(&key.namespace);
-            ctx.pods.get(&pod_ref)?.metadata.uid.clone()
+            ctx.caches.pods.get(&pod_ref)?.metadata.uid.clone()
         });
     let Some(uid) = uid else {
         return false;

@@ -16,8 +16,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::context::Context;
-use crate::cache::scoped_stream::scoped_apis;
+use super::caches::Caches;
+use super::scoped_stream::scoped_apis;
 use crate::crd::LeaderElection;
 use crate::k8s::Pod;
 
@@ -109,15 +109,15 @@ where
     behind + gone
 }
 
-/// Waits until the pod and election caches are at least as new as a fresh list. Returns how
-/// long that took. Keeps trying (this replica writes nothing meanwhile) until it succeeds.
-pub async fn catch_up(ctx: &Context) -> Duration {
+/// Waits until the pod and election caches are at least as new as a fresh list of the
+/// watched `namespaces` (empty: all) through `client`. Returns how long that took. Keeps
+/// trying (this replica writes nothing meanwhile) until it succeeds.
+pub async fn catch_up(client: &Client, namespaces: &[String], caches: &Caches) -> Duration {
     let started = tokio::time::Instant::now();
-    let namespaces = &ctx.settings.watch_namespaces;
     loop {
         let lists = futures::future::try_join(
-            list::<Pod>(&ctx.client, namespaces),
-            list::<LeaderElection>(&ctx.client, namespaces),
+            list::<Pod>(client, namespaces),
+            list::<LeaderElection>(client, namespaces),
         )
         .await;
         let (pods, elections) = match lists {
@@ -130,7 +130,7 @@ pub async fn catch_up(ctx: &Context) -> Duration {
         };
         let listed_at = tokio::time::Instant::now();
         loop {
-            let behind = lagging(&ctx.pods, &pods) + lagging(&ctx.elections, &elections);
+            let behind = lagging(&caches.pods, &pods) + lagging(&caches.elections, &elections);
             if behind == 0 {
                 return started.elapsed();
             }

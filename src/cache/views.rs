@@ -10,8 +10,8 @@ use crate::k8s::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::context::Context;
-use crate::cache::index::{Indexes, Term};
+use super::caches::Caches;
+use super::index::{Indexes, Term};
 use crate::crd::{LeaderElection, selector_matches};
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::conflict::{Claim, yielding_to_me, yields_to};
@@ -59,8 +59,8 @@ pub fn elections_of_pod(
 /// The names of the pods of `le`'s namespace that it may work on: those its selector's
 /// `matchLabels` admit, those it owns, those carrying its label key under another owner (or
 /// none), and those this process patched and the cache does not show yet.
-fn candidate_pods(ctx: &Context, le: &LeaderElection, namespace: &str) -> BTreeSet<String> {
-    let index = &ctx.index;
+fn candidate_pods(caches: &Caches, le: &LeaderElection, namespace: &str) -> BTreeSet<String> {
+    let index = &caches.index;
     let mut names: BTreeSet<String> = index
         .pods_with_labels(namespace, &le.spec.selector.match_labels)
         .into_iter()
@@ -78,25 +78,25 @@ fn candidate_pods(ctx: &Context, le: &LeaderElection, namespace: &str) -> BTreeS
             names.extend(index.pods_under_all(namespace, &[Term::Owner(owner.clone()), carrying]));
         }
     }
-    names.extend(ctx.memory.written_pods_in(namespace));
+    names.extend(caches.written.written_pods_in(namespace));
     names
 }
 
 /// The pods an election works on, by name: every pod of its namespace that its selector
 /// matches (`true`) or that it labelled earlier and no longer matches (`false`), each in
 /// the newest version known (the cache's, or this process's own later write).
-pub fn pods_of(ctx: &Context, le: &LeaderElection) -> BTreeMap<String, (Arc<Pod>, bool)> {
+pub fn pods_of(caches: &Caches, le: &LeaderElection) -> BTreeMap<String, (Arc<Pod>, bool)> {
     let Some(namespace) = le.namespace() else {
         return BTreeMap::new();
     };
-    candidate_pods(ctx, le, &namespace)
+    candidate_pods(caches, le, &namespace)
         .into_iter()
-        .filter_map(|name| ctx.pods.get(&ObjectRef::new(&name).within(&namespace)))
+        .filter_map(|name| caches.pods.get(&ObjectRef::new(&name).within(&namespace)))
         .filter_map(|p| {
             // Our own latest write of the pod, when the cache has not caught up with it.
-            let p = ctx.memory.freshest(p);
+            let p = caches.written.freshest(p);
             let selected = selector_matches(&le.spec.selector, k8s::labels_of(&p));
-            let ours = super::sharing::labelled_by(ctx, le, &p);
+            let ours = labelled_by(caches, le, &p);
             (selected || ours).then(|| (p.name_any(), (p, selected)))
         })
         .collect()
@@ -120,11 +120,12 @@ pub fn views(pods: &BTreeMap<String, (Arc<Pod>, bool)>, config: &ElectionConfig)
 }
 
 /// The cached pods of `namespace` that `le`'s selector matches.
-pub fn selected_pods(ctx: &Context, le: &LeaderElection, namespace: &str) -> Vec<Arc<Pod>> {
-    ctx.index
+pub fn selected_pods(caches: &Caches, le: &LeaderElection, namespace: &str) -> Vec<Arc<Pod>> {
+    caches
+        .index
         .pods_with_labels(namespace, &le.spec.selector.match_labels)
         .into_iter()
-        .filter_map(|name| ctx.pods.get(&ObjectRef::new(&name).within(namespace)))
+        .filter_map(|name| caches.pods.get(&ObjectRef::new(&name).within(namespace)))
         .filter(|p| selector_matches(&le.spec.selector, k8s::labels_of(p)))
         .collect()
 }
@@ -136,17 +137,21 @@ type Claims = Vec<(Claim, Arc<LeaderElection>)>;
 /// elections of its namespace that select one of its pods under the same label key, each
 /// with its election. The others' claims name only the pods they share with `le`: that is all
 /// the conflict rules look at.
-fn claims(ctx: &Context, le: &LeaderElection, config: &ElectionConfig) -> Option<(Claim, Claims)> {
+fn claims(
+    caches: &Caches,
+    le: &LeaderElection,
+    config: &ElectionConfig,
+) -> Option<(Claim, Claims)> {
     let namespace = le.namespace()?;
     let me = le.metadata.name.clone()?;
-    let mine = selected_pods(ctx, le, &namespace);
+    let mine = selected_pods(caches, le, &namespace);
     let mut others: BTreeMap<String, (Claim, Arc<LeaderElection>)> = BTreeMap::new();
     for pod in &mine {
         let Some(uid) = pod.metadata.uid.as_ref() else {
             continue;
         };
         let labels = k8s::labels_of(pod);
-        for name in ctx.index.elections_for_labels(&namespace, labels) {
+        for name in caches.index.elections_for_labels(&namespace, labels) {
             if name == me {
                 continue;
             }
@@ -154,7 +159,10 @@ fn claims(ctx: &Context, le: &LeaderElection, config: &ElectionConfig) -> Option
                 claim.pods.push(uid.clone());
                 continue;
             }
-            let Some(other) = ctx.elections.get(&ObjectRef::new(&name).within(&namespace)) else {
+            let Some(other) = caches
+                .elections
+                .get(&ObjectRef::new(&name).within(&namespace))
+            else {
                 continue;
             };
             let Some(created_at) = other.metadata.creation_timestamp.as_ref().map(|t| t.0) else {
@@ -165,7 +173,7 @@ fn claims(ctx: &Context, le: &LeaderElection, config: &ElectionConfig) -> Option
             {
                 continue;
             }
-            let Ok(other_config) = ctx
+            let Ok(other_config) = caches
                 .validated
                 .of(&election_key_of(&namespace, &name), &other)
             else {
@@ -202,11 +210,11 @@ fn election_key_of(namespace: &str, name: &str) -> ElectionKey {
 /// The name of an older election of the same namespace that selects one of this election's
 /// pods under the same label key, if any: this one then reports `Conflict` and writes nothing.
 pub fn conflicting_election(
-    ctx: &Context,
+    caches: &Caches,
     le: &LeaderElection,
     config: &ElectionConfig,
 ) -> Option<String> {
-    let (me, others) = claims(ctx, le, config)?;
+    let (me, others) = claims(caches, le, config)?;
     let others: Vec<Claim> = others.into_iter().map(|(c, _)| c).collect();
     yields_to(&me, &others).map(|c| c.name.clone())
 }
@@ -216,11 +224,11 @@ pub fn conflicting_election(
 /// it acts, so that the two never have a leader label on two pods at once (a Service
 /// selecting the younger's pods would reach both).
 pub fn yielding_leader(
-    ctx: &Context,
+    caches: &Caches,
     le: &LeaderElection,
     config: &ElectionConfig,
 ) -> Option<(String, String)> {
-    let (me, others) = claims(ctx, le, config)?;
+    let (me, others) = claims(caches, le, config)?;
     let claims: Vec<Claim> = others.iter().map(|(c, _)| c.clone()).collect();
     let namespace = le.namespace()?;
     yielding_to_me(&me, &claims).into_iter().find_map(|claim| {
@@ -232,11 +240,68 @@ pub fn yielding_leader(
                 election.spec.labels.leader.clone(),
             ),
         ];
-        let pod = ctx
+        let pod = caches
             .index
             .pods_under_all(&namespace, &leading)
             .into_iter()
             .next()?;
         Some((pod, claim.name.clone()))
     })
+}
+
+/// The existing election of `pod`'s namespace, other than `me`, that owns the pod's
+/// annotations.
+pub fn foreign_owner(caches: &Caches, me: &str, pod: &Pod) -> Option<Arc<LeaderElection>> {
+    let owner = k8s::labelled_by(pod).filter(|owner| *owner != me)?;
+    let namespace = pod.namespace()?;
+    caches
+        .elections
+        .get(&ObjectRef::new(owner).within(&namespace))
+        .filter(|le| le.metadata.deletion_timestamp.is_none())
+}
+
+/// Whether `election` labels `pod` leader under its own label key.
+pub fn leads(election: &LeaderElection, pod: &Pod) -> bool {
+    let labels = &election.spec.labels;
+    k8s::labels_of(pod).get(&labels.key) == Some(&labels.leader)
+}
+
+/// Whether an election of the pod's namespace other than `me`, writing another label key than
+/// `key` (`me`'s), labels it leader. (Under `me`'s own key the label is `me`'s: two elections
+/// writing one key on one pod are in conflict, and the younger withdraws.)
+pub fn led_by_another(caches: &Caches, me: &str, key: &str, pod: &Pod) -> bool {
+    let Some(namespace) = pod.namespace() else {
+        return false;
+    };
+    k8s::labels_of(pod)
+        .iter()
+        .filter(|(k, _)| k.as_str() != key)
+        .any(|(k, v)| {
+            caches
+                .index
+                .elections_leading(&namespace, k, v)
+                .iter()
+                .any(|name| {
+                    name != me
+                        && caches
+                            .elections
+                            .get(&ObjectRef::new(name).within(&namespace))
+                            .is_some_and(|le| leads(&le, pod))
+                })
+        })
+}
+
+/// Whether `le` labelled `pod`: the annotation names it, or the pod carries its label key
+/// (with its leader or follower value) while the annotation names no election using that key.
+pub fn labelled_by(caches: &Caches, le: &LeaderElection, pod: &Pod) -> bool {
+    let me = le.metadata.name.as_deref().unwrap_or_default();
+    if k8s::labelled_by(pod) == Some(me) {
+        return true;
+    }
+    let labels = &le.spec.labels;
+    let value = k8s::labels_of(pod).get(&labels.key);
+    if value != Some(&labels.leader) && value != Some(&labels.follower) {
+        return false;
+    }
+    foreign_owner(caches, me, pod).is_none_or(|owner| owner.spec.labels.key != labels.key)
 }
