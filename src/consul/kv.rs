@@ -454,6 +454,40 @@ mod tests {
     }
 
     #[test]
+    fn undecoded_lists_decode_like_pairs() {
+        let context = ErrorContext::new("kv list", "k");
+        let json = r#"[{"LockIndex":1,"Key":"k","Flags":7,"Value":"djE=",
+            "Session":"s1","CreateIndex":5,"ModifyIndex":6},
+            {"Key":"e","Value":null,"Session":"","CreateIndex":7,"ModifyIndex":7}]"#;
+        let list = KvList::from_json(json, context.clone());
+        let expected: Vec<KvPair> = serde_json::from_str(json).unwrap();
+        assert_eq!(list.decode_all().unwrap(), expected);
+        let entries = list.entries().unwrap();
+        assert_eq!(
+            (entries[0].session(), entries[1].session()),
+            (Some("s1"), None)
+        );
+        assert!(
+            KvList::from_json("null", context.clone())
+                .entries()
+                .unwrap()
+                .is_empty()
+        );
+        let not_found = KvList {
+            body: None,
+            context: context.clone(),
+        };
+        assert!(not_found.decode_all().unwrap().is_empty());
+        let bad = KvList::from_json(r#"[{"Key":"k","Value":"!!"}]"#, context.clone());
+        assert!(
+            bad.entries().is_ok(),
+            "the value is only checked when decoded"
+        );
+        assert!(matches!(bad.decode_all(), Err(ConsulError::Decode { .. })));
+        assert!(KvList::from_json("{}", context).entries().is_err());
+    }
+
+    #[test]
     fn serializes_with_consul_field_names() {
         let pair = KvPair {
             lock_index: 2,
