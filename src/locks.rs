@@ -1403,7 +1403,7 @@ mod tests {
         assert!(apply_answer(&mut cache, &list, 11, IndexChange::Advanced).is_err());
         // Escaped strings decode too (they cannot be borrowed from the body).
         let body =
-            r#"[{"Key":"a\u002fb","ModifyIndex":12,"Value":"dj\u0031=","Session":"s\u0031"}]"#;
+            r#"[{"Key":"a\u002fb","ModifyIndex":12,"Value":"dj\u0045=","Session":"s\u0031"}]"#;
         let list = KvList::from_json(body, context);
         let changed = apply_answer(&mut cache, &list, 12, IndexChange::Advanced).unwrap();
         assert_eq!(changed.len(), 2, "a went, a/b came");
