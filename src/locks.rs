@@ -77,7 +77,7 @@
 
 mod shards;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
@@ -87,8 +87,8 @@ use tokio::sync::{mpsc::UnboundedSender, watch};
 use tokio::task::AbortHandle;
 
 use crate::consul::{
-    BlockingWatch, ConsulAddress, ConsulClient, ConsulError, IndexChange, KvPair, QueryOptions,
-    QueryResult, RetryPolicy, TokenIdentity,
+    BlockingWatch, ConsulAddress, ConsulClient, ConsulError, IndexChange, KvEntry, KvList, KvPair,
+    QueryOptions, QueryResult, RetryPolicy, TokenIdentity,
 };
 use crate::election::config::ElectionKey;
 use crate::election::observe::LockView;
@@ -147,21 +147,15 @@ fn query_budget(wait: Duration) -> Duration {
 }
 
 impl Scope {
-    /// One read of the scope (blocking or not, as `options` say).
+    /// One read of the scope (blocking or not, as `options` say), left undecoded.
     async fn read(
         &self,
         client: &ConsulClient,
         options: QueryOptions,
-    ) -> Result<QueryResult<Vec<KvPair>>, ConsulError> {
+    ) -> Result<QueryResult<KvList>, ConsulError> {
         match self {
-            Scope::Prefix(prefix) => client.kv_list(prefix, options).await,
-            Scope::Key(key) => {
-                let answer = client.kv_get(key, options).await?;
-                Ok(QueryResult {
-                    value: answer.value.into_iter().collect(),
-                    meta: answer.meta,
-                })
-            }
+            Scope::Prefix(prefix) => client.kv_list_raw(prefix, options).await,
+            Scope::Key(key) => client.kv_get_raw(key, options).await,
         }
     }
 }
@@ -233,29 +227,59 @@ fn view_of(entry: Option<&KvPair>) -> LockView {
     }
 }
 
-/// The cache after a group answer: the answer's entries, plus the slots of direct reads
-/// newer than the answer. When the index went backwards (Consul's data was replaced, for
-/// example by a snapshot restore), the answer alone is the truth.
-fn next_cache(
-    previous: Option<&HashMap<String, Slot>>,
-    answer: QueryResult<Vec<KvPair>>,
+/// Turns `cache` (the previous answer, with the direct reads since) into the cache after a
+/// group answer read at `index`: the answer's entries, plus the slots of direct reads newer
+/// than the answer. When the index went backwards (Consul's data was replaced, for example
+/// by a snapshot restore), the answer alone is the truth. Returns the keys whose
+/// [`fingerprint`] changed.
+///
+/// Every answer repeats every entry of the group's scope, most of them unchanged: an entry
+/// whose `ModifyIndex` (Consul bumps it on every write of the key) and holder match the
+/// cached one keeps its slot, undecoded and unallocated. A value that is not base64 fails
+/// the whole answer, as a body that is not a list of entries does.
+fn apply_answer(
+    cache: &mut HashMap<String, Slot>,
+    list: &KvList,
+    index: u64,
     change: IndexChange,
-) -> HashMap<String, Slot> {
-    let mut cache: HashMap<String, Slot> = answer
-        .value
-        .into_iter()
-        .map(|entry| (entry.key.clone(), Slot::present(entry)))
-        .collect();
-    if change != IndexChange::Reset {
-        let newer = previous
-            .into_iter()
-            .flatten()
-            .filter(|(_, slot)| slot.index > answer.meta.index);
-        for (key, slot) in newer {
-            cache.insert(key.clone(), slot.clone());
+) -> Result<HashSet<String>, ConsulError> {
+    let entries = list.entries()?;
+    let keep_newer = change != IndexChange::Reset;
+    let unchanged = |entry: &KvEntry<'_>| {
+        cache.get(entry.key.as_ref()).is_some_and(|slot| {
+            (keep_newer && slot.index > index)
+                || slot.entry.as_ref().is_some_and(|cached| {
+                    cached.modify_index == entry.modify_index
+                        && cached.lock_index == entry.lock_index
+                        && cached.flags == entry.flags
+                        && cached.session.as_deref() == entry.session()
+                })
+        })
+    };
+    // Decoded before the cache changes, so an answer that fails leaves it as it was.
+    let fresh: Vec<KvPair> = entries
+        .iter()
+        .filter(|entry| !unchanged(entry))
+        .map(|entry| entry.decode(list))
+        .collect::<Result<_, _>>()?;
+    let seen: HashSet<&str> = entries.iter().map(|entry| entry.key.as_ref()).collect();
+    let mut changed = HashSet::new();
+    cache.retain(|key, slot| {
+        let keep = seen.contains(key.as_str()) || (keep_newer && slot.index > index);
+        if !keep && fingerprint(Some(slot)).is_some() {
+            changed.insert(key.clone());
+        }
+        keep
+    });
+    for entry in fresh {
+        let key = entry.key.clone();
+        let slot = Slot::present(entry);
+        let before = cache.insert(key.clone(), slot);
+        if fingerprint(before.as_ref()) != fingerprint(cache.get(&key)) {
+            changed.insert(key);
         }
     }
-    cache
+    Ok(changed)
 }
 
 /// Merges a direct read of `key` into `cache`, unless the cache already knows a newer state.
@@ -268,20 +292,18 @@ fn merge_direct(cache: &mut HashMap<String, Slot>, key: &str, slot: Slot) {
     }
 }
 
-/// The members whose key differs between `previous` and `next`; a member whose key
-/// `previous` did not know (`known` says false) always counts as changed.
+/// The members whose key is among `changed` (the keys whose fingerprint an answer changed;
+/// `None` when there was no previous cache); a member whose key the previous cache did not
+/// know (`known` says false) always counts as changed.
 fn changed_members(
     members: &HashMap<ElectionKey, String>,
-    previous: Option<&HashMap<String, Slot>>,
+    changed: Option<&HashSet<String>>,
     known: impl Fn(&str) -> bool,
-    next: &HashMap<String, Slot>,
 ) -> Vec<ElectionKey> {
     members
         .iter()
-        .filter(|(_, key)| match previous {
-            Some(previous) if known(key) => {
-                fingerprint(previous.get(key.as_str())) != fingerprint(next.get(key.as_str()))
-            }
+        .filter(|(_, key)| match changed {
+            Some(changed) if known(key) => changed.contains(key.as_str()),
             _ => true,
         })
         .map(|(election, _)| election.clone())
@@ -838,16 +860,37 @@ impl GroupLink {
     }
 
     /// Stores a successful answer and reports the members whose key changed (all of them
-    /// when the group was Unknown).
-    fn answered(&self, answer: QueryResult<Vec<KvPair>>, change: IndexChange) -> bool {
+    /// when the group was Unknown). `Ok(false)` when the group or the watcher is gone; an
+    /// error, changing nothing, when the answer does not decode.
+    fn answered(
+        &self,
+        answer: QueryResult<KvList>,
+        change: IndexChange,
+    ) -> Result<bool, ConsulError> {
         let arrived = Timestamp::now();
-        self.with_group(|group| {
+        let mut failure = None;
+        let alive = self.with_group(|group| {
+            let had_cache = group.cache.is_some();
+            let mut cache = match group.cache.take() {
+                Some(cache) => cache,
+                None => std::mem::take(&mut group.early),
+            };
+            let changed_keys =
+                match apply_answer(&mut cache, &answer.value, answer.meta.index, change) {
+                    Ok(changed) => changed,
+                    Err(error) => {
+                        // The cache (or the early reads) stay as they were.
+                        match had_cache {
+                            true => group.cache = Some(cache),
+                            false => group.early = cache,
+                        }
+                        failure = Some(error);
+                        return Vec::new();
+                    }
+                };
             group.read_at = Some(arrived);
             group.failing = false;
-            let previous = group.cache.take();
             let inherited = std::mem::take(&mut group.inherited);
-            let early = std::mem::take(&mut group.early);
-            let cache = next_cache(previous.as_ref().or(Some(&early)), answer, change);
             let known = |key: &str| {
                 inherited.is_empty()
                     || inherited
@@ -857,12 +900,16 @@ impl GroupLink {
             let changed = match std::mem::take(&mut group.overdue) {
                 // Their views went unconfirmed meanwhile: each is confirmed (or not) again.
                 true => group.members.keys().cloned().collect(),
-                false => changed_members(&group.members, previous.as_ref(), known, &cache),
+                false => changed_members(&group.members, had_cache.then_some(&changed_keys), known),
             };
             group.cache = Some(cache);
             group.reads.send_modify(|reads| *reads += 1);
             changed
-        })
+        });
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(alive),
+        }
     }
 
     /// Records when the task should next have made progress.
@@ -903,7 +950,7 @@ impl GroupLink {
 /// How waiting for one answer of a group's query ended.
 enum Outcome {
     /// The query ended.
-    Ended(Result<(QueryResult<Vec<KvPair>>, IndexChange), ConsulError>),
+    Ended(Result<(QueryResult<KvList>, IndexChange), ConsulError>),
     /// The wait was shortened: the query was dropped, a new one starts.
     Restart,
     /// The group or the watcher is gone.
@@ -976,12 +1023,22 @@ async fn run_group(link: GroupLink, client: ConsulClient, mut pace: watch::Recei
         };
         let retry_after = match result {
             Ok((answer, change)) if answer.meta.known_leader => {
-                failures = 0;
-                confirm_by = current.ttl.map(|ttl| tokio::time::Instant::now() + ttl);
-                if !link.answered(answer, change) {
-                    return;
+                match link.answered(answer, change) {
+                    Ok(true) => {
+                        failures = 0;
+                        confirm_by = current.ttl.map(|ttl| tokio::time::Instant::now() + ttl);
+                        continue;
+                    }
+                    Ok(false) => return,
+                    Err(error) => {
+                        tracing::warn!(
+                            scope = ?link.target.scope,
+                            category = error.category(),
+                            "consul lock watch answer did not decode: {error}"
+                        );
+                        error.retry_after()
+                    }
                 }
-                continue;
             }
             Ok(_) => {
                 tracing::warn!(scope = ?link.target.scope, "consul answered without a known cluster leader");
@@ -1037,6 +1094,29 @@ mod tests {
                 ..QueryMeta::default()
             },
         }
+    }
+
+    /// The cache after `answer`, from a copy of `previous`, and the keys that changed.
+    fn next_cache_and_changes(
+        previous: Option<&HashMap<String, Slot>>,
+        answer: QueryResult<Vec<KvPair>>,
+        change: IndexChange,
+    ) -> (HashMap<String, Slot>, HashSet<String>) {
+        let mut cache = previous.cloned().unwrap_or_default();
+        let list = KvList::from_pairs(
+            &answer.value,
+            crate::consul::ErrorContext::new("kv list", "t"),
+        );
+        let changed = apply_answer(&mut cache, &list, answer.meta.index, change).unwrap();
+        (cache, changed)
+    }
+
+    fn next_cache(
+        previous: Option<&HashMap<String, Slot>>,
+        answer: QueryResult<Vec<KvPair>>,
+        change: IndexChange,
+    ) -> HashMap<String, Slot> {
+        next_cache_and_changes(previous, answer, change).0
     }
 
     fn election(name: &str) -> ElectionKey {
@@ -1273,7 +1353,7 @@ mod tests {
             ),
             IndexChange::Advanced,
         );
-        let after = next_cache(
+        let (after, changed_keys) = next_cache_and_changes(
             Some(&before),
             answer(
                 20,
@@ -1287,7 +1367,7 @@ mod tests {
             ),
             IndexChange::Advanced,
         );
-        let mut changed = changed_members(&members, Some(&before), |_| true, &after);
+        let mut changed = changed_members(&members, Some(&changed_keys), |_| true);
         changed.sort();
         let expected: Vec<ElectionKey> = ["bumped", "gone", "held", "new"]
             .into_iter()
@@ -1295,11 +1375,42 @@ mod tests {
             .collect();
         assert_eq!(changed, expected);
         assert_eq!(
-            changed_members(&members, None, |_| true, &after).len(),
+            changed_members(&members, None, |_| true).len(),
             members.len()
         );
         // Keys the previous cache did not cover count as changed.
-        let unknown = changed_members(&members, Some(&before), |key| key != "same", &after);
+        let unknown = changed_members(&members, Some(&changed_keys), |key| key != "same");
         assert_eq!(unknown.len(), expected.len() + 1);
+        // An unchanged entry keeps its slot; a changed one is decoded anew.
+        assert_eq!(after["same"], before["same"]);
+        assert_eq!(fingerprint(after.get("held")), Some((4, Some("s2"))));
+    }
+
+    #[test]
+    fn an_answer_that_does_not_decode_changes_nothing() {
+        let mut cache = next_cache(
+            None,
+            answer(10, vec![pair("a", 10, None)]),
+            IndexChange::Advanced,
+        );
+        let before = cache.clone();
+        let context = crate::consul::ErrorContext::new("kv list", "t");
+        let body = r#"[{"Key":"a","ModifyIndex":11,"Value":"!!"}]"#;
+        let list = KvList::from_json(body, context.clone());
+        assert!(apply_answer(&mut cache, &list, 11, IndexChange::Advanced).is_err());
+        assert_eq!(cache, before);
+        let list = KvList::from_json(r#"{"Key":"a"}"#, context.clone());
+        assert!(apply_answer(&mut cache, &list, 11, IndexChange::Advanced).is_err());
+        // Escaped strings decode too (they cannot be borrowed from the body).
+        let body =
+            r#"[{"Key":"a\u002fb","ModifyIndex":12,"Value":"dj\u0045=","Session":"s\u0031"}]"#;
+        let list = KvList::from_json(body, context);
+        let changed = apply_answer(&mut cache, &list, 12, IndexChange::Advanced).unwrap();
+        assert_eq!(changed.len(), 2, "a went, a/b came");
+        let entry = cache["a/b"].entry.clone().unwrap();
+        assert_eq!(
+            (entry.value, entry.session),
+            (b"v1".to_vec(), Some("s1".to_owned()))
+        );
     }
 }

@@ -15,6 +15,12 @@ use consul_elector::leadership::{LeaseSettings, WallClock};
 use consul_elector::metrics::Metrics;
 use consul_elector::uninstall;
 
+/// The operator's allocator. With glibc's malloc, the arenas of tokio's worker threads held
+/// about 1.8 times the live heap at 10,000 elections; jemalloc returns freed pages to the
+/// system on its own (BENCHMARKS.md, "Scale", 2026-11-27).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     // kube (ring) and the Consul client (rustls) both build TLS configurations from the
     // process-wide default provider; install exactly one before anything else.

@@ -1,7 +1,10 @@
 //! KV API: get (optionally blocking), recursive get, acquire, release, CAS, put, delete.
 
+use std::borrow::Cow;
+
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -68,6 +71,156 @@ fn empty_as_none<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<St
     Ok(Option::<String>::deserialize(deserializer)?.filter(|s| !s.is_empty()))
 }
 
+/// The undecoded body of a KV read (a JSON array of entries, or nothing for a 404), so that
+/// a reader holding the previous answer decodes only the entries that changed: parsing the
+/// list borrows from the body ([`KvList::entries`]), and the base64 of a value is decoded
+/// only by [`KvEntry::decode`].
+#[derive(Debug, Clone)]
+pub struct KvList {
+    /// `None` for a 404 (no entry).
+    body: Option<Bytes>,
+    context: ErrorContext,
+}
+
+impl KvList {
+    /// The entries, borrowed from the body; a [`ConsulError::Decode`] when the body is not a
+    /// list of entries (a value's base64 is only checked by [`KvEntry::decode`]).
+    pub fn entries(&self) -> Result<Vec<KvEntry<'_>>> {
+        let Some(body) = &self.body else {
+            return Ok(Vec::new());
+        };
+        serde_json::from_slice::<Option<Vec<KvEntry<'_>>>>(body)
+            .map(Option::unwrap_or_default)
+            .map_err(|error| self.decode_error(error.to_string()))
+    }
+
+    /// Every entry, decoded.
+    pub fn decode_all(&self) -> Result<Vec<KvPair>> {
+        self.entries()?
+            .into_iter()
+            .map(|entry| entry.decode(self))
+            .collect()
+    }
+
+    /// A list holding `pairs` (as Consul would send them), for tests and emulations.
+    pub fn from_pairs(pairs: &[KvPair], context: ErrorContext) -> KvList {
+        KvList {
+            body: serde_json::to_vec(pairs).ok().map(Bytes::from),
+            context,
+        }
+    }
+
+    /// A list holding the JSON `body` as Consul would send it, for tests and emulations.
+    pub fn from_json(body: &str, context: ErrorContext) -> KvList {
+        KvList {
+            body: Some(Bytes::copy_from_slice(body.as_bytes())),
+            context,
+        }
+    }
+
+    fn decode_error(&self, detail: String) -> ConsulError {
+        ConsulError::Decode {
+            context: self.context.clone(),
+            detail,
+        }
+    }
+}
+
+/// One entry of a [`KvList`], borrowing its strings from the list's body where it can;
+/// its value stays base64 until [`KvEntry::decode`].
+#[derive(Debug, Deserialize)]
+pub struct KvEntry<'a> {
+    /// Incremented each time an unlocked key is acquired: a fencing token.
+    #[serde(rename = "LockIndex", default)]
+    pub lock_index: u64,
+    /// The key.
+    #[serde(rename = "Key", borrow)]
+    pub key: Cow<'a, str>,
+    /// Opaque flags (full 64-bit range).
+    #[serde(rename = "Flags", default)]
+    pub flags: u64,
+    /// The value as Consul sent it: base64, `None` for an empty value.
+    #[serde(rename = "Value", default, borrow, deserialize_with = "borrowed_text")]
+    value: Option<Cow<'a, str>>,
+    /// The session holding the lock, `None` (or empty) when the key is not locked.
+    #[serde(
+        rename = "Session",
+        default,
+        borrow,
+        deserialize_with = "borrowed_text"
+    )]
+    session: Option<Cow<'a, str>>,
+    /// Raft index of the creation.
+    #[serde(rename = "CreateIndex", default)]
+    pub create_index: u64,
+    /// Raft index of the last change.
+    #[serde(rename = "ModifyIndex", default)]
+    pub modify_index: u64,
+}
+
+impl KvEntry<'_> {
+    /// The session holding the lock, if any.
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref().filter(|s| !s.is_empty())
+    }
+
+    /// The entry with its value decoded; a [`ConsulError::Decode`] (naming the read of
+    /// `list`) when the value is not base64.
+    pub fn decode(&self, list: &KvList) -> Result<KvPair> {
+        let value = match &self.value {
+            Some(text) => STANDARD.decode(text.as_bytes()).map_err(|error| {
+                list.decode_error(format!("the value of {}: {error}", self.key))
+            })?,
+            None => Vec::new(),
+        };
+        let session = self.session().map(str::to_owned);
+        Ok(KvPair {
+            lock_index: self.lock_index,
+            key: self.key.clone().into_owned(),
+            flags: self.flags,
+            value,
+            session,
+            create_index: self.create_index,
+            modify_index: self.modify_index,
+        })
+    }
+}
+
+/// A string or `null`, borrowed from the input when it has no escapes.
+fn borrowed_text<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Cow<'de, str>>, D::Error> {
+    struct Text;
+    impl<'de> serde::de::Visitor<'de> for Text {
+        type Value = Option<Cow<'de, str>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or null")
+        }
+        fn visit_borrowed_str<E: serde::de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Borrowed(text)))
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(text.to_owned())))
+        }
+        fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(text)))
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(
+            self,
+            deserializer: D,
+        ) -> Result<Self::Value, D::Error> {
+            deserializer.deserialize_str(Text)
+        }
+    }
+    deserializer.deserialize_option(Text)
+}
+
 /// Checks a key (or, with `prefix`, a recursive prefix) and returns its encoded path.
 ///
 /// Follows the reference's advice on key names that behave the same on every Consul version:
@@ -110,6 +263,19 @@ impl ConsulClient {
         key: &str,
         options: QueryOptions,
     ) -> Result<QueryResult<Option<KvPair>>> {
+        let answer = self.kv_get_raw(key, options).await?;
+        Ok(QueryResult {
+            value: answer.value.decode_all()?.into_iter().next(),
+            meta: answer.meta,
+        })
+    }
+
+    /// [`ConsulClient::kv_get`] with the answer left undecoded (a list of at most one entry).
+    pub async fn kv_get_raw(
+        &self,
+        key: &str,
+        options: QueryOptions,
+    ) -> Result<QueryResult<KvList>> {
         let context = ErrorContext::new("kv get", key);
         let path = key_path(key, false, &context)?;
         let reply = self
@@ -118,11 +284,7 @@ impl ConsulClient {
                 options,
             )
             .await?;
-        let entries = entries(&reply, &context)?;
-        Ok(QueryResult {
-            value: entries.into_iter().next(),
-            meta: reply.meta,
-        })
+        Ok(raw_entries(reply, context))
     }
 
     /// `GET /v1/kv/<prefix>?recurse`: every entry whose key starts with `prefix` (a plain
@@ -133,16 +295,27 @@ impl ConsulClient {
         prefix: &str,
         options: QueryOptions,
     ) -> Result<QueryResult<Vec<KvPair>>> {
+        let answer = self.kv_list_raw(prefix, options).await?;
+        Ok(QueryResult {
+            value: answer.value.decode_all()?,
+            meta: answer.meta,
+        })
+    }
+
+    /// [`ConsulClient::kv_list`] with the answer left undecoded: a watcher that keeps the
+    /// previous answer decodes only the entries whose `ModifyIndex` changed.
+    pub async fn kv_list_raw(
+        &self,
+        prefix: &str,
+        options: QueryOptions,
+    ) -> Result<QueryResult<KvList>> {
         let context = ErrorContext::new("kv list", prefix);
         let path = key_path(prefix, true, &context)?;
         let call = Call::new(Method::GET, path, context.clone())
             .query([("recurse", String::new())])
             .accept_not_found();
         let reply = self.read(call, options).await?;
-        Ok(QueryResult {
-            value: entries(&reply, &context)?,
-            meta: reply.meta,
-        })
+        Ok(raw_entries(reply, context))
     }
 
     /// `PUT /v1/kv/<key>?acquire=<session>`: takes the lock for `session`, writing `value` and
@@ -253,14 +426,13 @@ fn flags_pair(flags: u64) -> Option<(&'static str, String)> {
     (flags != 0).then(|| ("flags", flags.to_string()))
 }
 
-/// The entries of a KV read: none for a 404.
-fn entries(reply: &Reply, context: &ErrorContext) -> Result<Vec<KvPair>> {
-    if reply.status == StatusCode::NOT_FOUND {
-        return Ok(Vec::new());
+/// The undecoded entries of a KV read: none for a 404.
+fn raw_entries(reply: Reply, context: ErrorContext) -> QueryResult<KvList> {
+    let body = (reply.status != StatusCode::NOT_FOUND).then_some(reply.body);
+    QueryResult {
+        value: KvList { body, context },
+        meta: reply.meta,
     }
-    Ok(reply
-        .json::<Option<Vec<KvPair>>>(context)?
-        .unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -279,6 +451,40 @@ mod tests {
         assert!(entries[1].value.is_empty());
         assert_eq!(entries[1].session, None);
         assert!(serde_json::from_str::<KvPair>(r#"{"Key":"k","Value":"!!"}"#).is_err());
+    }
+
+    #[test]
+    fn undecoded_lists_decode_like_pairs() {
+        let context = ErrorContext::new("kv list", "k");
+        let json = r#"[{"LockIndex":1,"Key":"k","Flags":7,"Value":"djE=",
+            "Session":"s1","CreateIndex":5,"ModifyIndex":6},
+            {"Key":"e","Value":null,"Session":"","CreateIndex":7,"ModifyIndex":7}]"#;
+        let list = KvList::from_json(json, context.clone());
+        let expected: Vec<KvPair> = serde_json::from_str(json).unwrap();
+        assert_eq!(list.decode_all().unwrap(), expected);
+        let entries = list.entries().unwrap();
+        assert_eq!(
+            (entries[0].session(), entries[1].session()),
+            (Some("s1"), None)
+        );
+        assert!(
+            KvList::from_json("null", context.clone())
+                .entries()
+                .unwrap()
+                .is_empty()
+        );
+        let not_found = KvList {
+            body: None,
+            context: context.clone(),
+        };
+        assert!(not_found.decode_all().unwrap().is_empty());
+        let bad = KvList::from_json(r#"[{"Key":"k","Value":"!!"}]"#, context.clone());
+        assert!(
+            bad.entries().is_ok(),
+            "the value is only checked when decoded"
+        );
+        assert!(matches!(bad.decode_all(), Err(ConsulError::Decode { .. })));
+        assert!(KvList::from_json("{}", context).entries().is_err());
     }
 
     #[test]

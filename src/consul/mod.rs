@@ -34,7 +34,7 @@ pub use error::{ConsulError, ErrorContext, Result, TransportFailure};
 pub use go_duration::{
     DurationParseError, format as format_go_duration, parse as parse_go_duration,
 };
-pub use kv::KvPair;
+pub use kv::{KvEntry, KvList, KvPair};
 pub use observer::RequestObserver;
 pub use query::{Blocking, Consistency, MAX_WAIT, QueryMeta, QueryOptions, QueryResult};
 pub use retry::RetryPolicy;
