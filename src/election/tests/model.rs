@@ -430,8 +430,10 @@ pub enum Event {
     /// another key from then on. Managed mode only (like `DeleteKey`: in Observe mode the
     /// applications' new key restarts its LockIndex, which the operator cannot raise).
     EditKey,
-    /// The user switches the mode (to Observe only while the key was never edited, see
-    /// `EditKey`).
+    /// The user switches the mode. To Observe only while the key was never edited or
+    /// re-created in the run, and with sessions that release the key: in Observe mode the
+    /// applications' acquisition of a re-created key restarts its LockIndex, which the
+    /// operator cannot raise (see `DeleteKey`, `EditKey`).
     EditMode(Mode),
     /// The next loop's final status write is lost (the operator dies before it, or the write
     /// fails).
@@ -481,7 +483,7 @@ pub struct Model {
     max_label: Option<(u64, u64)>,
     /// What the status records the operator acts with (`status.applied`).
     applied: Option<AppliedSpec>,
-    /// The key was edited once: the mode stays Managed (see [`Event::EditKey`]).
+    /// The key was edited or deleted once: the mode stays Managed (see [`Event::EditMode`]).
     key_edited: bool,
     /// When the LeaderElection was deleted.
     deleted_at: Option<Timestamp>,
@@ -689,6 +691,7 @@ impl Model {
             Event::DeleteKey => {
                 if self.consul.all_up() && managed {
                     self.consul.key = None;
+                    self.key_edited = true;
                 }
             }
             Event::ForeignAcquire(i) => {
@@ -815,7 +818,9 @@ impl Model {
                 }
             }
             Event::EditMode(mode) => {
-                if *mode == Mode::Managed || !self.key_edited {
+                let key_kept =
+                    !self.key_edited && self.config.session.behavior == Behavior::Release;
+                if *mode == Mode::Managed || key_kept {
                     if self.config.mode != *mode {
                         self.seen_under_a_leader("mode switched under a leader");
                     }
