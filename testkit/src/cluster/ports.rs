@@ -22,3 +22,64 @@ pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N], ClusterError> {
     }
     Ok(ports)
 }
+
+/// The first port after the range the kernel hands out for outgoing connections and for
+/// `bind(0)` (Linux's default `ip_local_port_range` starts at 32768).
+const EPHEMERAL_START: u16 = 32768;
+/// The lowest port [`stable_ports`] picks.
+const STABLE_START: u16 = 10000;
+
+/// `count` distinct loopback ports, free for TCP and UDP a moment ago, below the ephemeral
+/// range: for processes that are killed and started again on the same ports (Consul members),
+/// which an outgoing connection of any process could otherwise take while they are down. The
+/// search starts at a point that differs between processes and runs.
+pub(crate) fn stable_ports(count: usize) -> Result<Vec<u16>, ClusterError> {
+    let span = u32::from(EPHEMERAL_START - STABLE_START);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let start = (nanos ^ std::process::id().wrapping_mul(2_654_435_761)) % span;
+    // Every socket stays open until all ports are picked, so the ports are distinct.
+    let mut held = Vec::with_capacity(count);
+    let mut ports = Vec::with_capacity(count);
+    for offset in 0..span {
+        if ports.len() == count {
+            break;
+        }
+        let Ok(port) = u16::try_from(u32::from(STABLE_START) + (start + offset) % span) else {
+            continue;
+        };
+        let tcp = TcpListener::bind(("127.0.0.1", port));
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        if let (Ok(tcp), Ok(udp)) = (tcp, udp) {
+            held.push((tcp, udp));
+            ports.push(port);
+        }
+    }
+    if ports.len() < count {
+        return Err(ClusterError::io(
+            "finding free loopback ports below the ephemeral range",
+        )(std::io::Error::other(format!(
+            "only {} of {count} free",
+            ports.len()
+        ))));
+    }
+    Ok(ports)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stable_ports_are_distinct_and_below_the_ephemeral_range() {
+        let ports = stable_ports(5).expect("ports");
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), 5);
+        assert!(
+            ports
+                .iter()
+                .all(|p| (STABLE_START..EPHEMERAL_START).contains(p))
+        );
+    }
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::proxy::Proxy;
 use super::{RealConsulError, Shape, Tls};
-use crate::cluster::ports::free_ports;
+use crate::cluster::ports::stable_ports;
 use crate::cluster::processes::ManagedProcess;
 
 /// How long a graceful stop waits for the process before SIGKILL.
@@ -35,13 +35,16 @@ pub(super) fn plan(
     tls: Option<&Tls>,
 ) -> Result<Vec<Plan>, RealConsulError> {
     // The fifth port is the HTTPS one, used only with `tls`.
-    let ports = (0..count)
-        .map(|_| free_ports::<5>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| RealConsulError::Io {
-            context: "picking ports".into(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
+    // Below the ephemeral range: a killed member restarts on the same ports, which an
+    // outgoing connection could otherwise take while it is down.
+    let all = stable_ports(5 * count).map_err(|e| RealConsulError::Io {
+        context: "picking ports".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let ports: Vec<[u16; 5]> = all
+        .chunks_exact(5)
+        .map(|c| [c[0], c[1], c[2], c[3], c[4]])
+        .collect();
     // Every member joins through the servers' Serf ports (the client agent is the last).
     let servers = match shape {
         Shape::Dev => 1,
