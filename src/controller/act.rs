@@ -258,8 +258,11 @@ impl<'a> Round<'a> {
                 fencing_token,
                 whole,
             } => {
+                // The action comes from this plan; without it nothing may be labelled.
                 let Some(plan) = &self.last else {
-                    return Ok(());
+                    return Err(Error::InvalidStatus(
+                        "a fencing token to record without the plan it belongs to".into(),
+                    ));
                 };
                 super::status::record_token(
                     self.le,

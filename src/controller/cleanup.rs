@@ -137,12 +137,26 @@ pub struct Withdrawal {
 /// election that must yield to an older one, and before acting with changed labels, key or
 /// Consul access. Nothing is written to Consul unless the footprint is `managed`.
 pub async fn withdraw(footprint: &Footprint, ctx: &Context) -> Result<Withdrawal, Error> {
+    let consul = execute(footprint, ctx, withdrawal).await?;
+    Ok(Withdrawal {
+        consul_key: footprint.consul_key.clone(),
+        consul,
+    })
+}
+
+/// Executes the steps `decide` plans for the pods the election labelled, in order: a pod
+/// patch that fails stops them (`Err`); the outcome of the Consul step is returned.
+async fn execute(
+    footprint: &Footprint,
+    ctx: &Context,
+    decide: fn(withdrawal::Footprint<'_>, &[LabelledPod]) -> Vec<Step>,
+) -> Result<Result<(), Error>, Error> {
     let le = &footprint.le;
     let key = election_key(le)?;
     let pods = labelled_pods(le, ctx, &footprint.labelled.key);
     let views: Vec<LabelledPod> = pods.iter().map(|(view, _)| view.clone()).collect();
     let mut consul = Ok(());
-    for step in withdrawal(footprint.view(), &views) {
+    for step in decide(footprint.view(), &views) {
         match step {
             Step::Unlabel { pod, .. } => unlabel(le, ctx, &footprint.labelled, &pods, &pod).await?,
             Step::ReleaseAndDestroy => {
@@ -150,10 +164,7 @@ pub async fn withdraw(footprint: &Footprint, ctx: &Context) -> Result<Withdrawal
             }
         }
     }
-    Ok(Withdrawal {
-        consul_key: footprint.consul_key.clone(),
-        consul,
-    })
+    Ok(consul)
 }
 
 /// After a [`withdraw`] of `le`: when Consul failed, asks for a retry with a growing delay
@@ -233,13 +244,8 @@ pub async fn fence_unusable(
     match unusable_label(renewing, confirmed_at, now, ttl) {
         UnusableLabel::Keep(recheck) => Ok(recheck),
         UnusableLabel::Fence => {
-            let pods = labelled_pods(le, ctx, &footprint.labelled.key);
-            let views: Vec<LabelledPod> = pods.iter().map(|(view, _)| view.clone()).collect();
-            for step in fence(footprint.view(), &views) {
-                if let Step::Unlabel { pod, .. } = step {
-                    unlabel(le, ctx, &footprint.labelled, &pods, &pod).await?;
-                }
-            }
+            // Only labels: fencing plans no Consul step.
+            execute(&footprint, ctx, fence).await??;
             Ok(None)
         }
     }

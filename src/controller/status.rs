@@ -95,14 +95,12 @@ pub async fn record_token(
     record: TokenRecord<'_>,
     spec_valid: ConditionState,
 ) -> Result<(), Error> {
+    // The planner asks only for a token above the recorded one; `max` keeps even a stale
+    // request from moving the token backwards.
     let current = ctx.caches.written.current_status(le);
-    if current.fencing_token.is_some_and(|t| t >= record.token) {
-        // Recorded by an earlier round of this reconcile.
-        return Ok(());
-    }
     if !record.whole {
         let new = LeaderElectionStatus {
-            fencing_token: Some(record.token),
+            fencing_token: current.fencing_token.max(Some(record.token)),
             applied: Some(applied(le, config, &current)),
             ..current.clone()
         };

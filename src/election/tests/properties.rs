@@ -253,16 +253,30 @@ fn the_generator_reaches_every_interesting_situation() {
     }
 }
 
+/// One reconcile in which nothing fails.
+const LOOP: Event = Event::Loop {
+    fail_at: None,
+    after_effect: false,
+};
+
+/// The controller as it runs: it passes the lock-delays it sees to the planner and records a
+/// token before labelling a pod with it.
+const KNOBS: Knobs = Knobs {
+    tell_lock_delay: true,
+    token_before_label: true,
+};
+
+/// The model of `config` with two Ready pods, for the directed tests.
+fn two_pods(config: ElectionConfig, knobs: Knobs) -> Model {
+    Model::new(config, knobs, &[(true, 20), (true, 10)])
+}
+
 /// The situation a random run rarely composes: the watch stalls under a leader, the key is
 /// deleted or taken from outside while the session keeps renewing, and time passes. The
 /// model's rule-2 check (a label without its lock outlives no Fence window, counted from the
 /// last answer) runs after every action of every loop.
 #[test]
 fn a_stalled_watch_hides_an_outside_change_for_at_most_a_ttl() {
-    let loop_once = Event::Loop {
-        fail_at: None,
-        after_effect: false,
-    };
     for keep_leader in [false, true] {
         let taken = [Event::DeleteKey, Event::ForeignAcquire(1)];
         for outside in [&taken[..1], &taken[..]] {
@@ -273,13 +287,9 @@ fn a_stalled_watch_hides_an_outside_change_for_at_most_a_ttl() {
                 },
                 ..config()
             };
-            let knobs = Knobs {
-                tell_lock_delay: true,
-                token_before_label: true,
-            };
-            let mut model = Model::new(config, knobs, &[(true, 20), (true, 10)]);
+            let mut model = two_pods(config, KNOBS);
             for _ in 0..3 {
-                model.apply(&loop_once);
+                model.apply(&LOOP);
             }
             model.apply(&Event::KvStall);
             for event in outside {
@@ -287,7 +297,7 @@ fn a_stalled_watch_hides_an_outside_change_for_at_most_a_ttl() {
             }
             for _ in 0..20 {
                 model.apply(&Event::Advance(1));
-                model.apply(&loop_once);
+                model.apply(&LOOP);
             }
             model.quiesce();
         }
@@ -300,21 +310,17 @@ fn a_stalled_watch_hides_an_outside_change_for_at_most_a_ttl() {
 /// out for two acquisitions.
 #[test]
 fn a_lost_status_write_and_a_recreated_key_hand_out_no_token_twice() {
-    let loop_once = Event::Loop {
-        fail_at: None,
-        after_effect: false,
-    };
     let run = |token_before_label| {
         let knobs = Knobs {
-            tell_lock_delay: true,
             token_before_label,
+            ..KNOBS
         };
-        let mut model = Model::new(config(), knobs, &[(true, 20), (true, 10)]);
+        let mut model = two_pods(config(), knobs);
         model.apply(&Event::LoseStatusWrite);
-        model.apply(&loop_once);
+        model.apply(&LOOP);
         model.apply(&Event::DeleteKey);
         for _ in 0..3 {
-            model.apply(&loop_once);
+            model.apply(&LOOP);
         }
         model.quiesce();
     };
@@ -333,21 +339,13 @@ fn a_lost_status_write_and_a_recreated_key_hand_out_no_token_twice() {
 /// adopts a session for an election that is gone.
 #[test]
 fn a_deleted_election_adopts_no_session_afterwards() {
-    let loop_once = Event::Loop {
-        fail_at: None,
-        after_effect: false,
-    };
-    let knobs = Knobs {
-        tell_lock_delay: true,
-        token_before_label: true,
-    };
-    let mut model = Model::new(config(), knobs, &[(true, 20), (true, 10)]);
-    model.apply(&loop_once);
+    let mut model = two_pods(config(), KNOBS);
+    model.apply(&LOOP);
     model.apply(&Event::SessionsDown);
     model.apply(&Event::Restart);
     model.apply(&Event::EditMode(Mode::Observe));
     model.apply(&Event::DeleteElection);
-    model.apply(&loop_once);
+    model.apply(&LOOP);
     model.apply(&Event::SessionsUp);
     model.quiesce();
 }
@@ -357,21 +355,13 @@ fn a_deleted_election_adopts_no_session_afterwards() {
 /// above the ones it handed out under the other key.
 #[test]
 fn an_edit_back_to_a_key_taken_meanwhile_waits_for_its_holder() {
-    let loop_once = Event::Loop {
-        fail_at: None,
-        after_effect: false,
-    };
-    let knobs = Knobs {
-        tell_lock_delay: true,
-        token_before_label: true,
-    };
-    let mut model = Model::new(config(), knobs, &[(true, 20), (true, 10)]);
-    model.apply(&loop_once);
+    let mut model = two_pods(config(), KNOBS);
+    model.apply(&LOOP);
     model.apply(&Event::EditKey);
     model.apply(&Event::DestroyOurSession);
     model.apply(&Event::Advance(20));
     model.apply(&Event::ForeignAcquire(0));
-    model.apply(&loop_once);
+    model.apply(&LOOP);
     assert!(
         model.seen.contains_key("withdrew after an edit"),
         "{}",

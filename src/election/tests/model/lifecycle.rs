@@ -275,8 +275,11 @@ impl Model {
     /// Executes [`Action::RecordToken`] as `controller::status::record_token` does: the
     /// token, and for a `whole` record the status the plan decides with its pod labelled.
     pub(super) fn record_token(&mut self, plan: &Plan, token: u64, whole: bool) {
-        if self.recorded.fencing_token.is_some_and(|t| t >= token) {
-            return;
+        if self.recorded.fencing_token >= Some(token) {
+            self.fail(&format!(
+                "RecordToken of {token}, but the status holds {:?} already",
+                self.recorded.fencing_token
+            ));
         }
         let mut new = if whole {
             record(&plan.status)
