@@ -13,6 +13,7 @@ use consul_elector::election::config::Owner;
 use consul_elector::http::{self, Health};
 use consul_elector::leadership::{LeaseSettings, WallClock};
 use consul_elector::metrics::Metrics;
+use consul_elector::operator;
 use consul_elector::uninstall;
 
 /// The operator's allocator. With glibc's malloc, the arenas of tokio's worker threads held
@@ -119,7 +120,7 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
     let kube = match kube::Config::infer()
         .await
         .map_err(|e| e.to_string())
-        .and_then(|config| controller::KubeClients::from_config(config).map_err(|e| e.to_string()))
+        .and_then(|config| operator::KubeClients::from_config(config).map_err(|e| e.to_string()))
     {
         Ok(kube) => kube,
         Err(error) => {
@@ -205,7 +206,7 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
         lease,
         consul_cleanup_bound: controller::CONSUL_CLEANUP_BOUND,
     };
-    match controller::run(kube, consul, settings, metrics, health, stopped()).await {
+    match operator::run(kube, consul, settings, metrics, health, stopped()).await {
         Ok(()) => {
             let _ = server.await;
             ExitCode::SUCCESS

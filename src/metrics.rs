@@ -1,5 +1,5 @@
 //! Prometheus metrics of the operator, in one `prometheus-client` registry: its own under the
-//! prefix `consul_elector`, and the standard `process_*` metrics ([`process`]), served as
+//! prefix `consul_elector`, and the standard `process_*` metrics (`process`), served as
 //! OpenMetrics text by [`crate::http`].
 //!
 //! Every label value is a `&'static str` chosen by the code (a result, a phase, a Consul

@@ -12,7 +12,7 @@
 //! Every write request is bounded by the time left: the kube client's [`GateLayer`] and the
 //! Consul client refuse a write once the deadline has passed and cancel one still in flight at
 //! the deadline, retries included (the retry layer sits outside the gate, so each attempt is
-//! checked again). The gate is read again before every poll of a write ([`Gated`]), so a
+//! checked again). The gate is read again before every poll of a write (`Gated`), so a
 //! process paused after the first check but before its request reached the socket finds the
 //! gate closed when it resumes and sends nothing. What remains is the few instructions between
 //! that read and the socket write within one poll. Reads are never gated: a standby keeps its

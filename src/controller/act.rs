@@ -18,9 +18,9 @@ use super::sharing::{self, Annotations};
 use crate::Error;
 use crate::cache::views as observe;
 use crate::consul::{ConsulClient, ConsulError};
-use crate::crd::{LeaderElection, LeaderElectionStatus};
+use crate::crd::LeaderElection;
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
-use crate::election::observe::{LeaderRecord, LockView, PodView, Recorded};
+use crate::election::observe::{LockView, PodView, Recorded};
 use crate::election::plan::{Action, ConditionState, ElectionEvent, EventReason, Plan};
 use crate::election::planner::{Observation, holder_from_value, plan};
 use crate::election::refusal::ConsulRefusal;
@@ -79,7 +79,7 @@ impl<'a> Round<'a> {
             pods_api: Api::namespaced(ctx.client.clone(), &key.namespace),
             pods: observe::pods_of(&ctx.caches, le),
             lock: ctx.locks.lock(key),
-            recorded: recorded(&ctx.caches.written.current_status(le)),
+            recorded: crate::election::report::recorded(&ctx.caches.written.current_status(le)),
             last: None,
             move_started: None,
             unfinished: false,
@@ -668,25 +668,6 @@ impl<'a> Round<'a> {
                 tracing::warn!(election = %self.key, session, %error, "reading a session to adopt failed");
                 None
             })
-    }
-}
-
-/// What the election's status recorded.
-pub(super) fn recorded(status: &LeaderElectionStatus) -> Recorded {
-    Recorded {
-        leader: status.leader_or_last().map(|l| LeaderRecord {
-            pod: l.pod.clone(),
-            uid: l.uid.clone(),
-            pod_ip: l.pod_ip.clone(),
-            since: l.since,
-            session_id: l.session_id.clone(),
-        }),
-        fencing_token: status.fencing_token,
-        transitions: status.transitions,
-        last_switchover: status
-            .last_switchover
-            .as_ref()
-            .map(crate::election::report::switchover_record),
     }
 }
 

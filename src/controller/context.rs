@@ -64,29 +64,29 @@ pub struct Context {
     /// Settings.
     pub settings: Settings,
     /// Queues a reconcile of another election (one this election waits for).
-    pub(super) wake: mpsc::UnboundedSender<ElectionKey>,
+    pub(crate) wake: mpsc::UnboundedSender<ElectionKey>,
     /// Becomes true once the pod and election caches hold their first complete list.
-    pub(super) caches_ready: watch::Receiver<bool>,
+    pub(crate) caches_ready: watch::Receiver<bool>,
     /// Elections to reconcile soon (the same channel Consul-side changes arrive on).
-    pub(super) changes: mpsc::UnboundedSender<ElectionKey>,
+    pub(crate) changes: mpsc::UnboundedSender<ElectionKey>,
     /// Becomes true once this replica holds the Lease and adopted this cluster's sessions:
     /// until then reconciles write nothing.
-    pub(super) may_write: watch::Receiver<bool>,
-    /// The operator-wide event rate limit (see [`EVENT_RATE`](super::EVENT_RATE)).
-    pub(super) event_budget: Mutex<TokenBucket>,
+    pub(crate) may_write: watch::Receiver<bool>,
+    /// The operator-wide event rate limit (see [`crate::operator::EVENT_RATE`]).
+    pub(crate) event_budget: Mutex<TokenBucket>,
 }
 
 impl Context {
     /// The last moment `key`'s lock was known as cached (see
     /// [`crate::election::planner::Observation::lock_confirmed_at`]).
-    pub(super) fn lock_confirmed_at(&self, key: &ElectionKey) -> Timestamp {
+    pub(crate) fn lock_confirmed_at(&self, key: &ElectionKey) -> Timestamp {
         self.locks
             .read_at(key)
             .unwrap_or_else(|| self.caches.written.started_at())
     }
 
     /// Asks for a reconcile of `key`.
-    pub(super) fn reconcile_soon(&self, key: &ElectionKey) {
+    pub(crate) fn reconcile_soon(&self, key: &ElectionKey) {
         // A closed channel means the controller is shutting down.
         let _ = self.changes.send(key.clone());
     }
@@ -94,7 +94,7 @@ impl Context {
     /// Publishes `event` about `target` unless the operator's event rate limit is spent (then
     /// it is counted as suppressed). A failure is logged: an event is never worth failing a
     /// reconcile for.
-    pub(super) async fn publish(&self, event: &Event, target: &ObjectReference) {
+    pub(crate) async fn publish(&self, event: &Event, target: &ObjectReference) {
         let allowed = self
             .event_budget
             .lock()

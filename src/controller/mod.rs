@@ -1,27 +1,10 @@
-//! The `LeaderElection` controller: observe -> decide (`election::planner`) -> act, in the
-//! order of docs/design.md rule 1.
+//! The `LeaderElection` reconcile: observe -> decide (`election::admission`,
+//! `election::planner`) -> act, in the order of docs/design.md rule 1.
 //!
-//! One kube-runtime `Controller` over LeaderElections. Pod events are mapped to the elections
-//! of the pod's namespace that select the pod or labelled it, so a pod change wakes only the
-//! affected elections. Consul-side changes (a session lost or unconfirmed, the key changed)
-//! arrive from [`SessionManager`] and [`LockWatcher`] as election keys and trigger those
-//! elections too.
-//!
-//! # One writer
-//! Every replica runs this controller, but only the one holding the Lease
-//! ([`crate::leadership`]) writes. The reflectors (pods, elections) and the controller's queue
-//! run in every replica, so a standby's caches are warm when it takes over; the gate is at the
-//! top of `reconcile`, which returns at once, writing nothing, until this replica *may
-//! write*. That happens once the Lease is held, the caches are complete, and every session of
-//! this cluster was adopted ([`takeover`]); then a `reconcile_all_on` trigger reconciles every
-//! election. Nothing else writes: the session manager renews only sessions that a reconcile
-//! created or adopted, the lock watcher only reads, and events are published by reconciles.
-//! Losing the Lease stops the whole controller at once ([`run`] returns an error; the binary
-//! exits), so there is no way back from "may write" to a standby that still writes.
-//!
-//! On shutdown (SIGTERM) the controller finishes the reconciles in flight, then releases the
-//! Lease so that a standby takes over at once. Consul sessions and locks are kept: the next
-//! active replica adopts them, and no leader changes.
+//! [`crate::operator`] runs it: one kube-runtime `Controller` over LeaderElections, woken by
+//! pod events, Consul-side changes and the takeover. A reconcile first waits until this
+//! replica may write (it holds the Lease, its caches are complete and it adopted this
+//! cluster's sessions); until then it returns at once, writing nothing.
 //!
 //! A reconcile runs the planner in a loop: execute the plan's actions in order, stop at the
 //! first failure, re-observe (patched pods, the session manager, a fresh read of the key) and
@@ -30,49 +13,28 @@
 mod act;
 mod applied;
 mod cleanup;
-mod consul_access;
+pub(crate) mod consul_access;
 mod context;
-mod invariants;
 mod migrate;
 mod sharing;
-mod status;
+pub(crate) mod status;
 mod switchover;
-mod takeover;
 
-use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::k8s::Pod;
-use futures::{StreamExt, TryStreamExt, future};
-use jiff::Timestamp;
-use kube::runtime::controller::{Action, Config as ControllerConfig};
-use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::utils::PredicateConfig;
-use kube::runtime::{Controller, WatchStreamExt, finalizer, reflector, watcher};
-use kube::{Api, Client, ResourceExt};
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer;
+use kube::{Api, ResourceExt};
 
 use crate::Error;
-use crate::cache::caches::Caches;
 use crate::cache::keys::election_key;
-use crate::cache::scoped_stream::{self, scoped_apis};
-use crate::consul::{ConsulClient, TokenBucket, WatchPacing};
-use crate::crd::{FINALIZER, LeaderElection, Phase};
+use crate::crd::{FINALIZER, LeaderElection};
 use crate::election::admission::{Access, Admission, Input, Observed, admit};
 use crate::election::config::ElectionKey;
 use crate::election::owner_selectors::check_label_key;
 use crate::election::plan::{ConditionState, EventReason};
-use crate::http::Health;
-use crate::leadership::{Leadership, LeadershipError};
-use crate::locks::LockWatcher;
-use crate::metrics::{self, Metrics};
-use crate::sessions::SessionManager;
-use crate::write_gate::{self, WriteGate};
-use context::Context;
-pub use context::Settings;
+pub use context::{Context, Settings};
 
 /// How many plan/act rounds one reconcile may run (a move takes three; raising a re-created
 /// key's LockIndex takes one per step).
@@ -97,401 +59,8 @@ const RESYNC: Duration = Duration::from_secs(600);
 /// namespace must never stay Terminating because Consul is unreachable.
 pub const CONSUL_CLEANUP_BOUND: Duration = Duration::from_secs(300);
 
-/// The operator's event rate limit: a burst of 100 events, then one every 50 ms (20 per
-/// second). A cold start of 10,000 elections would otherwise write 20,000 events (one on the
-/// election and one on the pod per `LeaderElected`) beside 50,000 writes that matter; events
-/// beyond the limit are dropped and counted (`consul_elector_events_suppressed_total`).
-const EVENT_RATE: WatchPacing = WatchPacing {
-    burst: 100,
-    refill_interval: Duration::from_millis(50),
-};
-
-/// What of an election the operator acts on: everything but its status (which only the
-/// operator writes) and the bookkeeping fields that change with every write.
-fn acted_on(le: &LeaderElection) -> Option<u64> {
-    let meta = &le.metadata;
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (
-        &meta.uid,
-        meta.generation,
-        meta.deletion_timestamp
-            .as_ref()
-            .map(|t| t.0.as_nanosecond()),
-        &meta.finalizers,
-        &meta.annotations,
-        &meta.labels,
-    )
-        .hash(&mut hasher);
-    Some(hasher.finish())
-}
-
-/// The operator's Kubernetes clients.
-#[derive(Clone)]
-pub struct KubeClients {
-    /// Everything but the Lease: its writes pass [`Self::gate`].
-    pub client: Client,
-    /// The Lease's own client: no gate, and no retry layer (its loop has its own timeouts).
-    pub lease: Client,
-    /// The gate `client` was built with (see [`write_gate::gated_client`]).
-    pub gate: WriteGate,
-}
-
-impl KubeClients {
-    /// Both clients for `config`, with a new (closed) gate.
-    pub fn from_config(config: kube::Config) -> Result<Self, kube::Error> {
-        let gate = WriteGate::closed();
-        let config = write_gate::without_retries(config);
-        let client = write_gate::gated_client(
-            kube::client::ClientBuilder::try_from(config.clone())?,
-            &gate,
-        );
-        let lease = Client::try_from(config)?;
-        Ok(KubeClients {
-            client,
-            lease,
-            gate,
-        })
-    }
-}
-
-/// Runs the controller until `shutdown` resolves. Readiness and liveness are reported
-/// through `health`; the function returns when the controller has stopped (after releasing
-/// the Lease if this replica held it), or with an error as soon as the Lease cannot be set up
-/// or was lost (then nothing more is written).
-pub async fn run(
-    kube: KubeClients,
-    consul: ConsulClient,
-    settings: Settings,
-    metrics: Metrics,
-    health: Health,
-    shutdown: impl future::Future<Output = ()> + Send + Sync + 'static,
-) -> Result<(), LeadershipError> {
-    let KubeClients {
-        client,
-        lease: lease_client,
-        gate,
-    } = kube;
-    let mut leadership = Leadership::new(lease_client, settings.lease.clone())?;
-    consul.gate_writes(gate.clone());
-    let lease_held = gate.opened();
-    let (may_write_tx, may_write) = watch::channel(false);
-    let (all_tx, all_rx) = mpsc::unbounded_channel::<()>();
-    let (changes_tx, changes_rx) = mpsc::unbounded_channel::<ElectionKey>();
-    let sessions = SessionManager::new(changes_tx.clone());
-    let wake = changes_tx.clone();
-    let locks = LockWatcher::new(changes_tx.clone(), settings.lock_watch_wait);
-
-    health.set_ready("leaderelections-cache", false);
-    health.set_ready("pods-cache", false);
-
-    let indexes = Arc::new(crate::cache::index::Indexes::default());
-    // Pods: one watcher per watched namespace, slimmed before caching, indexed, and merged
-    // into one store (a relist of one namespace must not wipe the others').
-    let (pod_store, pod_writer) = reflector::store::<Pod>();
-    let pod_streams = scoped_apis::<Pod>(&client, &settings.watch_namespaces)
-        .into_iter()
-        .map(|(scope, api)| {
-            let indexes = indexes.clone();
-            let stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .modify(Pod::slim)
-                .inspect_ok({
-                    let scope = scope.clone();
-                    move |event| indexes.pod_event(scope.as_deref(), event)
-                })
-                .boxed();
-            (scope, stream)
-        })
-        .collect();
-    let pod_events = reflector(
-        pod_writer,
-        scoped_stream::merge(pod_streams, pod_store.clone()),
-    )
-    .touched_objects();
-
-    let election_streams = scoped_apis::<LeaderElection>(&client, &settings.watch_namespaces)
-        .into_iter()
-        .map(|(scope, api)| {
-            let indexes = indexes.clone();
-            let stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                // Every status write adds to them; nothing reads them.
-                .modify(|le| le.metadata.managed_fields = None)
-                .inspect_ok({
-                    let scope = scope.clone();
-                    move |event| indexes.election_event(scope.as_deref(), event)
-                })
-                .boxed();
-            (scope, stream)
-        })
-        .collect();
-    let (election_store, election_writer) = reflector::store::<LeaderElection>();
-    // The operator's own status writes change nothing it acts on: only the other changes of
-    // an election wake it (through the store, a reconcile still reads the newest version).
-    let election_events = reflector(
-        election_writer,
-        scoped_stream::merge(election_streams, election_store.clone()),
-    )
-    .applied_objects()
-    .predicate_filter(acted_on, PredicateConfig::default());
-
-    let controller = Controller::for_stream(election_events, election_store.clone());
-    let mapper_store = election_store.clone();
-    let mapper_indexes = indexes.clone();
-    let controller = controller
-        .watches_stream(pod_events, move |pod: Pod| {
-            crate::cache::views::elections_of_pod(&mapper_indexes, &mapper_store, &pod)
-                .into_iter()
-                .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
-                .collect::<Vec<_>>()
-        })
-        .reconcile_on(
-            UnboundedReceiverStream::new(changes_rx)
-                .map(|k| ObjectRef::new(&k.name).within(&k.namespace)),
-        )
-        .reconcile_all_on(UnboundedReceiverStream::new(all_rx))
-        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-        .graceful_shutdown_on(shutdown);
-
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: settings.field_manager.clone(),
-            instance: Some(settings.instance.clone()),
-        },
-    );
-    let (caches_tx, caches_ready) = watch::channel(false);
-    let (elections_tx, mut elections_ready) = watch::channel(false);
-    let ctx = Arc::new(Context {
-        client,
-        consul,
-        sessions,
-        locks,
-        caches: Caches {
-            pods: pod_store.clone(),
-            elections: election_store.clone(),
-            index: indexes,
-            validated: crate::cache::validated::Validated::default(),
-            owner_selectors: crate::cache::owner_selectors::OwnerSelectors::default(),
-            written: crate::cache::written::Memory::new(Timestamp::now()),
-        },
-        recorder,
-        metrics,
-        health: health.clone(),
-        settings,
-        wake,
-        caches_ready,
-        changes: changes_tx,
-        may_write,
-        event_budget: Mutex::new(TokenBucket::new(EVENT_RATE, tokio::time::Instant::now())),
-    });
-
-    let readiness = {
-        let health = health.clone();
-        async move {
-            let elections = async {
-                let ready = election_store.wait_until_ready().await.is_ok();
-                health.set_ready("leaderelections-cache", ready);
-                elections_tx.send_replace(ready);
-                ready
-            };
-            let pods = async {
-                let ready = pod_store.wait_until_ready().await.is_ok();
-                health.set_ready("pods-cache", ready);
-                ready
-            };
-            if future::join(elections, pods).await == (true, true) {
-                caches_tx.send_replace(true);
-            }
-            // Keep the senders: reconciles wait on them until the controller stops.
-            let _keep = elections_tx;
-            future::pending::<()>().await;
-        }
-    };
-    {
-        // Weak: dropping the context must stop every renewal (see the end of this function).
-        let weak = Arc::downgrade(&ctx);
-        health.watch_loop(
-            "the session renewer",
-            Arc::new(move |now| {
-                let ctx = weak.upgrade()?;
-                ctx.sessions.most_overdue(now).map(|(_, late)| late)
-            }),
-        );
-        let weak = Arc::downgrade(&ctx);
-        health.watch_loop(
-            "the lock watcher",
-            Arc::new(move |now| weak.upgrade()?.locks.most_overdue(now)),
-        );
-    }
-    let housekeeping = {
-        let ctx = ctx.clone();
-        async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(5));
-            loop {
-                tick.tick().await;
-                report_gauges(&ctx);
-                ctx.caches
-                    .written
-                    .prune(&ctx.caches.pods, &ctx.caches.elections);
-                let known = |key: &ElectionKey| {
-                    let reference = ObjectRef::new(&key.name).within(&key.namespace);
-                    ctx.caches.elections.get(&reference).is_some()
-                };
-                ctx.caches.validated.retain(known);
-                ctx.caches
-                    .owner_selectors
-                    .prune(tokio::time::Instant::now());
-            }
-        }
-    };
-    let checker = invariants::run(ctx.clone());
-    let takeover = {
-        let ctx = ctx.clone();
-        let mut lease_held = lease_held.clone();
-        async move {
-            let mut caches = ctx.caches_ready.clone();
-            // The sessions are adopted as soon as the elections are known (adoption reads
-            // the pod's UID from the status, and writes nothing in Kubernetes): with 30,000
-            // pods, waiting for the pod cache too would leave every session unrenewed for
-            // the seconds that list takes.
-            if lease_held.wait_for(|held| *held).await.is_ok() {
-                takeover::keep_alive(&ctx).await;
-            }
-            if lease_held.wait_for(|held| *held).await.is_ok()
-                && elections_ready.wait_for(|ready| *ready).await.is_ok()
-            {
-                takeover::warn_short_ttls(&ctx);
-                takeover::adopt_all(&ctx).await;
-            }
-            if lease_held.wait_for(|held| *held).await.is_ok()
-                && caches.wait_for(|ready| *ready).await.is_ok()
-            {
-                // Decide nothing on caches older than this moment (rule 8).
-                let caught_up = crate::cache::fresh::catch_up(
-                    &ctx.client,
-                    &ctx.settings.watch_namespaces,
-                    &ctx.caches,
-                )
-                .await;
-                tracing::info!(?caught_up, "caches as new as a fresh list: writing");
-                ctx.caches.written.start(Timestamp::now());
-                may_write_tx.send_replace(true);
-                ctx.metrics.set_active(true);
-                // The receiver lives as long as the controller.
-                let _ = all_tx.send(());
-            }
-            // Keep the sender: reconciles read it until the controller stops.
-            future::pending::<()>().await;
-        }
-    };
-    let run = controller
-        .run(reconcile, error_policy, ctx.clone())
-        .for_each(|result| {
-            if let Err(error) = result {
-                tracing::debug!(%error, "controller queue");
-            }
-            future::ready(())
-        });
-    let lost = tokio::select! {
-        () = run => None,
-        error = leadership.hold(&gate) => Some(error),
-        () = async { readiness.await; future::pending::<()>().await } => None,
-        () = housekeeping => None,
-        () = checker => None,
-        () = takeover => None,
-    };
-    ctx.metrics.set_active(false);
-    // The last handle on the context: dropping it stops every session renewal (and lock
-    // watch) before the Lease is released, so nothing of this replica's runs on next to the
-    // replica that takes over. The sessions themselves stay in Consul for it to adopt.
-    drop(ctx);
-    if let Some(error) = lost {
-        health.mark_stopped("lost the Lease");
-        return Err(error);
-    }
-    if *lease_held.borrow() {
-        leadership.release().await;
-    }
-    gate.close();
-    health.mark_stopped("controller stopped");
-    Ok(())
-}
-
-/// Every phase, so that phases with no election report 0 rather than a stale count.
-const PHASES: [Phase; 8] = [
-    Phase::Pending,
-    Phase::Electing,
-    Phase::Elected,
-    Phase::Fenced,
-    Phase::Observing,
-    Phase::Conflict,
-    Phase::Invalid,
-    Phase::Paused,
-];
-
-/// The phase as a metric label (lower case, like every label value).
-fn phase_name(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Pending => "pending",
-        Phase::Electing => "electing",
-        Phase::Elected => "elected",
-        Phase::Fenced => "fenced",
-        Phase::Observing => "observing",
-        Phase::Conflict => "conflict",
-        Phase::Invalid => "invalid",
-        Phase::Paused => "paused",
-    }
-}
-
-/// Why `le` has no leader ([`metrics::without_leader_reason`]), or `None` when it has one or
-/// when its own phase says why nobody leads (Invalid, Conflict).
-fn without_leader(le: &LeaderElection) -> Option<&'static str> {
-    let status = le.status.as_ref();
-    if matches!(
-        status.and_then(|s| s.phase),
-        Some(Phase::Invalid | Phase::Conflict)
-    ) {
-        return None;
-    }
-    let elected = status.and_then(|s| {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == crate::crd::conditions::LEADER_ELECTED)
-    });
-    match elected {
-        Some(c) if c.status == "True" => None,
-        Some(c) => Some(metrics::without_leader_reason(Some(&c.reason))),
-        None => Some(metrics::without_leader_reason(None)),
-    }
-}
-
-/// Updates the gauges that describe the whole operator: elections per phase and without a
-/// leader by reason, sessions held.
-fn report_gauges(ctx: &Context) {
-    let elections = ctx.caches.elections.state();
-    let gauge = |count: usize| i64::try_from(count).unwrap_or(i64::MAX);
-    for phase in PHASES {
-        let count = elections
-            .iter()
-            .filter(|le| le.status.as_ref().and_then(|s| s.phase) == Some(phase))
-            .count();
-        ctx.metrics.set_phase_count(phase_name(phase), gauge(count));
-    }
-    let reasons: Vec<&'static str> = elections
-        .iter()
-        .filter_map(|le| without_leader(le.as_ref()))
-        .collect();
-    for reason in metrics::WITHOUT_LEADER_REASONS.into_iter().chain(["other"]) {
-        let count = reasons.iter().filter(|r| **r == reason).count();
-        ctx.metrics.set_without_leader(reason, gauge(count));
-    }
-    ctx.metrics
-        .set_sessions(i64::try_from(ctx.sessions.len()).unwrap_or(i64::MAX));
-}
-
 /// Reconciles one election (finalizer first: cleanup on deletion).
-async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub(crate) async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Result<Action, Error> {
     if !*ctx.may_write.borrow() {
         // A standby (or a replica still adopting): the takeover reconciles every election.
         return Ok(Action::await_change());
@@ -526,7 +95,7 @@ async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Result<Action,
 }
 
 /// A failed reconcile is retried soon; its error was already counted by the reconcile timer.
-fn error_policy(le: Arc<LeaderElection>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub(crate) fn error_policy(le: Arc<LeaderElection>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::warn!(
         election = %format!("{}/{}", le.namespace().unwrap_or_default(), le.name_any()),
         category = error.category(),
@@ -742,60 +311,4 @@ async fn refuse(
     Ok(Action::requeue(
         recheck.map_or(INVALID_REQUEUE, |d| d.min(INVALID_REQUEUE)),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn election(status: serde_json::Value) -> LeaderElection {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "elector.dev/v1alpha1",
-            "kind": "LeaderElection",
-            "metadata": {"name": "web", "namespace": "shop"},
-            "spec": {"selector": {"matchLabels": {"app": "web"}}},
-            "status": status,
-        }))
-        .expect("a LeaderElection")
-    }
-
-    fn elected(status: &str, reason: &str, phase: &str) -> LeaderElection {
-        election(serde_json::json!({
-            "phase": phase,
-            "conditions": [{
-                "type": "LeaderElected", "status": status, "reason": reason, "message": "",
-                "lastTransitionTime": "2026-01-01T00:00:00Z",
-            }],
-        }))
-    }
-
-    #[test]
-    fn elections_without_a_leader_are_counted_by_the_condition_reason() {
-        assert_eq!(without_leader(&elected("True", "Elected", "Elected")), None);
-        assert_eq!(
-            without_leader(&elected("False", "NoCandidates", "Pending")),
-            Some("no_candidates")
-        );
-        assert_eq!(
-            without_leader(&elected("False", "LockHeldElsewhere", "Pending")),
-            Some("lock_held_elsewhere")
-        );
-        assert_eq!(
-            without_leader(&elected("False", "Electing", "Electing")),
-            Some("electing")
-        );
-        assert_eq!(
-            without_leader(&election(serde_json::json!({}))),
-            Some("not_reconciled")
-        );
-        // Their own phase (and alert) says why nobody leads.
-        assert_eq!(
-            without_leader(&elected("False", "InvalidSpec", "Invalid")),
-            None
-        );
-        assert_eq!(
-            without_leader(&elected("False", "Conflict", "Conflict")),
-            None
-        );
-    }
 }

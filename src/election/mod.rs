@@ -6,6 +6,7 @@ pub mod applied;
 pub mod cleanup_deadline;
 pub mod config;
 pub mod conflict;
+pub mod consul_policy;
 pub mod eligibility;
 pub mod invariants;
 pub mod observe;

@@ -7,7 +7,7 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::observe::{SwitchoverOutcome, SwitchoverRecord};
+use super::observe::{LeaderRecord, Recorded, SwitchoverOutcome, SwitchoverRecord};
 use super::plan::{self, ConditionState, Plan};
 use super::planner::LEADER_ELECTED;
 use crate::crd::conditions::{self, EXCLUSIVE, SPEC_VALID, STATUS_WRITTEN};
@@ -260,6 +260,22 @@ pub fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     s[..end].to_owned()
+}
+
+/// What the election's status recorded.
+pub fn recorded(status: &LeaderElectionStatus) -> Recorded {
+    Recorded {
+        leader: status.leader_or_last().map(|l| LeaderRecord {
+            pod: l.pod.clone(),
+            uid: l.uid.clone(),
+            pod_ip: l.pod_ip.clone(),
+            since: l.since,
+            session_id: l.session_id.clone(),
+        }),
+        fencing_token: status.fencing_token,
+        transitions: status.transitions,
+        last_switchover: status.last_switchover.as_ref().map(switchover_record),
+    }
 }
 
 #[cfg(test)]

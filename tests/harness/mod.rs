@@ -27,13 +27,14 @@ use kube::runtime::watcher;
 use testkit::pods::wait_for;
 
 use consul_elector::consul::{ConsulAddress, ConsulClient, ConsulSettings};
-use consul_elector::controller::KubeClients;
 use consul_elector::controller::{self, Settings};
 use consul_elector::crd::LeaderElection;
 use consul_elector::election::config::Owner;
 use consul_elector::http::Health;
 use consul_elector::leadership::{LeadershipError, LeaseSettings, WallClock};
 use consul_elector::metrics::Metrics;
+use consul_elector::operator;
+use consul_elector::operator::KubeClients;
 use consul_elector::write_gate::{self, WriteGate};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::rbac::v1::{
@@ -402,7 +403,7 @@ impl Harness {
         }
     }
 
-    /// Runs `controller::run` in a task with the harness' settings.
+    /// Runs `operator::run` in a task with the harness' settings.
     fn spawn(
         &self,
         faults: &KubeFaults,
@@ -458,7 +459,7 @@ impl Harness {
             },
             consul_cleanup_bound: self.consul_cleanup_bound,
         };
-        let task = tokio::spawn(controller::run(
+        let task = tokio::spawn(operator::run(
             self.kube_clients(faults),
             consul,
             settings,

@@ -27,10 +27,10 @@ use std::time::Instant;
 use futures::StreamExt;
 use kube::runtime::reflector::ObjectRef;
 
-use super::consul_access;
-use super::context::Context;
 use crate::cache::keys::election_key;
 use crate::consul::{ConsulAddress, ConsulClient, QueryOptions, SessionEntry, TokenIdentity};
+use crate::controller::Context;
+use crate::controller::consul_access;
 use crate::crd::LeaderElection;
 use crate::election::config::{ElectionKey, Mode, Owner};
 use crate::sessions::{Found, SESSION_NAME_PREFIX, adoptable_pod};
@@ -60,7 +60,7 @@ pub fn warn_short_ttls(ctx: &Context) {
         if config.mode != Mode::Managed {
             continue;
         }
-        let timing = super::status::lease_timing(&ctx.settings.lease, &config);
+        let timing = crate::controller::status::lease_timing(&ctx.settings.lease, &config);
         if !timing.status {
             tracing::warn!(
                 election = %format!("{}/{}", le.metadata.namespace.as_deref().unwrap_or_default(), le.metadata.name.as_deref().unwrap_or_default()),

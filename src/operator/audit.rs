@@ -13,10 +13,9 @@ use std::time::Duration;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType};
 
-use super::act;
-use super::context::Context;
 use crate::cache::keys::election_key;
 use crate::cache::views as observe;
+use crate::controller::Context;
 use crate::crd::{LeaderElection, Phase};
 use crate::election::config::ElectionKey;
 use crate::election::invariants::{Disagreement, Snapshot, disagreements};
@@ -109,7 +108,7 @@ fn check(
         let pods = observe::views(&observe::pods_of(&ctx.caches, &le), &config);
         let lock = ctx.locks.lock(&key);
         let session = ctx.sessions.view(&key);
-        let recorded = act::recorded(&ctx.caches.written.current_status(&le));
+        let recorded = crate::election::report::recorded(&ctx.caches.written.current_status(&le));
         let snapshot = Snapshot {
             mode: config.mode,
             leader_value: &config.labels.leader,
