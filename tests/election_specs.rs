@@ -584,6 +584,57 @@ async fn selector_changes_unlabel_leavers_label_newcomers_and_replace_a_leaving_
     .await;
 }
 
+/// Three elections over the same pods: `other-key` (another label key) owns the annotations
+/// of every pod, `older` and `younger` write the default key, and `younger` yields to
+/// `older`. The labels `older` writes carry `other-key`'s annotations, so the pods alone do not
+/// say which of the two wrote them: the yielding one must leave them to the one that acts
+/// (before, it took them off and `older` wrote them again, without end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_yielding_election_leaves_the_labels_of_the_one_that_acts_on_pods_a_third_one_owns() {
+    with_namespace("sp-three", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        h.election(
+            "other-key",
+            json!({
+                "selector": {"matchLabels": {"app": "web"}},
+                "labels": {"key": OTHER_ROLE},
+            }),
+        )
+        .await;
+        h.wait_pods(SOON, "other-key labels and owns every pod", |pods| {
+            pods.len() == 3
+                && pods.values().all(|v| {
+                    v.labels.contains_key(OTHER_ROLE)
+                        && v.annotations.get(ELECTION_ANNOTATION).map(String::as_str)
+                            == Some("other-key")
+                })
+        })
+        .await;
+        h.election("older", web()).await;
+        let older = h.wait_elected("older", None).await;
+        h.wait_pods(SOON, "older labels every pod", |pods| {
+            pods.values().all(|v| v.labels.contains_key(ROLE))
+        })
+        .await;
+
+        h.election("younger", web()).await;
+        h.wait_status("younger", |le| phase(le).as_deref() == Some("Conflict"))
+            .await;
+        quiet(&h, Duration::from_secs(3)).await;
+        let p = older.pod.clone();
+        h.wait_pods(SOON, "older's labels stay", |pods| {
+            with_role(pods, "leader") == vec![p.clone()] && with_role(pods, "follower").len() == 2
+        })
+        .await;
+        assert_eq!(h.wait_elected("older", None).await, older);
+        assert!(!ever_labelled_by(&h, "younger"));
+        h.finish().await;
+    })
+    .await;
+}
+
 /// An election `older` whose selector (`tier=shared`) matches no pod yet, and an election
 /// `younger` over the web pods that elected a leader: no conflict until a pod gets the tier.
 async fn older_idle_and_younger_leading(

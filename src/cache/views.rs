@@ -14,7 +14,7 @@ use super::caches::Caches;
 use super::index::{Indexes, Term};
 use crate::crd::{LeaderElection, selector_matches};
 use crate::election::config::{ElectionConfig, ElectionKey};
-use crate::election::conflict::{Claim, yielding_to_me, yields_to};
+use crate::election::conflict::{self, Claim, Writer, yielding_to_me, yields_to};
 use crate::election::observe::PodView;
 use crate::k8s;
 
@@ -233,18 +233,20 @@ pub fn yielding_leader(
     let namespace = le.namespace()?;
     yielding_to_me(&me, &claims).into_iter().find_map(|claim| {
         let (_, election) = others.iter().find(|(c, _)| c.name == claim.name)?;
-        let leading = [
-            Term::Owner(claim.name.clone()),
-            Term::Label(
-                config.labels.key.clone(),
-                election.spec.labels.leader.clone(),
-            ),
-        ];
+        let leading = [Term::Label(
+            config.labels.key.clone(),
+            election.spec.labels.leader.clone(),
+        )];
         let pod = caches
             .index
             .pods_under_all(&namespace, &leading)
             .into_iter()
-            .next()?;
+            .find(|name| {
+                caches
+                    .pods
+                    .get(&ObjectRef::new(name).within(&namespace))
+                    .is_some_and(|pod| labelled_by(caches, election, &pod))
+            })?;
         Some((pod, claim.name.clone()))
     })
 }
@@ -291,8 +293,10 @@ pub fn led_by_another(caches: &Caches, me: &str, key: &str, pod: &Pod) -> bool {
         })
 }
 
-/// Whether `le` labelled `pod`: the annotation names it, or the pod carries its label key
-/// (with its leader or follower value) while the annotation names no election using that key.
+/// Whether `le` labelled `pod` ([`conflict::labelled_by`]): the annotation names it; or the
+/// pod carries its label key (with its leader or follower value), no other live election
+/// writing that key owns the annotation, and `le` is the oldest of the live elections writing
+/// that key that select the pod (or none selects it).
 pub fn labelled_by(caches: &Caches, le: &LeaderElection, pod: &Pod) -> bool {
     let me = le.metadata.name.as_deref().unwrap_or_default();
     if k8s::labelled_by(pod) == Some(me) {
@@ -303,5 +307,39 @@ pub fn labelled_by(caches: &Caches, le: &LeaderElection, pod: &Pod) -> bool {
     if value != Some(&labels.leader) && value != Some(&labels.follower) {
         return false;
     }
-    foreign_owner(caches, me, pod).is_none_or(|owner| owner.spec.labels.key != labels.key)
+    let same_key_owner =
+        foreign_owner(caches, me, pod).is_some_and(|owner| owner.spec.labels.key == labels.key);
+    let selecting = selecting_under(caches, &labels.key, pod);
+    conflict::labelled_by(me, false, same_key_owner, &selecting, true)
+}
+
+/// The live elections of the pod's namespace with a valid spec writing `key` that select it.
+fn selecting_under(caches: &Caches, key: &str, pod: &Pod) -> Vec<Writer> {
+    let Some(namespace) = pod.namespace() else {
+        return Vec::new();
+    };
+    let labels = k8s::labels_of(pod);
+    caches
+        .index
+        .elections_for_labels(&namespace, labels)
+        .into_iter()
+        .filter_map(|name| {
+            let le = caches
+                .elections
+                .get(&ObjectRef::new(&name).within(&namespace))?;
+            let config = caches
+                .validated
+                .of(&election_key_of(&namespace, &name), &le)
+                .ok()?;
+            let selects = le.metadata.deletion_timestamp.is_none()
+                && config.labels.key == key
+                && selector_matches(&le.spec.selector, labels);
+            selects.then(|| {
+                Some(Writer {
+                    name,
+                    created_at: le.metadata.creation_timestamp.as_ref()?.0,
+                })
+            })?
+        })
+        .collect()
 }

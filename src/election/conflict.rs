@@ -56,6 +56,48 @@ pub fn yielding_to_me<'a>(me: &Claim, others: &'a [Claim]) -> Vec<&'a Claim> {
         .collect()
 }
 
+/// An election that may have written a label, for [`labelled_by`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Writer {
+    /// Election name.
+    pub name: String,
+    /// Creation time of the election.
+    pub created_at: Timestamp,
+}
+
+/// Whether the election `me` counts as the writer of the label under its key on a pod. The
+/// pod names one election in its annotations (`elector.dev/election`), and a pod shared by
+/// elections with different label keys names only one of them, so the annotations alone
+/// cannot say which of two elections writing the same key labelled it:
+/// - `owned_by_me`: the annotations name `me`: yes;
+/// - `same_key_owner`: another live election writing `me`'s key owns the annotations: the
+///   label is that one's;
+/// - `selecting`: the live elections writing `me`'s key that select the pod (`me` among them
+///   if it does): the conflict rules let only the oldest of them act on the pod, so the label
+///   is the oldest one's, and an election that yields or is deleted never takes off a label
+///   of the one that acts (nor does the one that acts take its labels for another's);
+/// - nobody live selects it: any election writing the key that finds it there
+///   (`carries`) counts, so that a label left on a pod no election selects any more is
+///   taken off.
+pub fn labelled_by(
+    me: &str,
+    owned_by_me: bool,
+    same_key_owner: bool,
+    selecting: &[Writer],
+    carries: bool,
+) -> bool {
+    if owned_by_me {
+        return true;
+    }
+    if same_key_owner || !carries {
+        return false;
+    }
+    selecting
+        .iter()
+        .min_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)))
+        .is_none_or(|oldest| oldest.name == me)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,5 +167,41 @@ mod tests {
         let all = [a.clone(), b.clone()];
         assert_eq!(yields_to(&b, &all).map(|c| c.name.as_str()), Some("a"));
         assert_eq!(yields_to(&a, &all), None);
+    }
+    fn writer(name: &str, secs: i64) -> Writer {
+        Writer {
+            name: name.into(),
+            created_at: Timestamp::from_second(secs).expect("valid"),
+        }
+    }
+
+    #[test]
+    fn a_label_is_the_owners_then_the_oldest_selecting_elections() {
+        let both = [writer("young", 20), writer("old", 10)];
+        // The annotations name it.
+        assert!(labelled_by("young", true, false, &both, true));
+        // Another election writing the same key owns the annotations.
+        assert!(!labelled_by("young", false, true, &[], true));
+        // Annotations of an election with another key (or none): the oldest selecting one's.
+        assert!(labelled_by("old", false, false, &both, true));
+        assert!(!labelled_by("young", false, false, &both, true));
+        // A pod that only the younger one selects now: its label.
+        assert!(labelled_by("young", false, false, &both[..1], true));
+        assert!(!labelled_by("old", false, false, &both[..1], true));
+        // Nobody selects it: anyone writing the key may take it off.
+        assert!(labelled_by("young", false, false, &[], true));
+        assert!(labelled_by("old", false, false, &[], true));
+        // Without the key's label there is nothing to take.
+        assert!(!labelled_by("old", false, false, &both, false));
+    }
+
+    #[test]
+    fn the_writer_of_a_label_does_not_depend_on_the_order_of_the_elections() {
+        let tie = [writer("b", 10), writer("a", 10)];
+        let reversed = [writer("a", 10), writer("b", 10)];
+        for selecting in [&tie, &reversed] {
+            assert!(labelled_by("a", false, false, selecting, true));
+            assert!(!labelled_by("b", false, false, selecting, true));
+        }
     }
 }

@@ -4,6 +4,7 @@
 mod model;
 mod support;
 
+mod conflicts;
 mod fencing_causes;
 mod installs;
 mod invariants;
