@@ -15,7 +15,7 @@
 //! here it is the planner's outline in rule 1's order (demote, then label one Ready selected
 //! pod leader, keeping the one that leads, then followers), executed with the real sharing
 //! decision. The oracle, after every patch the operator makes: no patch makes a second pod
-//! carry the leader label in the selection of a live election that conflicts with the writer
+//! carry the leader label in the selection of an election (one being deleted too) that conflicts with the writer
 //! (or is the writer): a Service selecting that election's pods and leader label would reach
 //! both.
 //!
@@ -480,11 +480,11 @@ impl World {
         if ok { Ok(()) } else { Err(Stopped) }
     }
 
-    /// Leader labels within the selection of each live election, under its key.
+    /// Leader labels within the selection of each election (one being deleted too: its
+    /// Service may still be there), under its key.
     fn leader_counts(&self) -> BTreeMap<&'static str, usize> {
         self.elections
             .iter()
-            .filter(|(_, e)| !e.deleting)
             .map(|(name, e)| {
                 let count = e
                     .selects
@@ -496,9 +496,9 @@ impl World {
             .collect()
     }
 
-    /// Whether the live elections `a` and `b` claim a pod under one key.
+    /// Whether the elections `a` and `b` claim a pod under one key.
     fn conflicting(&self, a: &str, b: &str) -> bool {
-        match (self.live(a), self.live(b)) {
+        match (self.elections.get(a), self.elections.get(b)) {
             (Some(x), Some(y)) => {
                 x.key == y.key && x.selects.intersection(&y.selects).next().is_some()
             }
