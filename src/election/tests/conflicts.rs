@@ -15,9 +15,9 @@
 //! here it is the planner's outline in rule 1's order (demote, then label one Ready selected
 //! pod leader, keeping the one that leads, then followers), executed with the real sharing
 //! decision. The oracle, after every patch the operator makes: no patch makes a second pod
-//! carry the leader label in the selection of an election (one being deleted too) that conflicts with the writer
-//! (or is the writer): a Service selecting that election's pods and leader label would reach
-//! both.
+//! carry the leader label in the selection of an election (one being deleted too) that
+//! conflicts with the writer (or is the writer): a Service selecting that election's pods and
+//! leader label would reach both.
 //!
 //! At the end the world quiesces: reconciles of every election must reach a fixed point
 //! (nothing written in a whole pass: two elections must not undo each other's patches), where
