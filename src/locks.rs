@@ -227,6 +227,17 @@ fn view_of(entry: Option<&KvPair>) -> LockView {
     }
 }
 
+/// [`apply_entries`] on the entries of `list`.
+#[cfg(test)]
+fn apply_answer(
+    cache: &mut HashMap<String, Slot>,
+    list: &KvList,
+    index: u64,
+    change: IndexChange,
+) -> Result<HashSet<String>, ConsulError> {
+    apply_entries(cache, list, &list.entries()?, index, change)
+}
+
 /// Turns `cache` (the previous answer, with the direct reads since) into the cache after a
 /// group answer read at `index`: the answer's entries, plus the slots of direct reads newer
 /// than the answer. When the index went backwards (Consul's data was replaced, for example
@@ -237,16 +248,23 @@ fn view_of(entry: Option<&KvPair>) -> LockView {
 /// whose `ModifyIndex` (Consul bumps it on every write of the key) and holder match the
 /// cached one keeps its slot, undecoded and unallocated. A value that is not base64 fails
 /// the whole answer, as a body that is not a list of entries does.
-fn apply_answer(
+///
+/// `entries` are those of `list`, parsed by the caller before it takes the watcher's lock: at
+/// 2,000 keys a parse takes long enough to hold up every reconcile that reads a view.
+fn apply_entries(
     cache: &mut HashMap<String, Slot>,
     list: &KvList,
+    entries: &[KvEntry<'_>],
     index: u64,
     change: IndexChange,
 ) -> Result<HashSet<String>, ConsulError> {
-    let entries = list.entries()?;
     let keep_newer = change != IndexChange::Reset;
-    let unchanged = |entry: &KvEntry<'_>| {
-        cache.get(entry.key.as_ref()).is_some_and(|slot| {
+    // How many of the cached keys the answer names (Consul's keys are unique in an answer).
+    let mut cached_and_named = 0;
+    let mut unchanged = |entry: &KvEntry<'_>| {
+        let slot = cache.get(entry.key.as_ref());
+        cached_and_named += usize::from(slot.is_some());
+        slot.is_some_and(|slot| {
             (keep_newer && slot.index > index)
                 || slot.entry.as_ref().is_some_and(|cached| {
                     cached.modify_index == entry.modify_index
@@ -262,15 +280,20 @@ fn apply_answer(
         .filter(|entry| !unchanged(entry))
         .map(|entry| entry.decode(list))
         .collect::<Result<_, _>>()?;
-    let seen: HashSet<&str> = entries.iter().map(|entry| entry.key.as_ref()).collect();
     let mut changed = HashSet::new();
-    cache.retain(|key, slot| {
-        let keep = seen.contains(key.as_str()) || (keep_newer && slot.index > index);
-        if !keep && fingerprint(Some(slot)).is_some() {
-            changed.insert(key.clone());
-        }
-        keep
-    });
+    if cached_and_named != cache.len() {
+        // Some cached key is missing from the answer: it went (unless a direct read newer
+        // than the answer still has it). The usual answer names every cached key and skips
+        // this pass.
+        let seen: HashSet<&str> = entries.iter().map(|entry| entry.key.as_ref()).collect();
+        cache.retain(|key, slot| {
+            let keep = seen.contains(key.as_str()) || (keep_newer && slot.index > index);
+            if !keep && fingerprint(Some(slot)).is_some() {
+                changed.insert(key.clone());
+            }
+            keep
+        });
+    }
     for entry in fresh {
         let key = entry.key.clone();
         let slot = Slot::present(entry);
@@ -868,6 +891,8 @@ impl GroupLink {
         change: IndexChange,
     ) -> Result<bool, ConsulError> {
         let arrived = Timestamp::now();
+        // Parsed before the lock is taken; an answer that does not parse changes nothing.
+        let entries = answer.value.entries()?;
         let mut failure = None;
         let alive = self.with_group(|group| {
             let had_cache = group.cache.is_some();
@@ -875,19 +900,24 @@ impl GroupLink {
                 Some(cache) => cache,
                 None => std::mem::take(&mut group.early),
             };
-            let changed_keys =
-                match apply_answer(&mut cache, &answer.value, answer.meta.index, change) {
-                    Ok(changed) => changed,
-                    Err(error) => {
-                        // The cache (or the early reads) stay as they were.
-                        match had_cache {
-                            true => group.cache = Some(cache),
-                            false => group.early = cache,
-                        }
-                        failure = Some(error);
-                        return Vec::new();
+            let changed_keys = match apply_entries(
+                &mut cache,
+                &answer.value,
+                &entries,
+                answer.meta.index,
+                change,
+            ) {
+                Ok(changed) => changed,
+                Err(error) => {
+                    // The cache (or the early reads) stay as they were.
+                    match had_cache {
+                        true => group.cache = Some(cache),
+                        false => group.early = cache,
                     }
-                };
+                    failure = Some(error);
+                    return Vec::new();
+                }
+            };
             group.read_at = Some(arrived);
             group.failing = false;
             let inherited = std::mem::take(&mut group.inherited);
@@ -900,6 +930,9 @@ impl GroupLink {
             let changed = match std::mem::take(&mut group.overdue) {
                 // Their views went unconfirmed meanwhile: each is confirmed (or not) again.
                 true => group.members.keys().cloned().collect(),
+                // Nothing changed, and every member's key was known: nobody to tell (without
+                // a look at each of the group's members).
+                false if had_cache && changed_keys.is_empty() && inherited.is_empty() => Vec::new(),
                 false => changed_members(&group.members, had_cache.then_some(&changed_keys), known),
             };
             group.cache = Some(cache);
@@ -1384,6 +1417,31 @@ mod tests {
         // An unchanged entry keeps its slot; a changed one is decoded anew.
         assert_eq!(after["same"], before["same"]);
         assert_eq!(fingerprint(after.get("held")), Some((4, Some("s2"))));
+    }
+
+    #[test]
+    fn a_key_replaced_by_another_in_an_answer_of_the_same_size_is_gone() {
+        let (mut cache, _) = next_cache_and_changes(
+            None,
+            answer(10, vec![pair("a", 10, None), pair("b", 10, None)]),
+            IndexChange::Advanced,
+        );
+        let (after, changed) = next_cache_and_changes(
+            Some(&cache),
+            answer(11, vec![pair("a", 10, None), pair("c", 11, None)]),
+            IndexChange::Advanced,
+        );
+        assert!(!after.contains_key("b"));
+        assert_eq!(changed, HashSet::from(["b".to_owned(), "c".to_owned()]));
+        // Every cached key named again, unchanged: nothing changes, nothing goes.
+        cache.clone_from(&after);
+        let (again, changed) = next_cache_and_changes(
+            Some(&cache),
+            answer(12, vec![pair("a", 10, None), pair("c", 11, None)]),
+            IndexChange::Advanced,
+        );
+        assert!(changed.is_empty());
+        assert_eq!(again, after);
     }
 
     #[test]

@@ -22,6 +22,16 @@ use consul_elector::uninstall;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read by jemalloc before `main` (this symbol overrides the library's
+/// weak `malloc_conf`; `_RJEM_MALLOC_CONF` in the environment still overrides each option at
+/// run time). Two arenas instead of four per core, freed pages returned after one second
+/// instead of ten, and by a background thread, so that an arena nobody allocates from any
+/// more still gives its pages back (BENCHMARKS.md, "Scale", 2026-11-27, afternoon).
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: Option<&'static std::ffi::c_char> =
+    // SAFETY: a pointer to the first byte of a NUL-terminated string literal, valid forever.
+    Some(unsafe { &*c"narenas:2,background_thread:true,dirty_decay_ms:1000".as_ptr() });
+
 fn main() -> ExitCode {
     // kube (ring) and the Consul client (rustls) both build TLS configurations from the
     // process-wide default provider; install exactly one before anything else.

@@ -27,6 +27,6 @@ pub struct Caches {
     /// The selector keys of the candidate pods' controllers.
     pub owner_selectors: OwnerSelectors,
     /// What this process wrote that the caches may not show yet, and what one decision passes
-    /// to the next.
-    pub written: Memory,
+    /// to the next (shared with the pod events' mapping to elections).
+    pub written: Arc<Memory>,
 }

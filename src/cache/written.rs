@@ -33,6 +33,15 @@ struct WrittenStatus {
     version: Option<u64>,
 }
 
+/// A pod as this process last patched it, and the election whose plan/act loop wrote it
+/// (`None`: a write that no further plan of its election took into account, such as a
+/// cleanup's).
+#[derive(Debug)]
+struct WrittenPod {
+    pod: Arc<Pod>,
+    by: Option<String>,
+}
+
 /// Everything remembered of one election.
 #[derive(Debug, Default)]
 struct Memo {
@@ -72,7 +81,7 @@ pub struct Memory {
     /// next reconcile often starts (woken by those very patches) before the pod watch has
     /// delivered them, and planning on the older versions would undo the patches (a leader
     /// that looks unlabelled is "re-elected", and rule 6 then raises its token).
-    pods_written: Mutex<HashMap<String, Arc<Pod>>>,
+    pods_written: Mutex<HashMap<String, WrittenPod>>,
     /// When this replica started deciding (became active): the Fence clock of a key it has
     /// never read runs from here (it cannot know a later confirmation).
     started_at: Mutex<Timestamp>,
@@ -228,11 +237,27 @@ impl Memory {
         })
     }
 
-    /// Records `pod` as this process just wrote it.
-    pub fn remember_pod(&self, pod: &Arc<Pod>) {
+    /// Records `pod` as this process just wrote it; `by` is the election (of the pod's
+    /// namespace) whose plan/act loop wrote it and plans again on the written version.
+    pub fn remember_pod(&self, pod: &Arc<Pod>, by: Option<&str>) {
         if let Some(uid) = pod.metadata.uid.clone() {
-            enter(&self.pods_written).insert(uid, pod.clone());
+            let written = WrittenPod {
+                pod: pod.clone(),
+                by: by.map(str::to_owned),
+            };
+            enter(&self.pods_written).insert(uid, written);
         }
+    }
+
+    /// The election whose own write produced exactly this version of `pod` (same UID, same
+    /// resourceVersion), while this process still remembers that write. That election
+    /// already planned on this version: its watch event tells it nothing new.
+    pub fn written_by(&self, pod: &Pod) -> Option<String> {
+        let uid = pod.metadata.uid.as_deref()?;
+        let map = enter(&self.pods_written);
+        let written = map.get(uid)?;
+        let same = version(&written.pod).is_some() && version(&written.pod) == version(pod);
+        same.then(|| written.by.clone()).flatten()
     }
 
     /// The newer of a cached pod and the version this process last wrote of it.
@@ -242,7 +267,7 @@ impl Memory {
         };
         let mut map = enter(&self.pods_written);
         match map.get(uid) {
-            Some(written) if version(written) > version(&cached) => written.clone(),
+            Some(written) if version(&written.pod) > version(&cached) => written.pod.clone(),
             Some(_) => {
                 // The cache has caught up.
                 map.remove(uid);
@@ -257,6 +282,7 @@ impl Memory {
     pub fn written_pods_in(&self, namespace: &str) -> Vec<String> {
         enter(&self.pods_written)
             .values()
+            .map(|written| &written.pod)
             .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
             .filter_map(|p| p.metadata.name.clone())
             .collect()
@@ -268,6 +294,7 @@ impl Memory {
     /// `elections` no longer has.
     pub fn prune(&self, pods: &Store<Pod>, elections: &Store<LeaderElection>) {
         enter(&self.pods_written).retain(|uid, written| {
+            let written = &written.pod;
             let (Some(namespace), Some(name)) = (
                 written.metadata.namespace.as_deref(),
                 written.metadata.name.as_deref(),
@@ -334,6 +361,29 @@ mod tests {
         // Reading creates nothing.
         assert_eq!(memory.refusal(&key("b")), None);
         assert!(enter(&memory.elections).is_empty());
+    }
+
+    fn pod(uid: &str, version: &str) -> Arc<Pod> {
+        let mut pod = Pod::default();
+        pod.metadata.namespace = Some("ns".into());
+        pod.metadata.name = Some("web-1".into());
+        pod.metadata.uid = Some(uid.into());
+        pod.metadata.resource_version = Some(version.into());
+        Arc::new(pod)
+    }
+
+    #[test]
+    fn a_pod_version_is_written_by_the_election_that_patched_it_and_only_that_version() {
+        let memory = Memory::new(Timestamp::UNIX_EPOCH);
+        memory.remember_pod(&pod("u1", "7"), Some("a"));
+        assert_eq!(memory.written_by(&pod("u1", "7")).as_deref(), Some("a"));
+        // Another version (someone wrote after us), another incarnation, or no version.
+        assert_eq!(memory.written_by(&pod("u1", "8")), None);
+        assert_eq!(memory.written_by(&pod("u2", "7")), None);
+        assert_eq!(memory.written_by(&pod("u1", "")), None);
+        // A write no plan took into account names nobody.
+        memory.remember_pod(&pod("u1", "9"), None);
+        assert_eq!(memory.written_by(&pod("u1", "9")), None);
     }
 
     #[test]

@@ -385,7 +385,10 @@ impl<'a> Round<'a> {
             .await
             .map_err(Error::kube("patch pod"))?;
         let patched = Arc::new(patched);
-        self.ctx.caches.written.remember_pod(&patched);
+        self.ctx
+            .caches
+            .written
+            .remember_pod(&patched, Some(&self.key.name));
         let selected = self.pods.get(name).is_some_and(|(_, s)| *s);
         self.pods.insert(name.to_owned(), (patched, selected));
         Ok(())
@@ -414,7 +417,10 @@ impl<'a> Round<'a> {
         .await
         .map_err(Error::kube("patch pod"))?;
         let patched = Arc::new(patched);
-        self.ctx.caches.written.remember_pod(&patched);
+        self.ctx
+            .caches
+            .written
+            .remember_pod(&patched, Some(&self.key.name));
         if matches!(role, PodRole::Follower)
             && self.pods.get(name).is_some_and(|(p, _)| {
                 p.labels().get(&self.config.labels.key) == Some(&self.config.labels.leader)

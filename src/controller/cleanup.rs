@@ -304,7 +304,8 @@ async fn unlabel(
     .await
     {
         Ok(patched) => {
-            ctx.caches.written.remember_pod(&Arc::new(patched));
+            // The cleanup does not plan again on the pod: its own event may wake it.
+            ctx.caches.written.remember_pod(&Arc::new(patched), None);
             Ok(())
         }
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
