@@ -197,10 +197,17 @@ pub async fn run(
     let controller = Controller::for_stream(election_events, election_store.clone());
     let mapper_store = election_store.clone();
     let mapper_indexes = indexes.clone();
+    let written = Arc::new(crate::cache::written::Memory::new(Timestamp::now()));
+    let mapper_written = written.clone();
     let controller = controller
         .watches_stream(pod_events, move |pod: Pod| {
+            // The election whose own patch this version is planned on it already: the event
+            // would only repeat that reconcile's last plan (at a cold start, one more
+            // reconcile per election and patched pod).
+            let writer = mapper_written.written_by(&pod);
             crate::cache::views::elections_of_pod(&mapper_indexes, &mapper_store, &pod)
                 .into_iter()
+                .filter(|(_, name)| writer.as_ref() != Some(name))
                 .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
                 .collect::<Vec<_>>()
         })
@@ -232,7 +239,7 @@ pub async fn run(
             index: indexes,
             validated: crate::cache::validated::Validated::default(),
             owner_selectors: crate::cache::owner_selectors::OwnerSelectors::default(),
-            written: crate::cache::written::Memory::new(Timestamp::now()),
+            written,
         },
         recorder,
         metrics,

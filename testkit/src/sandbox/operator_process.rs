@@ -27,6 +27,22 @@ pub(crate) const LOG_FILTER_ENV: &str = "SANDBOX_OPERATOR_LOG";
 /// statistics the benchmark driver reports are then those of the wrapper, not the operator.
 pub(crate) const WRAPPER_ENV: &str = "SANDBOX_OPERATOR_WRAPPER";
 
+/// Whether `name` is one of the variables cargo sets for the binary it runs (not one a user
+/// sets for a build, such as `CARGO_TARGET_DIR` or `CARGO_HOME`).
+fn is_package_variable(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_RUSTC_CURRENT_DIR"
+        )
+}
+
 /// A built operator executable.
 #[derive(Debug, Clone)]
 pub(crate) struct OperatorBinary {
@@ -44,7 +60,17 @@ impl OperatorBinary {
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .unwrap_or(Path::new(env!("CARGO_MANIFEST_DIR")));
-        let mut child = Command::new(&cargo)
+        let mut command = Command::new(&cargo);
+        // `cargo run` hands the running binary its package's variables (`CARGO_PKG_*`,
+        // `CARGO_MANIFEST_DIR`, ...). Passed on to this build they differ from a plain
+        // `cargo build`'s, and build scripts that watch them (ring's) run again: the TLS stack
+        // was rebuilt on every switch between the two, minutes each time.
+        for (name, _) in std::env::vars_os() {
+            if name.to_str().is_some_and(is_package_variable) {
+                command.env_remove(&name);
+            }
+        }
+        let mut child = command
             .args([
                 "build",
                 "-p",
@@ -303,6 +329,27 @@ fn free_loopback_addr() -> Result<SocketAddr, SandboxError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_operator_build_drops_what_cargo_run_set_and_keeps_what_users_set() {
+        for dropped in [
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_BIN_NAME",
+        ] {
+            assert!(is_package_variable(dropped), "{dropped}");
+        }
+        for kept in [
+            "CARGO_TARGET_DIR",
+            "CARGO_HOME",
+            "CARGO",
+            "RUSTFLAGS",
+            "CARGO_PROFILE_RELEASE_LTO",
+        ] {
+            assert!(!is_package_variable(kept), "{kept}");
+        }
+    }
 
     #[test]
     fn the_operator_binary_is_found_in_cargo_messages() {
