@@ -16,32 +16,39 @@
 //! Between `Init` and `InitDone` the index may still name objects that are gone; readers
 //! resolve every name through the store and skip what it no longer has.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::k8s::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::runtime::watcher;
 
 use crate::crd::LeaderElection;
 use crate::k8s;
 
+/// A string an index holds once, however many entries name it: a namespace, an object's
+/// name, a label key or value. At 10,000 elections the index holds about a hundred thousand
+/// of them; shared, each costs a pointer per use instead of a copy.
+pub type Shared = Arc<str>;
+
 /// What an object is filed under (always within its namespace).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Term {
     /// A label `key=value` (of a pod), or a label a selector requires (of an election).
-    Label(String, String),
+    Label(Shared, Shared),
     /// A pod whose `elector.dev/election` annotation names this election.
-    Owner(String),
+    Owner(Shared),
     /// A label `key=value` of a pod without that annotation (a pod shared by elections with
     /// different label keys, whose owner gave the annotation up, or a pod nobody labelled).
-    UnownedLabel(String, String),
+    UnownedLabel(Shared, Shared),
     /// An election whose selector has no `matchLabels`.
     Unindexed,
     /// An election writing this label key.
-    UsesKey(String),
+    UsesKey(Shared),
     /// An election labelling its leader `key=value`.
-    Leads(String, String),
+    Leads(Shared, Shared),
 }
 
 impl Term {
@@ -57,14 +64,14 @@ fn pod_terms(pod: &Pod) -> Vec<Term> {
     let labels = k8s::labels_of(pod);
     let mut terms: Vec<Term> = labels
         .iter()
-        .map(|(k, v)| Term::Label(k.clone(), v.clone()))
+        .map(|(k, v)| Term::Label(k.as_str().into(), v.as_str().into()))
         .collect();
     match k8s::labelled_by(pod) {
-        Some(owner) => terms.push(Term::Owner(owner.to_owned())),
+        Some(owner) => terms.push(Term::Owner(owner.into())),
         None => terms.extend(
             labels
                 .iter()
-                .map(|(k, v)| Term::UnownedLabel(k.clone(), v.clone())),
+                .map(|(k, v)| Term::UnownedLabel(k.as_str().into(), v.as_str().into())),
         ),
     }
     terms
@@ -75,19 +82,120 @@ fn election_terms(le: &LeaderElection) -> Vec<Term> {
     let labels = &le.spec.selector.match_labels;
     let mut terms: Vec<Term> = labels
         .iter()
-        .map(|(k, v)| Term::Label(k.clone(), v.clone()))
+        .map(|(k, v)| Term::Label(k.as_str().into(), v.as_str().into()))
         .collect();
     if terms.is_empty() {
         terms.push(Term::Unindexed);
     }
     let labels = &le.spec.labels;
-    terms.push(Term::UsesKey(labels.key.clone()));
-    terms.push(Term::Leads(labels.key.clone(), labels.leader.clone()));
+    let key: Shared = labels.key.as_str().into();
+    terms.push(Term::UsesKey(key.clone()));
+    terms.push(Term::Leads(key, labels.leader.as_str().into()));
     terms
 }
 
 /// Namespace and name of an object.
-type Id = (String, String);
+type Id = (Shared, Shared);
+
+/// How many names a term keeps in a sorted vector before it moves them into a B-tree.
+const FEW_NAMES: usize = 16;
+
+/// The names filed under one term, in order. Most terms name the few pods of one election
+/// (its own label value, its owner annotation), for which a B-tree's smallest node would be
+/// several times the names themselves; a term shared by a whole namespace (a role label's
+/// value) grows into a B-tree, where filing a name does not shift thousands of others.
+#[derive(Debug)]
+enum Names {
+    /// At most [`FEW_NAMES`], sorted.
+    Few(Vec<Shared>),
+    /// More than [`FEW_NAMES`] at some point.
+    Many(BTreeSet<Shared>),
+}
+
+impl Default for Names {
+    fn default() -> Self {
+        Names::Few(Vec::new())
+    }
+}
+
+impl Names {
+    /// Files `name`; `false` when it was there.
+    fn insert(&mut self, name: Shared) -> bool {
+        match self {
+            Names::Few(names) => match names.binary_search(&name) {
+                Ok(_) => false,
+                Err(at) if names.len() < FEW_NAMES => {
+                    names.insert(at, name);
+                    true
+                }
+                Err(_) => {
+                    let mut many: BTreeSet<Shared> = names.drain(..).collect();
+                    many.insert(name);
+                    *self = Names::Many(many);
+                    true
+                }
+            },
+            Names::Many(names) => names.insert(name),
+        }
+    }
+
+    /// Unfiles `name`; `false` when it was not there.
+    fn remove(&mut self, name: &str) -> bool {
+        match self {
+            Names::Few(names) => match names.binary_search_by(|n| (**n).cmp(name)) {
+                Ok(at) => {
+                    names.remove(at);
+                    true
+                }
+                Err(_) => false,
+            },
+            Names::Many(names) => names.remove(name),
+        }
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        match self {
+            Names::Few(names) => names.binary_search_by(|n| (**n).cmp(name)).is_ok(),
+            Names::Many(names) => names.contains(name),
+        }
+    }
+
+    /// The name as filed (to share it), if it is.
+    fn get(&self, name: &str) -> Option<&Shared> {
+        match self {
+            Names::Few(names) => names
+                .binary_search_by(|n| (**n).cmp(name))
+                .ok()
+                .map(|at| &names[at]),
+            Names::Many(names) => names.get(name),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Names::Few(names) => names.len(),
+            Names::Many(names) => names.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The names, in order.
+    fn iter(&self) -> impl Iterator<Item = &Shared> {
+        let (few, many) = match self {
+            Names::Few(names) => (Some(names.iter()), None),
+            Names::Many(names) => (None, Some(names.iter())),
+        };
+        few.into_iter().flatten().chain(many.into_iter().flatten())
+    }
+
+    /// The names, in order, as owned strings (for callers outside the index).
+    fn to_strings(&self) -> impl Iterator<Item = String> + '_ {
+        self.iter().map(|name| name.to_string())
+    }
+}
 
 /// A change of a [`Table`] that another index may follow.
 #[derive(Debug)]
@@ -95,18 +203,24 @@ enum Change {
     /// An object (namespace, name) came (`true`) or went.
     Member(Id, bool),
     /// A listed term of a namespace got its first object (`true`) or lost its last.
-    Listed(String, Term, bool),
+    Listed(Shared, Term, bool),
 }
 
-/// Names of one kind of object by namespace and by term.
+/// An object's namespace and name, when it has both.
+fn named(meta: &ObjectMeta) -> Option<(&str, &str)> {
+    Some((meta.namespace.as_deref()?, meta.name.as_deref()?))
+}
+
+/// Names of one kind of object by namespace and by term. Every namespace, name and term is
+/// held once: filing an object reuses the strings the table already has.
 #[derive(Debug, Default)]
 struct Table {
-    by_namespace: HashMap<String, BTreeSet<String>>,
-    by_term: HashMap<(String, Term), BTreeSet<String>>,
+    by_namespace: HashMap<Shared, Names>,
+    by_term: HashMap<(Shared, Term), Names>,
     /// The terms each object is filed under (to unfile it).
-    terms: HashMap<Id, Vec<Term>>,
+    terms: HashMap<Id, Box<[Term]>>,
     /// The [`Term::listed`] terms that have objects, per namespace.
-    listed: HashMap<String, BTreeSet<Term>>,
+    listed: HashMap<Shared, BTreeSet<Term>>,
     /// Objects that came or went, and listed terms that got their first object or lost their
     /// last, since [`Table::take_changes`].
     changes: Vec<Change>,
@@ -115,8 +229,20 @@ struct Table {
 }
 
 impl Table {
-    fn file(&mut self, id: Id, terms: Vec<Term>) {
-        if self.terms.get(&id) == Some(&terms) {
+    /// `namespace` and `name` as this table holds them, when it does.
+    fn shared_id(&self, namespace: &str, name: &str) -> Id {
+        match self.by_namespace.get_key_value(namespace) {
+            Some((namespace, names)) => (
+                namespace.clone(),
+                names.get(name).cloned().unwrap_or_else(|| name.into()),
+            ),
+            None => (namespace.into(), name.into()),
+        }
+    }
+
+    fn file(&mut self, namespace: &str, name: &str, terms: Vec<Term>) {
+        let id = self.shared_id(namespace, name);
+        if self.terms.get(&id).is_some_and(|filed| **filed == *terms) {
             return;
         }
         self.unfile(&id);
@@ -129,22 +255,31 @@ impl Table {
         {
             self.changes.push(Change::Member(id.clone(), true));
         }
-        for term in &terms {
-            let names = self
-                .by_term
-                .entry((namespace.clone(), term.clone()))
-                .or_default();
-            if names.is_empty() && term.listed() {
-                self.listed
-                    .entry(namespace.clone())
-                    .or_default()
-                    .insert(term.clone());
-                self.changes
-                    .push(Change::Listed(namespace.clone(), term.clone(), true));
-            }
-            names.insert(name.clone());
+        let mut filed = Vec::with_capacity(terms.len());
+        for term in terms {
+            // The term as the table holds it when another object has it too.
+            let term = match self.by_term.entry((namespace.clone(), term)) {
+                Entry::Occupied(mut slot) => {
+                    slot.get_mut().insert(name.clone());
+                    slot.key().1.clone()
+                }
+                Entry::Vacant(slot) => {
+                    let term = slot.key().1.clone();
+                    slot.insert(Names::default()).insert(name.clone());
+                    if term.listed() {
+                        self.listed
+                            .entry(namespace.clone())
+                            .or_default()
+                            .insert(term.clone());
+                        self.changes
+                            .push(Change::Listed(namespace.clone(), term.clone(), true));
+                    }
+                    term
+                }
+            };
+            filed.push(term);
         }
-        self.terms.insert(id, terms);
+        self.terms.insert(id, filed.into_boxed_slice());
     }
 
     fn unfile(&mut self, id: &Id) {
@@ -180,38 +315,39 @@ impl Table {
         event: &watcher::Event<K>,
         terms_of: impl Fn(&K) -> Vec<Term>,
     ) {
-        let id = |obj: &K| Some((obj.namespace()?, obj.meta().name.clone()?));
-        let scope = scope.map(str::to_owned);
         match event {
             watcher::Event::Apply(obj) => {
-                if let Some(id) = id(obj) {
-                    self.file(id, terms_of(obj));
+                if let Some((namespace, name)) = named(obj.meta()) {
+                    self.file(namespace, name, terms_of(obj));
                 }
             }
             watcher::Event::Delete(obj) => {
-                if let Some(id) = id(obj) {
+                if let Some((namespace, name)) = named(obj.meta()) {
+                    let id = self.shared_id(namespace, name);
                     self.unfile(&id);
                 }
             }
             watcher::Event::Init => {
-                self.relists.insert(scope, HashSet::new());
+                self.relists
+                    .insert(scope.map(str::to_owned), HashSet::new());
             }
             watcher::Event::InitApply(obj) => {
-                if let Some(id) = id(obj) {
-                    if let Some(listed) = self.relists.get_mut(&scope) {
-                        listed.insert(id.clone());
+                if let Some((namespace, name)) = named(obj.meta()) {
+                    self.file(namespace, name, terms_of(obj));
+                    let id = self.shared_id(namespace, name);
+                    if let Some(listed) = self.relists.get_mut(&scope.map(str::to_owned)) {
+                        listed.insert(id);
                     }
-                    self.file(id, terms_of(obj));
                 }
             }
             watcher::Event::InitDone => {
-                let Some(listed) = self.relists.remove(&scope) else {
+                let Some(listed) = self.relists.remove(&scope.map(str::to_owned)) else {
                     return;
                 };
                 let gone: Vec<Id> = self
                     .terms
                     .keys()
-                    .filter(|id| scope.as_ref().is_none_or(|ns| *ns == id.0))
+                    .filter(|id| scope.is_none_or(|ns| *ns == *id.0))
                     .filter(|id| !listed.contains(*id))
                     .cloned()
                     .collect();
@@ -222,7 +358,7 @@ impl Table {
         }
     }
 
-    fn unlist(&mut self, namespace: &str, term: &Term) {
+    fn unlist(&mut self, namespace: &Shared, term: &Term) {
         if let Some(terms) = self.listed.get_mut(namespace) {
             terms.remove(term);
             if terms.is_empty() {
@@ -230,7 +366,7 @@ impl Table {
             }
         }
         self.changes
-            .push(Change::Listed(namespace.to_owned(), term.clone(), false));
+            .push(Change::Listed(namespace.clone(), term.clone(), false));
     }
 
     /// The listed terms of `namespace`.
@@ -248,33 +384,29 @@ impl Table {
             .is_some_and(|names| names.contains(name))
     }
 
-    fn names(&self, namespace: &str, term: &Term) -> Option<&BTreeSet<String>> {
-        self.by_term.get(&(namespace.to_owned(), term.clone()))
-    }
-
-    fn in_namespace(&self, namespace: &str) -> Option<&BTreeSet<String>> {
-        self.by_namespace.get(namespace)
+    fn names(&self, namespace: &str, term: &Term) -> Option<&Names> {
+        self.by_term.get(&(Shared::from(namespace), term.clone()))
     }
 
     /// The names filed under every one of `terms` (all names of the namespace when `terms`
     /// is empty), read from the smallest set.
     fn filed_under_all(&self, namespace: &str, terms: &[Term]) -> Vec<String> {
-        let sets: Option<Vec<&BTreeSet<String>>> =
-            terms.iter().map(|t| self.names(namespace, t)).collect();
+        let sets: Option<Vec<&Names>> = terms.iter().map(|t| self.names(namespace, t)).collect();
         let Some(sets) = sets else {
             // One term has no object at all.
             return Vec::new();
         };
         let Some(smallest) = sets.iter().min_by_key(|s| s.len()) else {
             return self
-                .in_namespace(namespace)
-                .map(|s| s.iter().cloned().collect())
+                .by_namespace
+                .get(namespace)
+                .map(|s| s.to_strings().collect())
                 .unwrap_or_default();
         };
         smallest
             .iter()
-            .filter(|name| sets.iter().all(|s| s.contains(*name)))
-            .cloned()
+            .filter(|name| sets.iter().all(|s| s.contains(name)))
+            .map(|name| name.to_string())
             .collect()
     }
 }
@@ -291,7 +423,7 @@ struct Inner {
     elections: Table,
     /// Per namespace, the elections its pods' `elector.dev/election` annotations name that do
     /// not exist, kept up to date from both tables' changes.
-    ghosts: HashMap<String, BTreeSet<String>>,
+    ghosts: HashMap<Shared, BTreeSet<Shared>>,
 }
 
 impl Inner {
@@ -321,7 +453,7 @@ impl Inner {
         }
     }
 
-    fn haunt(&mut self, namespace: String, owner: String) {
+    fn haunt(&mut self, namespace: Shared, owner: Shared) {
         self.ghosts.entry(namespace).or_default().insert(owner);
     }
 
@@ -370,7 +502,7 @@ impl Indexes {
     ) -> Vec<String> {
         let terms: Vec<Term> = match_labels
             .into_iter()
-            .map(|(k, v)| Term::Label(k.clone(), v.clone()))
+            .map(|(k, v)| Term::Label(k.as_str().into(), v.as_str().into()))
             .collect();
         self.pods_under_all(namespace, &terms)
     }
@@ -383,15 +515,15 @@ impl Indexes {
         let mut owners: Vec<String> = inner
             .ghosts
             .get(namespace)
-            .map(|g| g.iter().cloned().collect())
+            .map(|g| g.iter().map(|owner| owner.to_string()).collect())
             .unwrap_or_default();
         let elections = &inner.elections;
         for term in elections.listed_in(namespace) {
             if let Term::UsesKey(other) = term
-                && other != key
+                && **other != *key
                 && let Some(names) = elections.names(namespace, term)
             {
-                owners.extend(names.iter().cloned());
+                owners.extend(names.to_strings());
             }
         }
         owners
@@ -409,11 +541,12 @@ impl Indexes {
         let table = &inner.elections;
         let mut found: BTreeSet<String> = table
             .names(namespace, &Term::Unindexed)
-            .cloned()
+            .map(|names| names.to_strings().collect())
             .unwrap_or_default();
         for (k, v) in labels {
-            if let Some(names) = table.names(namespace, &Term::Label(k.clone(), v.clone())) {
-                found.extend(names.iter().cloned());
+            let term = Term::Label(k.as_str().into(), v.as_str().into());
+            if let Some(names) = table.names(namespace, &term) {
+                found.extend(names.to_strings());
             }
         }
         found
@@ -423,8 +556,8 @@ impl Indexes {
     pub fn elections_leading(&self, namespace: &str, key: &str, value: &str) -> Vec<String> {
         self.locked()
             .elections
-            .names(namespace, &Term::Leads(key.to_owned(), value.to_owned()))
-            .map(|s| s.iter().cloned().collect())
+            .names(namespace, &Term::Leads(key.into(), value.into()))
+            .map(|names| names.to_strings().collect())
             .unwrap_or_default()
     }
 
@@ -432,8 +565,8 @@ impl Indexes {
     pub fn elections_using(&self, namespace: &str, key: &str) -> Vec<String> {
         self.locked()
             .elections
-            .names(namespace, &Term::UsesKey(key.to_owned()))
-            .map(|s| s.iter().cloned().collect())
+            .names(namespace, &Term::UsesKey(key.into()))
+            .map(|names| names.to_strings().collect())
             .unwrap_or_default()
     }
 }
@@ -483,6 +616,71 @@ mod tests {
 
     fn label(k: &str, v: &str) -> Term {
         Term::Label(k.into(), v.into())
+    }
+
+    #[test]
+    fn names_stay_ordered_and_complete_when_they_outgrow_the_vector() {
+        let mut names = Names::default();
+        let all: Vec<String> = (0..=FEW_NAMES * 2)
+            .rev()
+            .map(|i| format!("p{i:03}"))
+            .collect();
+        for (filed, name) in all.iter().enumerate() {
+            assert!(names.insert(name.as_str().into()));
+            assert!(!names.insert(name.as_str().into()), "filed twice");
+            assert_eq!(matches!(names, Names::Many(_)), filed >= FEW_NAMES);
+        }
+        let mut sorted = all.clone();
+        sorted.sort();
+        assert_eq!(names.to_strings().collect::<Vec<_>>(), sorted);
+        assert!(names.remove("p005") && !names.remove("p005"));
+        assert!(!names.contains("p005") && names.contains("p006"));
+        assert_eq!(names.len(), all.len() - 1);
+
+        let mut few = Names::default();
+        for name in ["b", "c", "a"] {
+            few.insert(name.into());
+        }
+        assert!(few.remove("b") && !few.remove("x"));
+        assert_eq!(few.to_strings().collect::<Vec<_>>(), ["a", "c"]);
+        assert_eq!(few.get("c").map(|c| &**c), Some("c"));
+    }
+
+    #[test]
+    fn objects_under_one_term_share_its_strings_and_their_namespace() {
+        let index = Indexes::default();
+        for name in ["p1", "p2"] {
+            index.pod_event(
+                None,
+                &watcher::Event::Apply(pod("ns", name, &[("app", "web")], Some("e"))),
+            );
+        }
+        let inner = index.locked();
+        let filed = |name: &str| {
+            let (id, terms) = inner
+                .pods
+                .terms
+                .get_key_value(&(Shared::from("ns"), Shared::from(name)))
+                .expect("the pod is filed");
+            (id.clone(), terms.clone())
+        };
+        let ((ns1, _), terms1) = filed("p1");
+        let ((ns2, _), terms2) = filed("p2");
+        assert!(Arc::ptr_eq(&ns1, &ns2), "one namespace string");
+        assert_eq!(terms1, terms2);
+        for (a, b) in terms1.iter().zip(terms2.iter()) {
+            let (Term::Label(k1, v1), Term::Label(k2, v2)) = (a, b) else {
+                let (Term::Owner(o1), Term::Owner(o2)) = (a, b) else {
+                    panic!("unexpected terms {a:?}, {b:?}");
+                };
+                assert!(Arc::ptr_eq(o1, o2), "one owner string");
+                continue;
+            };
+            assert!(
+                Arc::ptr_eq(k1, k2) && Arc::ptr_eq(v1, v2),
+                "one label string"
+            );
+        }
     }
 
     #[test]

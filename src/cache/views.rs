@@ -66,16 +66,18 @@ fn candidate_pods(caches: &Caches, le: &LeaderElection, namespace: &str) -> BTre
         .into_iter()
         .collect();
     if let Some(me) = le.metadata.name.as_deref() {
-        names.extend(index.pods_under_all(namespace, &[Term::Owner(me.to_owned())]));
+        names.extend(index.pods_under_all(namespace, &[Term::Owner(me.into())]));
     }
     let labels = &le.spec.labels;
     let owners = index.owners_beside(namespace, &labels.key);
     for value in [&labels.leader, &labels.follower] {
-        let unowned = Term::UnownedLabel(labels.key.clone(), value.clone());
+        let unowned = Term::UnownedLabel(labels.key.as_str().into(), value.as_str().into());
         names.extend(index.pods_under_all(namespace, &[unowned]));
         for owner in &owners {
-            let carrying = Term::Label(labels.key.clone(), value.clone());
-            names.extend(index.pods_under_all(namespace, &[Term::Owner(owner.clone()), carrying]));
+            let carrying = Term::Label(labels.key.as_str().into(), value.as_str().into());
+            names.extend(
+                index.pods_under_all(namespace, &[Term::Owner(owner.as_str().into()), carrying]),
+            );
         }
     }
     names.extend(caches.written.written_pods_in(namespace));
@@ -234,8 +236,8 @@ pub fn yielding_leader(
     yielding_to_me(&me, &claims).into_iter().find_map(|claim| {
         let (_, election) = others.iter().find(|(c, _)| c.name == claim.name)?;
         let leading = [Term::Label(
-            config.labels.key.clone(),
-            election.spec.labels.leader.clone(),
+            config.labels.key.as_str().into(),
+            election.spec.labels.leader.as_str().into(),
         )];
         let pod = caches
             .index
