@@ -105,6 +105,11 @@ impl Baseline {
             "",
             Some("<= 64"),
         );
+        report.row(
+            name("Consul connections opened"),
+            Some(usage.consul.connections_total as f64),
+            "",
+        );
         let (writes, events) = usage.api_writes();
         let (requests, _) = usage.api.total_and_events();
         report.row(name("API requests (all clients)"), Some(requests), "");
