@@ -11,7 +11,7 @@ use super::index::Indexes;
 use super::owner_selectors::OwnerSelectors;
 use super::validated::Validated;
 use super::written::Memory;
-use crate::crd::LeaderElection;
+use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::k8s::Pod;
 
 /// What the operator knows of the cluster between two reads.
@@ -29,4 +29,17 @@ pub struct Caches {
     /// What this process wrote that the caches may not show yet, and what one decision passes
     /// to the next (shared with the pod events' mapping to elections).
     pub written: Arc<Memory>,
+}
+
+impl Caches {
+    /// The election's current status: what this process last wrote for it, else the newest
+    /// version of it cached (see [`Memory::current_status`]).
+    pub fn current_status(&self, le: &LeaderElection) -> LeaderElectionStatus {
+        self.written.current_status(le, &self.elections)
+    }
+
+    /// Whether the election has a status (see [`Memory::status_exists`]).
+    pub fn status_exists(&self, le: &LeaderElection) -> bool {
+        self.written.status_exists(le, &self.elections)
+    }
 }

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::cache::keys::election_key;
@@ -171,8 +172,14 @@ impl Memory {
     }
 
     /// The election's current status: what this process last wrote for this object, else
-    /// what the cache holds.
-    pub fn current_status(&self, le: &LeaderElection) -> LeaderElectionStatus {
+    /// the newest version of it the cache holds. A reconcile holds the copy `le` taken when it
+    /// started; the cache may show this process's write meanwhile and the memory of it is
+    /// then dropped ([`Self::prune`]), so `le`'s own status may be older than both.
+    pub fn current_status(
+        &self,
+        le: &LeaderElection,
+        elections: &Store<LeaderElection>,
+    ) -> LeaderElectionStatus {
         let remembered = election_key(le).ok().and_then(|key| {
             self.read(&key, |memo| {
                 memo.status
@@ -181,18 +188,28 @@ impl Memory {
                     .map(|written| written.status.clone())
             })
         });
-        remembered.unwrap_or_else(|| le.status.clone().unwrap_or_default())
+        remembered.unwrap_or_else(|| {
+            let status = match newer_in_cache(le, elections) {
+                Some(cached) => cached.status.clone(),
+                None => le.status.clone(),
+            };
+            status.unwrap_or_default()
+        })
     }
 
-    /// Whether this process remembers a status it wrote for `le` (then the object has one).
-    pub fn remembers_status(&self, le: &LeaderElection) -> bool {
-        election_key(le).is_ok_and(|key| {
+    /// Whether `le` has a status: one this process remembers writing, or one in the newest
+    /// version of it the cache holds.
+    pub fn status_exists(&self, le: &LeaderElection, elections: &Store<LeaderElection>) -> bool {
+        let remembered = election_key(le).is_ok_and(|key| {
             self.read(&key, |memo| {
                 memo.status
                     .as_ref()
                     .is_some_and(|written| le.metadata.uid.as_ref() == Some(&written.uid))
             })
-        })
+        });
+        remembered
+            || newer_in_cache(le, elections)
+                .map_or(le.status.is_some(), |cached| cached.status.is_some())
     }
 
     /// Records `status` as written by this process, in the object's `version` (the
@@ -314,11 +331,7 @@ impl Memory {
             let Some(cached) = elections.get(&reference) else {
                 return false;
             };
-            let cached_version = cached
-                .metadata
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse::<u64>().ok());
+            let cached_version = resource_version(&cached.metadata);
             // A written status is kept until the cache shows the written version (or a
             // later one) of the same object.
             let caught_up = memo.status.as_ref().is_some_and(|written| {
@@ -333,12 +346,32 @@ impl Memory {
     }
 }
 
-/// A pod's resourceVersion as a number.
-fn version(pod: &Pod) -> Option<u64> {
-    pod.metadata
-        .resource_version
+/// The cache's version of `le` (same UID) when it is newer than `le`. The memory is read
+/// first: once it has dropped a write, the cache shows that write or a later version.
+fn newer_in_cache(
+    le: &LeaderElection,
+    elections: &Store<LeaderElection>,
+) -> Option<Arc<LeaderElection>> {
+    let (name, namespace) = (
+        le.metadata.name.as_deref()?,
+        le.metadata.namespace.as_deref()?,
+    );
+    elections
+        .get(&ObjectRef::new(name).within(namespace))
+        .filter(|cached| cached.metadata.uid == le.metadata.uid)
+        .filter(|cached| resource_version(&cached.metadata) > resource_version(&le.metadata))
+}
+
+/// An object's resourceVersion as a number.
+fn resource_version(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version
         .as_deref()
         .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// A pod's resourceVersion as a number.
+fn version(pod: &Pod) -> Option<u64> {
+    resource_version(&pod.metadata)
 }
 
 #[cfg(test)]
@@ -350,6 +383,57 @@ mod tests {
             namespace: "ns".into(),
             name: name.into(),
         }
+    }
+
+    /// Election `ns/web` (UID `u`) in `version`, with `token` in its status when given.
+    fn web(version: &str, token: Option<u64>) -> LeaderElection {
+        let mut le: LeaderElection = serde_json::from_value(serde_json::json!({
+            "apiVersion": "elector.dev/v1alpha1", "kind": "LeaderElection",
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u",
+                         "resourceVersion": version},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        }))
+        .expect("an election");
+        le.status = token.map(|token| LeaderElectionStatus {
+            fencing_token: Some(token),
+            ..LeaderElectionStatus::default()
+        });
+        le
+    }
+
+    #[test]
+    fn a_reconcile_holding_an_older_copy_sees_its_write_after_the_cache_caught_up() {
+        let memory = Memory::new(Timestamp::UNIX_EPOCH);
+        let (elections, mut writer) = kube::runtime::reflector::store::<LeaderElection>();
+        let (pods, _) = kube::runtime::reflector::store::<Pod>();
+        // The reconcile's copy: version 1, no status yet.
+        let held = web("1", None);
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(held.clone()));
+        let written = web("2", Some(1)).status.expect("a status");
+        memory.remember_status(&held, Some((written.clone(), Some("2"))));
+        assert_eq!(memory.current_status(&held, &elections), written);
+
+        // The cache shows the written version, and the memory of the write goes...
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(web("2", Some(1))));
+        memory.prune(&pods, &elections);
+        assert!(enter(&memory.elections).is_empty());
+        // ...yet the copy taken before still reads the status as written, not its own.
+        assert_eq!(memory.current_status(&held, &elections), written);
+        assert!(memory.status_exists(&held, &elections));
+
+        // Another object under the same name is not this one.
+        let other = LeaderElection {
+            metadata: ObjectMeta {
+                uid: Some("v".into()),
+                ..held.metadata.clone()
+            },
+            ..held.clone()
+        };
+        assert_eq!(
+            memory.current_status(&other, &elections),
+            LeaderElectionStatus::default()
+        );
+        assert!(!memory.status_exists(&other, &elections));
     }
 
     #[test]

@@ -79,7 +79,7 @@ impl<'a> Round<'a> {
             pods_api: Api::namespaced(ctx.client.clone(), &key.namespace),
             pods: observe::pods_of(&ctx.caches, le),
             lock: ctx.locks.lock(key),
-            recorded: crate::election::report::recorded(&ctx.caches.written.current_status(le)),
+            recorded: crate::election::report::recorded(&ctx.caches.current_status(le)),
             last: None,
             move_started: None,
             unfinished: false,

@@ -91,7 +91,7 @@ impl Footprint {
         // says now (one left from Managed mode that Observe mode did not hand over yet).
         let holds_session = election_key(le).is_ok_and(|key| ctx.sessions.view(&key).is_some());
         let managed = holds_session || config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
-        if let Some(applied) = ctx.caches.written.current_status(le).applied {
+        if let Some(applied) = ctx.caches.current_status(le).applied {
             let mut acted_on = le.clone();
             acted_on.spec = super::applied::with_applied(&le.spec, &applied);
             return Footprint {
@@ -234,7 +234,6 @@ pub async fn fence_unusable(
     let footprint = Footprint::of(le, ctx);
     let ttl = ctx
         .caches
-        .written
         .current_status(le)
         .applied
         .and_then(|applied| applied.session)
@@ -342,7 +341,6 @@ async fn release_and_destroy(
         Some(id) => Some(id),
         None => match ctx
             .caches
-            .written
             .current_status(le)
             .leader_or_last()
             .and_then(|l| l.session_id.clone())
@@ -389,7 +387,6 @@ async fn give_up(
 ) {
     let session = ctx.sessions.view(key).map(|s| s.id).or_else(|| {
         ctx.caches
-            .written
             .current_status(le)
             .leader_or_last()
             .and_then(|l| l.session_id.clone())

@@ -34,7 +34,7 @@ use crate::election::config::ElectionConfig;
 /// the one the operator acts with (`status.applied`): then a refusal of it means the access in
 /// use was withdrawn, not that a new one cannot be used yet.
 pub fn access_in_use(le: &LeaderElection, ctx: &Context, config: &ElectionConfig) -> bool {
-    let Some(recorded) = ctx.caches.written.current_status(le).applied else {
+    let Some(recorded) = ctx.caches.current_status(le).applied else {
         return true;
     };
     same_access(&recorded, &applied_of(le, config))
@@ -54,7 +54,7 @@ pub struct Edit {
 /// election).
 pub fn edit(le: &LeaderElection, ctx: &Context, config: &ElectionConfig) -> Option<Edit> {
     let now = applied_of(le, config);
-    let recorded = ctx.caches.written.current_status(le).applied?;
+    let recorded = ctx.caches.current_status(le).applied?;
     (recorded != now).then(|| Edit {
         needs_withdrawal: needs_withdrawal(&recorded, &now),
         now,

@@ -48,7 +48,7 @@ fn decided(
     plan: &Plan,
     spec_valid: ConditionState,
 ) -> (LeaderElectionStatus, LeaderElectionStatus) {
-    let old = ctx.caches.written.current_status(le);
+    let old = ctx.caches.current_status(le);
     let failed_writes = election_key(le)
         .ok()
         .and_then(|key| ctx.caches.written.status_failures(&key));
@@ -97,7 +97,7 @@ pub async fn record_token(
 ) -> Result<(), Error> {
     // The planner asks only for a token above the recorded one; `max` keeps even a stale
     // request from moving the token backwards.
-    let current = ctx.caches.written.current_status(le);
+    let current = ctx.caches.current_status(le);
     if !record.whole {
         let new = LeaderElectionStatus {
             fencing_token: current.fencing_token.max(Some(record.token)),
@@ -119,7 +119,7 @@ pub async fn record_switchover(
     ctx: &Context,
     record: &SwitchoverRecord,
 ) -> Result<(), Error> {
-    let current = ctx.caches.written.current_status(le);
+    let current = ctx.caches.current_status(le);
     let new = LeaderElectionStatus {
         last_switchover: Some(report::switchover_status(record)),
         ..current.clone()
@@ -206,7 +206,7 @@ async fn stand_back(
     state: ConditionState,
     reason: plan::EventReason,
 ) -> Result<(), Error> {
-    let old = ctx.caches.written.current_status(le);
+    let old = ctx.caches.current_status(le);
     let (new, news) = report::standing_back(
         &old,
         le.metadata.generation,
@@ -236,7 +236,7 @@ pub async fn record_applied(
     ctx: &Context,
     applied: &AppliedSpec,
 ) -> Result<(), Error> {
-    let current = ctx.caches.written.current_status(le);
+    let current = ctx.caches.current_status(le);
     if current.applied.as_ref() == Some(applied) {
         return Ok(());
     }
@@ -270,7 +270,7 @@ async fn patch_if_changed(
         ctx.client.clone(),
         &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
     );
-    let status_exists = le.status.is_some() || ctx.caches.written.remembers_status(le);
+    let status_exists = ctx.caches.status_exists(le);
     let patch = conditional_status_patch(old.fencing_token, status_exists, &new)?;
     let written = api
         .patch_status(

@@ -108,7 +108,7 @@ fn check(
         let pods = observe::views(&observe::pods_of(&ctx.caches, &le), &config);
         let lock = ctx.locks.lock(&key);
         let session = ctx.sessions.view(&key);
-        let recorded = crate::election::report::recorded(&ctx.caches.written.current_status(&le));
+        let recorded = crate::election::report::recorded(&ctx.caches.current_status(&le));
         let snapshot = Snapshot {
             mode: config.mode,
             leader_value: &config.labels.leader,

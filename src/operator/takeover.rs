@@ -248,7 +248,7 @@ fn recorded_candidates(
         .filter_map(|key| {
             let reference = ObjectRef::<LeaderElection>::new(&key.name).within(&key.namespace);
             let le = ctx.caches.elections.get(&reference)?;
-            let status = ctx.caches.written.current_status(&le);
+            let status = ctx.caches.current_status(&le);
             let leader = status.leader.as_ref()?;
             let session = by_id.get(leader.session_id.as_deref()?)?;
             let pod = adoptable_pod(&session.name, &ctx.settings.owner, key, Found::InStatus)?;
@@ -274,7 +274,7 @@ async fn adopt_one(ctx: &Context, candidate: Candidate) -> bool {
     if config.mode != Mode::Managed || ctx.sessions.view(&key).is_some() {
         return false;
     }
-    let status = ctx.caches.written.current_status(&le);
+    let status = ctx.caches.current_status(&le);
     let uid = status
         .leader_or_last()
         .filter(|leader| leader.pod == pod)
