@@ -40,9 +40,13 @@
 //!
 //! # Reports
 //! An election's key is sent on the channel as soon as an answer shows it changed
-//! (presence, `ModifyIndex` or `Session`): the client's watch pacing (a small token bucket)
-//! only delays the *next* query after a burst of answers, never the report of an answer
-//! received. Elections are also reported when their group's read fails after a success
+//! (presence, `ModifyIndex` or `Session`). Two things delay only the *next* query, never
+//! the report of an answer received: the client's watch pacing (a small token bucket), after
+//! a burst of answers, and a pause after each answer of 0.1 ms per entry it had
+//! ([`answer_pause`]). The pause matters for large groups during bursts of writes: at 2,000
+//! keys a group answers at most five times a second, each answer covering every write since
+//! the last, instead of once per write with all 2,000 entries each time. A query parked
+//! when a key changes still answers at once. Elections are also reported when their group's read fails after a success
 //! (every election of the group becomes [`LockView::Unknown`], reported once), and when
 //! reads succeed again (including the first read of a new group). Answers follow Consul's
 //! blocking-index rules through [`crate::consul::BlockingWatch`]; failures back off
@@ -55,7 +59,8 @@
 //! not from the last change: a cached "held" view whose query stalled may hide a deletion.
 //! So every group's queries wait at most [`effective_wait`] (2/5 of the shortest session TTL
 //! among its elections, or `--lock-watch-wait` if shorter): a healthy Consul answers every
-//! query, changed or not, within 0.425 of that TTL. A group whose answer is a whole TTL
+//! query, changed or not, within 0.425 of that TTL after the previous answer's pause
+//! (at most `wait / 8`, so 0.475 of the TTL in all). A group whose answer is a whole TTL
 //! late reports its elections once (the planner fences them), and all of them again when
 //! the next answer arrives. When an election with a shorter TTL joins, the query under way
 //! is replaced at once by one with the shorter wait.
@@ -119,15 +124,35 @@ const MIN_WAIT: Duration = Duration::from_secs(1);
 /// Rule 2 counts a key's confirmation from the last answer covering it and fences a leader
 /// whose key went a whole TTL without one, so on a healthy Consul every group must answer
 /// well within a TTL even when nothing changes. Consul answers an unchanged blocking query
-/// after `wait` plus up to `wait / 16` of jitter: with this cap, after at most
-/// 0.425 × TTL (4.25 s for Consul's shortest TTL, 10 s), leaving more than half a TTL for one
-/// slow or lost answer and its retry before anything is fenced. Groups of long-TTL elections
+/// after `wait` plus up to `wait / 16` of jitter, and the query starts at most `wait / 8`
+/// after the previous answer ([`answer_pause`]): with this cap, an answer comes at most
+/// 0.475 × TTL (4.75 s for Consul's shortest TTL, 10 s) after the previous one, leaving more
+/// than half a TTL for one slow or lost answer and its retry before anything is fenced. Groups of long-TTL elections
 /// keep the longer configured wait, and so their lower steady-state traffic.
 pub fn effective_wait(configured: Duration, shortest_ttl: Option<Duration>) -> Duration {
     match shortest_ttl {
         Some(ttl) => configured.min(ttl * 2 / 5).max(MIN_WAIT),
         None => configured,
     }
+}
+
+/// How long a group's next query waits for each entry of its last answer.
+///
+/// Every answer repeats every key under the group's prefix, so during a burst of writes
+/// (a cold start acquires a lock per election) answering each write costs O(keys) per write,
+/// O(keys²) for the burst. Waiting in proportion to the answer's length folds the writes
+/// of that wait into one answer and bounds the watch's decoding to about 10,000 entries per
+/// second per group, whatever its size.
+const PAUSE_PER_ENTRY: Duration = Duration::from_micros(100);
+
+/// How long a group waits after an answer of `entries` entries before its next query:
+/// [`PAUSE_PER_ENTRY`] per entry, at most `wait / 8` (so an answer still confirms a key well
+/// within its TTL, see [`effective_wait`]). Only the next query waits: the changes of an
+/// answer are reported when it arrives, and a query parked when a key changes answers at
+/// once.
+pub fn answer_pause(entries: usize, wait: Duration) -> Duration {
+    let entries = u32::try_from(entries).unwrap_or(u32::MAX);
+    PAUSE_PER_ENTRY.saturating_mul(entries).min(wait / 8)
 }
 
 /// How a group's query is paced: what its task reads before every query.
@@ -883,13 +908,14 @@ impl GroupLink {
     }
 
     /// Stores a successful answer and reports the members whose key changed (all of them
-    /// when the group was Unknown). `Ok(false)` when the group or the watcher is gone; an
-    /// error, changing nothing, when the answer does not decode.
+    /// when the group was Unknown). `Ok(Some(entries))`, the answer's length, while the group
+    /// lives; `Ok(None)` when the group or the watcher is gone; an error, changing nothing,
+    /// when the answer does not decode.
     fn answered(
         &self,
         answer: QueryResult<KvList>,
         change: IndexChange,
-    ) -> Result<bool, ConsulError> {
+    ) -> Result<Option<usize>, ConsulError> {
         let arrived = Timestamp::now();
         // Parsed before the lock is taken; an answer that does not parse changes nothing.
         let entries = answer.value.entries()?;
@@ -941,7 +967,7 @@ impl GroupLink {
         });
         match failure {
             Some(error) => Err(error),
-            None => Ok(alive),
+            None => Ok(alive.then_some(entries.len())),
         }
     }
 
@@ -1057,12 +1083,14 @@ async fn run_group(link: GroupLink, client: ConsulClient, mut pace: watch::Recei
         let retry_after = match result {
             Ok((answer, change)) if answer.meta.known_leader => {
                 match link.answered(answer, change) {
-                    Ok(true) => {
+                    Ok(Some(entries)) => {
                         failures = 0;
-                        confirm_by = current.ttl.map(|ttl| tokio::time::Instant::now() + ttl);
+                        let now = tokio::time::Instant::now();
+                        confirm_by = current.ttl.map(|ttl| now + ttl);
+                        watch.hold_next_until(now + answer_pause(entries, current.wait));
                         continue;
                     }
-                    Ok(false) => return,
+                    Ok(None) => return,
                     Err(error) => {
                         tracing::warn!(
                             scope = ?link.target.scope,
@@ -1222,11 +1250,12 @@ mod tests {
         assert_eq!(effective_wait(secs(60), Some(secs(150))), secs(60));
         assert_eq!(effective_wait(secs(2), Some(secs(15))), secs(2));
         assert_eq!(effective_wait(secs(60), Some(Duration::ZERO)), MIN_WAIT);
-        // Consul's longest answer (wait plus wait/16 of jitter) stays under TTL/2 for every
-        // TTL Consul accepts.
+        // Consul's longest answer (wait plus wait/16 of jitter), after the longest pause,
+        // stays under TTL/2 for every TTL Consul accepts.
         for ttl in (10..=86_400).step_by(7).map(secs) {
             let wait = effective_wait(secs(600), Some(ttl));
-            assert!(wait + wait / 16 < ttl / 2, "ttl {ttl:?}: wait {wait:?}");
+            let longest = answer_pause(usize::MAX, wait) + wait + wait / 16;
+            assert!(longest < ttl / 2, "ttl {ttl:?}: wait {wait:?}");
         }
     }
 

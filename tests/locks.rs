@@ -14,7 +14,7 @@ use consul_elector::consul::{
 };
 use consul_elector::election::config::ElectionKey;
 use consul_elector::election::observe::LockView;
-use consul_elector::locks::{LONG_POLLS_PER_ADDRESS, LockWatcher};
+use consul_elector::locks::{LONG_POLLS_PER_ADDRESS, LockWatcher, answer_pause};
 use testkit::consul::{Emulator, Endpoint, Fault, FaultAction};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
@@ -602,6 +602,51 @@ async fn a_first_view_survives_a_merge_of_its_group_without_a_direct_read() {
     for fault in faults {
         f.emu.remove_fault(fault);
     }
+}
+
+/// A group whose answers are long (every answer repeats every key under its prefix) waits
+/// [`answer_pause`] after an answer before its next query, so a burst of writes under the
+/// prefix costs a bounded number of long answers instead of one per write; a change after a
+/// quiet spell is still reported at once.
+#[tokio::test(start_paused = true)]
+async fn a_large_group_paces_its_queries_by_the_size_of_its_answers() {
+    let mut f = Fixture::new().await;
+    const OTHER_KEYS: usize = 2_000;
+    for i in 0..OTHER_KEYS {
+        f.consul
+            .kv_put(&format!("elector/ns-0/other-{i}/leader"), b"x", 0)
+            .await
+            .unwrap();
+    }
+    let all = spread(1, 2);
+    f.watch_defaults(&all, 1).await;
+    let pause = answer_pause(OTHER_KEYS, WAIT);
+    assert!(pause >= Duration::from_millis(100), "{pause:?}");
+    let key = default_key(&all[0]);
+    let sid = f.session(SessionBehavior::Release).await;
+    // After a quiet spell the query is parked: the change is reported without a pause.
+    tokio::time::sleep(pause * 2).await;
+    let started = tokio::time::Instant::now();
+    assert!(f.consul.kv_acquire(&key, &sid, b"v", 0).await.unwrap());
+    assert_eq!(f.only_report().await, all[0]);
+    assert!(started.elapsed() < pause, "{:?}", started.elapsed());
+    // Ten changes in a row, each written once the previous one was reported: one answer
+    // per pause at most.
+    let started = tokio::time::Instant::now();
+    for _ in 0..5 {
+        assert!(f.consul.kv_release(&key, &sid, b"v", 0).await.unwrap());
+        assert_eq!(f.only_report().await, all[0]);
+        assert!(f.consul.kv_acquire(&key, &sid, b"v", 0).await.unwrap());
+        assert_eq!(f.only_report().await, all[0]);
+    }
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= pause * 9 && elapsed <= pause * 10 + Duration::from_secs(1),
+        "{elapsed:?} for ten changes, pause {pause:?}"
+    );
+    // The pause never stretches an answer's confirmation: at most wait/8.
+    assert_eq!(answer_pause(1_000_000, WAIT), WAIT / 8);
+    assert_eq!(answer_pause(0, WAIT), Duration::ZERO);
 }
 
 /// A group's queries wait at most 2/5 of its shortest TTL, so a quiet key is confirmed by an

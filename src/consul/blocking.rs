@@ -144,6 +144,8 @@ pub struct BlockingWatch {
     bucket: TokenBucket,
     wait: Duration,
     consistency: Consistency,
+    /// The next query starts no earlier than this ([`BlockingWatch::hold_next_until`]).
+    not_before: Option<Instant>,
 }
 
 impl BlockingWatch {
@@ -154,6 +156,7 @@ impl BlockingWatch {
             bucket: TokenBucket::new(pacing, Instant::now()),
             wait,
             consistency: Consistency::Default,
+            not_before: None,
         }
     }
 
@@ -189,14 +192,25 @@ impl BlockingWatch {
         self.index.reset();
     }
 
-    /// Waits for the rate limiter (only when its tokens are used up), runs one query with this
-    /// watch's options and records the returned index. On error the index is kept, so the
-    /// next call repeats the same query.
+    /// Makes the next query start no earlier than `at` (besides the rate limiter), for a
+    /// caller whose answers are costly to process: writes meanwhile fold into one answer.
+    pub fn hold_next_until(&mut self, at: Instant) {
+        self.not_before = Some(at);
+    }
+
+    /// Waits until the time set by [`BlockingWatch::hold_next_until`] and for the rate limiter
+    /// (only when its tokens are used up), runs one query with this watch's options and
+    /// records the returned index. On error the index is kept, so the next call repeats the
+    /// same query. Cancel-safe: dropped while it waits, the next call waits again.
     pub async fn next<T, F, Fut>(&mut self, query: F) -> Result<(QueryResult<T>, IndexChange)>
     where
         F: FnOnce(QueryOptions) -> Fut,
         Fut: Future<Output = Result<QueryResult<T>>>,
     {
+        if let Some(at) = self.not_before {
+            tokio::time::sleep_until(at).await;
+            self.not_before = None;
+        }
         while let Err(delay) = self.bucket.try_take(Instant::now()) {
             tokio::time::sleep(delay).await;
         }
@@ -319,5 +333,42 @@ mod tests {
             ]
         );
         assert_eq!(watch.index(), 8);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_query_waits_once_and_a_dropped_wait_holds_again() {
+        let mut watch = BlockingWatch::new(Duration::from_secs(30), WatchPacing::default());
+        let start = Instant::now();
+        let answer = || async {
+            Ok(QueryResult {
+                value: (),
+                meta: super::super::query::QueryMeta {
+                    index: 3,
+                    ..Default::default()
+                },
+            })
+        };
+        watch.hold_next_until(start + Duration::from_secs(2));
+        // Dropped while it waits: nothing is sent, and the next call still waits.
+        let early = tokio::time::timeout(Duration::from_secs(1), watch.next(|_| answer())).await;
+        assert!(early.is_err());
+        let mut sent_at = None;
+        watch
+            .next(|_| {
+                sent_at = Some(Instant::now() - start);
+                answer()
+            })
+            .await
+            .unwrap();
+        assert_eq!(sent_at, Some(Duration::from_secs(2)));
+        // The hold is spent: the next query goes at once.
+        watch
+            .next(|_| {
+                sent_at = Some(Instant::now() - start);
+                answer()
+            })
+            .await
+            .unwrap();
+        assert_eq!(sent_at, Some(Duration::from_secs(2)));
     }
 }
