@@ -10,11 +10,15 @@
 //!
 //! # Renewal rules (Consul's `RenewPeriodic`, reference §9.3)
 //! - A renewal is sent TTL/2 after the *start* of the last successful request (create,
-//!   adopt or renew). Measuring from the start is conservative: Consul resets its timer
-//!   when it handles the request, which is never earlier. In steady state this is exactly
-//!   one request per session per TTL/2. The one exception is the first renewal of an
-//!   adopted session, drawn from (TTL/4, TTL/2] so that sessions adopted together after a
-//!   restart do not renew in one burst forever after.
+//!   adopt or renew), at the next tick of a 250 ms grid shared by all sessions. Measuring
+//!   from the start is conservative: Consul resets its timer when it handles the request,
+//!   which is never earlier. The grid delays a renewal by less than a tick (2.5 % of
+//!   Consul's shortest TTL) and sends the renewals due within one tick together: one
+//!   wake-up of the renewing thread per tick instead of one per session, which is most of
+//!   a renewal's CPU cost. In steady state this is at most one request per session per TTL/2.
+//!   The one exception is the first renewal of an adopted session, drawn from
+//!   (TTL/4, TTL/2] so that sessions adopted together after a restart do not renew in one
+//!   burst forever after.
 //! - Any failure other than a 404 is retried one second after it happened, for as long as
 //!   it lasts (without a cluster leader no session expires, and a new leader re-arms every
 //!   timer, so giving up would only lose sessions Consul still has). Once a whole TTL has
@@ -60,6 +64,9 @@ use crate::election::observe::{SessionHealth, SessionView};
 
 /// Pause after a renewal that failed with anything but a 404 (as Go's `RenewPeriodic`).
 const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// The grid renewals are sent on: each is due at the first tick at or after TTL/2 since the
+/// start of the last success (see the module docs).
+const RENEWAL_TICK: Duration = Duration::from_millis(250);
 /// How long one renewal (with the client's timeouts and retries) may take before its task
 /// counts as stuck.
 const REQUEST_BUDGET: Duration = Duration::from_secs(60);
@@ -175,6 +182,8 @@ struct Inner {
     sessions: Mutex<HashMap<ElectionKey, Entry>>,
     /// Tells a registration apart from a later one of the same election.
     next_generation: AtomicU64,
+    /// Where the renewal grid ([`RENEWAL_TICK`]) starts.
+    origin: Instant,
 }
 
 /// One registered session.
@@ -222,8 +231,8 @@ struct Confirmed {
 /// How long after its adoption an adopted session is first renewed: uniformly in
 /// (TTL/4, TTL/2]. After an operator restart thousands of sessions are adopted within moments;
 /// renewing each exactly TTL/2 later would repeat that burst forever. Spread over a quarter
-/// TTL, the renewals keep that spread (each next one is TTL/2 after the previous), and none is
-/// later than the regular TTL/2 after the last success.
+/// TTL, the renewals keep that spread (each next one is TTL/2 after the previous, to the
+/// renewal grid's tick), and none is later than the regular first renewal.
 fn adopted_first_renewal(ttl: Duration, rng: &mut impl rand::Rng) -> Duration {
     let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     let (quarter, half) = (nanos(ttl / 4), nanos(ttl / 2));
@@ -248,6 +257,7 @@ impl SessionManager {
                 clock,
                 sessions: Mutex::new(HashMap::new()),
                 next_generation: AtomicU64::new(0),
+                origin: Instant::now(),
             }),
         }
     }
@@ -452,8 +462,12 @@ impl SessionManager {
             last_success: session.started,
             renewed_at: session.stamp,
             confirmed: true,
+            origin: self.inner.origin,
         };
-        let first = session.started + session.first_renewal.min(session.ttl / 2);
+        let first = on_tick(
+            self.inner.origin,
+            session.started + session.first_renewal.min(session.ttl / 2),
+        );
         // Under the lock, so that the task cannot look for its entry before it exists.
         let mut sessions = self.inner.sessions();
         let renewer =
@@ -532,6 +546,22 @@ struct Renewal {
     renewed_at: Timestamp,
     /// Still Alive (not yet a whole TTL without success).
     confirmed: bool,
+    /// Where the renewal grid starts.
+    origin: Instant,
+}
+
+/// The first tick of the renewal grid (every [`RENEWAL_TICK`] from `origin`) at or after
+/// `due`: never earlier, less than one tick later.
+fn on_tick(origin: Instant, due: Instant) -> Instant {
+    let Some(since) = due.checked_duration_since(origin) else {
+        return due;
+    };
+    let tick = RENEWAL_TICK.as_nanos();
+    let ticks = since.as_nanos().div_ceil(tick);
+    u32::try_from(ticks)
+        .ok()
+        .and_then(|ticks| origin.checked_add(RENEWAL_TICK.checked_mul(ticks)?))
+        .unwrap_or(due)
 }
 
 impl Renewal {
@@ -592,7 +622,7 @@ async fn renew_loop(
                 renewal.last_success = started;
                 renewal.renewed_at = stamp;
                 renewal.confirmed = true;
-                next = started + renewal.ttl / 2;
+                next = on_tick(renewal.origin, started + renewal.ttl / 2);
                 SessionHealth::Alive { renewed_at: stamp }
             }
             Err(ConsulError::SessionNotFound { .. }) => {

@@ -116,6 +116,49 @@ impl Fixture {
     }
 }
 
+/// Renewals go out on a grid of 250 ms ticks shared by every session of the manager, each at
+/// the first tick at or after TTL/2 since its last success: sessions created at scattered
+/// instants renew together in a few batches (one wake-up of the renewing thread each instead
+/// of one per session), never earlier than TTL/2 and less than a tick later.
+#[tokio::test(start_paused = true)]
+async fn renewals_of_sessions_created_apart_go_out_together_on_a_grid() {
+    const TICK: Duration = Duration::from_millis(250);
+    let f = Fixture::new().await;
+    let origin = f.emu.now();
+    let mut created = Vec::new();
+    for i in 0..12 {
+        let election = election(&format!("app-{i}"));
+        f.create(&election, "pod-0").await;
+        created.push((election, f.emu.now()));
+        tokio::time::sleep(Duration::from_millis(37)).await;
+    }
+    let on_grid = |due: Duration| {
+        origin + TICK * u32::try_from((due - origin).as_nanos().div_ceil(TICK.as_nanos())).unwrap()
+    };
+    let first = created[0].1;
+    f.sleep_until(first + TTL / 2 + TTL / 4).await;
+    let mut ticks = std::collections::BTreeSet::new();
+    for (election, at) in &created {
+        let renewed = on_grid(*at + TTL / 2);
+        assert!(renewed >= *at + TTL / 2 && renewed < *at + TTL / 2 + TICK);
+        assert_eq!(f.health(election), alive(renewed), "{election}");
+        ticks.insert(renewed);
+    }
+    assert_eq!(f.renewals(), 12);
+    assert!(
+        ticks.len() <= 3,
+        "twelve renewals in {} batches",
+        ticks.len()
+    );
+    // The next renewal is again the first tick at or after TTL/2 since the last one.
+    f.sleep_until(first + TTL + TTL / 4).await;
+    for (election, at) in &created {
+        let renewed = on_grid(on_grid(*at + TTL / 2) + TTL / 2);
+        assert_eq!(f.health(election), alive(renewed), "{election}");
+    }
+    assert_eq!(f.renewals(), 24);
+}
+
 #[tokio::test(start_paused = true)]
 async fn create_registers_a_ttl_session_and_renews_it_every_half_ttl() {
     let mut f = Fixture::new().await;
