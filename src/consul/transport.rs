@@ -210,8 +210,8 @@ impl TransportRegistry {
 /// rest, and the lane budgets.
 pub(crate) struct AddressTransport {
     address: ConsulAddress,
-    /// `scheme://authority` of every request URL.
-    base_url: String,
+    /// `scheme://authority` of every request URL, parsed once.
+    base_url: reqwest::Url,
     general: reqwest::Client,
     sessions: reqwest::Client,
     long_poll_permits: Semaphore,
@@ -220,6 +220,15 @@ pub(crate) struct AddressTransport {
     session_runtime: Option<Handle>,
     /// Told to re-read the TLS files when a handshake fails.
     tls_reload: Option<TlsReload>,
+}
+
+/// The URL of a request whose URI is a path and query: `base` (scheme and authority) with
+/// them. Only the path and query are parsed, not the whole URL again.
+fn request_url(base: &reqwest::Url, uri: &http::Uri) -> reqwest::Url {
+    let mut url = base.clone();
+    url.set_path(uri.path());
+    url.set_query(uri.query());
+    url
 }
 
 impl std::fmt::Debug for AddressTransport {
@@ -248,6 +257,8 @@ impl AddressTransport {
             Some(name) => format!("{scheme}://{name}:{}", address.port()),
             None => format!("{scheme}://{}", address.authority()),
         };
+        let base_url = reqwest::Url::parse(&base_url)
+            .map_err(|error| format!("{address}: invalid base URL {base_url:?}: {error}"))?;
         let client = |idle: usize| {
             let mut builder = reqwest::Client::builder()
                 .tls_backend_preconfigured(tls.clone())
@@ -309,7 +320,11 @@ impl AddressTransport {
         request: Request<Bytes>,
     ) -> Result<Response<Bytes>, TransportError> {
         match (&self.session_runtime, lane) {
-            (Some(runtime), Lane::Session) => {
+            // From a task of another runtime (a reconcile): run there. A renewal task already
+            // runs on the session runtime and exchanges in place.
+            (Some(runtime), Lane::Session)
+                if Handle::try_current().map(|current| current.id()).ok() != Some(runtime.id()) =>
+            {
                 let transport = self.clone();
                 let task = AbortOnDrop(
                     runtime.spawn(async move { transport.exchange(lane, request).await }),
@@ -342,13 +357,7 @@ impl AddressTransport {
             .await
             .map_err(|error| (TransportFailure::Connect, error.to_string()))?;
         let (parts, body) = request.into_parts();
-        let url = format!("{}{}", self.base_url, parts.uri);
-        let url = reqwest::Url::parse(&url).map_err(|error| {
-            (
-                TransportFailure::Connect,
-                format!("invalid request URL {url:?}: {error}"),
-            )
-        })?;
+        let url = request_url(&self.base_url, &parts.uri);
         let mut outgoing = reqwest::Request::new(parts.method, url);
         *outgoing.headers_mut() = parts.headers;
         *outgoing.body_mut() = Some(body.into());
@@ -509,6 +518,30 @@ impl<T> std::future::Future for AbortOnDrop<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_url_is_the_one_its_whole_text_parses_to() {
+        let bases = [
+            "http://127.0.0.1:8500",
+            "https://consul.example:8501",
+            "http://[::1]:8500",
+        ];
+        let uris = [
+            "/v1/session/renew/0c1b2a3d-1111-2222-3333-444455556666",
+            "/v1/kv/elector/shop/web/leader?acquire=abc&flags=3304740253564472344",
+            "/v1/kv/elector/shop/?recurse=&index=42&wait=6000ms&stale",
+            "/v1/kv/a%20b/c%2Fd?dc=east%2D1",
+            "/",
+        ];
+        for base in bases {
+            let parsed = reqwest::Url::parse(base).unwrap();
+            for uri in uris {
+                let whole = reqwest::Url::parse(&format!("{base}{uri}")).unwrap();
+                let uri: http::Uri = uri.parse().unwrap();
+                assert_eq!(request_url(&parsed, &uri), whole, "{base} {uri}");
+            }
+        }
+    }
 
     #[test]
     fn lanes_share_the_cap() {
