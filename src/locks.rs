@@ -42,12 +42,14 @@
 //! An election's key is sent on the channel as soon as an answer shows it changed
 //! (presence, `ModifyIndex` or `Session`). Two things delay only the *next* query, never
 //! the report of an answer received: the client's watch pacing (a small token bucket), after
-//! a burst of answers, and a pause after each answer of 0.1 ms per entry it had
+//! a burst of answers, and a pause after each answer of 0.25 ms per entry it had
 //! ([`answer_pause`]). The pause matters for large groups during bursts of writes: at 2,000
-//! keys a group answers at most five times a second, each answer covering every write since
+//! keys a group answers at most twice a second, each answer covering every write since
 //! the last, instead of once per write with all 2,000 entries each time. A query parked
-//! when a key changes still answers at once. Elections are also reported when their group's read fails after a success
-//! (every election of the group becomes [`LockView::Unknown`], reported once), and when
+//! when a key changes still answers at once.
+//!
+//! Elections are also reported when their group's read fails after a success (every
+//! election of the group becomes [`LockView::Unknown`], reported once), and when
 //! reads succeed again (including the first read of a new group). Answers follow Consul's
 //! blocking-index rules through [`crate::consul::BlockingWatch`]; failures back off
 //! exponentially (bounded, with jitter) and re-read without blocking once Consul answers.
@@ -141,9 +143,9 @@ pub fn effective_wait(configured: Duration, shortest_ttl: Option<Duration>) -> D
 /// Every answer repeats every key under the group's prefix, so during a burst of writes
 /// (a cold start acquires a lock per election) answering each write costs O(keys) per write,
 /// O(keys²) for the burst. Waiting in proportion to the answer's length folds the writes
-/// of that wait into one answer and bounds the watch's decoding to about 10,000 entries per
+/// of that wait into one answer and bounds the watch's decoding to about 4,000 entries per
 /// second per group, whatever its size.
-const PAUSE_PER_ENTRY: Duration = Duration::from_micros(100);
+const PAUSE_PER_ENTRY: Duration = Duration::from_micros(250);
 
 /// How long a group waits after an answer of `entries` entries before its next query:
 /// [`PAUSE_PER_ENTRY`] per entry, at most `wait / 8` (so an answer still confirms a key well
