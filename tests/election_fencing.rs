@@ -187,8 +187,8 @@ async fn a_session_known_lost_fences_at_once_while_the_key_is_unreadable() {
         eprintln!(
             "session invalidated while the key is unreadable: label removed after {stayed:?}"
         );
-        // The next renewal (at most TTL/2 away) learns of the loss; KeepLeader does not keep a
-        // label whose lock Consul said is gone.
+        // The next renewal (at most TTL/2 and a 250 ms tick away) learns of the loss;
+        // KeepLeader does not keep a label whose lock Consul said is gone.
         assert!(stayed <= TTL / 2 + SLACK, "the label stayed {stayed:?}");
         h.finish().await;
     })
