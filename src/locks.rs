@@ -148,7 +148,7 @@ pub fn effective_wait(configured: Duration, shortest_ttl: Option<Duration>) -> D
 const PAUSE_PER_ENTRY: Duration = Duration::from_micros(250);
 
 /// How long a group waits after an answer of `entries` entries before its next query:
-/// [`PAUSE_PER_ENTRY`] per entry, at most `wait / 8` (so an answer still confirms a key well
+/// 0.25 ms per entry, at most `wait / 8` (so an answer still confirms a key well
 /// within its TTL, see [`effective_wait`]). Only the next query waits: the changes of an
 /// answer are reported when it arrives, and a query parked when a key changes answers at
 /// once.
