@@ -88,10 +88,28 @@ pub(crate) async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Res
             finalizer::Event::Cleanup(le) => cleanup::cleanup(&le, &ctx).await,
         }
     })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
+    .await;
+    let result = done_when_gone(result).map_err(|e| Error::Finalizer(Box::new(e)));
     timer.finish(result.as_ref().map(|_| ()).map_err(Error::category));
     result
+}
+
+/// A cleanup whose finalizer removal found the election gone is done, not failed: the
+/// helper removes the finalizer only after the cleanup succeeded, and the election can only
+/// be gone once its finalizer went, by an earlier reconcile of the same deletion that saw a
+/// newer copy. (Many of those follow a mass deletion; each would count as a failed
+/// reconcile, log a warning and be retried for an election that no longer exists.)
+fn done_when_gone(
+    result: Result<Action, finalizer::Error<Error>>,
+) -> Result<Action, finalizer::Error<Error>> {
+    match result {
+        Err(finalizer::Error::RemoveFinalizer(kube::Error::Api(status)))
+            if status.is_not_found() =>
+        {
+            Ok(Action::await_change())
+        }
+        other => other,
+    }
 }
 
 /// A failed reconcile is retried soon; its error was already counted by the reconcile timer.
@@ -311,4 +329,32 @@ async fn refuse(
     Ok(Action::requeue(
         recheck.map_or(INVALID_REQUEUE, |d| d.min(INVALID_REQUEUE)),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(Status::failure("refused", reason).with_code(code).boxed())
+    }
+
+    #[test]
+    fn a_finalizer_removal_that_finds_the_election_gone_is_done() {
+        let gone = Err(finalizer::Error::RemoveFinalizer(api_error(
+            404, "NotFound",
+        )));
+        assert_eq!(done_when_gone(gone).ok(), Some(Action::await_change()));
+        // Anything else stays a failure: a changed finalizer list (422), an unreachable API
+        // server, a missing election when adding the finalizer, a failed cleanup.
+        let changed = Err(finalizer::Error::RemoveFinalizer(api_error(422, "Invalid")));
+        assert!(done_when_gone(changed).is_err());
+        let adding = Err(finalizer::Error::AddFinalizer(api_error(404, "NotFound")));
+        assert!(done_when_gone(adding).is_err());
+        let cleanup = Err(finalizer::Error::CleanupFailed(Error::MissingMetadata(
+            "name",
+        )));
+        assert!(done_when_gone(cleanup).is_err());
+    }
 }
