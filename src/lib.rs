@@ -14,6 +14,7 @@ pub mod k8s;
 pub mod leadership;
 pub mod locks;
 pub mod metrics;
+pub mod object_meta;
 pub mod operator;
 pub mod plugin;
 pub mod sessions;

@@ -12,7 +12,7 @@ use super::context::Context;
 use crate::Error;
 use crate::cache::keys::election_key;
 use crate::crd::conditions::{EXCLUSIVE, LEASE_TIMING_SAFE};
-use crate::crd::{AppliedSpec, LeaderElection, LeaderElectionStatus, Phase};
+use crate::crd::{AppliedSpec, LeaderElection, LeaderElectionStatus, Phase, ReadElection};
 use crate::election::config::{ElectionConfig, Mode};
 use crate::election::observe::SwitchoverRecord;
 use crate::election::plan::{self, ConditionState, Plan};
@@ -266,7 +266,7 @@ async fn patch_if_changed(
     if *old == new {
         return Ok(());
     }
-    let api: Api<LeaderElection> = Api::namespaced(
+    let api: Api<ReadElection> = Api::namespaced(
         ctx.client.clone(),
         &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
     );
@@ -302,7 +302,7 @@ async fn patch_if_changed(
             if write == Write::Whole {
                 ctx.caches.written.status_written(&key, Ok(()));
             }
-            let version = written.metadata.resource_version.as_deref();
+            let version = written.0.metadata.resource_version.as_deref();
             ctx.caches.written.remember_status(le, Some((new, version)));
             Ok(())
         }

@@ -2,7 +2,8 @@
 //! schema and CEL rules, and the validation that turns a spec into an
 //! [`ElectionConfig`](crate::election::config::ElectionConfig).
 //!
-//! - [`LeaderElection`], [`LeaderElectionSpec`], [`LeaderElectionStatus`]: the resource.
+//! - [`LeaderElection`], [`LeaderElectionSpec`], [`LeaderElectionStatus`]: the resource;
+//!   [`ReadElection`]: the same resource read without its managed fields.
 //! - [`validate()`]: the spec's rules again, for clusters that do not enforce CEL.
 //! - [`selector_string`], [`selector_matches`]: the pod selector for list calls and for pods
 //!   in hand.
@@ -17,6 +18,7 @@
 pub mod conditions;
 mod install;
 mod names;
+mod read;
 pub mod rules;
 mod selector;
 mod spec;
@@ -33,6 +35,7 @@ pub use names::{
     SECRET_ALLOWED_ELECTIONS_ANNOTATION, SKIP_CONSUL_CLEANUP_ANNOTATION, SWITCHOVER_ANNOTATION,
     VERSION,
 };
+pub use read::{ReadElection, election_event};
 pub use selector::{selector_matches, selector_string};
 pub use spec::{
     Behavior, CandidatesSpec, ConsulSpec, FailbackSpec, FailoverSpec, LabelsSpec, LeaderElection,

@@ -17,9 +17,12 @@ use serde::{Deserialize, Serialize};
 /// A pod, reduced to what the operator reads. See the module documentation.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct Pod {
-    /// The pod's metadata, without its managed fields and with only its controller's owner
-    /// reference once [`Pod::slim`] ran.
-    #[serde(default)]
+    /// The pod's metadata, read without its managed fields, and with only its controller's
+    /// owner reference once [`Pod::slim`] ran.
+    #[serde(
+        default,
+        deserialize_with = "crate::object_meta::without_managed_fields"
+    )]
     pub metadata: ObjectMeta,
     /// `spec.nodeName` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,13 +57,12 @@ pub struct PodStatus {
 }
 
 impl Pod {
-    /// Drops what deserialization kept but the operator never reads: managed fields, owner
-    /// references other than the controller's (whose selector the election's label key must
-    /// stay out of), the generate-name prefix, kubectl's last-applied annotation and every
-    /// condition but `Ready`. Applied to every pod before it is cached.
+    /// Drops what deserialization kept but the operator never reads: owner references other
+    /// than the controller's (whose selector the election's label key must stay out of), the
+    /// generate-name prefix, kubectl's last-applied annotation and every condition but
+    /// `Ready`. Applied to every pod before it is cached.
     pub fn slim(&mut self) {
         let meta = &mut self.metadata;
-        meta.managed_fields = None;
         meta.owner_references = meta
             .owner_references
             .take()

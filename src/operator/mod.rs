@@ -47,7 +47,7 @@ use crate::cache::caches::Caches;
 use crate::cache::scoped_stream::{self, scoped_apis};
 use crate::consul::{ConsulClient, TokenBucket, WatchPacing};
 use crate::controller::{Context, Settings, error_policy, reconcile};
-use crate::crd::LeaderElection;
+use crate::crd::{LeaderElection, ReadElection, election_event};
 use crate::election::config::ElectionKey;
 use crate::http::Health;
 use crate::k8s::Pod;
@@ -166,14 +166,14 @@ pub async fn run(
     )
     .touched_objects();
 
-    let election_streams = scoped_apis::<LeaderElection>(&client, &settings.watch_namespaces)
+    let election_streams = scoped_apis::<ReadElection>(&client, &settings.watch_namespaces)
         .into_iter()
         .map(|(scope, api)| {
             let indexes = indexes.clone();
             let stream = watcher(api, watcher::Config::default())
                 .default_backoff()
-                // Every status write adds to them; nothing reads them.
-                .modify(|le| le.metadata.managed_fields = None)
+                // Read without their managed fields: every status write adds to them.
+                .map_ok(election_event)
                 .inspect_ok({
                     let scope = scope.clone();
                     move |event| indexes.election_event(scope.as_deref(), event)
