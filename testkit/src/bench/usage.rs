@@ -99,6 +99,13 @@ impl Baseline {
             Some(usage.consul.total_requests() as f64),
             "",
         );
+        for (endpoint, count) in &usage.consul.requests {
+            report.row(
+                name(&format!("Consul requests, {endpoint}")),
+                Some(*count as f64),
+                "",
+            );
+        }
         report.target(
             name("Consul connections, most open at once"),
             Some(usage.consul.connections_max as f64),
