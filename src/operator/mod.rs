@@ -23,7 +23,6 @@
 //! Lease so that a standby takes over at once. Consul sessions and locks are kept: the next
 //! active replica adopts them, and no leader changes.
 
-pub mod api_transport;
 mod audit;
 mod gauges;
 mod takeover;
@@ -101,8 +100,11 @@ impl KubeClients {
     pub fn from_config(config: kube::Config) -> Result<Self, kube::Error> {
         let gate = WriteGate::closed();
         let config = write_gate::without_retries(config);
-        let client = write_gate::gated_client(api_transport::client_builder(&config)?, &gate);
-        let lease = api_transport::client_builder(&config)?.build();
+        let client = write_gate::gated_client(
+            kube::client::ClientBuilder::try_from(config.clone())?,
+            &gate,
+        );
+        let lease = Client::try_from(config)?;
         Ok(KubeClients {
             client,
             lease,

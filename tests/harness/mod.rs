@@ -386,14 +386,13 @@ impl Harness {
         self.spawn(faults, instance, token, wall_clock, LEASE)
     }
 
-    /// The operator's clients (the gated one and the Lease's, over the operator's own
-    /// transport), both through `faults`.
+    /// The operator's clients (the gated one and the Lease's), both through `faults`.
     fn kube_clients(&self, faults: &KubeFaults) -> KubeClients {
         consul_elector::install_crypto_provider();
         let gate = WriteGate::closed();
         let config = write_gate::without_retries(self.sa_config.clone());
         let builder = || {
-            consul_elector::operator::api_transport::client_builder(&config)
+            kube::client::ClientBuilder::try_from(config.clone())
                 .expect("kube client")
                 .with_layer(&faults.layer())
         };
