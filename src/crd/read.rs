@@ -12,7 +12,8 @@ use kube::Resource;
 use kube::runtime::watcher;
 use serde::{Deserialize, Deserializer};
 
-use super::{LeaderElection, LeaderElectionSpec, LeaderElectionStatus};
+use super::spec::{LeaderElection, LeaderElectionSpec};
+use super::status::LeaderElectionStatus;
 
 /// A [`LeaderElection`] read without its managed fields; the same resource for kube's
 /// [`Api`](kube::Api) and watchers.
