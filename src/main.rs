@@ -55,7 +55,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Run(args) => match (main_runtime(), session_runtime()) {
+        Command::Run(args) => match (tokio::runtime::Runtime::new(), session_runtime()) {
             (Ok(runtime), Ok(sessions)) => {
                 let code = runtime.block_on(run(*args, sessions.handle().clone()));
                 // Outside any async context: a runtime cannot be dropped inside one.
@@ -95,15 +95,6 @@ async fn delete_elections(args: DeleteElectionsArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The runtime of everything but the session renewals: one thread (the caller's) drives the
-/// watches, the reconciles and their connections, so that a response read from a socket
-/// wakes the request waiting for it without a hand-over to another thread.
-fn main_runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
 }
 
 /// The runtime of the Consul session requests and renewal tasks: one worker thread of its
