@@ -9,6 +9,7 @@ pub mod controller;
 pub mod crd;
 pub mod election;
 pub mod error;
+pub mod event_queue;
 pub mod http;
 pub mod k8s;
 pub mod leadership;

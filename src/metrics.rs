@@ -287,7 +287,8 @@ impl Metrics {
         registry.register(
             "events_suppressed",
             "Kubernetes events not published because more were due than the operator's event \
-             rate limit allows (a burst of 100, then 20 per second)",
+             rate limit allows (a burst of 100, then 20 per second), or because 2,000 were \
+             already waiting to be written",
             events_suppressed.clone(),
         );
         let leader_elected = latency_histogram();
@@ -459,7 +460,7 @@ impl Metrics {
         self.inner.status_write_failures.inc();
     }
 
-    /// Counts one event not published (rate limit).
+    /// Counts one event not published (rate limit, or the event queue full).
     pub fn event_suppressed(&self) {
         self.inner.events_suppressed.inc();
     }

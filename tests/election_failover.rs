@@ -8,9 +8,13 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use consul_elector::crd::{FENCING_TOKEN_ANNOTATION, LEADER_SINCE_ANNOTATION};
-use harness::{Backend, ConsulUnderTest, Harness, ROLE, SOON, role_in, status_leader, with_role};
+use harness::{
+    Backend, ConsulUnderTest, Harness, HarnessOptions, ROLE, SOON, role_in, status_leader,
+    with_role,
+};
 use serde_json::json;
 use testkit::cluster::with_namespace;
+use testkit::kube_faults::{FaultAction, KubeFault, Verb};
 
 const ELECTION_ANNOTATION: &str = "elector.dev/election";
 
@@ -109,6 +113,53 @@ async fn a_not_ready_leader_is_replaced_at_once_with_no_delay() {
         assert_eq!(status_leader(&le).as_deref(), Some(second.pod.as_str()));
         let now = h.wait_elected("web", None).await;
         assert_eq!(now, second, "no move back to a recovered pod");
+        h.finish().await;
+    })
+    .await;
+}
+
+/// Events report a failover; they are not a step of it. A move emits `LeaderLost` between
+/// demoting the old leader and releasing its lock, so an events API that answers slowly
+/// (here every event write waits 20 s first; the API server's priority and fairness may
+/// queue event writes like that) must not hold up the successor's label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_events_api_does_not_hold_up_a_failover() {
+    const STALL: Duration = Duration::from_secs(20);
+    with_namespace("fo-events", |admin, ns| async move {
+        // A Lease long enough that no stalled write is cancelled at its deadline: every
+        // event is written in the end.
+        let options = HarnessOptions {
+            lease: (STALL * 4, STALL * 3),
+            ..HarnessOptions::default()
+        };
+        let (h, first) = Harness::web_elected_with(admin, ns, options, spec("0s")).await;
+        // The first election's event is written before the stall starts.
+        h.wait_event("web", "LeaderElected").await;
+        let stall = h.kube_faults.add(
+            KubeFault::new(FaultAction::Latency(STALL))
+                .verb(Verb::Create)
+                .resource("events"),
+        );
+
+        let started = Instant::now();
+        h.sim.set_ready(&first.pod, false).await;
+        // Half the stall: a move that waited for one event write could not make it.
+        let second = h
+            .wait_elected_within("web", Some(&first.pod), STALL / 2)
+            .await;
+        eprintln!(
+            "move latency with every event write stalled {STALL:?}: {:?}",
+            h.role_seen_at(&second.pod, "leader", started)
+                .map(|labelled| labelled - started)
+        );
+        h.assert_explicit_release("web", &first, &second).await;
+        // The events still arrive, once the writes go through.
+        h.kube_faults.remove(stall);
+        let lost = h.wait_event("web", "LeaderLost").await;
+        assert!(
+            lost.iter().any(|note| note.contains(first.pod.as_str())),
+            "{lost:?}"
+        );
         h.finish().await;
     })
     .await;

@@ -244,8 +244,7 @@ impl<'a> Round<'a> {
                 note: refusal.message,
                 warning: EventReason::ConsulRefused.is_warning(),
                 fenced: None,
-            })
-            .await;
+            });
         }
         true
     }
@@ -368,7 +367,7 @@ impl<'a> Round<'a> {
                 Ok(())
             }
             Action::Emit(event) => {
-                self.publish(&event).await;
+                self.publish(&event);
                 Ok(())
             }
         }
@@ -573,7 +572,7 @@ impl<'a> Round<'a> {
         serde_json::to_vec(&value).unwrap_or_default()
     }
 
-    async fn publish(&self, event: &ElectionEvent) {
+    fn publish(&self, event: &ElectionEvent) {
         if let Some(cause) = event.fenced {
             self.ctx.metrics.fenced(cause);
         }
@@ -593,7 +592,7 @@ impl<'a> Round<'a> {
             targets.push(pod_reference(&pod.0));
         }
         for target in targets {
-            self.ctx.publish(&ev, &target).await;
+            self.ctx.publish(&ev, &target);
         }
     }
 

@@ -185,7 +185,7 @@ pub async fn settle_consul(
             source: Box::new(error),
         }),
         Deadline::GiveUp(why) => {
-            give_up(le, key, &withdrawal.consul_key, ctx, why, &error).await;
+            give_up(le, key, &withdrawal.consul_key, ctx, why, &error);
             Ok(())
         }
     }
@@ -377,7 +377,7 @@ fn consul_deadline(le: &LeaderElection, ctx: &Context) -> Deadline {
 
 /// Stops waiting for Consul: the session is no longer renewed (it expires after its TTL
 /// unless the key was released), and a Warning event names what was left there.
-async fn give_up(
+fn give_up(
     le: &LeaderElection,
     key: &ElectionKey,
     consul_key: &str,
@@ -408,5 +408,5 @@ async fn give_up(
         action: "Cleanup".to_owned(),
         secondary: None,
     };
-    ctx.publish(&event, &le.object_ref(&())).await;
+    ctx.publish(&event, &le.object_ref(&()));
 }

@@ -8,12 +8,13 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Event, Recorder};
+use kube::runtime::events::Event;
 use tokio::sync::{mpsc, watch};
 
 use crate::cache::caches::Caches;
 use crate::consul::{ConsulClient, TokenBucket};
 use crate::election::config::{ElectionKey, Owner};
+use crate::event_queue::EventQueue;
 use crate::http::Health;
 use crate::leadership::LeaseSettings;
 use crate::locks::LockWatcher;
@@ -55,8 +56,8 @@ pub struct Context {
     pub locks: LockWatcher,
     /// What the operator knows of the cluster between two reads.
     pub caches: Caches,
-    /// Event publisher.
-    pub recorder: Recorder,
+    /// Events, written in the background ([`crate::event_queue`]).
+    pub events: EventQueue,
     /// Metrics.
     pub metrics: Metrics,
     /// Health reported on /livez and /readyz.
@@ -91,22 +92,19 @@ impl Context {
         let _ = self.changes.send(key.clone());
     }
 
-    /// Publishes `event` about `target` unless the operator's event rate limit is spent (then
-    /// it is counted as suppressed). A failure is logged: an event is never worth failing a
-    /// reconcile for.
-    pub(crate) async fn publish(&self, event: &Event, target: &ObjectReference) {
+    /// Queues `event` about `target` for writing, without waiting for the write, unless the
+    /// operator's event rate limit is spent or the queue is full (then it is counted as
+    /// suppressed). A failed write is logged: an event is never worth failing, or delaying,
+    /// a reconcile for.
+    pub(crate) fn publish(&self, event: &Event, target: &ObjectReference) {
         let allowed = self
             .event_budget
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .try_take(tokio::time::Instant::now())
             .is_ok();
-        if !allowed {
+        if !allowed || !self.events.push(event, target) {
             self.metrics.event_suppressed();
-            return;
-        }
-        if let Err(error) = self.recorder.publish(event, target).await {
-            tracing::warn!(%error, reason = event.reason, "publishing an event failed");
         }
     }
 }

@@ -223,7 +223,7 @@ async fn stand_back(
             action: "Validate".to_owned(),
             secondary: None,
         };
-        ctx.publish(&event, &le.object_ref(&())).await;
+        ctx.publish(&event, &le.object_ref(&()));
     }
     Ok(())
 }
@@ -313,7 +313,7 @@ async fn patch_if_changed(
                 .status_written(&key, Err(error.category()));
             ctx.metrics.status_write_failed();
             if failed == STATUS_FAILURES_REPORTED {
-                report_status_failures(le, ctx, failed, &error).await;
+                report_status_failures(le, ctx, failed, &error);
             }
             Err(error)
         }
@@ -345,7 +345,7 @@ fn conditional_status_patch(
 /// failures; the metric counts every one).
 const STATUS_FAILURES_REPORTED: u32 = 3;
 
-async fn report_status_failures(le: &LeaderElection, ctx: &Context, failed: u32, error: &Error) {
+fn report_status_failures(le: &LeaderElection, ctx: &Context, failed: u32, error: &Error) {
     let event = Event {
         type_: EventType::Warning,
         reason: "StatusWriteFailed".to_owned(),
@@ -356,5 +356,5 @@ async fn report_status_failures(le: &LeaderElection, ctx: &Context, failed: u32,
         action: "WriteStatus".to_owned(),
         secondary: None,
     };
-    ctx.publish(&event, &le.object_ref(&())).await;
+    ctx.publish(&event, &le.object_ref(&()));
 }

@@ -46,7 +46,7 @@ pub async fn run(ctx: Arc<Context>) {
         let checked: BTreeSet<ElectionKey> = batch.iter().map(|(key, _)| key.clone()).collect();
         let found = check(&ctx, batch);
         for (election, kind, le) in record(&mut sightings, &checked, &found) {
-            report(&ctx, &election, kind, &le).await;
+            report(&ctx, &election, kind, &le);
         }
     }
 }
@@ -147,7 +147,7 @@ fn record<T: Clone>(
     outlived
 }
 
-async fn report(ctx: &Context, election: &ElectionKey, kind: Disagreement, le: &LeaderElection) {
+fn report(ctx: &Context, election: &ElectionKey, kind: Disagreement, le: &LeaderElection) {
     tracing::warn!(
         election = %election,
         kind = kind.as_str(),
@@ -165,7 +165,7 @@ async fn report(ctx: &Context, election: &ElectionKey, kind: Disagreement, le: &
         action: "Check".to_owned(),
         secondary: None,
     };
-    ctx.publish(&event, &le.object_ref(&())).await;
+    ctx.publish(&event, &le.object_ref(&()));
 }
 
 #[cfg(test)]

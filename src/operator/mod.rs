@@ -28,6 +28,7 @@ mod gauges;
 mod takeover;
 
 use std::hash::{Hash, Hasher};
+use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +49,7 @@ use crate::consul::{ConsulClient, TokenBucket, WatchPacing};
 use crate::controller::{Context, Settings, error_policy, reconcile};
 use crate::crd::{LeaderElection, ReadElection, election_event};
 use crate::election::config::ElectionKey;
+use crate::event_queue::EventQueue;
 use crate::http::Health;
 use crate::k8s::Pod;
 use crate::leadership::{Leadership, LeadershipError};
@@ -64,6 +66,10 @@ pub(crate) const EVENT_RATE: WatchPacing = WatchPacing {
     burst: 100,
     refill_interval: Duration::from_millis(50),
 };
+
+/// How long a replica that stops (and still holds the Lease) keeps writing the events its
+/// last reconciles queued before it releases the Lease; what is left then is dropped.
+const EVENT_DRAIN: Duration = Duration::from_secs(2);
 
 /// What of an election the operator acts on: everything but its status (which only the
 /// operator writes) and the bookkeeping fields that change with every write.
@@ -219,13 +225,14 @@ pub async fn run(
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(shutdown);
 
-    let recorder = Recorder::new(
+    let (events, event_writer) = EventQueue::new(Recorder::new(
         client.clone(),
         Reporter {
             controller: settings.field_manager.clone(),
             instance: Some(settings.instance.clone()),
         },
-    );
+    ));
+    let mut event_writer = pin!(event_writer);
     let (caches_tx, caches_ready) = watch::channel(false);
     let (elections_tx, mut elections_ready) = watch::channel(false);
     let ctx = Arc::new(Context {
@@ -241,7 +248,7 @@ pub async fn run(
             owner_selectors: crate::cache::owner_selectors::OwnerSelectors::default(),
             written,
         },
-        recorder,
+        events,
         metrics,
         health: health.clone(),
         settings,
@@ -366,17 +373,22 @@ pub async fn run(
         () = housekeeping => None,
         () = checker => None,
         () = takeover => None,
+        // Ends only once the context (which holds the queue) is gone.
+        () = &mut event_writer => None,
     };
     ctx.metrics.set_active(false);
     // The last handle on the context: dropping it stops every session renewal (and lock
     // watch) before the Lease is released, so nothing of this replica's runs on next to the
     // replica that takes over. The sessions themselves stay in Consul for it to adopt.
+    // It also closes the event queue.
     drop(ctx);
     if let Some(error) = lost {
         health.mark_stopped("lost the Lease");
         return Err(error);
     }
     if *lease_held.borrow() {
+        // The events the last reconciles queued, while this replica may still write.
+        let _ = tokio::time::timeout(EVENT_DRAIN, event_writer).await;
         leadership.release().await;
     }
     gate.close();

@@ -161,6 +161,10 @@ pub struct HarnessOptions {
     pub consul_cleanup_bound: Duration,
     /// Namespaces the operator watches besides the harness' own (`--watch-namespaces`).
     pub extra_watch_namespaces: Vec<String>,
+    /// The operator's Lease duration and renew deadline; a write still in flight at the
+    /// deadline is cancelled ([`LEASE_DURATION`], [`LEASE_RENEW_DEADLINE`] unless a test
+    /// needs writes to last longer).
+    pub lease: (Duration, Duration),
 }
 
 /// The operator's Consul configuration beyond the emulator's address.
@@ -189,6 +193,7 @@ impl Default for HarnessOptions {
             cluster_name: "test-cluster".into(),
             consul_cleanup_bound: controller::CONSUL_CLEANUP_BOUND,
             extra_watch_namespaces: Vec::new(),
+            lease: (LEASE_DURATION, LEASE_RENEW_DEADLINE),
         }
     }
 }
@@ -213,6 +218,7 @@ pub struct Harness {
     cluster_name: String,
     consul_cleanup_bound: Duration,
     extra_watch_namespaces: Vec<String>,
+    lease: (Duration, Duration),
 }
 
 impl Harness {
@@ -331,6 +337,7 @@ impl Harness {
             cluster_name: options.cluster_name,
             consul_cleanup_bound: options.consul_cleanup_bound,
             extra_watch_namespaces: options.extra_watch_namespaces,
+            lease: options.lease,
         }
     }
 
@@ -453,8 +460,8 @@ impl Harness {
                 name: lease.into(),
                 namespace: self.ns.clone(),
                 identity: instance.into(),
-                duration: LEASE_DURATION,
-                renew_deadline: LEASE_RENEW_DEADLINE,
+                duration: self.lease.0,
+                renew_deadline: self.lease.1,
                 wall_clock,
             },
             consul_cleanup_bound: self.consul_cleanup_bound,
