@@ -165,6 +165,43 @@ async fn a_stalled_events_api_does_not_hold_up_a_failover() {
     .await;
 }
 
+/// A replica that stops gracefully first writes the events its last reconciles queued (for
+/// up to 2 s, before it releases the Lease): a move right before a stop keeps its events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_queued_before_a_graceful_stop_are_still_written() {
+    // Each event write waits this long, so the move's events (LeaderLost and LeaderElected,
+    // each on the election and on its pod: four writes) are still queued or being written
+    // when the stop begins, and all fit in the operator's drain.
+    const SLOW: Duration = Duration::from_millis(400);
+    with_namespace("fo-drain", |admin, ns| async move {
+        // A Lease whose deadline no write of the drain reaches (the stopping replica no
+        // longer renews it).
+        let options = HarnessOptions {
+            lease: (Duration::from_secs(20), Duration::from_secs(15)),
+            ..HarnessOptions::default()
+        };
+        let (mut h, first) = Harness::web_elected_with(admin, ns, options, spec("0s")).await;
+        h.wait_event("web", "LeaderElected").await;
+        let (elected_before, _) = h.events("web", "LeaderElected").await;
+        h.kube_faults.add(
+            KubeFault::new(FaultAction::Latency(SLOW))
+                .verb(Verb::Create)
+                .resource("events"),
+        );
+        h.sim.set_ready(&first.pod, false).await;
+        h.wait_elected("web", Some(&first.pod)).await;
+        h.stop_operator().await;
+        let (lost, notes) = h.events("web", "LeaderLost").await;
+        assert_eq!(lost, 1, "{notes:?}");
+        assert!(notes[0].contains(first.pod.as_str()), "{notes:?}");
+        // kube's recorder counts a repeated reason on the same object as a series.
+        let (elected, notes) = h.events("web", "LeaderElected").await;
+        assert_eq!(elected, elected_before + 1, "{notes:?}");
+        h.finish().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_recovering_within_the_failover_delay_keeps_leading() {
     with_namespace("fo-recover", |admin, ns| async move {
