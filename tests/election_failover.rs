@@ -92,6 +92,9 @@ async fn a_not_ready_leader_is_replaced_at_once_with_no_delay() {
             labelled - started
         );
         h.assert_explicit_release("web", &first, &second).await;
+        // The election's events name the new leader (not a repeat of the first one's).
+        h.wait_event_noting("web", "LeaderElected", &second.pod)
+            .await;
         // Still selected: the old leader stays a follower.
         let old = first.pod.clone();
         h.wait_pods(SOON, "the old leader as follower", |pods| {

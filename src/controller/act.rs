@@ -576,7 +576,7 @@ impl<'a> Round<'a> {
         if let Some(cause) = event.fenced {
             self.ctx.metrics.fenced(cause);
         }
-        let ev = Event {
+        let ev = |related: Option<ObjectReference>| Event {
             type_: if event.warning {
                 EventType::Warning
             } else {
@@ -585,14 +585,21 @@ impl<'a> Round<'a> {
             reason: event.reason.as_str().to_owned(),
             note: Some(event.note.clone()),
             action: "Elect".to_owned(),
-            secondary: None,
+            secondary: related,
         };
-        let mut targets = vec![self.le.object_ref(&())];
-        if let Some(pod) = event.pod.as_ref().and_then(|p| self.pods.get(p)) {
-            targets.push(pod_reference(&pod.0));
-        }
-        for target in targets {
-            self.ctx.publish(&ev, &target);
+        let election = self.le.object_ref(&());
+        let pod = event
+            .pod
+            .as_ref()
+            .and_then(|p| self.pods.get(p))
+            .map(|(pod, _)| pod_reference(pod));
+        // Each names the other as its related object. kube's recorder folds events into
+        // one series by type, reason and objects, not by note: without the pod, "pod B is
+        // leader" on the election would count as a repeat of an earlier "pod A is leader"
+        // and show A's note.
+        self.ctx.publish(&ev(pod.clone()), &election);
+        if let Some(pod) = pod {
+            self.ctx.publish(&ev(Some(election)), &pod);
         }
     }
 

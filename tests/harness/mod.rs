@@ -1033,8 +1033,15 @@ impl Harness {
 
     /// Waits until an event about election `name` with `reason` exists; returns its notes.
     pub async fn wait_event(&self, name: &str, reason: &str) -> Vec<String> {
+        self.wait_event_noting(name, reason, "").await
+    }
+
+    /// Waits until an event about election `name` with `reason` and a note containing
+    /// `text` exists; returns the notes of every event about it with that reason.
+    pub async fn wait_event_noting(&self, name: &str, reason: &str, text: &str) -> Vec<String> {
         let api: Api<Event> = Api::namespaced(self.admin.clone(), &self.ns);
-        let (name, reason) = (name.to_owned(), reason.to_owned());
+        let missing = format!("no {reason} event about {name} noting {text:?}");
+        let (name, reason, text) = (name.to_owned(), reason.to_owned(), text.to_owned());
         wait_for(api, watcher::Config::default(), SOON, move |events| {
             let notes: Vec<String> = events
                 .iter()
@@ -1044,10 +1051,13 @@ impl Harness {
                 })
                 .map(|e| e.note.clone().unwrap_or_default())
                 .collect();
-            (!notes.is_empty()).then_some(notes)
+            notes
+                .iter()
+                .any(|note| note.contains(text.as_str()))
+                .then_some(notes)
         })
         .await
-        .unwrap_or_else(|e| panic!("no event: {e}"))
+        .unwrap_or_else(|e| panic!("{missing}: {e}"))
     }
 
     /// Polls `check` (on every pod change, and every 25 ms since Consul and metrics change
