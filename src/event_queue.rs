@@ -176,12 +176,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_full_queue_refuses_more_events() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
-        let _entered = runtime.enter();
+    #[tokio::test]
+    async fn a_full_queue_refuses_more_events() {
         // The writer never runs: nothing leaves the queue.
         let (queue, _writer, _server) = queue();
         for _ in 0..CAPACITY {
@@ -190,12 +186,8 @@ mod tests {
         assert!(!queue.push(&event("LeaderLost"), &election()), "full");
     }
 
-    #[test]
-    fn a_queue_whose_writer_is_gone_refuses_events() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
-        let _entered = runtime.enter();
+    #[tokio::test]
+    async fn a_queue_whose_writer_is_gone_refuses_events() {
         let (queue, writer, _server) = queue();
         drop(writer);
         assert!(!queue.push(&event("LeaderElected"), &election()));
