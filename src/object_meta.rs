@@ -99,7 +99,7 @@ mod tests {
     }
 
     #[test]
-    fn metadata_without_managed_fields_reads_the_same() {
+    fn metadata_that_has_no_managed_fields_is_read_as_sent() {
         let read: Object = serde_json::from_str(r#"{"metadata":{"name":"a","uid":"1"}}"#).unwrap();
         assert_eq!(read.metadata.name.as_deref(), Some("a"));
         assert_eq!(read.metadata.uid.as_deref(), Some("1"));
