@@ -794,11 +794,13 @@ impl Model {
                 self.cached_lock = LockView::Unknown;
                 self.started_at = now;
                 self.told_lock_delay = None;
+                // The new process adopts the sessions of the elections that exist
+                // (`operator::takeover::adopt_all`); a finalized election is gone.
                 self.adopt = self
                     .recorded
                     .leader
                     .clone()
-                    .filter(|l| l.session_id.is_some());
+                    .filter(|l| l.session_id.is_some() && !self.finalized);
             }
             Event::DeleteElection => {
                 if self.deleted_at.is_none() {

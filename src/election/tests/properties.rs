@@ -350,6 +350,29 @@ fn a_deleted_election_adopts_no_session_afterwards() {
     model.quiesce();
 }
 
+/// An operator that starts after a deleted election's cleanup adopts nothing of it, although
+/// Consul still has the session its last status names: the election, switched to Observe
+/// mode before the cleanup, left the session to expire (the cleanup releases only what the
+/// running process knows as its own). The election is gone, and so is any reason to renew.
+/// A random run found the model adopting the session from the last status it had seen.
+#[test]
+fn a_restart_after_the_cleanup_adopts_nothing_of_the_deleted_election() {
+    let config = ElectionConfig {
+        require_ready: false,
+        ..config()
+    };
+    let mut model = Model::new(config, KNOBS, &[(false, 0)]);
+    model.apply(&LOOP);
+    model.apply(&Event::DeleteElection);
+    model.apply(&Event::ConsulDown);
+    model.apply(&Event::EditMode(Mode::Observe));
+    model.apply(&Event::Restart);
+    model.apply(&LOOP);
+    assert!(model.trace.contains("finalizer removed"), "{}", model.trace);
+    model.apply(&Event::Restart);
+    model.quiesce();
+}
+
 /// Switching back to a key the applications took meanwhile: the operator waits for them (the
 /// key is held elsewhere), and once they let go it elects under that key again, with a token
 /// above the ones it handed out under the other key.
