@@ -7,7 +7,9 @@ mod harness;
 
 use std::time::{Duration, Instant};
 
-use harness::{Harness, phase, with_role};
+use harness::{
+    Harness, HarnessOptions, OperatorConsul, ROLE, SOON, phase, status_leader, with_role,
+};
 use serde_json::json;
 use testkit::cluster::with_namespace;
 use testkit::consul::{Endpoint, Fault, FaultAction};
@@ -132,6 +134,88 @@ async fn a_stalled_watch_fences_a_ttl_after_its_last_answer() {
         h.emu().remove_fault(stall);
         let again = h.wait_elected("web", None).await;
         assert!(again.token > first.token);
+        h.finish().await;
+    })
+    .await;
+}
+
+/// The operator's own release makes its cached view of the key false. The watch stalls (no
+/// answer, no error) and the election switches to Observe mode: the operator releases the key
+/// but cannot read it back, and then its session is destroyed from outside, so it no longer
+/// knows the holder in its cache as its own. That cached view ("held, for the old leader") is
+/// younger than a TTL, yet it must not bring the leader label back: only a read after the
+/// release counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_watch_does_not_bring_back_a_lock_the_operator_released() {
+    with_namespace("fe-released", |admin, ns| async move {
+        // Reads that hang fail after 1 s. With a 30 s TTL the next renewal (at most 15 s after
+        // the destroy) tells the operator its session is gone while the cached view is still
+        // within its Fence window, so only the rule under test keeps the label off.
+        let options = HarnessOptions {
+            operator_consul: OperatorConsul {
+                env: vec![("CONSUL_ELECTOR_REQUEST_TIMEOUT".into(), "1s".into())],
+                ..OperatorConsul::default()
+            },
+            ..HarnessOptions::default()
+        };
+        let spec = json!({
+            "selector": {"matchLabels": {"app": "web"}},
+            "session": {"ttl": "30s", "lockDelay": "1s"},
+        });
+        let (h, first) = Harness::web_elected_with(admin, ns, options, spec).await;
+        let key = h.key("web");
+        let stall = h.emu().add_fault(Fault {
+            method: Some(http::Method::GET),
+            ..Fault::always(
+                Endpoint::KvPrefix(format!("elector/{}/", h.ns)),
+                FaultAction::Latency(Duration::from_secs(600)),
+            )
+        });
+        wake_the_watch(&h).await;
+        tokio::time::timeout(TTL_BOUND, h.emu().wait_for_no_blocked_queries())
+            .await
+            .expect("the pending long polls answered");
+
+        h.patch_spec("web", json!({"mode": "Observe"})).await;
+        let released = h
+            .poll_until(SOON, || {
+                h.emu()
+                    .kv_entry(&key)
+                    .is_some_and(|entry| entry.session.is_none())
+            })
+            .await;
+        assert!(
+            released,
+            "the key is still held: {:?}",
+            h.emu().kv_entry(&key)
+        );
+        h.wait_pods(SOON, "nobody labelled leader", |pods| {
+            with_role(pods, "leader").is_empty()
+        })
+        .await;
+        h.app_destroy_session(&first.session).await;
+        // The renewal finds the session gone; the reconciles from then on would label the old
+        // leader again if they planned on the cached view.
+        h.wait_event("web", "SessionLost").await;
+        for _ in 0..2 {
+            h.touch_and_wait_reconcile("web").await;
+        }
+
+        h.emu().remove_fault(stall);
+        h.wait_status("web", |le| {
+            phase(le).as_deref() == Some("Observing") && status_leader(le).is_none()
+        })
+        .await;
+        let history = h.recorder.label_history(&first.pod, ROLE);
+        let leader = Some("leader".to_owned());
+        let demoted = history
+            .iter()
+            .skip_while(|value| **value != leader)
+            .skip_while(|value| **value == leader);
+        assert!(
+            !demoted.clone().any(|value| *value == leader),
+            "the released leader was labelled again: {history:?}"
+        );
         h.finish().await;
     })
     .await;

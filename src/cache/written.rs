@@ -59,6 +59,9 @@ struct Memo {
     refusal: Option<ConsulRefusal>,
     /// Until when an acquisition of the election's key is probably refused by a lock-delay.
     lock_delay_until: Option<Timestamp>,
+    /// This process wrote the election's Consul key, or tried to (an acquire, a release, the
+    /// destruction of its session), and has not read the key back since.
+    key_unread: bool,
 }
 
 impl Memo {
@@ -68,6 +71,7 @@ impl Memo {
             && self.stood_back.is_none()
             && self.refusal.is_none()
             && self.lock_delay_until.is_none()
+            && !self.key_unread
     }
 }
 
@@ -169,6 +173,28 @@ impl Memory {
     /// Records (`Some`) or forgets the end of a lock-delay of `key`.
     pub fn set_lock_delay(&self, key: &ElectionKey, until: Option<Timestamp>) {
         self.memo(key, |memo| memo.lock_delay_until = until);
+    }
+
+    /// Records that this process is about to write the Consul key of `key` (acquire or release
+    /// it, or destroy the session that may hold it). Until [`Self::key_read_back`], the lock
+    /// watch's cached view of the key may predate the write, a view this process itself made
+    /// false: a release whose answer was lost, or a destroyed session, leaves the cache saying
+    /// "held" for as long as the watch stalls. Call it before sending: a write whose answer
+    /// never came may still have taken effect.
+    pub fn key_writing(&self, key: &ElectionKey) {
+        self.memo(key, |memo| memo.key_unread = true);
+    }
+
+    /// A read of the Consul key of `key` that started after its last write succeeded: the
+    /// cached view shows the write.
+    pub fn key_read_back(&self, key: &ElectionKey) {
+        self.memo(key, |memo| memo.key_unread = false);
+    }
+
+    /// Whether this process wrote the Consul key of `key` and has not read it back since (see
+    /// [`Self::key_writing`]).
+    pub fn key_unread(&self, key: &ElectionKey) -> bool {
+        self.read(key, |memo| memo.key_unread)
     }
 
     /// The election's current status: what this process last wrote for this object, else
@@ -482,6 +508,18 @@ mod tests {
         // A write no plan took into account names nobody.
         memory.remember_pod(&pod("u1", "9"), None);
         assert_eq!(memory.written_by(&pod("u1", "9")), None);
+    }
+
+    #[test]
+    fn a_written_key_stays_unread_until_read_back_and_then_costs_nothing() {
+        let memory = Memory::new(Timestamp::UNIX_EPOCH);
+        assert!(!memory.key_unread(&key("a")));
+        memory.key_writing(&key("a"));
+        assert!(memory.key_unread(&key("a")));
+        assert!(!memory.key_unread(&key("b")));
+        memory.key_read_back(&key("a"));
+        assert!(!memory.key_unread(&key("a")));
+        assert!(enter(&memory.elections).is_empty());
     }
 
     #[test]

@@ -78,7 +78,7 @@ impl<'a> Round<'a> {
             ctx,
             pods_api: Api::namespaced(ctx.client.clone(), &key.namespace),
             pods: observe::pods_of(&ctx.caches, le),
-            lock: ctx.locks.lock(key),
+            lock: LockView::Unknown,
             recorded: crate::election::report::recorded(&ctx.caches.current_status(le)),
             last: None,
             move_started: None,
@@ -88,22 +88,7 @@ impl<'a> Round<'a> {
             switchover: super::switchover::request(le).map(str::to_owned),
             spec_valid,
         };
-        if round.lock == LockView::Unknown {
-            // Not read yet (new election) or Consul unreachable: the group's first answer if
-            // it is under way, else one direct read, without retries (the watch retries; a
-            // Fence deadline must not wait for a backoff).
-            match ctx
-                .locks
-                .current(key, &consul.without_retries(), &config.key)
-                .await
-            {
-                Ok(lock) => round.lock = lock,
-                Err(error) => {
-                    // Unknown stays; a refusal of the read is what the status reports.
-                    round.remember_refusal(&error.into()).await;
-                }
-            }
-        }
+        round.observe_lock().await;
         if round.lock != LockView::Unknown
             && ctx
                 .caches
@@ -118,6 +103,42 @@ impl<'a> Round<'a> {
             round.adopt().await;
         }
         round
+    }
+
+    /// The round's view of the key: the lock watch's cached answer, unless this process wrote
+    /// the key since it last read it back, or the cache knows nothing (a new election, or
+    /// Consul unreachable).
+    async fn observe_lock(&mut self) {
+        let (ctx, key, config) = (self.ctx, self.key, self.config);
+        let read = if ctx.caches.written.key_unread(key) {
+            // The cached answer may predate this process's own write, and a stalled watch
+            // keeps it: only a read of its own counts. Without retries, as below.
+            let read = ctx
+                .locks
+                .refresh(key, &self.consul.without_retries(), &config.key)
+                .await;
+            if read.is_ok() {
+                ctx.caches.written.key_read_back(key);
+            }
+            read
+        } else {
+            self.lock = ctx.locks.lock(key);
+            if self.lock != LockView::Unknown {
+                return;
+            }
+            // The group's first answer if it is under way, else one direct read, without
+            // retries (the watch retries; a Fence deadline must not wait for a backoff).
+            ctx.locks
+                .current(key, &self.consul.without_retries(), &config.key)
+                .await
+        };
+        match read {
+            Ok(lock) => self.lock = lock,
+            // Unknown stays; a refusal of the read is what the status reports.
+            Err(error) => {
+                self.remember_refusal(&error.into()).await;
+            }
+        }
     }
 
     /// The last plan computed (its status is what the election reports).
@@ -307,6 +328,7 @@ impl<'a> Round<'a> {
             }
             Action::Release { session } => {
                 self.mark_move();
+                self.ctx.caches.written.key_writing(self.key);
                 let value = match &self.lock {
                     LockView::Held { value, .. } => value.clone().unwrap_or_default(),
                     _ => Vec::new(),
@@ -323,6 +345,8 @@ impl<'a> Round<'a> {
                 self.refresh_lock().await
             }
             Action::DestroySession { .. } => {
+                // The session may hold the key: destroying it releases or deletes the key.
+                self.ctx.caches.written.key_writing(self.key);
                 self.ctx.sessions.destroy(self.key, self.consul).await?;
                 Ok(())
             }
@@ -488,6 +512,7 @@ impl<'a> Round<'a> {
         {
             Ok(lock) => {
                 self.lock = lock;
+                self.ctx.caches.written.key_read_back(self.key);
                 Ok(())
             }
             Err(error) => {
@@ -519,6 +544,7 @@ impl<'a> Round<'a> {
             }
         }
         let value = self.lock_value(pod);
+        self.ctx.caches.written.key_writing(self.key);
         let acquired = match self
             .consul
             .kv_acquire(&self.config.key, session, &value, LOCK_FLAGS)

@@ -198,6 +198,8 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
     let withdrawal = withdraw(&Footprint::of(le, ctx), ctx).await?;
     settle_consul(le, &key, ctx, withdrawal).await?;
     ctx.caches.written.remember_status(le, None);
+    // Gone: nothing reads its key again.
+    ctx.caches.written.key_read_back(&key);
     Ok(Action::await_change())
 }
 
@@ -350,6 +352,8 @@ async fn release_and_destroy(
         },
     };
     if let Some(session) = session {
+        // An election that goes on (after a withdrawal) reads its key back before it plans.
+        ctx.caches.written.key_writing(key);
         consul
             .kv_release(consul_key, &session, &[], LOCK_FLAGS)
             .await?;

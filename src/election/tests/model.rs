@@ -475,6 +475,10 @@ pub struct Model {
     kv_read_at: Option<Timestamp>,
     /// The key as this controller process last read it (its lock watch's cache).
     cached_lock: LockView,
+    /// The operator wrote the key (or tried to) since it last read it: the cache may predate
+    /// the write, so the controller reads the key directly instead
+    /// (`cache::written::Memory::key_written`).
+    key_written: bool,
     /// When this controller process started.
     started_at: Timestamp,
     /// The election's `elector.dev/switchover-to` annotation.
@@ -522,6 +526,7 @@ impl Model {
             told_lock_delay: None,
             kv_read_at: None,
             cached_lock: LockView::Unknown,
+            key_written: false,
             started_at: t(1000),
             switchover: None,
             max_label: None,
@@ -792,6 +797,7 @@ impl Model {
                 self.registered = None;
                 self.kv_read_at = None;
                 self.cached_lock = LockView::Unknown;
+                self.key_written = false;
                 self.started_at = now;
                 self.told_lock_delay = None;
                 // The new process adopts the sessions of the elections that exist
@@ -997,6 +1003,12 @@ impl Model {
                     self.fail("Acquire executed during a lock-delay the planner was told about");
                 }
                 let (executed, failing) = faults.next();
+                if matches!(
+                    action,
+                    Action::Release { .. } | Action::Acquire { .. } | Action::DestroySession { .. }
+                ) {
+                    self.key_written = true;
+                }
                 let ok = match action {
                     Action::RecordToken {
                         fencing_token,
@@ -1010,6 +1022,9 @@ impl Model {
                     }
                     _ => executed && self.execute(action) && !failing,
                 };
+                if ok && matches!(action, Action::Release { .. } | Action::Acquire { .. }) {
+                    self.read_back();
+                }
                 self.count_action(action, ok);
                 self.check_action(action, executed, leaders_before, &before);
                 if !ok {
@@ -1034,17 +1049,30 @@ impl Model {
         }
     }
 
+    /// A read of the key: the watch's answer, or the direct read after the operator's own
+    /// acquire or release (`controller::act::Round::refresh_lock`). When it succeeds the cache
+    /// takes the answer, which shows the operator's writes before it.
+    fn read_back(&mut self) {
+        self.cached_lock = self.consul.lock_view();
+        if self.cached_lock != LockView::Unknown {
+            self.kv_read_at = Some(self.now);
+            self.key_written = false;
+        }
+    }
+
     /// Observes the world (with the status read at the start of the reconcile) and plans.
     fn plan_once(&mut self, recorded: &Recorded) -> Plan {
         let pods = self.observed_pods();
         // A stalled watch brings no answer: the cached view stays, however old.
         if !self.consul.kv_stalled {
-            self.cached_lock = self.consul.lock_view();
-            if self.cached_lock != LockView::Unknown {
-                self.kv_read_at = Some(self.now);
-            }
+            self.read_back();
         }
-        let lock = self.cached_lock.clone();
+        // After its own write the controller does not plan on the cache: it reads the key
+        // directly, which fails while the KV stalls.
+        let lock = match self.key_written {
+            true => LockView::Unknown,
+            false => self.cached_lock.clone(),
+        };
         let session = self.session_view();
         let owner = Owner::new("model-cluster", "ops.consul-elector");
         let obs = Observation {

@@ -395,3 +395,44 @@ fn an_edit_back_to_a_key_taken_meanwhile_waits_for_its_holder() {
     model.apply(&Event::EditKey);
     model.quiesce();
 }
+
+/// The operator's own write to the key voids its cached view of the key until a read shows
+/// the write. A switch to Observe mode releases the lock; then the watch stalls. The cached
+/// view from before the release (held, naming the old leader) must not bring the leader
+/// label back once the operator no longer knows the holder as its own session: the
+/// operator itself made that view false.
+#[test]
+fn a_stalled_watch_does_not_bring_back_a_lock_the_operator_released() {
+    // The plan after the switch: LabelFollower, Emit, Release, DestroySession.
+    const RELEASE: usize = 2;
+    const DESTROY: usize = 3;
+    for keep_leader in [false, true] {
+        let config = ElectionConfig {
+            on_consul_unavailable: match keep_leader {
+                true => UnavailablePolicy::KeepLeader,
+                false => UnavailablePolicy::Fence,
+            },
+            ..config()
+        };
+        // The destroy's answer is lost, so the operator forgets the session it destroyed
+        // (the case a random run found), or the release's answer is lost, so the operator
+        // never reads the key back, and then its session is destroyed from outside: its next
+        // renewal finds it gone.
+        let endings: [&[Event]; 2] = [&[], &[Event::DestroyOurSession, Event::Advance(8), LOOP]];
+        for (fail_at, ending) in [(DESTROY, endings[0]), (RELEASE, endings[1])] {
+            let mut model = two_pods(config.clone(), KNOBS);
+            model.apply(&LOOP);
+            model.apply(&Event::EditMode(Mode::Observe));
+            model.apply(&Event::Loop {
+                fail_at: Some(fail_at),
+                after_effect: true,
+            });
+            model.apply(&Event::KvStall);
+            for event in ending {
+                model.apply(event);
+            }
+            model.apply(&LOOP);
+            model.quiesce();
+        }
+    }
+}

@@ -208,6 +208,7 @@ impl Model {
                     (executed && !failing, action)
                 }
                 Step::ReleaseAndDestroy => {
+                    self.key_written = true;
                     let session = self.session_to_clean_up();
                     let ok = executed && self.release_and_destroy(session.as_deref()) && !failing;
                     let action = Action::Release {
