@@ -1349,18 +1349,38 @@ impl Model {
                     .is_some_and(|r| matches!(r.health, SessionHealth::Unconfirmed { .. })))
     }
 
-    /// Leader-labelled pods failing rule 2, each with what fails (the lock or the token).
-    fn rule2_violators(&self) -> Vec<String> {
+    /// Leader-labelled pods failing rule 2 (by UID), each with what fails (the lock or the
+    /// token).
+    fn rule2_violators(&self) -> Vec<(String, &'static str)> {
         let mut v = Vec::new();
         for p in self.leaders() {
             if !self.lock_backed(p) {
-                v.push(format!("{} (lock)", p.uid));
+                v.push((p.uid.clone(), "lock"));
             }
             if !self.token_backed(p) {
-                v.push(format!("{} (token)", p.uid));
+                v.push((p.uid.clone(), "token"));
             }
         }
         v
+    }
+
+    /// Observe mode mirrors the holder of the operator's last answer about the key, and an
+    /// answer younger than a TTL confirms the lock (rule 2). While the watch stalls, that
+    /// answer may name a holder that has let go since: a label put on `pod` from it is within
+    /// rule 2, and [`Self::check_after_reconcile`] bounds how long it stays. Not so once the
+    /// operator wrote the key after the answer: then it knows better.
+    fn mirrors_a_confirmed_answer(&self, pod: &PodView) -> bool {
+        self.config.mode == Mode::Observe
+            && self.consul.kv_stalled
+            && !self.key_written
+            && elapsed(self.lock_confirmed_at(), self.now) < self.config.session.ttl
+            && match &self.cached_lock {
+                LockView::Held { value, .. } => value
+                    .as_deref()
+                    .and_then(holder_from_value)
+                    .is_some_and(|h| h.pod == pod.name && h.uid.is_none_or(|u| u == pod.uid)),
+                _ => false,
+            }
     }
 
     fn check_action(
@@ -1368,7 +1388,7 @@ impl Model {
         action: &Action,
         executed: bool,
         leaders_before: usize,
-        before: &[String],
+        before: &[(String, &'static str)],
     ) {
         // Rule 1: no action makes a second leader label (only a world event can, see
         // `StrayLeaderLabel`; then the count may only go down until it is 1).
@@ -1380,12 +1400,19 @@ impl Model {
             ));
         }
         // Rule 2: no action of the operator makes a label unbacked (world events can; those
-        // are the planner's to repair), and a leader label is only ever put on a backed pod.
+        // are the planner's to repair), and a leader label is only ever put on a backed pod,
+        // or in Observe mode on the holder a confirmed answer names.
         if !self.keep_leader_excuse() {
             let after = self.rule2_violators();
-            if let Some(v) = after.iter().find(|v| !before.contains(v)) {
+            if let Some((uid, what)) = after.iter().find(|(uid, what)| {
+                !before.contains(&(uid.clone(), *what))
+                    && !self
+                        .pods
+                        .iter()
+                        .any(|p| p.uid == *uid && self.mirrors_a_confirmed_answer(p))
+            }) {
                 self.fail(&format!(
-                    "{action:?} left the leader label on {v} without its lock"
+                    "{action:?} left the leader label on {uid} without its {what}"
                 ));
             }
         }
@@ -1401,7 +1428,7 @@ impl Model {
             && let Some(p) = self.pods.iter().find(|p| &p.uid == uid)
             && p.role.as_deref() == Some(self.leader_value())
         {
-            if !self.backed(p) {
+            if !self.backed(p) && !self.mirrors_a_confirmed_answer(p) {
                 self.fail(&format!(
                     "{action:?}: labelled a pod that does not hold the lock ({:?})",
                     self.consul.key
@@ -1419,7 +1446,7 @@ impl Model {
                 ));
             }
             // Rule 6: tokens never decrease; one token, one acquisition.
-            let acquisition = self.consul.key.as_ref().expect("backed").acquisition;
+            let acquisition = self.consul.key.as_ref().map_or(0, |k| k.acquisition);
             match self.max_label {
                 Some((max, _)) if *fencing_token < max => self.fail(&format!(
                     "fencing token decreased: {max} -> {fencing_token}"

@@ -436,3 +436,40 @@ fn a_stalled_watch_does_not_bring_back_a_lock_the_operator_released() {
         }
     }
 }
+
+/// Observe mode mirrors the holder the operator's last answer names, and rule 2 lets an
+/// answer confirm the lock for a TTL. A foreign session holds the key for a pod; the watch
+/// stalls; the holder lets go; the election switches to Observe mode and labels the pod from
+/// the answer it has. The model accepts that label (a random run found the model calling it
+/// unbacked), and checks what rule 2 asks: with Fence the label goes once the answer is a
+/// TTL old, and once Consul answers again it goes whatever the policy.
+#[test]
+fn observe_mode_mirrors_a_stalled_answer_for_at_most_a_ttl() {
+    for keep_leader in [false, true] {
+        let config = ElectionConfig {
+            require_ready: false,
+            on_consul_unavailable: match keep_leader {
+                true => UnavailablePolicy::KeepLeader,
+                false => UnavailablePolicy::Fence,
+            },
+            ..config()
+        };
+        let mut model = Model::new(config, KNOBS, &[(false, 0)]);
+        model.apply(&Event::ForeignAcquire(0));
+        model.apply(&LOOP);
+        model.apply(&Event::KvStall);
+        model.apply(&Event::ForeignRelease);
+        model.apply(&Event::EditMode(Mode::Observe));
+        model.apply(&LOOP);
+        assert!(
+            model.seen.contains_key("observed LabelLeader"),
+            "{}",
+            model.trace
+        );
+        for _ in 0..20 {
+            model.apply(&Event::Advance(1));
+            model.apply(&LOOP);
+        }
+        model.quiesce();
+    }
+}
