@@ -161,7 +161,9 @@ impl Population {
         write_status_retrying(&api, namespace, name, Some(created), |_| target.clone()).await
     }
 
-    /// Deletes the scenario's pods at once (grace 0).
+    /// Deletes the scenario's pods at once (grace 0). Thousands of pods in one namespace
+    /// can outlast the API server's request timeout; each attempt deletes more of them, so a
+    /// deletion the server gave up on is sent again, up to [`DELETE_ATTEMPTS`] times.
     pub(crate) async fn delete_pods(&self, client: &Client) -> Result<(), SandboxError> {
         let now = DeleteParams {
             grace_period_seconds: Some(0),
@@ -169,10 +171,21 @@ impl Population {
         };
         let selector = kube::api::ListParams::default().labels(&self.selector());
         for namespace in &self.namespaces {
-            Api::<Pod>::namespaced(client.clone(), namespace)
-                .delete_collection(&now, &selector)
-                .await
-                .map_err(api_error(format!("deleting the pods of {namespace}")))?;
+            let api = Api::<Pod>::namespaced(client.clone(), namespace);
+            let mut attempt = 1;
+            loop {
+                match api.delete_collection(&now, &selector).await {
+                    Ok(_) => break,
+                    Err(error) if server_gave_up(&error) && attempt < DELETE_ATTEMPTS => {
+                        attempt += 1;
+                    }
+                    Err(error) => {
+                        return Err(api_error(format!("deleting the pods of {namespace}"))(
+                            error,
+                        ));
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -189,6 +202,23 @@ impl Population {
                 )))?;
         }
         Ok(())
+    }
+}
+
+/// How often [`Population::delete_pods`] sends the deletion of one namespace's pods.
+const DELETE_ATTEMPTS: u32 = 4;
+
+/// Whether the API server gave up on a request at its own timeout (504 `Timeout`, or 500
+/// `context deadline exceeded`), having perhaps done part of it: an idempotent request is
+/// worth sending again.
+fn server_gave_up(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => {
+            status.code == 504
+                || status.reason == "Timeout"
+                || (status.code == 500 && status.message.contains("deadline exceeded"))
+        }
+        _ => false,
     }
 }
 
@@ -343,5 +373,30 @@ mod tests {
             },
         );
         assert_eq!(one.namespaces.len(), 1, "no empty namespaces");
+    }
+
+    #[test]
+    fn only_a_request_the_api_server_timed_out_is_sent_again() {
+        let status = |code: u16, reason: &str, message: &str| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+                ..kube::core::Status::default()
+            }))
+        };
+        assert!(server_gave_up(&status(504, "Timeout", "")));
+        assert!(server_gave_up(&status(
+            500,
+            "InternalError",
+            "Internal error occurred: context deadline exceeded"
+        )));
+        assert!(!server_gave_up(&status(
+            500,
+            "InternalError",
+            "etcd is down"
+        )));
+        assert!(!server_gave_up(&status(403, "Forbidden", "")));
+        assert!(!server_gave_up(&status(409, "Conflict", "")));
     }
 }
