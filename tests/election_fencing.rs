@@ -141,16 +141,16 @@ async fn a_stalled_watch_fences_a_ttl_after_its_last_answer() {
 
 /// The operator's own release makes its cached view of the key false. The watch stalls (no
 /// answer, no error) and the election switches to Observe mode: the operator releases the key
-/// but cannot read it back, and then its session is destroyed from outside, so it no longer
-/// knows the holder in its cache as its own. That cached view ("held, for the old leader") is
+/// but cannot read it back, and then Consul invalidates its session, so it no longer knows
+/// the holder in its cache as its own. That cached view ("held, for the old leader") is
 /// younger than a TTL, yet it must not bring the leader label back: only a read after the
 /// release counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_watch_does_not_bring_back_a_lock_the_operator_released() {
     with_namespace("fe-released", |admin, ns| async move {
         // Reads that hang fail after 1 s. With a 30 s TTL the next renewal (at most 15 s after
-        // the destroy) tells the operator its session is gone while the cached view is still
-        // within its Fence window, so only the rule under test keeps the label off.
+        // the invalidation) tells the operator its session is gone while the cached view is
+        // still within its Fence window, so only the rule under test keeps the label off.
         let options = HarnessOptions {
             operator_consul: OperatorConsul {
                 env: vec![("CONSUL_ELECTOR_REQUEST_TIMEOUT".into(), "1s".into())],
@@ -171,6 +171,16 @@ async fn a_stalled_watch_does_not_bring_back_a_lock_the_operator_released() {
                 FaultAction::Latency(Duration::from_secs(600)),
             )
         });
+        // The operator cannot destroy its session itself either: only the renewal's answer
+        // tells it the session is gone, whichever reconcile runs first.
+        let no_destroy = h.emu().add_fault(Fault::always(
+            Endpoint::SessionDestroy,
+            FaultAction::Respond {
+                status: 500,
+                body: "rpc error: session destroy unavailable".into(),
+                retry_after: None,
+            },
+        ));
         wake_the_watch(&h).await;
         tokio::time::timeout(TTL_BOUND, h.emu().wait_for_no_blocked_queries())
             .await
@@ -193,7 +203,7 @@ async fn a_stalled_watch_does_not_bring_back_a_lock_the_operator_released() {
             with_role(pods, "leader").is_empty()
         })
         .await;
-        h.app_destroy_session(&first.session).await;
+        assert!(h.emu().invalidate_session(&first.session));
         // The renewal finds the session gone; the reconciles from then on would label the old
         // leader again if they planned on the cached view.
         h.wait_event("web", "SessionLost").await;
@@ -201,6 +211,7 @@ async fn a_stalled_watch_does_not_bring_back_a_lock_the_operator_released() {
             h.touch_and_wait_reconcile("web").await;
         }
 
+        h.emu().remove_fault(no_destroy);
         h.emu().remove_fault(stall);
         h.wait_status("web", |le| {
             phase(le).as_deref() == Some("Observing") && status_leader(le).is_none()
