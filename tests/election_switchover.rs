@@ -236,3 +236,45 @@ async fn failback_moves_leadership_to_a_pod_of_higher_priority() {
     })
     .await;
 }
+
+/// A switchover away from the pod of the highest priority, with failback on: leadership
+/// moves to another pod and straight back, both moves in one reconcile. The status counts
+/// both transitions: the second move is recorded against the status the first one wrote,
+/// not the one the reconcile read when it started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_undone_by_a_failback_counts_both_transitions() {
+    with_namespace("so-there-and-back", |admin, ns| async move {
+        let spec = json!({
+            "selector": {"matchLabels": {"app": "web"}},
+            "failback": {"enabled": true, "minInterval": "0s"},
+        });
+        let (h, first) = Harness::web_elected(admin, ns, spec).await;
+        annotate_pod(&h, &first.pod, PRIORITY_ANNOTATION, Some("10")).await;
+        h.wait_status("web", |le: &LeaderElection| {
+            le.status.as_ref().is_some_and(|s| {
+                s.candidates
+                    .iter()
+                    .any(|c| c.pod == first.pod && c.priority == 10)
+            })
+        })
+        .await;
+        let before = h.status("web").await;
+        request(&h, "*").await;
+        decided(&h, "*").await;
+        let le = h
+            .wait_status("web", |le: &LeaderElection| {
+                le.status.as_ref().is_some_and(|s| {
+                    s.leader.as_ref().is_some_and(|l| l.pod == first.pod)
+                        && s.transitions >= before.transitions + 2
+                })
+            })
+            .await;
+        let status = le.status.unwrap_or_default();
+        assert_eq!(status.transitions, before.transitions + 2, "{status:#?}");
+        assert!(status.fencing_token > before.fencing_token, "{status:#?}");
+        let notes = h.wait_event("web", "Failback").await;
+        assert!(notes.iter().any(|n| n.contains(&first.pod)), "{notes:?}");
+        h.finish().await;
+    })
+    .await;
+}

@@ -57,6 +57,9 @@ pub struct Round<'a> {
     switchover: Option<String>,
     /// The `SpecValid` condition the status reports (True: the round runs on a valid spec).
     spec_valid: ConditionState,
+    /// This reconcile wrote the status (a token record) since its last plan: the next plan
+    /// decides from the status as written, not as read when the reconcile started.
+    status_written: bool,
 }
 
 impl<'a> Round<'a> {
@@ -87,6 +90,7 @@ impl<'a> Round<'a> {
             labelled_leader: None,
             switchover: super::switchover::request(le).map(str::to_owned),
             spec_valid,
+            status_written: false,
         };
         round.observe_lock().await;
         if round.lock != LockView::Unknown
@@ -198,6 +202,15 @@ impl<'a> Round<'a> {
     /// Plans from what is known now, keeps the plan as the last one (its status is what the
     /// reconcile writes) and returns its actions.
     fn decide(&mut self) -> Vec<Action> {
+        if std::mem::take(&mut self.status_written) {
+            // A second leader in one reconcile (a switchover, then a failback) must be
+            // recorded against the first one's record, or the final status write would take
+            // the transitions and the token record back to what was read at the start.
+            let carried = self.recorded.last_switchover.take();
+            self.recorded =
+                crate::election::report::recorded(&self.ctx.caches.current_status(self.le));
+            self.recorded.last_switchover = carried;
+        }
         let mut views = observe::views(&self.pods, self.config);
         self.shared_views(&mut views);
         let session = self.ctx.sessions.view(self.key);
@@ -296,7 +309,9 @@ impl<'a> Round<'a> {
                     },
                     self.spec_valid.clone(),
                 )
-                .await
+                .await?;
+                self.status_written = true;
+                Ok(())
             }
             Action::LabelFollower { pod, uid } => {
                 self.set_role(&pod, &uid, PodRole::Follower).await

@@ -981,7 +981,15 @@ impl Model {
         let mut recorded = self.recorded.clone();
         let mut last = None;
         let mut complete = false;
+        let mut token_recorded = false;
         'rounds: for _ in 0..16 {
+            if std::mem::take(&mut token_recorded) {
+                // As the controller's round does: after a token record, the next plans
+                // decide from the status as written.
+                let carried = recorded.last_switchover.take();
+                recorded = self.recorded.clone();
+                recorded.last_switchover = carried;
+            }
             let plan = self.plan_once(&recorded);
             // As the controller's round does: the next plans continue the same request.
             recorded
@@ -1017,6 +1025,7 @@ impl Model {
                     } => {
                         if executed && self.knobs.token_before_label {
                             self.record_token(&plan, *fencing_token, *whole);
+                            token_recorded = true;
                         }
                         executed && !failing
                     }

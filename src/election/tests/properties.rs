@@ -473,3 +473,32 @@ fn observe_mode_mirrors_a_stalled_answer_for_at_most_a_ttl() {
         model.quiesce();
     }
 }
+
+/// A reconcile that moves leadership twice, away by a switchover and straight back by a
+/// failback to the pod of the higher priority, plans its later steps on the status it wrote
+/// itself before its first label (the token record), not on the status read when it
+/// started: otherwise it records the second leader's token alone, as if the status still
+/// named that pod, and its final status write takes the transitions count (and with it the
+/// status' whole record) back. A random run found it.
+#[test]
+fn a_switchover_and_a_failback_in_one_reconcile_count_two_transitions() {
+    let config = ElectionConfig {
+        session: SessionConfig {
+            behavior: Behavior::Delete,
+            ..config().session
+        },
+        require_ready: false,
+        ..config()
+    };
+    let mut model = Model::new(config, KNOBS, &[(false, 0), (false, 0)]);
+    model.apply(&Event::Priority(0, 1));
+    model.apply(&LOOP);
+    model.apply(&Event::Switchover(None));
+    model.apply(&Event::EditMoves {
+        failback: Some(0),
+        drain: 0,
+    });
+    model.apply(&LOOP);
+    assert_eq!(model.recorded.transitions, 2, "{}", model.trace);
+    model.quiesce();
+}
