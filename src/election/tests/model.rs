@@ -957,10 +957,11 @@ impl Model {
         })
     }
 
-    /// One reconcile, as `controller::act::Round` runs it: the status is read once; then
-    /// observe, plan, execute the actions in order, until a plan has no actions, an action
-    /// fails (the `fail_at`-th action of the reconcile, before or after taking effect) or 16
-    /// rounds ran; then the status of the last plan is written (also after a failure).
+    /// One reconcile, as `controller::act::Round` runs it: the status is read once (and taken
+    /// again as written after a token record); then observe, plan, execute the actions in
+    /// order, until a plan has no actions, an action fails (the `fail_at`-th action of the
+    /// reconcile, before or after taking effect) or 16 rounds ran; then the status of the last
+    /// plan is written (also after a failure).
     ///
     /// The final status write may be lost ([`Event::LoseStatusWrite`]); before a leader
     /// label the status already holds its token ([`Action::RecordToken`]).
