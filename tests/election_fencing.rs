@@ -12,7 +12,7 @@ use harness::{
 };
 use serde_json::json;
 use testkit::cluster::with_namespace;
-use testkit::consul::{Endpoint, Fault, FaultAction};
+use testkit::consul::{Endpoint, Fault, FaultAction, FaultId};
 
 /// The sessions' TTL in these tests (Consul's minimum).
 const TTL: Duration = Duration::from_secs(10);
@@ -49,6 +49,18 @@ async fn wake_the_watch(h: &Harness) {
     let path = format!("/v1/kv/elector/{}/unrelated", h.ns);
     let reply = h.consul("PUT", &path, "x").await;
     assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+/// Makes every later read of the namespace's keys hang far past any client timeout (no
+/// answer, no error); writes and sessions work.
+fn stall_the_reads(h: &Harness) -> FaultId {
+    h.emu().add_fault(Fault {
+        method: Some(http::Method::GET),
+        ..Fault::always(
+            Endpoint::KvPrefix(format!("elector/{}/", h.ns)),
+            FaultAction::Latency(Duration::from_secs(600)),
+        )
+    })
 }
 
 /// Waits until no pod carries the leader label and returns when the recorder saw `pod` lose
@@ -102,14 +114,7 @@ async fn a_stalled_watch_fences_a_ttl_after_its_last_answer() {
     with_namespace("fe-stall", |admin, ns| async move {
         let (h, first) = Harness::web_elected(admin, ns, web()).await;
         let key = h.key("web");
-        // Every later read of the namespace's keys hangs far past any client timeout.
-        let stall = h.emu().add_fault(Fault {
-            method: Some(http::Method::GET),
-            ..Fault::always(
-                Endpoint::KvPrefix(format!("elector/{}/", h.ns)),
-                FaultAction::Latency(Duration::from_secs(600)),
-            )
-        });
+        let stall = stall_the_reads(&h);
         // The pending long polls (the prefix watch woken by this write, the lock watch at the
         // end of its bounded wait) answer; their successors stall. Only then is the key
         // deleted, so that no answer reports it.
@@ -164,13 +169,7 @@ async fn a_stalled_watch_does_not_bring_back_a_lock_the_operator_released() {
         });
         let (h, first) = Harness::web_elected_with(admin, ns, options, spec).await;
         let key = h.key("web");
-        let stall = h.emu().add_fault(Fault {
-            method: Some(http::Method::GET),
-            ..Fault::always(
-                Endpoint::KvPrefix(format!("elector/{}/", h.ns)),
-                FaultAction::Latency(Duration::from_secs(600)),
-            )
-        });
+        let stall = stall_the_reads(&h);
         // The operator cannot destroy its session itself either: only the renewal's answer
         // tells it the session is gone, whichever reconcile runs first.
         let no_destroy = h.emu().add_fault(Fault::always(

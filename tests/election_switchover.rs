@@ -19,6 +19,14 @@ fn spec() -> serde_json::Value {
     json!({"selector": {"matchLabels": {"app": "web"}}})
 }
 
+/// The spec with failback on, at once.
+fn failback_spec() -> serde_json::Value {
+    json!({
+        "selector": {"matchLabels": {"app": "web"}},
+        "failback": {"enabled": true, "minInterval": "0s"},
+    })
+}
+
 /// Asks election `web` to switch over to `to`.
 async fn request(h: &Harness, to: &str) {
     let patch = json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: to}}});
@@ -220,11 +228,7 @@ async fn a_drain_announces_the_move_and_the_application_can_end_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failback_moves_leadership_to_a_pod_of_higher_priority() {
     with_namespace("so-failback", |admin, ns| async move {
-        let spec = json!({
-            "selector": {"matchLabels": {"app": "web"}},
-            "failback": {"enabled": true, "minInterval": "0s"},
-        });
-        let (h, first) = Harness::web_elected(admin, ns, spec).await;
+        let (h, first) = Harness::web_elected(admin, ns, failback_spec()).await;
         let preferred = a_follower(&h, &first.pod);
         annotate_pod(&h, &preferred, PRIORITY_ANNOTATION, Some("10")).await;
         let second = h.wait_elected("web", Some(&first.pod)).await;
@@ -244,11 +248,7 @@ async fn failback_moves_leadership_to_a_pod_of_higher_priority() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switchover_undone_by_a_failback_counts_both_transitions() {
     with_namespace("so-there-and-back", |admin, ns| async move {
-        let spec = json!({
-            "selector": {"matchLabels": {"app": "web"}},
-            "failback": {"enabled": true, "minInterval": "0s"},
-        });
-        let (h, first) = Harness::web_elected(admin, ns, spec).await;
+        let (h, first) = Harness::web_elected(admin, ns, failback_spec()).await;
         annotate_pod(&h, &first.pod, PRIORITY_ANNOTATION, Some("10")).await;
         h.wait_status("web", |le: &LeaderElection| {
             le.status.as_ref().is_some_and(|s| {

@@ -266,6 +266,14 @@ const KNOBS: Knobs = Knobs {
     token_before_label: true,
 };
 
+/// `KeepLeader` when `keep_leader`, else `Fence`.
+fn policy(keep_leader: bool) -> UnavailablePolicy {
+    match keep_leader {
+        true => UnavailablePolicy::KeepLeader,
+        false => UnavailablePolicy::Fence,
+    }
+}
+
 /// The model of `config` with two Ready pods, for the directed tests.
 fn two_pods(config: ElectionConfig, knobs: Knobs) -> Model {
     Model::new(config, knobs, &[(true, 20), (true, 10)])
@@ -281,10 +289,7 @@ fn a_stalled_watch_hides_an_outside_change_for_at_most_a_ttl() {
         let taken = [Event::DeleteKey, Event::ForeignAcquire(1)];
         for outside in [&taken[..1], &taken[..]] {
             let config = ElectionConfig {
-                on_consul_unavailable: match keep_leader {
-                    true => UnavailablePolicy::KeepLeader,
-                    false => UnavailablePolicy::Fence,
-                },
+                on_consul_unavailable: policy(keep_leader),
                 ..config()
             };
             let mut model = two_pods(config, KNOBS);
@@ -408,10 +413,7 @@ fn a_stalled_watch_does_not_bring_back_a_lock_the_operator_released() {
     const DESTROY: usize = 3;
     for keep_leader in [false, true] {
         let config = ElectionConfig {
-            on_consul_unavailable: match keep_leader {
-                true => UnavailablePolicy::KeepLeader,
-                false => UnavailablePolicy::Fence,
-            },
+            on_consul_unavailable: policy(keep_leader),
             ..config()
         };
         // The destroy's answer is lost, so the operator forgets the session it destroyed
@@ -448,10 +450,7 @@ fn observe_mode_mirrors_a_stalled_answer_for_at_most_a_ttl() {
     for keep_leader in [false, true] {
         let config = ElectionConfig {
             require_ready: false,
-            on_consul_unavailable: match keep_leader {
-                true => UnavailablePolicy::KeepLeader,
-                false => UnavailablePolicy::Fence,
-            },
+            on_consul_unavailable: policy(keep_leader),
             ..config()
         };
         let mut model = Model::new(config, KNOBS, &[(false, 0)]);
