@@ -12,6 +12,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use serde::Deserialize;
 use tower::BoxError;
 
+use super::hold::WatchHold;
 use super::request::RequestInfo;
 
 /// The line the API server sends, after HTTP 200, when a watch starts from a
@@ -77,6 +78,7 @@ enum Kind<B> {
     Passthrough(B),
     Full(Option<Bytes>),
     Watch(WatchBody<B>),
+    Held(B, WatchHold),
 }
 
 impl<B> FaultBody<B> {
@@ -89,6 +91,13 @@ impl<B> FaultBody<B> {
     pub(crate) fn full(bytes: Bytes) -> Self {
         FaultBody {
             kind: Kind::Full(Some(bytes)),
+        }
+    }
+
+    /// Forwards `body` while `hold` lets it.
+    pub(crate) fn held(body: B, hold: WatchHold) -> Self {
+        FaultBody {
+            kind: Kind::Held(body, hold),
         }
     }
 
@@ -126,12 +135,16 @@ where
             Kind::Passthrough(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
             Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Kind::Watch(watch) => watch.poll_frame(cx),
+            Kind::Held(body, hold) => {
+                ready!(hold.poll_open(cx));
+                Pin::new(body).poll_frame(cx).map_err(Into::into)
+            }
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Passthrough(body) => body.is_end_stream(),
+            Kind::Passthrough(body) | Kind::Held(body, _) => body.is_end_stream(),
             Kind::Full(bytes) => bytes.is_none(),
             Kind::Watch(watch) => matches!(watch.phase, Phase::Done),
         }
@@ -139,7 +152,7 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Passthrough(body) => body.size_hint(),
+            Kind::Passthrough(body) | Kind::Held(body, _) => body.size_hint(),
             Kind::Full(bytes) => SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64)),
             Kind::Watch(_) => SizeHint::default(),
         }
@@ -373,5 +386,21 @@ mod tests {
     async fn a_stream_that_ends_first_ends_cleanly() {
         let body = FaultBody::watch(stream(&[ADDED, BOOKMARK]), 5, WatchEnd::Cut);
         assert_eq!(read_all(body).await, (format!("{ADDED}{BOOKMARK}"), None));
+    }
+
+    #[tokio::test]
+    async fn a_held_watch_delivers_nothing_until_released_then_everything_in_order() {
+        let hold = WatchHold::new();
+        hold.hold();
+        let mut body = FaultBody::held(stream(&[ADDED, BOOKMARK]), hold.clone());
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), body.frame());
+        assert!(waiting.await.is_err(), "a held watch delivered an event");
+        let reader = tokio::spawn(read_all(body));
+        hold.release();
+        let read = tokio::time::timeout(std::time::Duration::from_secs(10), reader).await;
+        assert_eq!(
+            read.ok().and_then(Result::ok),
+            Some((format!("{ADDED}{BOOKMARK}"), None))
+        );
     }
 }

@@ -116,6 +116,9 @@ where
                     after_events,
                     WatchEnd::Expire,
                 )),
+                Some(FaultAction::HoldWatch(hold)) => Ok(forward(request)
+                    .await?
+                    .map(|body| FaultBody::held(body, hold))),
             }
         })
     }

@@ -25,14 +25,15 @@
 //!
 //! Judgement calls:
 //! - `resource` matches exactly: `"pods"` does not match `pods/status` requests.
-//! - [`FaultAction::CutWatch`] and [`FaultAction::ExpireWatch`] only claim watch
-//!   requests; their event budget counts `ADDED`/`MODIFIED`/`DELETED` lines, never
+//! - [`FaultAction::CutWatch`], [`FaultAction::ExpireWatch`] and [`FaultAction::HoldWatch`]
+//!   only claim watch requests; their event budget counts `ADDED`/`MODIFIED`/`DELETED` lines, never
 //!   `BOOKMARK`s (which the server sends at its own pace). A watch the server answers
 //!   with an error status is passed through untouched (the injection is still logged).
 //! - A probability draw consumes one value of the seeded RNG only when
 //!   `0 < probability < 1`, so rules that always or never fire do not shift the sequence.
 
 mod body;
+mod hold;
 mod layer;
 mod request;
 
@@ -46,6 +47,7 @@ use http::Method;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 pub use body::FaultBody;
+pub use hold::WatchHold;
 pub use layer::{KubeFaultLayer, KubeFaultService};
 use request::RequestInfo;
 pub use request::Verb;
@@ -129,6 +131,11 @@ pub enum FaultAction {
         /// Object events delivered before the expiry.
         after_events: u32,
     },
+    /// Forward the watch; while `WatchHold::hold` is on, deliver none of its events (they
+    /// wait in the connection), as a watch whose connection stalls. The rule stays in
+    /// place for the watches that follow: a client that gives up and watches again gets
+    /// nothing newer either.
+    HoldWatch(WatchHold),
 }
 
 impl FaultAction {
@@ -145,7 +152,9 @@ impl FaultAction {
     fn watch_only(&self) -> bool {
         matches!(
             self,
-            FaultAction::CutWatch { .. } | FaultAction::ExpireWatch { .. }
+            FaultAction::CutWatch { .. }
+                | FaultAction::ExpireWatch { .. }
+                | FaultAction::HoldWatch(_)
         )
     }
 }
