@@ -7,13 +7,14 @@
 mod harness;
 
 use consul_elector::crd::{
-    HANDOVER_ANNOTATION, HANDOVER_DONE, LeaderElection, PRIORITY_ANNOTATION, SWITCHOVER_ANNOTATION,
-    SwitchoverResult, SwitchoverStatus,
+    HANDOVER_ANNOTATION, HANDOVER_DONE, LeaderElection, LeaderElectionStatus, PRIORITY_ANNOTATION,
+    SWITCHOVER_ANNOTATION, SwitchoverResult, SwitchoverStatus,
 };
-use harness::{Backend, ConsulUnderTest, Harness, SOON, with_role};
+use harness::{Backend, ConsulUnderTest, Harness, HarnessOptions, SOON, with_role};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use testkit::cluster::with_namespace;
+use testkit::kube_faults::{FaultAction, KubeFault, Verb, WatchHold};
 
 fn spec() -> serde_json::Value {
     json!({"selector": {"matchLabels": {"app": "web"}}})
@@ -64,6 +65,20 @@ async fn decided(h: &Harness, to: &str) -> SwitchoverStatus {
     assert_eq!(record.to, to, "{record:?}");
     assert_ne!(record.result, SwitchoverResult::InProgress, "{record:?}");
     record
+}
+
+/// Waits until the status lists `pod` with `priority` and returns that status.
+async fn wait_priority(h: &Harness, pod: &str, priority: i32) -> LeaderElectionStatus {
+    let le = h
+        .wait_status("web", |le: &LeaderElection| {
+            le.status.as_ref().is_some_and(|s| {
+                s.candidates
+                    .iter()
+                    .any(|c| c.pod == pod && c.priority == priority)
+            })
+        })
+        .await;
+    le.status.unwrap_or_default()
 }
 
 /// A follower of the election (not `leader`).
@@ -118,14 +133,7 @@ async fn a_switchover_to_any_pod_goes_to_the_highest_priority() {
         let (h, first) = Harness::web_elected(admin, ns, spec()).await;
         let preferred = a_follower(&h, &first.pod);
         annotate_pod(&h, &preferred, PRIORITY_ANNOTATION, Some("5")).await;
-        h.wait_status("web", |le: &LeaderElection| {
-            le.status.as_ref().is_some_and(|s| {
-                s.candidates
-                    .iter()
-                    .any(|c| c.pod == preferred && c.priority == 5)
-            })
-        })
-        .await;
+        wait_priority(&h, &preferred, 5).await;
         // Stickiness: a higher priority alone does not move a healthy leader.
         assert_eq!(h.wait_elected("web", None).await.pod, first.pod);
         request(&h, "*").await;
@@ -142,6 +150,107 @@ async fn a_switchover_to_any_pod_goes_to_the_highest_priority() {
             preferred,
             "no bounce"
         );
+        h.finish().await;
+    })
+    .await;
+}
+
+/// Checks that the `*` request moved leadership from `from` to `to` once: after a reconcile
+/// that started later (woken by a change of the third pod) wrote the status, the record still
+/// says so and nothing announced a move away from `to`.
+async fn decided_once(h: &Harness, from: &str, to: &str) {
+    decided(h, "*").await;
+    let third = with_role(&h.current(), "follower")
+        .into_iter()
+        .find(|p| p != from && p != to)
+        .expect("a third pod");
+    annotate_pod(h, &third, PRIORITY_ANNOTATION, Some("1")).await;
+    let status = wait_priority(h, &third, 1).await;
+    let record = status.last_switchover.expect("the switchover's record");
+    assert_eq!(
+        (
+            record.result,
+            record.leader.as_deref(),
+            record.from.as_deref()
+        ),
+        (SwitchoverResult::Completed, Some(to), Some(from)),
+        "{record:?}"
+    );
+    assert_eq!(status.leader.map(|l| l.pod).as_deref(), Some(to));
+    let pods = h.current();
+    assert!(
+        pods.get(to)
+            .is_some_and(|p| !p.annotations.contains_key(HANDOVER_ANNOTATION)),
+        "a move away from the new leader was announced: {:?}",
+        pods.get(to)
+    );
+}
+
+/// A `*` switchover is decided once, however stale the operator's copy of the election: its
+/// watch of LeaderElections stalls after the operator saw the request, so every later
+/// reconcile still reads the annotation the operator itself removed. Read as a new request,
+/// it would move leadership away from the pod it just went to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_request_read_from_a_stale_copy_moves_nothing() {
+    with_namespace("so-stale", |admin, ns| async move {
+        let mut h = Harness::with_options(admin, ns, HarnessOptions::default()).await;
+        h.deployment("web", 3).await;
+        let stall = WatchHold::new();
+        h.kube_faults.add(
+            KubeFault::new(FaultAction::HoldWatch(stall.clone()))
+                .verb(Verb::Watch)
+                .resource("leaderelections"),
+        );
+        h.start_operator().await;
+        let spec = json!({
+            "selector": {"matchLabels": {"app": "web"}},
+            "switchover": {"drainSeconds": 300},
+        });
+        h.election("web", spec).await;
+        let first = h.wait_elected("web", None).await;
+        let preferred = a_follower(&h, &first.pod);
+        annotate_pod(&h, &preferred, PRIORITY_ANNOTATION, Some("5")).await;
+        wait_priority(&h, &preferred, 5).await;
+        request(&h, "*").await;
+        let leader = first.pod.clone();
+        h.wait_pods(SOON, "the leader to be told about the handover", |pods| {
+            pods.get(&leader)
+                .is_some_and(|p| p.annotations.contains_key(HANDOVER_ANNOTATION))
+        })
+        .await;
+        // The operator saw the request; from now on its copy of the election keeps it.
+        stall.hold();
+        annotate_pod(&h, &first.pod, HANDOVER_ANNOTATION, Some(HANDOVER_DONE)).await;
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        assert_eq!(second.pod, preferred);
+        decided_once(&h, &first.pod, &preferred).await;
+        stall.release();
+        assert_eq!(h.wait_elected("web", None).await.pod, preferred);
+        h.finish().await;
+    })
+    .await;
+}
+
+/// A `*` switchover whose removal failed is decided once: the next reconcile finds the
+/// request still on the election, and removes it rather than deciding it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_removal_failed_moves_nothing_more() {
+    with_namespace("so-unremoved", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, spec()).await;
+        let preferred = a_follower(&h, &first.pod);
+        annotate_pod(&h, &preferred, PRIORITY_ANNOTATION, Some("5")).await;
+        wait_priority(&h, &preferred, 5).await;
+        // The only patch of the election itself (not its status) is the request's removal.
+        h.kube_faults.add(
+            KubeFault::new(FaultAction::status(500, "InternalError", "injected"))
+                .verb(Verb::Patch)
+                .resource("leaderelections")
+                .times(1),
+        );
+        request(&h, "*").await;
+        assert_eq!(h.wait_elected("web", Some(&first.pod)).await.pod, preferred);
+        decided_once(&h, &first.pod, &preferred).await;
+        assert_eq!(h.kube_faults.injected().len(), 1, "the removal failed once");
         h.finish().await;
     })
     .await;
@@ -250,15 +359,7 @@ async fn a_switchover_undone_by_a_failback_counts_both_transitions() {
     with_namespace("so-there-and-back", |admin, ns| async move {
         let (h, first) = Harness::web_elected(admin, ns, failback_spec()).await;
         annotate_pod(&h, &first.pod, PRIORITY_ANNOTATION, Some("10")).await;
-        h.wait_status("web", |le: &LeaderElection| {
-            le.status.as_ref().is_some_and(|s| {
-                s.candidates
-                    .iter()
-                    .any(|c| c.pod == first.pod && c.priority == 10)
-            })
-        })
-        .await;
-        let before = h.status("web").await;
+        let before = wait_priority(&h, &first.pod, 10).await;
         request(&h, "*").await;
         decided(&h, "*").await;
         let le = h

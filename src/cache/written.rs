@@ -1,5 +1,6 @@
 //! What this process remembers between reconciles, beside the caches: its own writes that the
-//! caches may not show yet (statuses, patched pods), and per election what its last decision
+//! caches may not show yet (statuses, patched pods, switchover requests it removed), and per
+//! election what its last decision
 //! passes to the next (standing back for another install, Consul's refusal of its writes, a
 //! lock-delay seen starting, status writes failing in a row).
 //!
@@ -43,6 +44,28 @@ struct WrittenPod {
     by: Option<String>,
 }
 
+/// A switchover request this process decided (its outcome recorded) and removes from the
+/// election.
+#[derive(Debug)]
+struct DecidedRequest {
+    /// The annotation's value.
+    request: String,
+    /// The election's resourceVersion without it: the removal's answer, or the version read
+    /// when the removal found it gone. `None` while the removal's outcome is unknown.
+    removed_in: Option<u64>,
+}
+
+/// What a reconcile makes of the switchover request on its copy of an election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestSeen {
+    /// A request to decide.
+    New,
+    /// A request this process decided and removed; the copy is older than the removal.
+    Decided,
+    /// A request this process decided whose removal may not have happened: send it again.
+    Unremoved,
+}
+
 /// Everything remembered of one election.
 #[derive(Debug, Default)]
 struct Memo {
@@ -62,6 +85,8 @@ struct Memo {
     /// This process wrote the election's Consul key, or tried to (an acquire, a release, the
     /// destruction of its session), and has not read the key back since.
     key_unread: bool,
+    /// The switchover request this process last decided, until the cache shows it removed.
+    decided_request: Option<DecidedRequest>,
 }
 
 impl Memo {
@@ -72,6 +97,7 @@ impl Memo {
             && self.refusal.is_none()
             && self.lock_delay_until.is_none()
             && !self.key_unread
+            && self.decided_request.is_none()
     }
 }
 
@@ -195,6 +221,51 @@ impl Memory {
     /// [`Self::key_writing`]).
     pub fn key_unread(&self, key: &ElectionKey) -> bool {
         self.read(key, |memo| memo.key_unread)
+    }
+
+    /// Records that this process decided `request` and is about to remove it from the
+    /// election. Until the cache shows the removal, the copies it holds still carry the
+    /// request, and a `*` read again would move leadership once more.
+    pub fn request_deciding(&self, key: &ElectionKey, request: &str) {
+        self.memo(key, |memo| {
+            memo.decided_request = Some(DecidedRequest {
+                request: request.to_owned(),
+                removed_in: None,
+            });
+        });
+    }
+
+    /// The election no longer carries the request this process decided, as of
+    /// resourceVersion `version` (`None`: the election is gone, nothing to remember).
+    pub fn request_removed(&self, key: &ElectionKey, version: Option<&str>) {
+        let version = version.and_then(|v| v.parse::<u64>().ok());
+        self.memo(key, |memo| match version {
+            Some(version) => {
+                if let Some(decided) = &mut memo.decided_request {
+                    decided.removed_in = Some(version);
+                }
+            }
+            None => memo.decided_request = None,
+        });
+    }
+
+    /// What `request`, read from the copy `le` of the election `key`, is to this process.
+    pub fn request_seen(
+        &self,
+        key: &ElectionKey,
+        le: &LeaderElection,
+        request: &str,
+    ) -> RequestSeen {
+        let copy = resource_version(&le.metadata);
+        self.read(key, |memo| match &memo.decided_request {
+            Some(decided) if decided.request == request => match decided.removed_in {
+                None => RequestSeen::Unremoved,
+                Some(removed) if copy < Some(removed) => RequestSeen::Decided,
+                // Written again after the removal.
+                Some(_) => RequestSeen::New,
+            },
+            _ => RequestSeen::New,
+        })
     }
 
     /// The election's current status: what this process last wrote for this object, else
@@ -367,6 +438,14 @@ impl Memory {
             if caught_up {
                 memo.status = None;
             }
+            let removal_seen = memo.decided_request.as_ref().is_some_and(|decided| {
+                decided
+                    .removed_in
+                    .is_some_and(|removed| cached_version >= Some(removed))
+            });
+            if removal_seen {
+                memo.decided_request = None;
+            }
             !memo.is_empty()
         });
     }
@@ -519,6 +598,40 @@ mod tests {
         assert!(!memory.key_unread(&key("b")));
         memory.key_read_back(&key("a"));
         assert!(!memory.key_unread(&key("a")));
+        assert!(enter(&memory.elections).is_empty());
+    }
+
+    #[test]
+    fn a_removed_request_is_decided_on_older_copies_only_until_the_cache_shows_the_removal() {
+        let memory = Memory::new(Timestamp::UNIX_EPOCH);
+        let (elections, mut writer) = kube::runtime::reflector::store::<LeaderElection>();
+        let (pods, _) = kube::runtime::reflector::store::<Pod>();
+        let (web_key, older, newer) = (key("web"), web("7", None), web("10", None));
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(older.clone()));
+        assert_eq!(memory.request_seen(&web_key, &older, "*"), RequestSeen::New);
+        memory.request_deciding(&web_key, "*");
+        let seen = |le: &LeaderElection, request| memory.request_seen(&web_key, le, request);
+        assert_eq!(seen(&older, "*"), RequestSeen::Unremoved);
+        memory.request_removed(&web_key, Some("9"));
+        assert_eq!(seen(&older, "*"), RequestSeen::Decided);
+        // Another request, or the same one written again after the removal.
+        assert_eq!(seen(&older, "web-1"), RequestSeen::New);
+        assert_eq!(seen(&newer, "*"), RequestSeen::New);
+        assert_eq!(
+            memory.request_seen(&key("b"), &older, "*"),
+            RequestSeen::New
+        );
+        // Remembered until the cache shows the removal.
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(web("8", None)));
+        memory.prune(&pods, &elections);
+        assert_eq!(seen(&older, "*"), RequestSeen::Decided);
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(web("9", None)));
+        memory.prune(&pods, &elections);
+        assert_eq!(seen(&older, "*"), RequestSeen::New);
+        assert!(enter(&memory.elections).is_empty());
+        // A removal that found the election gone leaves nothing to remember.
+        memory.request_deciding(&web_key, "*");
+        memory.request_removed(&web_key, None);
         assert!(enter(&memory.elections).is_empty());
     }
 

@@ -88,10 +88,11 @@ impl<'a> Round<'a> {
             unfinished: false,
             replan: false,
             labelled_leader: None,
-            switchover: super::switchover::request(le).map(str::to_owned),
+            switchover: None,
             spec_valid,
             status_written: false,
         };
+        round.switchover = super::switchover::pending(ctx, key, le).await;
         round.observe_lock().await;
         if round.lock != LockView::Unknown
             && ctx
@@ -398,6 +399,8 @@ impl<'a> Round<'a> {
                 super::status::record_switchover(self.le, self.ctx, &record).await
             }
             Action::ClearSwitchover { request } => {
+                // Decided from here on, even if the record or the removal below fails.
+                self.ctx.caches.written.request_deciding(self.key, &request);
                 if let Some(record) = &self.recorded.last_switchover {
                     super::status::record_switchover(self.le, self.ctx, record).await?;
                 }

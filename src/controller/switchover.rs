@@ -1,5 +1,11 @@
 //! The switchover request on a LeaderElection: the `elector.dev/switchover-to` annotation,
 //! read for the planner and removed once the planner decided it.
+//!
+//! A request is decided once. The copy of the election a reconcile holds may predate the
+//! removal (the watch is late, or stalls), and a `*` read again from it would be a new
+//! request: "move away from whoever leads now", the pod it just moved to. So this process
+//! remembers the request it decided and the resourceVersion that no longer has it
+//! (`cache::written::Memory`), and reads the annotation only on copies as new as that.
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{PatchOperation, RemoveOperation, TestOperation};
@@ -7,11 +13,12 @@ use kube::api::{Api, Patch, PatchParams};
 
 use super::context::Context;
 use crate::Error;
-use crate::crd::{LeaderElection, SWITCHOVER_ANNOTATION};
+use crate::cache::written::RequestSeen;
+use crate::crd::{LeaderElection, SWITCHOVER_ANNOTATION, SwitchoverResult};
 use crate::election::config::ElectionKey;
 
-/// The pending request of `le`, if any (a pod name, or `*`).
-pub fn request(le: &LeaderElection) -> Option<&str> {
+/// The request on `le`, if any (a pod name, or `*`).
+fn request(le: &LeaderElection) -> Option<&str> {
     le.metadata
         .annotations
         .as_ref()?
@@ -19,10 +26,40 @@ pub fn request(le: &LeaderElection) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// The request on `le` still to decide, if any. A request this process decided is not
+/// (`le` predates its removal). When that removal's outcome is unknown, it is sent again
+/// once the status holds the request's outcome; should the status still say `InProgress`
+/// (every write of the outcome failed), the request is decided again, which the record in
+/// progress makes a no-op for `*` (its `from` is the pod it was asked away from).
+pub async fn pending(ctx: &Context, key: &ElectionKey, le: &LeaderElection) -> Option<String> {
+    let request = request(le)?;
+    match ctx.caches.written.request_seen(key, le, request) {
+        RequestSeen::New => Some(request.to_owned()),
+        RequestSeen::Decided => None,
+        RequestSeen::Unremoved => {
+            let outcome_recorded = ctx
+                .caches
+                .current_status(le)
+                .last_switchover
+                .is_some_and(|r| r.to == request && r.result != SwitchoverResult::InProgress);
+            if !outcome_recorded {
+                return Some(request.to_owned());
+            }
+            if let Err(error) = clear_request(ctx, key, request).await {
+                // Sent again by the next reconcile; the request stays decided meanwhile.
+                tracing::warn!(election = %key, %error, "cannot remove a decided switchover request");
+            }
+            None
+        }
+    }
+}
+
 /// Removes the election's request if it still reads `decided`. The patch tests the value
 /// before removing it, so a request written since (another pod, or the same pod again after
 /// the user saw the outcome) is never lost: the API server refuses the patch, and the next
-/// reconcile sees the new request.
+/// reconcile sees the new request. The version without the request is remembered for the
+/// request [`Memory::request_deciding`](crate::cache::written::Memory::request_deciding)
+/// recorded (see the module documentation).
 pub async fn clear_request(ctx: &Context, key: &ElectionKey, decided: &str) -> Result<(), Error> {
     let api: Api<LeaderElection> = Api::namespaced(ctx.client.clone(), &key.namespace);
     let path = PointerBuf::from_tokens(["metadata", "annotations", SWITCHOVER_ANNOTATION]);
@@ -33,7 +70,7 @@ pub async fn clear_request(ctx: &Context, key: &ElectionKey, decided: &str) -> R
         }),
         PatchOperation::Remove(RemoveOperation { path }),
     ]);
-    match api
+    let removed = match api
         .patch(
             &key.name,
             &PatchParams::default(),
@@ -41,13 +78,22 @@ pub async fn clear_request(ctx: &Context, key: &ElectionKey, decided: &str) -> R
         )
         .await
     {
-        Ok(_) => Ok(()),
-        // Gone, or the test failed (a newer request, or already removed).
-        Err(kube::Error::Api(status))
-            if status.is_not_found() || status.code == 422 || status.code == 409 =>
-        {
-            Ok(())
+        Ok(le) => Some(le),
+        Err(kube::Error::Api(status)) if status.is_not_found() => None,
+        // The test failed (already removed, or a newer request): the current version is the
+        // first one whose request is not the decided one.
+        Err(kube::Error::Api(status)) if status.code == 422 || status.code == 409 => {
+            api.get_opt(&key.name).await.map_err(Error::kube(
+                "read the election after removing its switchover request",
+            ))?
         }
-        Err(error) => Err(Error::kube("clear switchover request")(error)),
-    }
+        Err(error) => return Err(Error::kube("clear switchover request")(error)),
+    };
+    ctx.caches.written.request_removed(
+        key,
+        removed
+            .as_ref()
+            .and_then(|le| le.metadata.resource_version.as_deref()),
+    );
+    Ok(())
 }

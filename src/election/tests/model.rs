@@ -28,7 +28,7 @@ use crate::crd::AppliedSpec;
 use crate::election::config::{Behavior, ElectionConfig, Mode, Owner, UnavailablePolicy};
 use crate::election::eligibility::{elapsed, eligibility};
 use crate::election::observe::{
-    LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView,
+    LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverOutcome,
 };
 use crate::election::plan::{Action, Phase, Plan};
 use crate::election::planner::{Observation, holder_from_value, plan};
@@ -483,6 +483,12 @@ pub struct Model {
     started_at: Timestamp,
     /// The election's `elector.dev/switchover-to` annotation.
     switchover: Option<String>,
+    /// The request the controller last decided, remembered from before its removal is sent
+    /// (`cache::written::Memory::request_deciding`).
+    decided_request: Option<String>,
+    /// The request of the user's last [`Event::Switchover`] was decided: once the status
+    /// holds its outcome, it must never be decided again (recorded as in progress once more).
+    request_decided: bool,
     /// Highest fencing token put on a pod, and the acquisition it belongs to.
     max_label: Option<(u64, u64)>,
     /// What the status records the operator acts with (`status.applied`).
@@ -529,6 +535,8 @@ impl Model {
             key_written: false,
             started_at: t(1000),
             switchover: None,
+            decided_request: None,
+            request_decided: false,
             max_label: None,
             applied: None,
             key_edited: false,
@@ -761,6 +769,11 @@ impl Model {
                     Some(i) => self.pod_at(*i).map(|p| p.name.clone()),
                     None => Some("*".to_owned()),
                 };
+                if self.switchover != to {
+                    // A new request (writing the pending one again changes nothing).
+                    self.decided_request = None;
+                    self.request_decided = false;
+                }
                 self.switchover = to;
             }
             Event::EditMoves { failback, drain } => {
@@ -979,6 +992,7 @@ impl Model {
                 actions: faults.index,
             };
         }
+        self.remove_decided_request();
         let mut recorded = self.recorded.clone();
         let mut last = None;
         let mut complete = false;
@@ -1012,6 +1026,10 @@ impl Model {
                     self.fail("Acquire executed during a lock-delay the planner was told about");
                 }
                 let (executed, failing) = faults.next();
+                if let Action::ClearSwitchover { request } = action {
+                    self.decided_request = Some(request.clone());
+                    self.request_decided = true;
+                }
                 if matches!(
                     action,
                     Action::Release { .. } | Action::Acquire { .. } | Action::DestroySession { .. }
@@ -1056,6 +1074,28 @@ impl Model {
             plan: Some(plan),
             complete,
             actions: faults.index,
+        }
+    }
+
+    /// As `controller::switchover::pending` does at the start of a reconcile: a request the
+    /// controller decided but may not have removed is removed now if the status holds its
+    /// outcome (else it is decided again, which an outcome still in progress makes a no-op).
+    fn remove_decided_request(&mut self) {
+        let Some(request) = self.switchover.clone() else {
+            return;
+        };
+        let outcome_recorded = self
+            .recorded
+            .last_switchover
+            .as_ref()
+            .is_some_and(|r| r.to == request && r.outcome != SwitchoverOutcome::InProgress);
+        if self.decided_request.as_ref() == Some(&request) && outcome_recorded {
+            let _ = writeln!(self.trace, "   decided request {request} removed again");
+            *self
+                .seen
+                .entry("decided request removed again".into())
+                .or_default() += 1;
+            self.switchover = None;
         }
     }
 
@@ -1228,6 +1268,15 @@ impl Model {
                 _ => false,
             },
             Action::RecordSwitchover(record) => {
+                let outcome_recorded = self.recorded.last_switchover.as_ref().is_some_and(|r| {
+                    r.to == record.to && r.outcome != SwitchoverOutcome::InProgress
+                });
+                if record.outcome == SwitchoverOutcome::InProgress
+                    && self.request_decided
+                    && outcome_recorded
+                {
+                    self.fail("a switchover request whose outcome is recorded is decided again");
+                }
                 // Written at once, like the controller's write-ahead status patch.
                 self.recorded.last_switchover = Some(record.clone());
                 true

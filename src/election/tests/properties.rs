@@ -232,6 +232,7 @@ fn the_generator_reaches_every_interesting_situation() {
         "kv stalled under a leader",
         "observed LabelLeader",
         "switchover decided",
+        "decided request removed again",
         "ok AnnotateHandover",
         "reason HandingOver",
         "reason Moving",
@@ -500,4 +501,40 @@ fn a_switchover_and_a_failback_in_one_reconcile_count_two_transitions() {
     model.apply(&LOOP);
     assert_eq!(model.recorded.transitions, 2, "{}", model.trace);
     model.quiesce();
+}
+
+/// A `*` switchover whose reconcile fails at any of its actions (before or after it takes
+/// effect), the request's removal included, moves leadership once: a later reconcile that
+/// still finds the request removes it rather than deciding it again (the model's check
+/// fails a request decided again once its outcome is recorded).
+#[test]
+fn a_star_switchover_interrupted_anywhere_moves_leadership_once() {
+    let mut removed_again = 0;
+    for fail_at in 0..12 {
+        for after_effect in [false, true] {
+            let mut model = Model::new(config(), KNOBS, &[(true, 30), (true, 20), (true, 10)]);
+            model.apply(&LOOP);
+            model.apply(&Event::Priority(1, 5));
+            model.apply(&LOOP);
+            let before = model.recorded.transitions;
+            model.apply(&Event::Switchover(None));
+            model.apply(&Event::Loop {
+                fail_at: Some(fail_at),
+                after_effect,
+            });
+            model.quiesce();
+            assert_eq!(
+                model.recorded.transitions,
+                before + 1,
+                "fail at {fail_at} (after effect: {after_effect})\n{}",
+                model.trace
+            );
+            removed_again += model
+                .seen
+                .get("decided request removed again")
+                .copied()
+                .unwrap_or(0);
+        }
+    }
+    assert!(removed_again > 0, "no run failed at the request's removal");
 }
