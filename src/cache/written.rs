@@ -24,6 +24,7 @@ use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::ElectionKey;
 use crate::election::plan::StoodBack;
 use crate::election::refusal::ConsulRefusal;
+use crate::election::switchover_request::RequestSeen;
 use crate::k8s::Pod;
 
 /// A status this process wrote: the object's UID, the status, and the object's
@@ -53,17 +54,6 @@ struct DecidedRequest {
     /// The election's resourceVersion without it: the removal's answer, or the version read
     /// when the removal found it gone. `None` while the removal's outcome is unknown.
     removed_in: Option<u64>,
-}
-
-/// What a reconcile makes of the switchover request on its copy of an election.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestSeen {
-    /// A request to decide.
-    New,
-    /// A request this process decided and removed; the copy is older than the removal.
-    Decided,
-    /// A request this process decided whose removal may not have happened: send it again.
-    Unremoved,
 }
 
 /// Everything remembered of one election.

@@ -92,7 +92,8 @@ impl<'a> Round<'a> {
             spec_valid,
             status_written: false,
         };
-        round.switchover = super::switchover::pending(ctx, key, le).await;
+        let last = round.recorded.last_switchover.as_ref();
+        round.switchover = super::switchover::pending(ctx, key, le, last).await;
         round.observe_lock().await;
         if round.lock != LockView::Unknown
             && ctx

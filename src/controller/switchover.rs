@@ -1,11 +1,7 @@
 //! The switchover request on a LeaderElection: the `elector.dev/switchover-to` annotation,
-//! read for the planner and removed once the planner decided it.
-//!
-//! A request is decided once. The copy of the election a reconcile holds may predate the
-//! removal (the watch is late, or stalls), and a `*` read again from it would be a new
-//! request: "move away from whoever leads now", the pod it just moved to. So this process
-//! remembers the request it decided and the resourceVersion that no longer has it
-//! (`cache::written::Memory`), and reads the annotation only on copies as new as that.
+//! read for the planner and removed once the planner decided it. A request is decided once
+//! (`election::switchover_request`): this process remembers the request it decided and the
+//! resourceVersion that no longer has it (`cache::written::Memory`).
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{PatchOperation, RemoveOperation, TestOperation};
@@ -13,9 +9,10 @@ use kube::api::{Api, Patch, PatchParams};
 
 use super::context::Context;
 use crate::Error;
-use crate::cache::written::RequestSeen;
-use crate::crd::{LeaderElection, SWITCHOVER_ANNOTATION, SwitchoverResult};
+use crate::crd::{LeaderElection, SWITCHOVER_ANNOTATION};
 use crate::election::config::ElectionKey;
+use crate::election::observe::SwitchoverRecord;
+use crate::election::switchover_request::{self, RequestStep};
 
 /// The request on `le`, if any (a pod name, or `*`).
 fn request(le: &LeaderElection) -> Option<&str> {
@@ -26,25 +23,20 @@ fn request(le: &LeaderElection) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// The request on `le` still to decide, if any. A request this process decided is not
-/// (`le` predates its removal). When that removal's outcome is unknown, it is sent again
-/// once the status holds the request's outcome; should the status still say `InProgress`
-/// (every write of the outcome failed), the request is decided again, which the record in
-/// progress makes a no-op for `*` (its `from` is the pod it was asked away from).
-pub async fn pending(ctx: &Context, key: &ElectionKey, le: &LeaderElection) -> Option<String> {
+/// The request on `le` still to decide, if any (`last`: the status's record of the last
+/// switchover); a decided request whose removal may not have happened is removed again.
+pub async fn pending(
+    ctx: &Context,
+    key: &ElectionKey,
+    le: &LeaderElection,
+    last: Option<&SwitchoverRecord>,
+) -> Option<String> {
     let request = request(le)?;
-    match ctx.caches.written.request_seen(key, le, request) {
-        RequestSeen::New => Some(request.to_owned()),
-        RequestSeen::Decided => None,
-        RequestSeen::Unremoved => {
-            let outcome_recorded = ctx
-                .caches
-                .current_status(le)
-                .last_switchover
-                .is_some_and(|r| r.to == request && r.result != SwitchoverResult::InProgress);
-            if !outcome_recorded {
-                return Some(request.to_owned());
-            }
+    let seen = ctx.caches.written.request_seen(key, le, request);
+    match switchover_request::step(seen, last, request) {
+        RequestStep::Decide => Some(request.to_owned()),
+        RequestStep::Skip => None,
+        RequestStep::Remove => {
             if let Err(error) = clear_request(ctx, key, request).await {
                 // Sent again by the next reconcile; the request stays decided meanwhile.
                 tracing::warn!(election = %key, %error, "cannot remove a decided switchover request");

@@ -16,6 +16,7 @@ pub mod planner;
 pub mod refusal;
 pub mod report;
 pub mod sharing;
+pub mod switchover_request;
 pub mod unusable;
 pub mod withdrawal;
 

@@ -32,6 +32,7 @@ use crate::election::observe::{
 };
 use crate::election::plan::{Action, Phase, Plan};
 use crate::election::planner::{Observation, holder_from_value, plan};
+use crate::election::switchover_request::{RequestSeen, RequestStep, step};
 
 mod lifecycle;
 
@@ -1078,18 +1079,17 @@ impl Model {
     }
 
     /// As `controller::switchover::pending` does at the start of a reconcile: a request the
-    /// controller decided but may not have removed is removed now if the status holds its
-    /// outcome (else it is decided again, which an outcome still in progress makes a no-op).
+    /// controller decided but may not have removed (the model's copy of the election is
+    /// never older than the removal) goes through `switchover_request::step`.
     fn remove_decided_request(&mut self) {
         let Some(request) = self.switchover.clone() else {
             return;
         };
-        let outcome_recorded = self
-            .recorded
-            .last_switchover
-            .as_ref()
-            .is_some_and(|r| r.to == request && r.outcome != SwitchoverOutcome::InProgress);
-        if self.decided_request.as_ref() == Some(&request) && outcome_recorded {
+        let seen = match self.decided_request.as_ref() == Some(&request) {
+            true => RequestSeen::Unremoved,
+            false => RequestSeen::New,
+        };
+        if step(seen, self.recorded.last_switchover.as_ref(), &request) == RequestStep::Remove {
             let _ = writeln!(self.trace, "   decided request {request} removed again");
             *self
                 .seen
