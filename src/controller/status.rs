@@ -11,13 +11,12 @@ use serde_json::json;
 use super::context::Context;
 use crate::Error;
 use crate::cache::keys::election_key;
-use crate::crd::conditions::{EXCLUSIVE, LEASE_TIMING_SAFE};
+use crate::crd::conditions::EXCLUSIVE;
 use crate::crd::{AppliedSpec, LeaderElection, LeaderElectionStatus, Phase, ReadElection};
 use crate::election::config::{ElectionConfig, Mode};
 use crate::election::observe::SwitchoverRecord;
 use crate::election::plan::{self, ConditionState, Plan};
 use crate::election::report::{self, Rendering, truncate};
-use crate::leadership::LeaseSettings;
 
 /// Writes the status of the last plan (`spec_valid`, which is True, and Exclusive True), as far
 /// as it was carried out: `labelled` is the pod that carries the leader label now. A plan whose leader
@@ -63,7 +62,7 @@ fn decided(
             applied: applied(le, config, &old),
             spec_valid,
             lease_timing: (config.mode == Mode::Managed)
-                .then(|| lease_timing(&ctx.settings.lease, config)),
+                .then(|| ctx.settings.lease.timing_condition(config.session.ttl)),
             failed_writes,
             now: Timestamp::now(),
         },
@@ -136,36 +135,6 @@ fn applied(
     old.applied
         .clone()
         .unwrap_or_else(|| super::applied::applied_of(le, config))
-}
-
-/// The [`LEASE_TIMING_SAFE`] condition of a managed election.
-pub fn lease_timing(lease: &LeaseSettings, config: &ElectionConfig) -> ConditionState {
-    let ttl = config.session.ttl.as_secs();
-    if lease.session_survives_failover(config.session.ttl) {
-        ConditionState {
-            type_: LEASE_TIMING_SAFE,
-            status: true,
-            reason: "SessionOutlivesFailover",
-            message: format!(
-                "the session (TTL {ttl}s) outlives a failover of the operator's replicas \
-                 (at most {}s)",
-                lease.failover_bound().as_secs()
-            ),
-        }
-    } else {
-        ConditionState {
-            type_: LEASE_TIMING_SAFE,
-            status: false,
-            reason: "SessionTTLTooShort",
-            message: format!(
-                "after a crash of the active operator replica the session (TTL {ttl}s) may \
-                 expire before a standby adopts it (up to {}s: lease duration plus takeover), \
-                 which would re-elect the leader; set spec.session.ttl to at least {}s",
-                lease.failover_bound().as_secs(),
-                lease.min_session_ttl().as_secs()
-            ),
-        }
-    }
 }
 
 /// Reports a spec that cannot be acted on: phase Invalid, the `SpecValid` condition

@@ -33,6 +33,8 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::time::Instant;
 
+use crate::crd::conditions::LEASE_TIMING_SAFE;
+use crate::election::plan::ConditionState;
 use crate::write_gate::WriteGate;
 use elector::{Elector, Next, Record, Timing, WriteOutcome};
 
@@ -153,6 +155,35 @@ impl LeaseSettings {
     /// in whole seconds.
     pub fn min_session_ttl(&self) -> Duration {
         Duration::from_secs((self.failover_bound().as_secs() * 2).div_ceil(3))
+    }
+
+    /// The [`LEASE_TIMING_SAFE`] condition of a managed election whose session has `ttl`.
+    pub fn timing_condition(&self, ttl: Duration) -> ConditionState {
+        let (secs, bound) = (ttl.as_secs(), self.failover_bound().as_secs());
+        if self.session_survives_failover(ttl) {
+            ConditionState {
+                type_: LEASE_TIMING_SAFE,
+                status: true,
+                reason: "SessionOutlivesFailover",
+                message: format!(
+                    "the session (TTL {secs}s) outlives a failover of the operator's replicas \
+                     (at most {bound}s)"
+                ),
+            }
+        } else {
+            ConditionState {
+                type_: LEASE_TIMING_SAFE,
+                status: false,
+                reason: "SessionTTLTooShort",
+                message: format!(
+                    "after a crash of the active operator replica the session (TTL {secs}s) may \
+                     expire before a standby adopts it (up to {bound}s: lease duration plus \
+                     takeover), which would re-elect the leader; set spec.session.ttl to at \
+                     least {}s",
+                    self.min_session_ttl().as_secs()
+                ),
+            }
+        }
     }
 
     /// The elector's timing.
@@ -419,6 +450,14 @@ mod tests {
         assert!(!s.session_survives_failover(Duration::from_secs(11)));
         assert!(!s.session_survives_failover(Duration::from_secs(10)));
         assert!(settings(3, 2).session_survives_failover(Duration::from_secs(10)));
+        let safe = s.timing_condition(Duration::from_secs(12));
+        assert_eq!(
+            (safe.status, safe.reason),
+            (true, "SessionOutlivesFailover")
+        );
+        let short = s.timing_condition(Duration::from_secs(10));
+        assert_eq!((short.status, short.reason), (false, "SessionTTLTooShort"));
+        assert!(short.message.ends_with("at least 12s"), "{}", short.message);
     }
 
     #[test]

@@ -60,7 +60,7 @@ pub fn warn_short_ttls(ctx: &Context) {
         if config.mode != Mode::Managed {
             continue;
         }
-        let timing = crate::controller::status::lease_timing(&ctx.settings.lease, &config);
+        let timing = ctx.settings.lease.timing_condition(config.session.ttl);
         if !timing.status {
             tracing::warn!(
                 election = %format!("{}/{}", le.metadata.namespace.as_deref().unwrap_or_default(), le.metadata.name.as_deref().unwrap_or_default()),
