@@ -89,6 +89,14 @@ fn a_follower(h: &Harness, leader: &str) -> String {
         .expect("a follower")
 }
 
+/// A follower of the election (not `leader`) given priority 5, once the status shows it.
+async fn a_preferred_follower(h: &Harness, leader: &str) -> String {
+    let preferred = a_follower(h, leader);
+    annotate_pod(h, &preferred, PRIORITY_ANNOTATION, Some("5")).await;
+    wait_priority(h, &preferred, 5).await;
+    preferred
+}
+
 /// A switchover to a named follower: a planned move, recorded in the status and an event.
 async fn switchover_to_a_named_pod(backend: Backend) {
     let Some(consul) = ConsulUnderTest::start(backend).await else {
@@ -131,9 +139,7 @@ async fn a_switchover_to_a_named_pod_is_a_planned_move_and_is_recorded_on_a_real
 async fn a_switchover_to_any_pod_goes_to_the_highest_priority() {
     with_namespace("so-any", |admin, ns| async move {
         let (h, first) = Harness::web_elected(admin, ns, spec()).await;
-        let preferred = a_follower(&h, &first.pod);
-        annotate_pod(&h, &preferred, PRIORITY_ANNOTATION, Some("5")).await;
-        wait_priority(&h, &preferred, 5).await;
+        let preferred = a_preferred_follower(&h, &first.pod).await;
         // Stickiness: a higher priority alone does not move a healthy leader.
         assert_eq!(h.wait_elected("web", None).await.pod, first.pod);
         request(&h, "*").await;
@@ -208,9 +214,7 @@ async fn a_removed_request_read_from_a_stale_copy_moves_nothing() {
         });
         h.election("web", spec).await;
         let first = h.wait_elected("web", None).await;
-        let preferred = a_follower(&h, &first.pod);
-        annotate_pod(&h, &preferred, PRIORITY_ANNOTATION, Some("5")).await;
-        wait_priority(&h, &preferred, 5).await;
+        let preferred = a_preferred_follower(&h, &first.pod).await;
         request(&h, "*").await;
         let leader = first.pod.clone();
         h.wait_pods(SOON, "the leader to be told about the handover", |pods| {
@@ -237,9 +241,7 @@ async fn a_removed_request_read_from_a_stale_copy_moves_nothing() {
 async fn a_request_whose_removal_failed_moves_nothing_more() {
     with_namespace("so-unremoved", |admin, ns| async move {
         let (h, first) = Harness::web_elected(admin, ns, spec()).await;
-        let preferred = a_follower(&h, &first.pod);
-        annotate_pod(&h, &preferred, PRIORITY_ANNOTATION, Some("5")).await;
-        wait_priority(&h, &preferred, 5).await;
+        let preferred = a_preferred_follower(&h, &first.pod).await;
         // The only patch of the election itself (not its status) is the request's removal.
         h.kube_faults.add(
             KubeFault::new(FaultAction::status(500, "InternalError", "injected"))

@@ -1,8 +1,8 @@
 //! What this process remembers between reconciles, beside the caches: its own writes that the
 //! caches may not show yet (statuses, patched pods, switchover requests it removed), and per
-//! election what its last decision
-//! passes to the next (standing back for another install, Consul's refusal of its writes, a
-//! lock-delay seen starting, status writes failing in a row).
+//! election what its last decision passes to the next (standing back for another install,
+//! Consul's refusal of its writes, a lock-delay seen starting, status writes failing in a
+//! row).
 //!
 //! Only reconciles of the active replica write here, each for its own election (the
 //! controller never runs two reconciles of one election at once). One map holds everything of
@@ -225,10 +225,10 @@ impl Memory {
         });
     }
 
-    /// The election no longer carries the request this process decided, as of
-    /// resourceVersion `version` (`None`: the election is gone, nothing to remember).
-    pub fn request_removed(&self, key: &ElectionKey, version: Option<&str>) {
-        let version = version.and_then(|v| v.parse::<u64>().ok());
+    /// The election no longer carries the request this process decided, as of the version
+    /// `removed` (`None`: the election is gone, nothing to remember).
+    pub fn request_removed(&self, key: &ElectionKey, removed: Option<&LeaderElection>) {
+        let version = removed.and_then(|le| resource_version(&le.metadata));
         self.memo(key, |memo| match version {
             Some(version) => {
                 if let Some(decided) = &mut memo.decided_request {
@@ -602,7 +602,7 @@ mod tests {
         memory.request_deciding(&web_key, "*");
         let seen = |le: &LeaderElection, request| memory.request_seen(&web_key, le, request);
         assert_eq!(seen(&older, "*"), RequestSeen::Unremoved);
-        memory.request_removed(&web_key, Some("9"));
+        memory.request_removed(&web_key, Some(&web("9", None)));
         assert_eq!(seen(&older, "*"), RequestSeen::Decided);
         // Another request, or the same one written again after the removal.
         assert_eq!(seen(&older, "web-1"), RequestSeen::New);

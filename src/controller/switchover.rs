@@ -81,11 +81,6 @@ pub async fn clear_request(ctx: &Context, key: &ElectionKey, decided: &str) -> R
         }
         Err(error) => return Err(Error::kube("clear switchover request")(error)),
     };
-    ctx.caches.written.request_removed(
-        key,
-        removed
-            .as_ref()
-            .and_then(|le| le.metadata.resource_version.as_deref()),
-    );
+    ctx.caches.written.request_removed(key, removed.as_ref());
     Ok(())
 }
