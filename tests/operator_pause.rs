@@ -20,11 +20,22 @@ use tokio::process::{Child, Command};
 const PAUSE: Duration = Duration::from_secs(9);
 
 /// One operator process acting as its own user (so the audit log tells the replicas apart).
+/// Its directory (kubeconfig and log) is removed when it is dropped, unless the test failed.
 struct Replica {
     child: Child,
     metrics: SocketAddr,
     user: String,
+    dir: PathBuf,
     log: PathBuf,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        // A failed test keeps the log its message names.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
 }
 
 impl Replica {
@@ -68,6 +79,7 @@ impl Replica {
             child,
             metrics,
             user: user.into(),
+            dir,
             log,
         }
     }
