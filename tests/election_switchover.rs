@@ -10,7 +10,8 @@ use consul_elector::crd::{
     HANDOVER_ANNOTATION, HANDOVER_DONE, LeaderElection, LeaderElectionStatus, PRIORITY_ANNOTATION,
     SWITCHOVER_ANNOTATION, SwitchoverResult, SwitchoverStatus,
 };
-use harness::{Backend, ConsulUnderTest, Harness, HarnessOptions, SOON, with_role};
+use harness::{Backend, ConsulUnderTest, Elected, Harness, HarnessOptions, SOON, with_role};
+use kube::Client;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use testkit::cluster::with_namespace;
@@ -240,22 +241,54 @@ async fn a_removed_request_read_from_a_stale_copy_moves_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_whose_removal_failed_moves_nothing_more() {
     with_namespace("so-unremoved", |admin, ns| async move {
-        let (h, first) = Harness::web_elected(admin, ns, spec()).await;
-        let preferred = a_preferred_follower(&h, &first.pod).await;
-        // The only patch of the election itself (not its status) is the request's removal.
-        h.kube_faults.add(
-            KubeFault::new(FaultAction::status(500, "InternalError", "injected"))
-                .verb(Verb::Patch)
-                .resource("leaderelections")
-                .times(1),
-        );
-        request(&h, "*").await;
+        let (h, first, preferred) = removal_failing(admin, ns, Some(1)).await;
         assert_eq!(h.wait_elected("web", Some(&first.pod)).await.pod, preferred);
         decided_once(&h, &first.pod, &preferred).await;
         assert_eq!(h.kube_faults.injected().len(), 1, "the removal failed once");
         h.finish().await;
     })
     .await;
+}
+
+/// A decided request whose removal keeps failing is sent again soon, not at the next resync
+/// ten minutes later: once the API server accepts the patch, the request is gone within
+/// moments, and nothing moved again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_removal_keeps_failing_is_removed_once_it_can_be() {
+    with_namespace("so-unremovable", |admin, ns| async move {
+        let (h, first, preferred) = removal_failing(admin, ns, None).await;
+        assert_eq!(h.wait_elected("web", Some(&first.pod)).await.pod, preferred);
+        // The removal failed when the request was decided, and again afterwards.
+        let again = h
+            .poll_until(SOON, || h.kube_faults.injected().len() >= 2)
+            .await;
+        assert!(again, "the removal was not sent again");
+        h.kube_faults.clear();
+        decided_once(&h, &first.pod, &preferred).await;
+        h.finish().await;
+    })
+    .await;
+}
+
+/// An elected `web` with a preferred follower, and the election's patches (only the
+/// request's removal patches the election itself, not its status) failing `times` times, or
+/// until cleared.
+async fn removal_failing(
+    admin: Client,
+    ns: String,
+    times: Option<u32>,
+) -> (Harness, Elected, String) {
+    let (h, first) = Harness::web_elected(admin, ns, spec()).await;
+    let preferred = a_preferred_follower(&h, &first.pod).await;
+    let fault = KubeFault::new(FaultAction::status(500, "InternalError", "injected"))
+        .verb(Verb::Patch)
+        .resource("leaderelections");
+    h.kube_faults.add(match times {
+        Some(times) => fault.times(times),
+        None => fault,
+    });
+    request(&h, "*").await;
+    (h, first, preferred)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

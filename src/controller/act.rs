@@ -55,6 +55,8 @@ pub struct Round<'a> {
     labelled_leader: Option<(String, u64, Timestamp)>,
     /// The election's switchover request, until this reconcile removed it.
     switchover: Option<String>,
+    /// Removing a decided switchover request failed: the caller retries soon.
+    removal_failed: bool,
     /// The `SpecValid` condition the status reports (True: the round runs on a valid spec).
     spec_valid: ConditionState,
     /// This reconcile wrote the status (a token record) since its last plan: the next plan
@@ -89,11 +91,18 @@ impl<'a> Round<'a> {
             replan: false,
             labelled_leader: None,
             switchover: None,
+            removal_failed: false,
             spec_valid,
             status_written: false,
         };
         let last = round.recorded.last_switchover.as_ref();
-        round.switchover = super::switchover::pending(ctx, key, le, last).await;
+        match super::switchover::pending(ctx, key, le, last).await {
+            Ok(request) => round.switchover = request,
+            Err(error) => {
+                tracing::warn!(election = %key, %error, "cannot remove a decided switchover request");
+                round.removal_failed = true;
+            }
+        }
         round.observe_lock().await;
         if round.lock != LockView::Unknown
             && ctx
@@ -170,6 +179,11 @@ impl<'a> Round<'a> {
     /// Whether the loop stopped with work left (the caller requeues at once).
     pub fn unfinished(&self) -> bool {
         self.unfinished
+    }
+
+    /// Whether removing a decided switchover request failed (the caller retries soon).
+    pub fn removal_failed(&self) -> bool {
+        self.removal_failed
     }
 
     /// Plans and acts until a plan has no actions, an action fails, or `max` rounds ran.

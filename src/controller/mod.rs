@@ -222,6 +222,9 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         .last_plan()
         .and_then(|p| p.requeue_after)
         .map_or(RESYNC, |d| d.min(RESYNC));
+    if round.removal_failed() {
+        requeue = requeue.min(ERROR_REQUEUE);
+    }
     if le
         .spec
         .consul

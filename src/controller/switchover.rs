@@ -5,6 +5,7 @@
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{PatchOperation, RemoveOperation, TestOperation};
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 
 use super::context::Context;
@@ -14,35 +15,23 @@ use crate::election::config::ElectionKey;
 use crate::election::observe::SwitchoverRecord;
 use crate::election::switchover_request::{self, RequestStep};
 
-/// The request on `le`, if any (a pod name, or `*`).
-fn request(le: &LeaderElection) -> Option<&str> {
-    le.metadata
-        .annotations
-        .as_ref()?
-        .get(SWITCHOVER_ANNOTATION)
-        .map(String::as_str)
-}
-
 /// The request on `le` still to decide, if any (`last`: the status's record of the last
-/// switchover); a decided request whose removal may not have happened is removed again.
+/// switchover); a decided request whose removal may not have happened is removed again, and
+/// an error says that removal failed (the request stays decided).
 pub async fn pending(
     ctx: &Context,
     key: &ElectionKey,
     le: &LeaderElection,
     last: Option<&SwitchoverRecord>,
-) -> Option<String> {
-    let request = request(le)?;
+) -> Result<Option<String>, Error> {
+    let Some(request) = le.annotations().get(SWITCHOVER_ANNOTATION) else {
+        return Ok(None);
+    };
     let seen = ctx.caches.written.request_seen(key, le, request);
     match switchover_request::step(seen, last, request) {
-        RequestStep::Decide => Some(request.to_owned()),
-        RequestStep::Skip => None,
-        RequestStep::Remove => {
-            if let Err(error) = clear_request(ctx, key, request).await {
-                // Sent again by the next reconcile; the request stays decided meanwhile.
-                tracing::warn!(election = %key, %error, "cannot remove a decided switchover request");
-            }
-            None
-        }
+        RequestStep::Decide => Ok(Some(request.to_owned())),
+        RequestStep::Skip => Ok(None),
+        RequestStep::Remove => clear_request(ctx, key, request).await.map(|()| None),
     }
 }
 
