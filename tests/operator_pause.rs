@@ -25,15 +25,14 @@ struct Replica {
     child: Child,
     metrics: SocketAddr,
     user: String,
-    dir: PathBuf,
     log: PathBuf,
 }
 
 impl Drop for Replica {
     fn drop(&mut self) {
         // A failed test keeps the log its message names.
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(dir) = self.log.parent().filter(|_| !std::thread::panicking()) {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
@@ -79,7 +78,6 @@ impl Replica {
             child,
             metrics,
             user: user.into(),
-            dir,
             log,
         }
     }
