@@ -11,3 +11,4 @@ pub mod pods;
 pub mod real_consul;
 pub mod recorder;
 pub mod sandbox;
+pub mod version;

@@ -1,9 +1,9 @@
-//! The server's Consul version, for the cases whose answer changed across versions
-//! (`docs/consul.md`, section 13, "Versions").
+//! A version of Consul or Kubernetes, for what changed across versions: how the harness starts
+//! a server (flags, the ACL system, gRPC ports) and what a test expects of it.
 
 use std::fmt;
 
-/// A Consul version `major.minor.patch` (pre-release and metadata suffixes ignored).
+/// A version `major.minor.patch` (pre-release and metadata suffixes ignored).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Version {
     /// Major.
@@ -15,26 +15,26 @@ pub struct Version {
 }
 
 impl Version {
-    /// Parses `1.0.8`, `v1.22.0`, `1.13.2-dev` or `1.16.0+ent`; panics on anything else, so
-    /// a case never silently takes the wrong branch.
-    pub fn parse(raw: &str) -> Version {
+    /// Parses `1.0.8`, `v1.22.0`, `1.13.2-dev`, `1.16.0+ent` or `v1.34.2-dirty`; `None` for
+    /// anything else, so a caller never silently takes the wrong branch.
+    pub fn parse(raw: &str) -> Option<Version> {
         let core = raw
             .trim()
             .trim_start_matches('v')
             .split(['-', '+'])
-            .next()
-            .unwrap_or_default();
+            .next()?;
         let parts: Vec<u32> = core
             .split('.')
-            .map(|p| p.parse().unwrap_or_else(|e| panic!("version {raw:?}: {e}")))
-            .collect();
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
         match parts[..] {
-            [major, minor, patch] => Version {
+            [major, minor, patch] => Some(Version {
                 major,
                 minor,
                 patch,
-            },
-            _ => panic!("version {raw:?} is not major.minor.patch"),
+            }),
+            _ => None,
         }
     }
 
@@ -62,14 +62,19 @@ mod tests {
     fn parses_and_orders_versions() {
         assert_eq!(
             Version::parse("1.13.2-dev"),
-            Version {
+            Some(Version {
                 major: 1,
                 minor: 13,
                 patch: 2
-            }
+            })
         );
-        assert!(Version::parse("1.22.0").at_least(1, 7));
-        assert!(!Version::parse("1.0.8").at_least(1, 7));
-        assert!(Version::parse("v1.7.0+ent").at_least(1, 7));
+        let parsed = |raw| Version::parse(raw).unwrap_or_else(|| panic!("{raw} parses"));
+        assert!(parsed("1.22.0").at_least(1, 7));
+        assert!(!parsed("1.0.8").at_least(1, 7));
+        assert!(parsed("v1.7.0+ent").at_least(1, 7));
+        assert_eq!(Version::parse("1.8"), None);
+        assert_eq!(Version::parse("v1.20.2.1"), None);
+        assert_eq!(parsed("v1.34.2-dirty").to_string(), "1.34.2");
+        assert_eq!(Version::parse("Consul v1.8.7"), None);
     }
 }

@@ -1,23 +1,37 @@
-//! Legacy ACL tokens (`/v1/acl/create`, `/v1/acl/destroy`), the ACL system every Consul from
-//! 1.0 to 1.10 has and the one `acl_master_token` switches on.
+//! ACL tokens for tests: a policy and a token through `/v1/acl/policy` and `/v1/acl/token` on
+//! Consul 1.4 and later, where the legacy API (`/v1/acl/create`) is deprecated and, from 1.11
+//! on, gone; legacy tokens only on a server that has nothing else.
 
 use super::{RealConsul, RealConsulError};
 
-/// The rules of a legacy token, in HCL.
+/// A token's rules, in the current syntax (`key_prefix`, `session_prefix`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AclRules(pub String);
 
 /// The operator's minimal rules with its default key prefix: write on the keys under
 /// `elector/`, write on sessions of any node (the operator creates its sessions on the node of
 /// the agent it talks to, and lists and renews them).
-pub const OPERATOR_RULES: &str = r#"key "elector/" { policy = "write" }
-session "" { policy = "write" }"#;
+pub const OPERATOR_RULES: &str = r#"key_prefix "elector/" { policy = "write" }
+session_prefix "" { policy = "write" }"#;
 
 impl AclRules {
     /// The operator's minimal rules ([`OPERATOR_RULES`]).
     pub fn operator() -> Self {
         Self(OPERATOR_RULES.to_string())
     }
+
+    /// The same rules for the legacy ACL system, whose `key` and `session` rules match by
+    /// prefix as `key_prefix` and `session_prefix` do now.
+    fn legacy(&self) -> String {
+        self.0
+            .replace("key_prefix ", "key ")
+            .replace("session_prefix ", "session ")
+    }
+}
+
+/// Whether the server has the ACL system of policies and tokens.
+fn has_policies(consul: &RealConsul) -> bool {
+    consul.version().at_least(1, 4)
 }
 
 pub(super) async fn create_token(
@@ -25,30 +39,69 @@ pub(super) async fn create_token(
     name: &str,
     rules: &AclRules,
 ) -> Result<String, RealConsulError> {
-    let body = serde_json::json!({"Name": name, "Type": "client", "Rules": rules.0});
-    let reply = acl_put(consul, "/v1/acl/create", Some(body)).await?;
-    let json: serde_json::Value =
-        serde_json::from_str(&reply).map_err(|e| RealConsulError::Http {
-            what: "acl create".into(),
-            detail: format!("{e}: {reply}"),
-        })?;
-    json["ID"]
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| RealConsulError::Http {
-            what: "acl create".into(),
-            detail: format!("no ID in {reply}"),
-        })
+    if !has_policies(consul) {
+        let body = serde_json::json!({"Name": name, "Type": "client", "Rules": rules.legacy()});
+        let reply = acl_call(consul, reqwest::Method::PUT, "/v1/acl/create", Some(body)).await?;
+        return field(&reply, "ID", "acl create");
+    }
+    let policy = serde_json::json!({
+        "Name": format!("{name}-{}", uuid::Uuid::new_v4()),
+        "Rules": rules.0,
+    });
+    let reply = acl_call(consul, reqwest::Method::PUT, "/v1/acl/policy", Some(policy)).await?;
+    let policy = field(&reply, "ID", "acl policy")?;
+    let token = serde_json::json!({"Description": name, "Policies": [{"ID": policy}]});
+    let reply = acl_call(consul, reqwest::Method::PUT, "/v1/acl/token", Some(token)).await?;
+    field(&reply, "SecretID", "acl token")
 }
 
-pub(super) async fn destroy_token(consul: &RealConsul, id: &str) -> Result<(), RealConsulError> {
-    acl_put(consul, &format!("/v1/acl/destroy/{id}"), None)
+/// Deletes the token whose secret is `secret`, as an admin would: by its accessor, which the
+/// token's own `/v1/acl/token/self` names.
+pub(super) async fn destroy_token(
+    consul: &RealConsul,
+    secret: &str,
+) -> Result<(), RealConsulError> {
+    if !has_policies(consul) {
+        let path = format!("/v1/acl/destroy/{secret}");
+        return acl_call(consul, reqwest::Method::PUT, &path, None)
+            .await
+            .map(drop);
+    }
+    let reply = consul
+        .get(
+            &consul.members[0].direct_url(),
+            "/v1/acl/token/self",
+            Some(secret),
+        )
+        .await
+        .map_err(|detail| RealConsulError::Http {
+            what: "acl token self".into(),
+            detail,
+        })?;
+    let accessor = field(&reply, "AccessorID", "acl token self")?;
+    let path = format!("/v1/acl/token/{accessor}");
+    acl_call(consul, reqwest::Method::DELETE, &path, None)
         .await
         .map(drop)
 }
 
-async fn acl_put(
+/// The string `name` of the JSON object `reply`.
+fn field(reply: &str, name: &str, what: &str) -> Result<String, RealConsulError> {
+    let error = |detail: String| RealConsulError::Http {
+        what: what.into(),
+        detail,
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(reply).map_err(|e| error(format!("{e}: {reply}")))?;
+    json[name]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| error(format!("no {name} in {reply}")))
+}
+
+async fn acl_call(
     consul: &RealConsul,
+    method: reqwest::Method,
     path: &str,
     body: Option<serde_json::Value>,
 ) -> Result<String, RealConsulError> {
@@ -61,7 +114,7 @@ async fn acl_put(
         .ok_or_else(|| error("started without ACLs".into()))?;
     let mut request = consul
         .http
-        .put(format!("{}{path}", consul.members[0].direct_url()))
+        .request(method, format!("{}{path}", consul.members[0].direct_url()))
         .header("X-Consul-Token", master);
     if let Some(body) = body {
         request = request.body(body.to_string());

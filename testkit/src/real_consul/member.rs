@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::proxy::Proxy;
-use super::{RealConsulError, Shape, Tls};
+use super::{RealConsulError, Shape, Tls, Version};
 use crate::cluster::ports::stable_ports;
 use crate::cluster::processes::ManagedProcess;
 
@@ -26,13 +26,15 @@ pub(super) struct Plan {
     log_dir: PathBuf,
 }
 
-/// The members' plans: ports picked now, every server told every other's Serf address.
+/// The members' plans: ports picked now, every server told every other's Serf address, the
+/// command line in the syntax of the binary's `version`.
 pub(super) fn plan(
     shape: Shape,
     count: usize,
     dir: &Path,
     master_token: Option<&str>,
     tls: Option<&Tls>,
+    version: Version,
 ) -> Result<Vec<Plan>, RealConsulError> {
     // The fifth port is the HTTPS one, used only with `tls`.
     // Below the ephemeral range: a killed member restarts on the same ports, which an
@@ -75,6 +77,7 @@ pub(super) fn plan(
             ),
             "-log-level=debug".into(),
         ];
+        args.extend(grpc_off(version));
         if let Some(tls) = tls {
             args.extend([
                 format!("-hcl=ports {{ https = {https} }}"),
@@ -104,13 +107,7 @@ pub(super) fn plan(
             }
         }
         if let Some(token) = master_token {
-            args.extend([
-                "-hcl=acl_datacenter = \"dc1\"".to_string(),
-                "-hcl=acl_default_policy = \"deny\"".into(),
-                "-hcl=acl_down_policy = \"extend-cache\"".into(),
-                format!("-hcl=acl_master_token = \"{token}\""),
-                format!("-hcl=acl_agent_token = \"{token}\""),
-            ]);
+            args.extend(acl_args(version, token));
         }
         plans.push(Plan {
             node,
@@ -122,6 +119,48 @@ pub(super) fn plan(
         });
     }
     Ok(plans)
+}
+
+/// No gRPC listener: a dev agent of Consul 1.3 to 1.13 listens on 8502, and every agent of
+/// 1.14 and later on 8502 and 8503 (TLS), so two agents on one host would collide. Older
+/// versions know neither key and refuse an unknown one.
+fn grpc_off(version: Version) -> Vec<String> {
+    if version.at_least(1, 14) {
+        vec!["-hcl=ports { grpc = -1 grpc_tls = -1 }".into()]
+    } else if version.at_least(1, 3) {
+        vec!["-hcl=ports { grpc = -1 }".into()]
+    } else {
+        Vec::new()
+    }
+}
+
+/// ACLs on, denying by default, with `token` as the management and the agent's token: the
+/// `acl` block of Consul 1.4 and later (`initial_management` since 1.11, where `master` is
+/// deprecated), else the legacy keys that Consul 1.0 to 1.3 read.
+fn acl_args(version: Version, token: &str) -> Vec<String> {
+    if version.at_least(1, 4) {
+        let management = if version.at_least(1, 11) {
+            "initial_management"
+        } else {
+            "master"
+        };
+        vec![
+            "-hcl=primary_datacenter = \"dc1\"".into(),
+            format!(
+                "-hcl=acl {{ enabled = true default_policy = \"deny\" \
+                 down_policy = \"extend-cache\" \
+                 tokens {{ {management} = \"{token}\" agent = \"{token}\" }} }}"
+            ),
+        ]
+    } else {
+        vec![
+            "-hcl=acl_datacenter = \"dc1\"".into(),
+            "-hcl=acl_default_policy = \"deny\"".into(),
+            "-hcl=acl_down_policy = \"extend-cache\"".into(),
+            format!("-hcl=acl_master_token = \"{token}\""),
+            format!("-hcl=acl_agent_token = \"{token}\""),
+        ]
+    }
 }
 
 /// A path as an HCL string (quoted and escaped as JSON, whose strings HCL reads alike).

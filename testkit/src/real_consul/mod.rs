@@ -1,12 +1,14 @@
 //! A real Consul for tests: a single `consul agent -dev`, or a Raft cluster of three servers on
-//! loopback, with handles to kill, restart, pause and partition each member, and the legacy ACL
+//! loopback, with handles to kill, restart, pause and partition each member, and the ACL
 //! system switched on when a test needs tokens.
 //!
 //! # Where the binary comes from
 //! `CONSUL_BIN` names it. Without it, [`RealConsul::start`] returns `Ok(None)` after printing
 //! `SKIPPED: ...` so a test without a real Consul passes visibly; with `CI=true` that is an
 //! error instead, so a CI run can never skip these tests silently. Any Consul from 1.0 on works:
-//! the tests read the server's version from `/v1/agent/self` where versions differ.
+//! the harness reads the binary's version and starts each agent in that version's syntax (no
+//! gRPC listener, the ACL system it has), and the tests read the server's version where
+//! versions answer differently.
 //!
 //! # Shapes
 //! - [`Shape::Dev`]: one `agent -dev` (in-memory, a server and its own agent).
@@ -34,6 +36,7 @@ mod proxy;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+pub use crate::version::Version;
 pub use acl::{AclRules, OPERATOR_RULES};
 pub use member::Member;
 pub use meter::Meter;
@@ -50,6 +53,9 @@ pub const START_ATTEMPTS: u32 = 3;
 /// How long a start waits for a cluster leader and the members' catalog registration.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long the harness waits for one of its own reads (a paused member never answers).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Which Consul to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
@@ -62,7 +68,7 @@ pub enum Shape {
 /// Options of a start.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Options {
-    /// Legacy ACLs on with `acl_default_policy = "deny"`; [`RealConsul::master_token`] is set.
+    /// ACLs on, denying by default; [`RealConsul::master_token`] is set.
     pub acl: bool,
     /// An HTTPS port on every member besides its HTTP port; `None` (the default): HTTP only.
     pub tls: Option<Tls>,
@@ -170,12 +176,35 @@ pub fn consul_binary() -> Result<Option<PathBuf>, RealConsulError> {
     }
 }
 
+/// The version `binary version` prints on its first line (`Consul v1.8.7`).
+fn binary_version(binary: &std::path::Path) -> Result<Version, RealConsulError> {
+    let output = std::process::Command::new(binary)
+        .arg("version")
+        .output()
+        .map_err(RealConsulError::io(format!(
+            "running {} version",
+            binary.display()
+        )))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let first = stdout.lines().next().unwrap_or_default();
+    first
+        .strip_prefix("Consul ")
+        .and_then(Version::parse)
+        .ok_or_else(|| {
+            RealConsulError::Binary(format!(
+                "{} version printed {first:?}, not `Consul vX.Y.Z`",
+                binary.display()
+            ))
+        })
+}
+
 /// A running real Consul. Every process is killed when this is dropped (and when the test
 /// binary dies).
 #[derive(Debug)]
 pub struct RealConsul {
     members: Vec<Member>,
     master_token: Option<String>,
+    version: Version,
     http: reqwest::Client,
     _dir: ClusterDir,
 }
@@ -200,9 +229,10 @@ impl RealConsul {
         shape: Shape,
         options: Options,
     ) -> Result<Self, RealConsulError> {
+        let version = binary_version(&binary)?;
         let mut attempt = 1;
         loop {
-            match Self::start_once(binary.clone(), shape, options.clone()).await {
+            match Self::start_once(binary.clone(), version, shape, options.clone()).await {
                 Err(RealConsulError::MemberExited { node, log_tail })
                     if attempt < START_ATTEMPTS =>
                 {
@@ -219,6 +249,7 @@ impl RealConsul {
 
     async fn start_once(
         binary: PathBuf,
+        version: Version,
         shape: Shape,
         options: Options,
     ) -> Result<Self, RealConsulError> {
@@ -238,6 +269,7 @@ impl RealConsul {
             dir.path(),
             master_token.as_deref(),
             options.tls.as_ref(),
+            version,
         )?;
         let mut members = Vec::with_capacity(count);
         for plan in plans {
@@ -253,6 +285,7 @@ impl RealConsul {
         let consul = Self {
             members,
             master_token,
+            version,
             http,
             _dir: dir,
         };
@@ -340,6 +373,33 @@ impl RealConsul {
     /// Index in [`RealConsul::members`] of the current Raft leader, asked of every running
     /// member until one answers with a leader.
     pub async fn leader(&self) -> Option<usize> {
+        self.leader_other_than(None).await
+    }
+
+    /// Waits up to `bound` until a running member names a Raft leader other than member
+    /// `old` (a member that still names `old` is passed over, so one slow to learn of the
+    /// election does not hide it). A bound passed is an error quoting every member's log.
+    pub async fn wait_leader_other_than(
+        &self,
+        old: usize,
+        bound: Duration,
+    ) -> Result<usize, RealConsulError> {
+        let deadline = Instant::now() + bound;
+        loop {
+            if let Some(leader) = self.leader_other_than(Some(old)).await {
+                return Ok(leader);
+            }
+            if Instant::now() >= deadline {
+                return Err(RealConsulError::NotReady {
+                    reason: format!("no Raft leader other than member {old} within {bound:?}"),
+                    log_tail: self.log_tails(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn leader_other_than(&self, old: Option<usize>) -> Option<usize> {
         for member in self.members.iter().filter(|m| m.is_running()) {
             let Ok(leader) = self
                 .get_text(&member.direct_url(), "/v1/status/leader")
@@ -348,31 +408,17 @@ impl RealConsul {
                 continue;
             };
             let leader = leader.trim().trim_matches('"').to_string();
-            if let Some(i) = self.members.iter().position(|m| m.raft_address() == leader) {
+            let named = self.members.iter().position(|m| m.raft_address() == leader);
+            if let Some(i) = named.filter(|i| Some(*i) != old) {
                 return Some(i);
             }
         }
         None
     }
 
-    /// The server's version string from `/v1/agent/self` (`Config.Version`).
-    pub async fn version(&self) -> Result<String, RealConsulError> {
-        let body = self
-            .get_text(&self.members[0].direct_url(), "/v1/agent/self")
-            .await
-            .map_err(|detail| RealConsulError::Http {
-                what: "agent self".into(),
-                detail,
-            })?;
-        let json: serde_json::Value =
-            serde_json::from_str(&body).map_err(|e| RealConsulError::Http {
-                what: "agent self".into(),
-                detail: e.to_string(),
-            })?;
-        Ok(json["Config"]["Version"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string())
+    /// The version of the binary every member runs.
+    pub fn version(&self) -> Version {
+        self.version
     }
 
     /// How many sessions the server holds (`/v1/session/list`, asked of member 0 directly).
@@ -390,7 +436,7 @@ impl RealConsul {
         Ok(sessions.len())
     }
 
-    /// Creates a legacy ACL client token with `rules` (needs [`Options::acl`]).
+    /// Creates a token with `rules` (needs [`Options::acl`]) and returns its secret.
     pub async fn create_token(
         &self,
         name: &str,
@@ -399,14 +445,23 @@ impl RealConsul {
         acl::create_token(self, name, rules).await
     }
 
-    /// Destroys a legacy ACL token.
-    pub async fn destroy_token(&self, id: &str) -> Result<(), RealConsulError> {
-        acl::destroy_token(self, id).await
+    /// Deletes the token whose secret is `secret`.
+    pub async fn destroy_token(&self, secret: &str) -> Result<(), RealConsulError> {
+        acl::destroy_token(self, secret).await
     }
 
     async fn get_text(&self, base: &str, path: &str) -> Result<String, String> {
-        let mut request = self.http.get(format!("{base}{path}"));
-        if let Some(token) = &self.master_token {
+        self.get(base, path, self.master_token.as_deref()).await
+    }
+
+    /// `GET base+path` with `token`: the body of a 2xx answer.
+    async fn get(&self, base: &str, path: &str, token: Option<&str>) -> Result<String, String> {
+        // Short: a paused member must not hold a probe of every member for long.
+        let mut request = self
+            .http
+            .get(format!("{base}{path}"))
+            .timeout(PROBE_TIMEOUT);
+        if let Some(token) = token {
             request = request.header("X-Consul-Token", token);
         }
         let response = request.send().await.map_err(|e| e.to_string())?;

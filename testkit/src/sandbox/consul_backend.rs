@@ -77,8 +77,8 @@ pub(crate) enum ConsulBackend {
         server: RealConsul,
         /// The counting proxy in front of it.
         meter: Meter,
-        /// Its version, as it reports it.
-        version: String,
+        /// The binary's version.
+        version: real_consul::Version,
     },
 }
 
@@ -107,7 +107,7 @@ impl ConsulBackend {
                 let meter = Meter::start(server.members()[0].direct_addr())
                     .await
                     .map_err(real)?;
-                let version = server.version().await.map_err(real)?;
+                let version = server.version();
                 Ok(Self::Real {
                     server,
                     meter,

@@ -45,7 +45,6 @@ mod locks;
 mod sessions;
 mod target;
 mod ttl;
-mod version;
 
 use target::{Backend, Setup, Target};
 

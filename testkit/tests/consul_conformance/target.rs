@@ -16,7 +16,7 @@ use serde_json::Value;
 use testkit::consul::{Emulator, EmulatorConfig};
 use testkit::real_consul::{Options, RealConsul, Shape};
 
-use crate::version::Version;
+use testkit::real_consul::Version;
 /// A response as the server sent it.
 pub struct Resp {
     pub status: u16,
@@ -215,7 +215,9 @@ impl Target {
         let agent = target.get("/v1/agent/self").await;
         assert_eq!(agent.status, 200, "agent self: {}", agent.text());
         let config = &agent.json()["Config"];
-        target.version = Version::parse(config["Version"].as_str().unwrap_or_default());
+        let version = config["Version"].as_str().unwrap_or_default();
+        target.version = Version::parse(version)
+            .unwrap_or_else(|| panic!("the agent's version {version:?} is not major.minor.patch"));
         target.node = config["NodeName"].as_str().unwrap_or_default().to_owned();
         Some(target)
     }
