@@ -675,7 +675,9 @@ impl OperatorProcess {
             .service_account_name
             .clone()
             .expect("serviceAccountName");
-        let token = service_account_token(admin, &release.namespace, &account).await;
+        let token = cluster
+            .service_account_token(&release.namespace, &account)
+            .await;
         let kubeconfig = dir.join("kubeconfig");
         let mut config: Value = serde_saphyr::from_str(
             &std::fs::read_to_string(cluster.kubeconfig_path()).expect("kubeconfig"),
@@ -746,37 +748,6 @@ impl OperatorProcess {
         }
         let _ = self.child.kill().await;
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The token of ServiceAccount `account` (from the Secret the token controller makes for it on
-/// Kubernetes before 1.24).
-async fn service_account_token(admin: &Client, ns: &str, account: &str) -> String {
-    let secrets: Api<Secret> = Api::namespaced(admin.clone(), ns);
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let list = secrets
-            .list(&ListParams::default().fields("type=kubernetes.io/service-account-token"))
-            .await
-            .expect("list token Secrets");
-        let token = list.items.iter().find_map(|secret| {
-            (secret
-                .annotations()
-                .get("kubernetes.io/service-account.name")
-                .map(String::as_str)
-                == Some(account))
-            .then(|| secret.data.as_ref()?.get("token"))
-            .flatten()
-            .and_then(|t| String::from_utf8(t.0.clone()).ok())
-        });
-        if let Some(token) = token {
-            return token;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no token Secret for ServiceAccount {ns}/{account}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

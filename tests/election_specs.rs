@@ -249,12 +249,13 @@ async fn an_invalid_spec_is_reported_once_and_fixing_it_recovers() {
         let mut h = Harness::new(admin, ns).await;
         h.deployment("web", 3).await;
         h.start_operator().await;
-        // Kubernetes 1.20 does not enforce the CRD's CEL rules, so this is accepted.
+        // Every server admits this: the schema's pattern allows any port, only the
+        // operator's parser knows that 99999 is none.
         h.election(
             "web",
             json!({
                 "selector": {"matchLabels": {"app": "web"}},
-                "session": {"ttl": "5s"},
+                "consul": {"address": "consul.invalid:99999"},
             }),
         )
         .await;
@@ -267,7 +268,7 @@ async fn an_invalid_spec_is_reported_once_and_fixing_it_recovers() {
             ("False", "InvalidSpec")
         );
         assert!(
-            valid.message.contains("spec.session.ttl"),
+            valid.message.contains("spec.consul.address"),
             "{}",
             valid.message
         );
@@ -290,11 +291,54 @@ async fn an_invalid_spec_is_reported_once_and_fixing_it_recovers() {
         assert_eq!(h.emu().stats().requests_to("session.create"), 0);
 
         // Fixing the spec recovers at once.
-        h.patch_spec("web", json!({"session": {"ttl": "10s"}}))
-            .await;
+        h.patch_spec("web", json!({"consul": null})).await;
         h.wait_elected("web", None).await;
         let le = h.elections().get("web").await.expect("election");
         assert!(has_condition(&le, "SpecValid", "True"));
+        h.finish().await;
+    })
+    .await;
+}
+
+/// A TTL outside Consul's range: a server that enforces the CRD's CEL rules (1.25 and later)
+/// refuses it at admission; an older one admits it and the operator reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_out_of_range_is_refused_at_admission_or_reported_invalid() {
+    with_namespace("sp-ttl", |admin, ns| async move {
+        let version = admin.apiserver_version().await.expect("server version");
+        let minor: u32 = version.minor.trim_end_matches('+').parse().expect("minor");
+        let enforces_cel = version.major == "1" && minor >= 25;
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 1).await;
+        let le: consul_elector::crd::LeaderElection = serde_json::from_value(json!({
+            "apiVersion": "elector.dev/v1alpha1",
+            "kind": "LeaderElection",
+            "metadata": {"name": "web", "namespace": h.ns},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "session": {"ttl": "5s"}},
+        }))
+        .expect("election");
+        let created = h.elections().create(&PostParams::default(), &le).await;
+        if enforces_cel {
+            match created {
+                Err(kube::Error::Api(status)) => {
+                    assert_eq!(status.code, 422, "{status:?}");
+                    assert!(status.message.contains("ttl"), "{}", status.message);
+                }
+                other => panic!("Kubernetes {version:?} admitted a 5s TTL: {other:?}"),
+            }
+            return;
+        }
+        created.expect("a server before 1.25 admits what only CEL refuses");
+        h.start_operator().await;
+        let le = h
+            .wait_status("web", |le| phase(le).as_deref() == Some("Invalid"))
+            .await;
+        let valid = condition(&le, "SpecValid").expect("SpecValid");
+        assert!(
+            valid.message.contains("spec.session.ttl"),
+            "{}",
+            valid.message
+        );
         h.finish().await;
     })
     .await;

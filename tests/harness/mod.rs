@@ -701,27 +701,9 @@ async fn operator_config(
         .await
         .expect("cluster role binding");
     grant_lease_role(admin, ns).await;
-    // Makes sure the ServiceAccount and its token exist; the operator's own client is built
-    // from the token with the fault layer below.
-    drop(cluster.service_account_client(ns, "consul-elector").await);
-    let secrets: Api<Secret> = Api::namespaced(admin.clone(), ns);
-    let token = secrets
-        .list(&Default::default())
-        .await
-        .expect("list Secrets")
-        .items
-        .into_iter()
-        .filter(|s| s.type_.as_deref() == Some("kubernetes.io/service-account-token"))
-        .filter(|s| {
-            s.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("kubernetes.io/service-account.name"))
-                .map(String::as_str)
-                == Some("consul-elector")
-        })
-        .find_map(|s| String::from_utf8(s.data?.get("token")?.0.clone()).ok())
-        .expect("the ServiceAccount's token");
+    // The operator's own client is built from the ServiceAccount's token with the fault layer
+    // below.
+    let token = cluster.service_account_token(ns, "consul-elector").await;
     let mut config = cluster.kube_config();
     config.auth_info =
         serde_json::from_value(serde_json::json!({ "token": token })).expect("auth info");

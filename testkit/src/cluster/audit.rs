@@ -84,9 +84,13 @@ struct Status {
 }
 
 /// Every write recorded in the audit log at `path`, in order (lines that do not parse are
-/// skipped: the log may end in a line still being written).
+/// skipped: the log may end in a line still being written). No file yet is no write yet: the
+/// API server creates it with its first record.
 pub fn read(path: &Path) -> std::io::Result<Vec<AuditWrite>> {
-    let text = std::fs::read_to_string(path)?;
+    let text = match std::fs::read_to_string(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+        read => read?,
+    };
     Ok(text
         .lines()
         .filter_map(|line| serde_json::from_str::<Event>(line).ok())
@@ -140,5 +144,11 @@ mod tests {
         assert_eq!(writes[0].resource, "leaderelections/status");
         assert!(writes[0].succeeded());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn no_log_yet_is_no_write_yet() {
+        let path = std::env::temp_dir().join(format!("testkit-no-audit-{}", std::process::id()));
+        assert_eq!(read(&path).unwrap().len(), 0);
     }
 }

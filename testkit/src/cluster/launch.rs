@@ -78,6 +78,7 @@ async fn launch(
         kubeconfig: dir.path().join("kubeconfig"),
         controller_manager: options.controller_manager,
         node_address: options.node_address,
+        version: binaries.version,
         dir,
     };
     let plan = Plan {
@@ -252,7 +253,7 @@ impl Plan<'_> {
         kubeconfig: &Path,
         ca_file: &Path,
     ) -> Result<ManagedProcess, ClusterError> {
-        let args = [
+        let mut args = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
             match self.node_address {
                 Some(_) => format!("--controllers={CONTROLLERS},{NODE_CONTROLLERS}"),
@@ -265,7 +266,6 @@ impl Plan<'_> {
             format!("--root-ca-file={}", ca_file.display()),
             "--use-service-account-credentials=false".into(),
             "--leader-elect=false".into(),
-            "--port=0".into(),
             format!("--secure-port={}", self.ports.controller_manager),
             "--bind-address=127.0.0.1".into(),
             format!("--cert-dir={}", self.path("kcm-certs")),
@@ -273,6 +273,10 @@ impl Plan<'_> {
             "--kube-api-qps=200".into(),
             "--kube-api-burst=400".into(),
         ];
+        // No insecure port; the flag is gone since 1.24, which serves none.
+        if !self.binaries.version.at_least(1, 24) {
+            args.push("--port=0".into());
+        }
         let url = format!("https://127.0.0.1:{}", self.ports.controller_manager);
         let program = &self.binaries.controller_manager;
         self.start("kube-controller-manager", program, &args, &url, "/healthz")

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use secrecy::SecretString;
 
+pub use binaries::BIN_DIR_ENV;
 pub use namespace::{TEST_NAMESPACE_LABEL, with_namespace};
 pub(crate) use processes::spawn_tied;
 
@@ -129,6 +130,8 @@ pub struct TestCluster {
     controller_manager: bool,
     /// The address a real node reaches the apiserver at, when it serves one.
     node_address: Option<Ipv4Addr>,
+    /// What kube-apiserver reports.
+    version: crate::version::Version,
     dir: ClusterDir,
 }
 
@@ -197,12 +200,18 @@ impl TestCluster {
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
         eprintln!(
-            "testkit: Kubernetes v1.20.2 test cluster ready at {} in {:.1?} (directory {})",
+            "testkit: Kubernetes v{} test cluster ready at {} in {:.1?} (directory {})",
+            cluster.version,
             cluster.server_url,
             begun.elapsed(),
             cluster.dir.path().display()
         );
         Ok(cluster)
+    }
+
+    /// The version of the cluster's kube-apiserver, for what a test expects of that version.
+    pub fn version(&self) -> crate::version::Version {
+        self.version
     }
 
     /// The admin kubeconfig (certificate-authority-data and bearer token), usable by kubectl.

@@ -132,7 +132,7 @@ impl Sandbox {
             ConsulPlan::Emulator => "an emulated Consul",
             ConsulPlan::Real(_) => "a real Consul (consul agent -dev)",
         };
-        println!("The real operator binary against a real kube-apiserver v1.20.2 and {which}.\n");
+        println!("The real operator binary against a real kube-apiserver and {which}.\n");
         let step = |text: &str| println!("{} {text}", style.bold("•"));
         step("building the operator: cargo build -p consul-elector --bin consul-elector");
         let binary = blocking("building the operator", OperatorBinary::build).await?;
