@@ -396,7 +396,7 @@ async fn rolling_update_replaces_every_pod() {
 }
 
 /// `discovery.k8s.io/v1beta1` EndpointSlice: the only version 1.20 serves (k8s-openapi has
-/// only `v1`).
+/// only `v1`, which 1.21 and later serve).
 #[derive(Clone, Debug, Deserialize)]
 struct EndpointSlice {
     metadata: ObjectMeta,
@@ -440,23 +440,55 @@ impl Resource for EndpointSlice {
 }
 
 /// Waits until the Service `leader`'s slices hold exactly one endpoint, with address `ip`
-/// and readiness `ready`.
+/// and readiness `ready`: through `discovery.k8s.io/v1` where the server serves it (1.21 and
+/// later), else `v1beta1`.
 async fn await_single_endpoint(client: &Client, ns: &str, ip: &str, ready: bool) {
-    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
     let config = watcher::Config::default().labels("kubernetes.io/service-name=leader");
-    pods::wait_for(api, config, TIMEOUT, |slices| {
-        let endpoints: Vec<_> = slices
-            .iter()
-            .flat_map(|s| s.endpoints.iter().flatten())
-            .collect();
-        let [endpoint] = endpoints.as_slice() else {
+    let single = |endpoints: Vec<(&[String], Option<bool>)>| {
+        let [(addresses, is_ready)] = endpoints.as_slice() else {
             return None;
         };
-        let is_ready = endpoint.conditions.as_ref().and_then(|c| c.ready);
-        (endpoint.addresses == [ip] && is_ready == Some(ready)).then_some(())
-    })
-    .await
-    .unwrap_or_else(|e| panic!("slice with only {ip} (ready {ready}): {e}"));
+        (*addresses == [ip] && *is_ready == Some(ready)).then_some(())
+    };
+    let version = client.apiserver_version().await.expect("server version");
+    let minor: u32 = version.minor.trim_end_matches('+').parse().expect("minor");
+    let found = if version.major == "1" && minor < 21 {
+        let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+        pods::wait_for(api, config, TIMEOUT, |slices| {
+            single(
+                slices
+                    .iter()
+                    .flat_map(|s| s.endpoints.iter().flatten())
+                    .map(|e| {
+                        (
+                            e.addresses.as_slice(),
+                            e.conditions.as_ref().and_then(|c| c.ready),
+                        )
+                    })
+                    .collect(),
+            )
+        })
+        .await
+    } else {
+        let api: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+            Api::namespaced(client.clone(), ns);
+        pods::wait_for(api, config, TIMEOUT, |slices| {
+            single(
+                slices
+                    .iter()
+                    .flat_map(|s| s.endpoints.iter())
+                    .map(|e| {
+                        (
+                            e.addresses.as_slice(),
+                            e.conditions.as_ref().and_then(|c| c.ready),
+                        )
+                    })
+                    .collect(),
+            )
+        })
+        .await
+    };
+    found.unwrap_or_else(|e| panic!("slice with only {ip} (ready {ready}): {e}"));
 }
 
 async fn set_role(api: &Api<Pod>, pod: &str, role: Option<&str>) {
