@@ -552,6 +552,54 @@ async fn observe_mode_mirrors_the_application_lock_and_never_writes_to_consul() 
     .await;
 }
 
+/// In Observe mode the applications may re-create the key (Patroni's leader key goes with its
+/// session), which restarts Consul's LockIndex at 1: the token on the pod and in status still
+/// only grows (rule 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_mode_tokens_only_grow_when_the_applications_re_create_the_key() {
+    with_namespace("cs-recreate", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        let key = h.key("web");
+        let names: Vec<String> = h.current().keys().cloned().collect();
+        let (a, b) = (names[0].clone(), names[1].clone());
+        h.start_operator().await;
+        h.election("web", web(json!({"mode": "Observe"}))).await;
+        let mut last = 0;
+        for (round, holder) in [&a, &b, &a, &b].into_iter().enumerate() {
+            if round == 3 {
+                h.app_delete_key(&key).await;
+            }
+            let app = h.app_session(&format!("app-{round}"), "0s").await;
+            assert!(
+                h.app_acquire(&key, &app, &json!({"pod": holder}).to_string())
+                    .await
+            );
+            let lock_index = h.emu().kv_entry(&key).expect("key").lock_index;
+            let le = h
+                .wait_status("web", |le| {
+                    harness::status_leader(le).as_deref() == Some(holder.as_str())
+                })
+                .await;
+            let token = le.status.and_then(|s| s.fencing_token).expect("token");
+            assert!(token > last, "round {round}: token {token} after {last}");
+            let expected = (holder.clone(), token.to_string());
+            h.wait_pods(SOON, "the holder labelled with the status' token", |pods| {
+                pods.get(&expected.0).is_some_and(|p| {
+                    p.labels.get(ROLE).map(String::as_str) == Some("leader")
+                        && p.annotations.get(FENCING_TOKEN_ANNOTATION) == Some(&expected.1)
+                })
+            })
+            .await;
+            eprintln!("round {round}: {holder} LockIndex {lock_index}, token {token}");
+            last = token;
+            assert!(h.app_release(&key, &app).await);
+        }
+        h.finish().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switching_to_observe_hands_the_key_over_to_the_applications() {
     with_namespace("cs-to-observe", |admin, ns| async move {

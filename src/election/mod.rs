@@ -10,6 +10,7 @@ pub mod consul_policy;
 pub mod eligibility;
 pub mod invariants;
 pub mod observe;
+pub mod observed_token;
 pub mod owner_selectors;
 pub mod plan;
 pub mod planner;

@@ -29,6 +29,7 @@ use super::eligibility::{Ineligible, Tenure, elapsed, eligibility, tenure};
 use super::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverRecord,
 };
+use super::observed_token::observed_token;
 use super::plan::{
     Action, CandidateState, ConditionState, ElectionEvent, EventReason, FencingCause, Phase, Plan,
     StatusState, StoodBack, TAKEOVER_GRACE,
@@ -904,7 +905,12 @@ impl<'a> Builder<'a> {
                         p.selected && p.name == h.pod && h.uid.as_deref().is_none_or(|u| u == p.uid)
                     })
                 })
-                .map(|p| (p, *lock_index)),
+                .map(|p| {
+                    let recorded = self.obs.recorded.fencing_token;
+                    let labelled = p.role.as_deref() == Some(self.leader_value())
+                        && p.fencing_token.as_deref() == recorded.map(|t| t.to_string()).as_deref();
+                    (p, observed_token(recorded, labelled, *lock_index))
+                }),
             LockView::Free { .. } | LockView::Absent => None,
         };
         match holder {

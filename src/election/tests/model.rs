@@ -391,7 +391,8 @@ pub enum Event {
     SessionsUp,
     /// Somebody destroys the operator's registered session.
     DestroyOurSession,
-    /// Somebody deletes the key (Managed mode only).
+    /// Somebody deletes the key: in Observe mode the applications' next acquisition
+    /// re-creates it, restarting its LockIndex at 1.
     DeleteKey,
     /// Another session acquires the key (if it can), naming the pod in its value.
     ForeignAcquire(usize),
@@ -428,13 +429,10 @@ pub enum Event {
     EditLabelKey,
     /// The user edits `spec.key` (between two keys) or the Consul access, which moves the
     /// election to keys and sessions of another Consul: either way its lock lives under
-    /// another key from then on. Managed mode only (like `DeleteKey`: in Observe mode the
-    /// applications' new key restarts its LockIndex, which the operator cannot raise).
+    /// another key from then on. Managed mode only: in Observe mode the applications, not
+    /// the user, decide which key they lock (a key they re-create is `DeleteKey`).
     EditKey,
-    /// The user switches the mode. To Observe only while the key was never edited or
-    /// re-created in the run, and with sessions that release the key: in Observe mode the
-    /// applications' acquisition of a re-created key restarts its LockIndex, which the
-    /// operator cannot raise (see `DeleteKey`, `EditKey`).
+    /// The user switches the mode, at any time and whatever happened to the key.
     EditMode(Mode),
     /// The next loop's final status write is lost (the operator dies before it, or the write
     /// fails).
@@ -494,8 +492,6 @@ pub struct Model {
     max_label: Option<(u64, u64)>,
     /// What the status records the operator acts with (`status.applied`).
     applied: Option<AppliedSpec>,
-    /// The key was edited or deleted once: the mode stays Managed (see [`Event::EditMode`]).
-    key_edited: bool,
     /// When the LeaderElection was deleted.
     deleted_at: Option<Timestamp>,
     /// Its cleanup is done and the finalizer gone.
@@ -540,7 +536,6 @@ impl Model {
             request_decided: false,
             max_label: None,
             applied: None,
-            key_edited: false,
             deleted_at: None,
             finalized: false,
             lose_status_write: false,
@@ -703,9 +698,8 @@ impl Model {
                 }
             }
             Event::DeleteKey => {
-                if self.consul.all_up() && managed {
+                if self.consul.all_up() {
                     self.consul.key = None;
-                    self.key_edited = true;
                 }
             }
             Event::ForeignAcquire(i) => {
@@ -835,19 +829,14 @@ impl Model {
             Event::EditKey => {
                 if managed {
                     self.config.key = lifecycle::other_key(&self.config.key);
-                    self.key_edited = true;
                     self.seen_under_a_leader("key edited under a leader");
                 }
             }
             Event::EditMode(mode) => {
-                let key_kept =
-                    !self.key_edited && self.config.session.behavior == Behavior::Release;
-                if *mode == Mode::Managed || key_kept {
-                    if self.config.mode != *mode {
-                        self.seen_under_a_leader("mode switched under a leader");
-                    }
-                    self.config.mode = *mode;
+                if self.config.mode != *mode {
+                    self.seen_under_a_leader("mode switched under a leader");
                 }
+                self.config.mode = *mode;
             }
             Event::LoseStatusWrite => self.lose_status_write = true,
             Event::Loop {
@@ -1188,6 +1177,18 @@ impl Model {
             .or_default() += 1;
         if ok && self.config.mode == Mode::Observe {
             *self.seen.entry(format!("observed {kind}")).or_default() += 1;
+            if let Action::LabelLeader { fencing_token, .. } = action
+                && self
+                    .consul
+                    .key
+                    .as_ref()
+                    .is_some_and(|k| *fencing_token > k.lock_index)
+            {
+                *self
+                    .seen
+                    .entry("observed token above a re-created key".into())
+                    .or_default() += 1;
+            }
         }
         let _ = writeln!(
             self.trace,
@@ -1389,12 +1390,21 @@ impl Model {
         }
     }
 
-    /// The pod's token is the key's LockIndex (second half of [`Self::backed`]).
+    /// The pod's token is the key's LockIndex (second half of [`Self::backed`]); in Observe
+    /// mode at least that, for a re-created key restarts its LockIndex while the token only
+    /// grows (`election::observed_token`).
     fn token_backed(&self, pod: &PodView) -> bool {
+        let token = pod
+            .fencing_token
+            .as_deref()
+            .and_then(|t| t.parse::<u64>().ok());
         self.consul
             .key
             .as_ref()
-            .is_some_and(|k| pod.fencing_token == Some(k.lock_index.to_string()))
+            .is_some_and(|k| match self.config.mode {
+                Mode::Managed => token == Some(k.lock_index),
+                Mode::Observe => token >= Some(k.lock_index),
+            })
     }
 
     /// `KeepLeader` lets a label stand while Consul cannot confirm it.

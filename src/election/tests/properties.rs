@@ -231,6 +231,7 @@ fn the_generator_reaches_every_interesting_situation() {
         "reason NoHolder",
         "kv stalled under a leader",
         "observed LabelLeader",
+        "observed token above a re-created key",
         "switchover decided",
         "decided request removed again",
         "ok AnnotateHandover",

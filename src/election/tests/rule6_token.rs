@@ -270,3 +270,49 @@ fn a_token_already_recorded_is_not_written_again_and_a_retry_records_only_the_to
         })
     );
 }
+
+/// Observe mode: the applications re-created the key, so its LockIndex restarted. The pod the
+/// key names next gets a token above the recorded one, recorded before its label, and never
+/// a Consul write to get there.
+#[test]
+fn observe_mode_tokens_stay_above_a_re_created_key() {
+    let observe = crate::election::config::ElectionConfig {
+        mode: crate::election::config::Mode::Observe,
+        ..config()
+    };
+    // A, B, A held LockIndex 1, 2, 3; the key was re-created and B holds it (1).
+    let scene = Scene::new(vec![pod("a").follower(), pod("b").follower()])
+        .config(observe)
+        .lock(LockView::Held {
+            session: "app".into(),
+            lock_index: 1,
+            value: Some(value_for("b", &uid("b"))),
+        })
+        .recorded(recorded("a", "app", 3, t(50), 2));
+    let plan = scene.plan();
+    let labelled = records_and_labels(&plan);
+    assert_eq!(
+        labelled.first(),
+        Some(&Action::RecordToken {
+            uid: uid("b"),
+            fencing_token: 4,
+            whole: true,
+        }),
+        "{labelled:?}"
+    );
+    assert!(
+        matches!(labelled.get(1), Some(Action::LabelLeader { pod, fencing_token: 4, .. }) if pod == "b"),
+        "{labelled:?}"
+    );
+    assert!(consul_steps(&plan).is_empty(), "{:?}", plan.actions);
+    assert_eq!(plan.status.fencing_token, Some(4));
+
+    // Its tenure goes on: the next plan, with the label written, keeps token 4.
+    let next = Scene::new(vec![pod("a").follower(), pod("b").leader(4, t(100))])
+        .config(scene.config.clone())
+        .lock(scene.lock.clone())
+        .recorded(record(&plan.status))
+        .plan();
+    assert!(steps(&next).is_empty(), "{:?}", next.actions);
+    assert_eq!(next.status.fencing_token, Some(4));
+}
