@@ -5,14 +5,16 @@
 //!
 //! The pods and elections of every watched scope are listed (metadata only, in pages, a
 //! quorum read), and the reflectors' stores are waited for until each listed object is there
-//! in the listed version or a later one, and each object the list no longer has is gone from
-//! them (or was created after the list).
+//! in the listed version or a later one, or is confirmed deleted since the list (a GET that
+//! finds nothing: a store that never shows it again is right), and each object the list of
+//! its own scope no longer has is gone from them (or was created after that list). Every
+//! request has a timeout; a list the stores cannot catch up with in time is made again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use kube::api::ListParams;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
@@ -23,18 +25,41 @@ use crate::k8s::Pod;
 
 /// Objects per page of the fresh list.
 const PAGE: u32 = 500;
+/// How long one page of the list, or one GET, may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the stores are compared with the list while they catch up.
 const POLL: Duration = Duration::from_millis(50);
 /// After this long without catching up, the lists are made again (and a warning logged).
 const RELIST_AFTER: Duration = Duration::from_secs(30);
 
-/// What a fresh list showed: each object's version, and the list's own version.
+/// An object's `(namespace, name)`.
+type Key = (String, String);
+
+/// What a fresh list of one watched scope showed.
 #[derive(Debug, Default)]
-struct Listed {
-    /// `(namespace, name)` -> resourceVersion.
-    versions: HashMap<(String, String), u64>,
+struct ScopeList {
+    /// The namespace, or every namespace (`None`).
+    scope: Option<String>,
+    /// Each listed object's resourceVersion.
+    versions: HashMap<Key, u64>,
     /// The resourceVersion the list was read at (the newest of its pages).
     at: u64,
+}
+
+impl ScopeList {
+    fn covers(&self, namespace: &str) -> bool {
+        self.scope.as_deref().is_none_or(|scope| scope == namespace)
+    }
+}
+
+/// How far a store is from the lists.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Lag {
+    /// Objects cached in a version older than listed, or cached although their scope's list
+    /// no longer had them when it was read.
+    stale: usize,
+    /// Listed objects the store does not have (not known to be deleted since).
+    absent: Vec<Key>,
 }
 
 /// A resourceVersion as a number (etcd's revision; `None` when it is not one).
@@ -42,20 +67,81 @@ fn version(v: Option<&str>) -> Option<u64> {
     v.and_then(|v| v.parse().ok())
 }
 
-/// Lists every object of `K` in the watched scopes.
-async fn list<K>(client: &Client, namespaces: &[String]) -> Result<Listed, kube::Error>
+/// How far the `cached` versions lag behind `lists`, counting as caught up a listed object
+/// that is absent but `deleted` since the list.
+fn lag(cached: &HashMap<Key, u64>, lists: &[ScopeList], deleted: &HashSet<Key>) -> Lag {
+    let mut lag = Lag::default();
+    for list in lists {
+        for (key, listed) in &list.versions {
+            match cached.get(key) {
+                Some(cached) if cached >= listed => {}
+                Some(_) => lag.stale += 1,
+                None if deleted.contains(key) => {}
+                None => lag.absent.push(key.clone()),
+            }
+        }
+    }
+    for (key, cached) in cached {
+        // Only the list of the object's own scope says whether it is gone: another scope's
+        // list may have been read later, after this object was created.
+        let gone = lists.iter().any(|list| {
+            list.covers(&key.0) && !list.versions.contains_key(key) && *cached <= list.at
+        });
+        if gone {
+            lag.stale += 1;
+        }
+    }
+    lag
+}
+
+/// The store's objects and versions.
+fn snapshot<K>(store: &Store<K>) -> HashMap<Key, u64>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .iter()
+        .filter_map(|object| {
+            let meta = object.meta();
+            Some((
+                (meta.namespace.clone()?, meta.name.clone()?),
+                version(meta.resource_version.as_deref())?,
+            ))
+        })
+        .collect()
+}
+
+/// `request`, or an error once it took longer than [`REQUEST_TIMEOUT`].
+async fn bounded<T>(
+    what: &str,
+    request: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(error)) => Err(format!("{what}: {error}")),
+        Err(_) => Err(format!("{what}: no answer within {REQUEST_TIMEOUT:?}")),
+    }
+}
+
+/// Lists every object of `K` in the watched scopes, one list per scope.
+async fn list<K>(client: &Client, namespaces: &[String]) -> Result<Vec<ScopeList>, String>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + DeserializeOwned
         + std::fmt::Debug,
 {
-    let mut listed = Listed::default();
-    for (_, api) in scoped_apis::<K>(client, namespaces) {
+    let mut lists = Vec::new();
+    for (scope, api) in scoped_apis::<K>(client, namespaces) {
         let api: Api<K> = api;
+        let mut listed = ScopeList {
+            scope,
+            ..ScopeList::default()
+        };
         let mut params = ListParams::default().limit(PAGE);
         loop {
-            let page = api.list_metadata(&params).await?;
+            let page = bounded("listing", api.list_metadata(&params)).await?;
             listed.at = listed
                 .at
                 .max(version(page.metadata.resource_version.as_deref()).unwrap_or(0));
@@ -74,39 +160,54 @@ where
                 None => break,
             }
         }
+        lists.push(listed);
     }
-    Ok(listed)
+    Ok(lists)
 }
 
-/// How many objects `store` still lags behind `listed` in (0: caught up).
-fn lagging<K>(store: &Store<K>, listed: &Listed) -> usize
+/// One resource's lists, and which of its absent objects are known to be deleted since.
+struct Tracked<K: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    lists: Vec<ScopeList>,
+    deleted: HashSet<Key>,
+    asked: HashSet<Key>,
+}
+
+impl<K> Tracked<K>
 where
-    K: Resource<DynamicType = ()> + Clone + 'static,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + 'static,
 {
-    let behind = listed
-        .versions
-        .iter()
-        .filter(|((ns, name), listed_version)| {
-            let cached = store.get(&ObjectRef::new(name).within(ns));
-            cached
-                .and_then(|c| version(c.meta().resource_version.as_deref()))
-                .is_none_or(|v| v < **listed_version)
-        })
-        .count();
-    let gone = store
-        .state()
-        .iter()
-        .filter(|cached| {
-            let meta = cached.meta();
-            let key = (
-                meta.namespace.clone().unwrap_or_default(),
-                meta.name.clone().unwrap_or_default(),
-            );
-            !listed.versions.contains_key(&key)
-                && version(meta.resource_version.as_deref()).is_some_and(|v| v <= listed.at)
-        })
-        .count();
-    behind + gone
+    /// How many objects the store still lags behind in; asks the API server once per list
+    /// about each listed object the store lacks, which a deletion after the list explains.
+    async fn behind(&mut self, client: &Client) -> usize {
+        let lag = lag(&snapshot(&self.store), &self.lists, &self.deleted);
+        for key in &lag.absent {
+            if !self.asked.insert(key.clone()) {
+                continue;
+            }
+            let api: Api<K> = Api::namespaced(client.clone(), &key.0);
+            match bounded("reading", api.get_metadata_opt(&key.1)).await {
+                Ok(None) => {
+                    self.deleted.insert(key.clone());
+                }
+                Ok(Some(_)) => {}
+                // Asked again with the next list, not in a loop.
+                Err(error) => {
+                    tracing::debug!(%error, namespace = %key.0, name = %key.1, "cannot tell whether a listed object was deleted");
+                }
+            }
+        }
+        lag.stale
+            + lag
+                .absent
+                .iter()
+                .filter(|k| !self.deleted.contains(*k))
+                .count()
+    }
 }
 
 /// Waits until the pod and election caches are at least as new as a fresh list of the
@@ -128,9 +229,21 @@ pub async fn catch_up(client: &Client, namespaces: &[String], caches: &Caches) -
                 continue;
             }
         };
+        let mut pods = Tracked {
+            store: caches.pods.clone(),
+            lists: pods,
+            deleted: HashSet::new(),
+            asked: HashSet::new(),
+        };
+        let mut elections = Tracked {
+            store: caches.elections.clone(),
+            lists: elections,
+            deleted: HashSet::new(),
+            asked: HashSet::new(),
+        };
         let listed_at = tokio::time::Instant::now();
         loop {
-            let behind = lagging(&caches.pods, &pods) + lagging(&caches.elections, &elections);
+            let behind = pods.behind(client).await + elections.behind(client).await;
             if behind == 0 {
                 return started.elapsed();
             }
@@ -143,5 +256,80 @@ pub async fn catch_up(client: &Client, namespaces: &[String], caches: &Caches) -
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(ns: &str, name: &str) -> Key {
+        (ns.into(), name.into())
+    }
+
+    fn listed(scope: Option<&str>, at: u64, objects: &[(&str, &str, u64)]) -> ScopeList {
+        ScopeList {
+            scope: scope.map(str::to_string),
+            versions: objects
+                .iter()
+                .map(|(ns, name, v)| (key(ns, name), *v))
+                .collect(),
+            at,
+        }
+    }
+
+    fn cached(objects: &[(&str, &str, u64)]) -> HashMap<Key, u64> {
+        objects
+            .iter()
+            .map(|(ns, name, v)| (key(ns, name), *v))
+            .collect()
+    }
+
+    #[test]
+    fn a_store_as_new_as_the_list_or_newer_has_caught_up() {
+        let lists = [listed(None, 20, &[("a", "p", 10), ("a", "q", 12)])];
+        let none = HashSet::new();
+        assert_eq!(
+            lag(&cached(&[("a", "p", 10), ("a", "q", 15)]), &lists, &none),
+            Lag::default()
+        );
+        let old = lag(&cached(&[("a", "p", 9), ("a", "q", 12)]), &lists, &none);
+        assert_eq!(
+            old,
+            Lag {
+                stale: 1,
+                absent: vec![]
+            }
+        );
+        // Created after the list: not a leftover.
+        let newer = cached(&[("a", "p", 10), ("a", "q", 12), ("a", "r", 21)]);
+        assert_eq!(lag(&newer, &lists, &none), Lag::default());
+        // Deleted before the list, still cached: stale.
+        let leftover = cached(&[("a", "p", 10), ("a", "q", 12), ("a", "r", 19)]);
+        assert_eq!(lag(&leftover, &lists, &none).stale, 1);
+    }
+
+    /// A pod deleted after the list's snapshot never comes back into the store: once the API
+    /// server confirms it is gone, the store has caught up (it waited for good before).
+    #[test]
+    fn a_listed_object_deleted_since_is_caught_up_once_confirmed() {
+        let lists = [listed(None, 20, &[("a", "p", 10), ("a", "gone", 11)])];
+        let store = cached(&[("a", "p", 10)]);
+        let unconfirmed = lag(&store, &lists, &HashSet::new());
+        assert_eq!(unconfirmed.absent, vec![key("a", "gone")]);
+        let deleted = HashSet::from([key("a", "gone")]);
+        assert_eq!(lag(&store, &lists, &deleted), Lag::default());
+    }
+
+    /// With several watched namespaces, an object created in one after its own list but
+    /// before another namespace's later list is not taken for a leftover.
+    #[test]
+    fn only_an_objects_own_scope_says_it_is_gone() {
+        let lists = [
+            listed(Some("a"), 20, &[("a", "p", 10)]),
+            listed(Some("b"), 30, &[("b", "q", 25)]),
+        ];
+        let store = cached(&[("a", "p", 10), ("a", "new", 22), ("b", "q", 25)]);
+        assert_eq!(lag(&store, &lists, &HashSet::new()), Lag::default());
     }
 }
