@@ -353,7 +353,8 @@ impl<'a> Builder<'a> {
                     self.stand_back(other);
                     return;
                 }
-                if let Some(request) = self.obs.switchover {
+                // A paused election decides no request (rule 5): it waits for the resume.
+                if let Some(request) = self.obs.switchover.filter(|_| !self.obs.config.paused) {
                     self.refuse(
                         request,
                         "the key is held outside the operator; nothing to move".into(),

@@ -107,3 +107,31 @@ fn a_paused_leader_whose_lock_cannot_be_confirmed_is_fenced() {
         "paused does not hide a fenced leader"
     );
 }
+
+/// A request made while paused waits even when the key is held outside the operator: it is
+/// decided (and refused, if the key is still held elsewhere) only once the election resumes.
+#[test]
+fn a_switchover_asked_while_paused_waits_even_with_the_key_held_elsewhere() {
+    let scene = Scene::new(vec![pod("a"), pod("b")])
+        .config(paused())
+        .lock(held("outsider", 3, "a"))
+        .switchover("b");
+    let plan = scene.clone().plan();
+    assert!(
+        plan.status.last_switchover.is_none(),
+        "decided while paused: {:?}",
+        plan.status.last_switchover
+    );
+    assert!(
+        !plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::ClearSwitchover { .. })),
+        "the request stays: {plan:#?}"
+    );
+    let resumed = scene.config(config()).plan();
+    assert!(
+        resumed.status.last_switchover.is_some(),
+        "decided once resumed: {resumed:#?}"
+    );
+}
