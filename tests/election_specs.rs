@@ -305,9 +305,9 @@ async fn an_invalid_spec_is_reported_once_and_fixing_it_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ttl_out_of_range_is_refused_at_admission_or_reported_invalid() {
     with_namespace("sp-ttl", |admin, ns| async move {
-        let version = admin.apiserver_version().await.expect("server version");
-        let minor: u32 = version.minor.trim_end_matches('+').parse().expect("minor");
-        let enforces_cel = version.major == "1" && minor >= 25;
+        let info = admin.apiserver_version().await.expect("server version");
+        let version = testkit::version::Version::parse(&info.git_version).expect("version");
+        let enforces_cel = version.at_least(1, 25);
         let mut h = Harness::new(admin, ns).await;
         h.deployment("web", 1).await;
         let le: consul_elector::crd::LeaderElection = serde_json::from_value(json!({

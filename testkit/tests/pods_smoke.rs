@@ -450,9 +450,9 @@ async fn await_single_endpoint(client: &Client, ns: &str, ip: &str, ready: bool)
         };
         (*addresses == [ip] && *is_ready == Some(ready)).then_some(())
     };
-    let version = client.apiserver_version().await.expect("server version");
-    let minor: u32 = version.minor.trim_end_matches('+').parse().expect("minor");
-    let found = if version.major == "1" && minor < 21 {
+    let info = client.apiserver_version().await.expect("server version");
+    let version = testkit::version::Version::parse(&info.git_version).expect("version");
+    let found = if !version.at_least(1, 21) {
         let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
         pods::wait_for(api, config, TIMEOUT, |slices| {
             single(

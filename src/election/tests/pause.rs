@@ -20,6 +20,17 @@ fn creates_or_releases(plan: &crate::election::plan::Plan) -> bool {
     plan.actions.iter().any(Action::writes_consul)
 }
 
+/// The plan leaves the election's switchover request in place.
+fn assert_request_stays(plan: &crate::election::plan::Plan) {
+    assert!(
+        !plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::ClearSwitchover { .. })),
+        "the request stays: {plan:#?}"
+    );
+}
+
 #[test]
 fn a_paused_leader_that_turns_not_ready_keeps_leading() {
     let scene = Scene::elected("a", &["b", "c"], 5)
@@ -64,13 +75,7 @@ fn a_switchover_asked_while_paused_waits_for_the_resume() {
     );
     let plan = world.step();
     assert!(!creates_or_releases(&plan), "{plan:#?}");
-    assert!(
-        !plan
-            .actions
-            .iter()
-            .any(|a| matches!(a, Action::ClearSwitchover { .. })),
-        "the request stays: {plan:#?}"
-    );
+    assert_request_stays(&plan);
     assert_eq!(world.leaders(), vec!["a".to_owned()]);
     world.edit(|scene| scene.config(config()));
     world.settle();
@@ -122,13 +127,7 @@ fn a_switchover_asked_while_paused_waits_even_with_the_key_held_elsewhere() {
         "decided while paused: {:?}",
         plan.status.last_switchover
     );
-    assert!(
-        !plan
-            .actions
-            .iter()
-            .any(|a| matches!(a, Action::ClearSwitchover { .. })),
-        "the request stays: {plan:#?}"
-    );
+    assert_request_stays(&plan);
     let resumed = scene.config(config()).plan();
     assert!(
         resumed.status.last_switchover.is_some(),
