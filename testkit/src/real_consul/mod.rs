@@ -323,7 +323,7 @@ impl RealConsul {
     }
 
     /// Waits until every running member answers with a Raft leader and every running
-    /// member's node is in the catalog; fails at once when a member's process exited by
+    /// member's node has a passing `serfHealth` check; fails at once when a member's process exited by
     /// itself.
     pub async fn wait_ready(&self, timeout: Duration) -> Result<(), RealConsulError> {
         let deadline = Instant::now() + timeout;
@@ -361,10 +361,16 @@ impl RealConsul {
             }
         }
         for member in &running {
-            let path = format!("/v1/catalog/node/{}", member.node());
-            let node = self.get_text(&probe.direct_url(), &path).await?;
-            if node.trim() == "null" {
-                return Err(format!("node {} is not in the catalog yet", member.node()));
+            // The agent's own anti-entropy can put the node in the catalog before the leader
+            // registers its `serfHealth` check, and a session with default checks is refused
+            // until that check exists.
+            let path = format!("/v1/health/node/{}", member.node());
+            let checks = self.get_text(&probe.direct_url(), &path).await?;
+            if !serf_health_passing(&checks) {
+                return Err(format!(
+                    "node {} has no passing serfHealth check yet: {checks}",
+                    member.node()
+                ));
             }
         }
         Ok(())
@@ -480,5 +486,35 @@ impl RealConsul {
             .map(|m| format!("== {} ==\n{}", m.node(), m.log_tail()))
             .collect::<Vec<_>>()
             .join("\n")
+    }
+}
+
+/// Whether a `/v1/health/node/<node>` body holds a passing `serfHealth` check.
+fn serf_health_passing(body: &str) -> bool {
+    let Ok(checks) = serde_json::from_str::<Vec<serde_json::Value>>(body) else {
+        return false;
+    };
+    checks
+        .iter()
+        .any(|c| c["CheckID"] == "serfHealth" && c["Status"] == "passing")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::serf_health_passing;
+
+    #[test]
+    fn only_a_passing_serf_health_check_makes_a_node_ready() {
+        assert!(!serf_health_passing("[]"));
+        assert!(!serf_health_passing("null"));
+        assert!(!serf_health_passing(
+            r#"[{"CheckID":"serfHealth","Status":"critical"}]"#
+        ));
+        assert!(!serf_health_passing(
+            r#"[{"CheckID":"service:web","Status":"passing"}]"#
+        ));
+        assert!(serf_health_passing(
+            r#"[{"CheckID":"serfHealth","Status":"passing"}]"#
+        ));
     }
 }
