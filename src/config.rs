@@ -67,12 +67,36 @@ pub struct WatchScope {
     pub watch_namespaces: Namespaces,
 }
 
+/// The Lease that chooses the one replica that writes; `<namespace>.<name>` names the install
+/// (shared by `run` and `delete-elections`).
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct LeaseName {
+    /// Name of the `coordination.k8s.io` Lease that chooses the one replica that writes.
+    #[arg(
+        long,
+        env = "ELECTOR_LEASE_NAME",
+        default_value = "consul-elector",
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
+    )]
+    pub lease_name: String,
+
+    /// Namespace of the Lease: the operator's own (the chart sets it from the downward API).
+    /// Defaults to the namespace of the Kubernetes client's configuration.
+    #[arg(long, env = "POD_NAMESPACE", value_parser = parse_namespace)]
+    pub lease_namespace: Option<String>,
+}
+
 /// Options of `consul-elector delete-elections`.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct DeleteElectionsArgs {
     /// The namespaces whose elections to delete: the operator's.
     #[command(flatten)]
     pub scope: WatchScope,
+
+    /// The install's Lease: elections whose status names another install as serving them
+    /// are left alone.
+    #[command(flatten)]
+    pub lease: LeaseName,
 
     /// How long to wait, in all, for the operator to clean the elections up (Go duration).
     #[arg(long, default_value = "2m", value_parser = parse_positive_duration)]
@@ -178,19 +202,9 @@ pub struct RunArgs {
     #[arg(long, env = "CONSUL_ELECTOR_CLUSTER_NAME", value_parser = parse_cluster_name)]
     pub cluster_name: Option<String>,
 
-    /// Name of the `coordination.k8s.io` Lease that chooses the one replica that writes.
-    #[arg(
-        long,
-        env = "ELECTOR_LEASE_NAME",
-        default_value = "consul-elector",
-        value_parser = clap::builder::NonEmptyStringValueParser::new()
-    )]
-    pub lease_name: String,
-
-    /// Namespace of the Lease: the operator's own (the chart sets it from the downward API).
-    /// Defaults to the namespace of the Kubernetes client's configuration.
-    #[arg(long, env = "POD_NAMESPACE", value_parser = parse_namespace)]
-    pub lease_namespace: Option<String>,
+    /// The Lease, which also names this install.
+    #[command(flatten)]
+    pub lease: LeaseName,
 
     /// How long after the active replica's last renewal a standby may take the Lease over
     /// (whole seconds, Go duration).
@@ -511,8 +525,10 @@ mod tests {
                 consul_allowed_addresses: AllowedAddresses::default(),
                 consul_allowed_datacenters: AllowedDatacenters::default(),
                 cluster_name: None,
-                lease_name: "consul-elector".to_owned(),
-                lease_namespace: None,
+                lease: LeaseName {
+                    lease_name: "consul-elector".to_owned(),
+                    lease_namespace: None,
+                },
                 lease_duration: Duration::from_secs(15),
                 lease_renew_deadline: Duration::from_secs(10),
             }
@@ -577,8 +593,10 @@ mod tests {
                     "eu_West-1".to_owned(),
                 ]),
                 cluster_name: Some("eu-west-1.prod".to_owned()),
-                lease_name: "elector-ha".to_owned(),
-                lease_namespace: Some("ops".to_owned()),
+                lease: LeaseName {
+                    lease_name: "elector-ha".to_owned(),
+                    lease_namespace: Some("ops".to_owned()),
+                },
                 lease_duration: Duration::from_secs(60),
                 lease_renew_deadline: Duration::from_secs(40),
             }
@@ -711,8 +729,10 @@ mod tests {
                     ]),
                     consul_allowed_datacenters: AllowList(vec!["dc2".to_owned()]),
                     cluster_name: Some("blue".to_owned()),
-                    lease_name: "blue-lease".to_owned(),
-                    lease_namespace: Some("elector".to_owned()),
+                    lease: LeaseName {
+                        lease_name: "blue-lease".to_owned(),
+                        lease_namespace: Some("elector".to_owned()),
+                    },
                     lease_duration: Duration::from_secs(20),
                     lease_renew_deadline: Duration::from_secs(12),
                 }

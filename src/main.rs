@@ -85,7 +85,12 @@ async fn delete_elections(args: DeleteElectionsArgs) -> ExitCode {
         }
     };
     let namespaces = args.scope.watch_namespaces.names();
-    match uninstall::delete_elections(client, namespaces, args.timeout).await {
+    let lease_namespace = args
+        .lease
+        .lease_namespace
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let install = Owner::install_of_lease(&lease_namespace, &args.lease.lease_name);
+    match uninstall::delete_elections(client, namespaces, &install, args.timeout).await {
         Ok(count) => {
             tracing::info!(count, "every LeaderElection is deleted and cleaned up");
             ExitCode::SUCCESS
@@ -190,8 +195,9 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
         let _ = stop_tx.send(true);
     });
     let lease = LeaseSettings {
-        name: args.lease_name,
+        name: args.lease.lease_name,
         namespace: args
+            .lease
             .lease_namespace
             .unwrap_or_else(|| client.default_namespace().to_owned()),
         identity: args.instance_name.clone(),

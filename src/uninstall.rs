@@ -7,6 +7,10 @@
 //! Terminating forever, and so does its namespace. This command deletes every election in the
 //! given namespaces while the operator still runs, and waits until the operator has cleaned up
 //! each of them. When the bound passes, it names what is left and the one-line recovery.
+//!
+//! An election whose status names another install of the operator as serving it
+//! (`status.servedBy`) is left alone: uninstalling one of two installs that watch the same
+//! namespaces must not delete what the other serves.
 
 use std::time::Duration;
 
@@ -50,11 +54,20 @@ pub enum UninstallError {
     },
 }
 
-/// Deletes every LeaderElection in `namespaces` (every namespace when empty) and waits, at most
-/// `timeout` in all, until each is gone. Returns how many elections were deleted.
+/// Whether `served_by` (an election's `status.servedBy`, `<cluster>/<install>`) names an
+/// install other than `install` (`<lease namespace>.<lease name>`). Within one cluster the
+/// install tells installs apart.
+fn served_by_another(served_by: Option<&str>, install: &str) -> bool {
+    served_by.is_some_and(|served_by| served_by.rsplit('/').next() != Some(install))
+}
+
+/// Deletes every LeaderElection in `namespaces` (every namespace when empty) that no other
+/// install than `install` serves, and waits, at most `timeout` in all, until each is gone.
+/// Returns how many elections were deleted.
 pub async fn delete_elections(
     client: Client,
     namespaces: &[String],
+    install: &str,
     timeout: Duration,
 ) -> Result<usize, UninstallError> {
     let scopes: Vec<(Api<LeaderElection>, String)> = if namespaces.is_empty() {
@@ -85,6 +98,14 @@ pub async fn delete_elections(
                 continue;
             };
             let name = election.name_any();
+            let served_by = election
+                .status
+                .as_ref()
+                .and_then(|s| s.served_by.as_deref());
+            if served_by_another(served_by, install) {
+                tracing::info!(%namespace, %name, "another install serves the LeaderElection; leaving it");
+                continue;
+            }
             let namespaced: Api<LeaderElection> = Api::namespaced(client.clone(), &namespace);
             match namespaced.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
@@ -153,4 +174,17 @@ async fn still_present(scopes: &[(Api<LeaderElection>, String)]) -> Vec<String> 
         }
     }
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_elections_another_install_serves_are_left() {
+        let own = "ops.consul-elector";
+        assert!(!served_by_another(None, own));
+        assert!(!served_by_another(Some("prod/ops.consul-elector"), own));
+        assert!(served_by_another(Some("prod/team.consul-elector"), own));
+    }
 }

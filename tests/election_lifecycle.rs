@@ -551,7 +551,7 @@ async fn the_uninstall_hook_deletes_every_election_and_waits_for_the_cleanup() {
         assert_eq!(h.session_ids().await.len(), 2, "one session per election");
         let hook = hook_client(&h).await;
 
-        let deleted = uninstall::delete_elections(hook.clone(), std::slice::from_ref(&h.ns), SOON)
+        let deleted = uninstall::delete_elections(hook.clone(), std::slice::from_ref(&h.ns), &h.install(), SOON)
             .await
             .expect("the hook finishes while the operator runs");
         assert_eq!(deleted, 2);
@@ -580,7 +580,7 @@ async fn the_uninstall_hook_deletes_every_election_and_waits_for_the_cleanup() {
         h.wait_elected("late", None).await;
         h.stop_operator().await;
         let bound = Duration::from_secs(2);
-        let error = uninstall::delete_elections(hook, std::slice::from_ref(&h.ns), bound)
+        let error = uninstall::delete_elections(hook, std::slice::from_ref(&h.ns), &h.install(), bound)
             .await
             .expect_err("nothing cleans up without the operator");
         let message = error.to_string();

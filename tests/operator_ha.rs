@@ -294,6 +294,27 @@ async fn a_restart_adopts_every_session_before_the_first_reconcile() {
                 .await;
             before.insert(name.clone(), le.status.expect("status"));
         }
+        // The status names a new leader an instant before its label is written (rule 6's
+        // record); a crash in between is a leader the restart must label with a higher token.
+        // This test is about restarts after the election finished: wait for the labels too.
+        let leaders: Vec<(String, String)> = before
+            .iter()
+            .filter_map(|(name, s)| {
+                Some((
+                    format!("elector.dev/{name}"),
+                    s.leader.as_ref()?.pod.clone(),
+                ))
+            })
+            .collect();
+        assert_eq!(leaders.len(), ELECTIONS, "every status names its leader");
+        h.wait_pods(SOON, "every leader carries its label", |pods| {
+            leaders.iter().all(|(key, leader)| {
+                pods.values().any(|p| {
+                    p.name == *leader && p.labels.get(key).map(String::as_str) == Some("leader")
+                })
+            })
+        })
+        .await;
         let deadlines: BTreeMap<String, Duration> = before
             .values()
             .filter_map(|s| s.leader.as_ref()?.session_id.clone())

@@ -8,10 +8,11 @@ mod harness;
 
 use std::time::Duration;
 
-use harness::{Elected, Harness, LEASE_DURATION, ROLE, SOON};
+use consul_elector::uninstall;
+use harness::{Elected, Harness, HarnessOptions, LEASE_DURATION, ROLE, SOON};
 use serde_json::json;
 use testkit::cluster::with_namespace;
-use testkit::kube_faults::{KubeFaults, Verb};
+use testkit::kube_faults::{FaultAction, KubeFault, KubeFaults, Verb};
 
 /// The second install's Lease (the harness' own install uses `consul-elector`).
 const OTHER_LEASE: &str = "consul-elector-b";
@@ -77,7 +78,7 @@ async fn two_installs_never_fight_and_the_second_takes_over_when_the_first_is_go
         h.start_operator().await;
         let other_faults = KubeFaults::new(21);
         let other = h
-            .spawn_install("other", &other_faults, None, OTHER_LEASE)
+            .spawn_install("other", &other_faults, h.operator_consul(), OTHER_LEASE)
             .await;
         let both = h
             .poll_until(SOON, || h.operator().is_active() && other.is_active())
@@ -166,6 +167,181 @@ async fn two_installs_never_fight_and_the_second_takes_over_when_the_first_is_go
         );
         h.set_operator(standing);
         assert_tokens_never_go_back(&h);
+        h.finish().await;
+    })
+    .await;
+}
+
+/// How the second install's settings differ from the serving one's, each making the election
+/// unusable for it alone.
+#[derive(Debug, Clone, Copy)]
+enum Difference {
+    /// Its datacenter allowlist lacks the election's datacenter.
+    Datacenter,
+    /// Its address allowlist lacks the election's Consul address.
+    Address,
+    /// It may not read the election's token Secret (`rbac.secretAccess` off).
+    SecretAccess,
+}
+
+/// Over this long with nothing changing, the install that cannot act on the election must
+/// write nothing: more than two session TTLs, so that any fence of its own would have run.
+const QUIET: Duration = Duration::from_secs(25);
+
+/// The sum of the reconcile counters in `metrics` (every result).
+fn reconciles(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("consul_elector_reconcile_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Rule 8 whatever the second install thinks of the spec: install A serves an election that
+/// install B, configured differently, cannot act on. B writes nothing (no pod, no status, no
+/// event, nothing in Consul) and A's leader keeps its label and token.
+async fn an_install_that_cannot_act_writes_nothing(difference: Difference) {
+    let ns = format!("installs-{difference:?}").to_lowercase();
+    with_namespace(&ns, |admin, ns| async move {
+        let mut options = HarnessOptions::default();
+        let mut spec = json!({
+            "selector": {"matchLabels": {"app": "web"}},
+            "session": {"ttl": "10s", "lockDelay": "0s"},
+        });
+        let other_faults = KubeFaults::new(22);
+        let mut other_consul = options.operator_consul.clone();
+        match difference {
+            Difference::Datacenter => {
+                options.operator_consul.allowed_datacenters = vec!["dc1".into()];
+                other_consul.allowed_datacenters = vec!["dc2".into()];
+                spec["consul"] = json!({"datacenter": "dc1"});
+            }
+            Difference::Address | Difference::SecretAccess => {
+                options.secret_access = true;
+            }
+        }
+        let mut h = Harness::with_options(admin, ns, options).await;
+        match difference {
+            Difference::Datacenter => {}
+            Difference::Address => {
+                // The same Consul under another name: only the serving install allows it.
+                let alias = h.consul.url().replace("127.0.0.1", "localhost");
+                spec["consul"] = json!({"address": alias.clone()});
+                let mut consul = h.operator_consul().clone();
+                consul.allowed_addresses = vec![alias];
+                h.set_operator_consul(consul);
+            }
+            Difference::SecretAccess => {
+                h.token_secret("web-token", "web-token-value", "web").await;
+                spec["consul"] = json!({"tokenSecretRef": {"name": "web-token", "key": "token"}});
+                other_faults.add(
+                    KubeFault::new(FaultAction::status(
+                        403,
+                        "Forbidden",
+                        "secrets is forbidden for this install",
+                    ))
+                    .resource("secrets"),
+                );
+            }
+        }
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        h.election("web", spec).await;
+        let elected = h.wait_elected("web", None).await;
+        let other = h
+            .spawn_install("other", &other_faults, &other_consul, OTHER_LEASE)
+            .await;
+        let reconciled = h
+            .poll_until(SOON, || {
+                other.is_active() && reconciles(&other.metrics.encode()) > 0
+            })
+            .await;
+        assert!(
+            reconciled,
+            "the other install is active and reconciles the election"
+        );
+        // Not a synchronisation: a window in which nothing may happen.
+        let _ = h.poll_until(QUIET, || false).await;
+        // Every write but its own Lease's, counted by verb and resource.
+        let mut writes = std::collections::BTreeMap::<String, u32>::new();
+        for f in other_faults.forwarded() {
+            let read = matches!(
+                f.request.verb,
+                Some(Verb::Get | Verb::List | Verb::Watch) | None
+            );
+            if read || f.request.resource.as_deref() == Some("leases") {
+                continue;
+            }
+            let what = format!(
+                "{:?} {}",
+                f.request.verb,
+                f.request.resource.unwrap_or_default()
+            );
+            *writes.entry(what).or_default() += 1;
+        }
+        assert!(
+            writes.is_empty(),
+            "the install that cannot act wrote: {writes:?}"
+        );
+        let now = h.wait_elected("web", None).await;
+        assert_eq!(
+            (now.pod.as_str(), now.token),
+            (elected.pod.as_str(), elected.token),
+            "the serving install's leader keeps its label and token"
+        );
+        assert_eq!(leader_labellings(&h), 1, "the leader label never moved");
+        other.kill().await;
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_refusing_the_datacenter_writes_nothing() {
+    an_install_that_cannot_act_writes_nothing(Difference::Datacenter).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_refusing_the_address_writes_nothing() {
+    an_install_that_cannot_act_writes_nothing(Difference::Address).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_that_may_not_read_the_token_secret_writes_nothing() {
+    an_install_that_cannot_act_writes_nothing(Difference::SecretAccess).await;
+}
+
+/// `helm uninstall` of one of two installs watching the same namespace: its pre-delete hook
+/// deletes the elections it serves (and those nobody serves), never one the other install
+/// serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uninstalling_one_install_leaves_the_elections_the_other_serves() {
+    with_namespace("installs-uninstall", |admin, ns| async move {
+        let (h, elected) = Harness::web_elected(
+            admin,
+            ns,
+            json!({"selector": {"matchLabels": {"app": "web"}}}),
+        )
+        .await;
+        let namespaces = std::slice::from_ref(&h.ns);
+        let other = h.install_of(OTHER_LEASE);
+        let deleted = uninstall::delete_elections(h.admin.clone(), namespaces, &other, SOON)
+            .await
+            .expect("the other install's hook finishes");
+        assert_eq!(
+            deleted, 0,
+            "the other install's hook deleted an election it does not serve"
+        );
+        let still = h.wait_elected("web", None).await;
+        assert_eq!((still.pod, still.token), (elected.pod, elected.token));
+
+        let deleted = uninstall::delete_elections(h.admin.clone(), namespaces, &h.install(), SOON)
+            .await
+            .expect("the serving install's hook finishes while it runs");
+        assert_eq!(
+            deleted, 1,
+            "the serving install's hook deletes what it serves"
+        );
         h.finish().await;
     })
     .await;

@@ -817,7 +817,10 @@ def check_uninstall_hook(checks: Checks, cluster: Cluster, release: dict, e: Exp
         pod = job["spec"]["template"]["spec"]
         check_hardened_pod(checks, pod, f"{where} Job")
         args = pod["containers"][0]["args"]
-        want = ["delete-elections", f"--timeout={e.values['uninstallHook']['timeout']}"]
+        # The install's name (its Lease, as the operator's Deployment names it): the hook leaves
+        # the elections another install serves.
+        want = ["delete-elections", f"--timeout={e.values['uninstallHook']['timeout']}",
+                f"--lease-name={e.release}-consul-elector", f"--lease-namespace={e.namespace}"]
         if e.watch:
             want.append(f"--watch-namespaces={','.join(e.watch)}")
         checks.expect(args == want, f"{where}: Job args {args} == {want}")

@@ -30,7 +30,7 @@ use kube::{Api, ResourceExt};
 use crate::Error;
 use crate::cache::keys::election_key;
 use crate::crd::{FINALIZER, LeaderElection};
-use crate::election::admission::{Access, Admission, Input, Observed, admit};
+use crate::election::admission::{Access, Admission, Input, Observed, admit, served_elsewhere};
 use crate::election::config::ElectionKey;
 use crate::election::owner_selectors::check_label_key;
 use crate::election::plan::{ConditionState, EventReason};
@@ -130,7 +130,13 @@ pub(crate) fn error_policy(le: Arc<LeaderElection>, error: &Error, _ctx: Arc<Con
 /// built only when nothing earlier stood in the way).
 async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let key = election_key(le)?;
-    let mut observed = Observed::default();
+    let mut observed = Observed {
+        served_elsewhere: served_elsewhere(
+            ctx.caches.current_status(le).served_by.as_deref(),
+            &ctx.settings.owner,
+        ),
+        ..Observed::default()
+    };
     let validation = ctx.caches.validated.of(&key, le);
     observed.spec = Some(match &validation {
         Ok(_) => Ok(()),
@@ -270,6 +276,13 @@ async fn stand_back(
             Ok(Action::requeue(
                 recheck.map_or(SECRET_REQUEUE, |d| d.min(SECRET_REQUEUE)),
             ))
+        }
+        Admission::StandBack { other } => {
+            // Rule 8: nothing is written; a status change (the other install's writes, or its
+            // claim going) wakes this election, the requeue is a fallback.
+            tracing::debug!(election = %key, other, "another install serves this election");
+            ctx.locks.unwatch(key);
+            Ok(Action::requeue(INVALID_REQUEUE))
         }
         Admission::Observe(_) | Admission::Withdraw | Admission::Proceed => {
             // The inputs were gathered out of the admission's order: a bug, not the

@@ -60,6 +60,12 @@ pub struct LeaderElectionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<AppliedSpec>,
 
+    /// The install of the operator that serves this election (`<cluster>/<install>`): every
+    /// other install stands back from it, writing nothing to it, its pods or its key, until
+    /// that install's session no longer holds the key (docs/design.md rule 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<String>,
+
     /// `Ready`, `LeaderElected`, `ConsulAvailable`, `SpecValid`, `Exclusive`, `StatusWritten`,
     /// `LeaseTimingSafe`, each `True` when all is well; `lastTransitionTime` is when the
     /// condition's status last changed.

@@ -15,11 +15,18 @@
 //!    ones are withdrawn first, then the election proceeds;
 //! 7. otherwise it proceeds (the planner's round).
 //!
+//! Rule 8 over all of them: when the status names another install as serving the election,
+//! every outcome but proceeding becomes [`Admission::StandBack`]: an install that does not
+//! serve an election writes nothing to it, its pods or its key, whatever it thinks of the
+//! spec (its settings may differ: allowlists, RBAC, versions). Proceeding is left to the
+//! planner, which takes over only once that install's session no longer holds the key.
+//!
 //! The inputs are observed lazily ([`Observed`]: `None` until gathered): some cost I/O (the
 //! pods' controllers are read from the API server, the Consul access may read a Secret), and
 //! none is gathered once an earlier step decided. [`admit`] says which input to gather next
 //! ([`Admission::Observe`]) until the ones it has decide.
 
+use super::config::Owner;
 use super::plan::{ConditionState, EventReason};
 
 /// The inputs of [`admit`], in its order; each `None` until gathered.
@@ -42,6 +49,16 @@ pub struct Observed {
     /// must be withdrawn first ([`super::applied::needs_withdrawal`]; false when nothing is
     /// recorded).
     pub needs_withdrawal: Option<bool>,
+    /// Another install that the status names as serving the election ([`served_elsewhere`]);
+    /// read with the status, so always known.
+    pub served_elsewhere: Option<String>,
+}
+
+/// The install `served_by` (`status.servedBy`) when it is not `owner`.
+pub fn served_elsewhere(served_by: Option<&str>, owner: &Owner) -> Option<String> {
+    served_by
+        .filter(|other| *other != owner.id())
+        .map(str::to_owned)
 }
 
 /// The outcome of the Consul access check, as data.
@@ -111,12 +128,34 @@ pub enum Admission {
     },
     /// Withdraw what was done with the recorded values, then proceed.
     Withdraw,
+    /// Another install serves the election: write nothing, look again when it changes.
+    StandBack {
+        /// That install, `<cluster>/<install>`.
+        other: String,
+    },
     /// Act: record the spec's values if they are new, and run the planner.
     Proceed,
 }
 
 /// The decision for an election observed as `observed`, in the module's precedence.
 pub fn admit(observed: &Observed) -> Admission {
+    match (precedence(observed), &observed.served_elsewhere) {
+        (
+            Admission::Refuse { .. }
+            | Admission::Yield { .. }
+            | Admission::WaitFor { .. }
+            | Admission::AccessInvalid { .. }
+            | Admission::Withdraw,
+            Some(other),
+        ) => Admission::StandBack {
+            other: other.clone(),
+        },
+        (decision, _) => decision,
+    }
+}
+
+/// The decision for an election that no other install serves.
+fn precedence(observed: &Observed) -> Admission {
     match &observed.spec {
         None => return Admission::Observe(Input::Spec),
         Some(Err(spec_valid)) => {

@@ -125,6 +125,11 @@ impl Owner {
         }
     }
 
+    /// `<cluster>/<install>`: how sessions' holders and `status.servedBy` name an install.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.cluster, self.install)
+    }
+
     /// The install named after its Lease, `<lease namespace>.<lease name>` (a namespace has
     /// no `.`, so no two Leases give the same name, and it is one segment of a session name).
     pub fn install_of_lease(namespace: &str, name: &str) -> String {

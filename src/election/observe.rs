@@ -124,6 +124,9 @@ pub struct Recorded {
     pub transitions: u64,
     /// The last switchover request and how it went.
     pub last_switchover: Option<SwitchoverRecord>,
+    /// The install of the operator that wrote the status (`<cluster>/<install>`), when it
+    /// says so.
+    pub served_by: Option<String>,
 }
 
 /// A switchover request as the status records it (`status.lastSwitchover`).

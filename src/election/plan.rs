@@ -294,6 +294,9 @@ pub struct StatusState {
     pub conditions: Vec<ConditionState>,
     /// The last switchover request and how it went.
     pub last_switchover: Option<SwitchoverRecord>,
+    /// The install that serves the election: this one while its session holds the key for
+    /// a leader (Managed mode), otherwise the one recorded.
+    pub served_by: Option<String>,
 }
 
 /// The planner's decision for one observation.

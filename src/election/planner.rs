@@ -137,6 +137,9 @@ struct Builder<'a> {
     switchover: Option<SwitchoverRecord>,
     /// Another install serving the election, when this one stands back.
     managed_elsewhere: Option<StoodBack>,
+    /// This install stands back for another one (see [`Observation::stood_back`]): as it
+    /// remembers, or, at its first look, because the status names another install.
+    stood_back: Option<StoodBack>,
     /// The leader is being moved on purpose (a switchover, a failback, the leader pod deleted
     /// or unselected), not because it or its lock failed: its demotion is not a Warning.
     moving_on_purpose: bool,
@@ -155,6 +158,7 @@ impl<'a> Builder<'a> {
             preferred: None,
             switchover: obs.recorded.last_switchover.clone(),
             managed_elsewhere: None,
+            stood_back: stood_back(obs),
             moving_on_purpose: false,
         }
     }
@@ -376,7 +380,7 @@ impl<'a> Builder<'a> {
                 self.paused_without_leader();
             }
             Holder::Nobody => {
-                if let Some(stood) = self.obs.stood_back {
+                if let Some(stood) = self.stood_back.clone() {
                     let since = stood.key_free_since.unwrap_or(self.obs.now);
                     let free_for = elapsed(since, self.obs.now);
                     if free_for < TAKEOVER_GRACE {
@@ -402,7 +406,7 @@ impl<'a> Builder<'a> {
                 // labelling it follower first would be a write for nothing.
                 self.prefer_requested(None);
                 let next = self.next_leader(None).map(|p| p.uid.as_str());
-                if self.obs.stood_back.is_none() {
+                if self.stood_back.is_none() {
                     self.settle_followers(next);
                 }
                 self.elect();
@@ -473,7 +477,7 @@ impl<'a> Builder<'a> {
         }
         // Said once, when this install starts standing back: a plan that only repeated the
         // event would never settle.
-        if self.obs.stood_back.is_none() {
+        if self.stood_back.is_none() {
             self.emit(
                 EventReason::ManagedElsewhere,
                 None,
@@ -967,6 +971,12 @@ impl<'a> Builder<'a> {
             _ => false,
         };
         let transitions = obs.recorded.transitions + u64::from(changed_pod);
+        // Rule 8: the install whose session backs the leader claims the election; anything
+        // else (Observe mode, no leader, standing back) keeps the claim recorded.
+        let served_by = match (&leader, obs.config.mode) {
+            (Some(_), Mode::Managed) => Some(obs.owner.id()),
+            _ => obs.recorded.served_by.clone(),
+        };
         let fencing_token = self
             .leader
             .map(|(_, token, _)| token)
@@ -1016,10 +1026,26 @@ impl<'a> Builder<'a> {
                 candidates,
                 conditions,
                 last_switchover: self.switchover,
+                served_by,
             },
             requeue_after: self.requeue,
         }
     }
+}
+
+/// Whether this install stands back for another one as `obs` begins: as it remembers from its
+/// last plan, or, when it remembers nothing, because the status names another install as
+/// serving the election (a first look after a start or a takeover of the Lease must not take
+/// a key the serving install frees for an instant).
+fn stood_back(obs: &Observation<'_>) -> Option<StoodBack> {
+    if let Some(stood) = obs.stood_back {
+        return Some(stood.clone());
+    }
+    let other = obs.recorded.served_by.as_ref()?;
+    (*other != obs.owner.id()).then(|| StoodBack {
+        other: other.clone(),
+        key_free_since: None,
+    })
 }
 
 /// Takes the leader label off `pod`: follower while it is selected, no label once it is not.

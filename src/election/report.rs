@@ -67,6 +67,7 @@ pub fn decided(plan: &Plan, r: Rendering<'_>) -> LeaderElectionStatus {
         last_switchover: state.last_switchover.as_ref().map(switchover_status),
         observed_generation: r.generation,
         applied: Some(r.applied),
+        served_by: state.served_by.clone(),
         conditions: Vec::new(),
     };
     let carried_out = state.phase != plan::Phase::Elected
@@ -275,6 +276,7 @@ pub fn recorded(status: &LeaderElectionStatus) -> Recorded {
         fencing_token: status.fencing_token,
         transitions: status.transitions,
         last_switchover: status.last_switchover.as_ref().map(switchover_record),
+        served_by: status.served_by.clone(),
     }
 }
 

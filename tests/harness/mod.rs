@@ -344,11 +344,10 @@ impl Harness {
     /// Starts (or restarts) the operator.
     pub async fn start_operator(&mut self) {
         assert!(self.operator.is_none(), "operator already running");
-        let token = self.operator_consul.token.clone();
         let operator = self.spawn(
             &self.kube_faults.clone(),
             "test",
-            token,
+            &self.operator_consul,
             WallClock::system(),
             LEASE,
         );
@@ -365,20 +364,51 @@ impl Harness {
         faults: &KubeFaults,
         token: Option<String>,
     ) -> Operator {
-        self.spawn(faults, instance, token, WallClock::system(), LEASE)
+        let consul = self.consul_with_token(token);
+        self.spawn(faults, instance, &consul, WallClock::system(), LEASE)
     }
 
     /// A replica of another install of the operator in the same cluster: its own Lease
-    /// `lease` (so it is active at once, next to this harness' operator), otherwise like
+    /// `lease` (so it is active at once, next to this harness' operator) and its own Consul
+    /// settings `consul` (an install configured differently), otherwise like
     /// [`spawn_replica`](Self::spawn_replica).
     pub async fn spawn_install(
         &self,
         instance: &str,
         faults: &KubeFaults,
-        token: Option<String>,
+        consul: &OperatorConsul,
         lease: &str,
     ) -> Operator {
-        self.spawn(faults, instance, token, WallClock::system(), lease)
+        self.spawn(faults, instance, consul, WallClock::system(), lease)
+    }
+
+    /// The operator's Consul settings (those of [`HarnessOptions::operator_consul`]).
+    pub fn operator_consul(&self) -> &OperatorConsul {
+        &self.operator_consul
+    }
+
+    /// The harness' install of the operator, `<namespace>.<lease>` (a second install has its
+    /// own Lease, see [`spawn_install`](Self::spawn_install)).
+    pub fn install(&self) -> String {
+        self.install_of(LEASE)
+    }
+
+    /// The install whose Lease is `lease` in the harness' namespace.
+    pub fn install_of(&self, lease: &str) -> String {
+        Owner::install_of_lease(&self.ns, lease)
+    }
+
+    /// Replaces the operator's Consul settings (for the operator started next).
+    pub fn set_operator_consul(&mut self, consul: OperatorConsul) {
+        self.operator_consul = consul;
+    }
+
+    /// The operator's Consul settings with `token` as its own token.
+    fn consul_with_token(&self, token: Option<String>) -> OperatorConsul {
+        OperatorConsul {
+            token,
+            ..self.operator_consul.clone()
+        }
     }
 
     /// [`spawn_replica`](Self::spawn_replica) whose Lease timestamps are written with
@@ -390,7 +420,8 @@ impl Harness {
         token: Option<String>,
         wall_clock: WallClock,
     ) -> Operator {
-        self.spawn(faults, instance, token, wall_clock, LEASE)
+        let consul = self.consul_with_token(token);
+        self.spawn(faults, instance, &consul, wall_clock, LEASE)
     }
 
     /// The operator's clients (the gated one and the Lease's), both through `faults`.
@@ -415,12 +446,13 @@ impl Harness {
         &self,
         faults: &KubeFaults,
         instance: &str,
-        token: Option<String>,
+        consul: &OperatorConsul,
         wall_clock: WallClock,
         lease: &str,
     ) -> Operator {
         let url = self.consul.url();
-        let extra = &self.operator_consul.env;
+        let extra = &consul.env;
+        let token = consul.token.clone();
         let mut settings = ConsulSettings::from_env(|name| {
             if let Some((_, value)) = extra.iter().find(|(variable, _)| variable == name) {
                 return Some(value.clone());
@@ -432,13 +464,12 @@ impl Harness {
             }
         })
         .expect("consul settings");
-        settings.allowed_addresses = self
-            .operator_consul
+        settings.allowed_addresses = consul
             .allowed_addresses
             .iter()
             .map(|a| ConsulAddress::parse(a, false).expect("allowed address"))
             .collect();
-        settings.allowed_datacenters = self.operator_consul.allowed_datacenters.clone();
+        settings.allowed_datacenters = consul.allowed_datacenters.clone();
         let consul = ConsulClient::new(&settings).expect("consul client");
         let (stop, stop_rx) = watch::channel(false);
         let health = Health::new(Duration::from_secs(60));
@@ -452,10 +483,7 @@ impl Harness {
             instance: instance.into(),
             lock_watch_wait: Duration::from_secs(60),
             concurrency: 4,
-            owner: Owner::new(
-                self.cluster_name.clone(),
-                Owner::install_of_lease(&self.ns, lease),
-            ),
+            owner: Owner::new(self.cluster_name.clone(), self.install_of(lease)),
             lease: LeaseSettings {
                 name: lease.into(),
                 namespace: self.ns.clone(),

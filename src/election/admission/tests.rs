@@ -21,6 +21,7 @@ fn clear() -> Observed {
         yielding_leader: Some(None),
         access: Some(Access::Usable),
         needs_withdrawal: Some(false),
+        served_elsewhere: None,
     }
 }
 
@@ -36,6 +37,7 @@ fn blocked() -> Observed {
             in_use: true,
         }),
         needs_withdrawal: Some(true),
+        served_elsewhere: None,
     }
 }
 
@@ -49,6 +51,7 @@ fn mix(a: &Observed, b: &Observed, from_a: impl Fn(usize) -> bool) -> Observed {
         yielding_leader: pick(3).yielding_leader.clone(),
         access: pick(4).access.clone(),
         needs_withdrawal: pick(5).needs_withdrawal,
+        served_elsewhere: None,
     }
 }
 
@@ -150,5 +153,53 @@ fn an_unusable_access_not_in_use_is_reported_as_such() {
             spec_valid: condition(false, "AddressNotAllowed"),
             in_use: false,
         }
+    );
+}
+
+#[test]
+fn an_election_another_install_serves_is_left_alone_whatever_this_install_thinks_of_it() {
+    let other = Some("prod/ops.consul-elector".to_owned());
+    for step in 0..6 {
+        let alone = Observed {
+            served_elsewhere: other.clone(),
+            ..mix(&blocked(), &clear(), |i| i == step)
+        };
+        assert_eq!(
+            admit(&alone),
+            Admission::StandBack {
+                other: "prod/ops.consul-elector".into()
+            },
+            "step {step}"
+        );
+    }
+    // Inputs are still gathered (reads), and proceeding is the planner's to decide: it takes
+    // over only once that install's session no longer holds the key.
+    let undecided = Observed {
+        served_elsewhere: other.clone(),
+        ..Observed::default()
+    };
+    assert_eq!(admit(&undecided), Admission::Observe(Input::Spec));
+    let clear = Observed {
+        served_elsewhere: other,
+        ..clear()
+    };
+    assert_eq!(admit(&clear), Admission::Proceed);
+}
+
+#[test]
+fn only_another_install_named_in_the_status_serves_elsewhere() {
+    let owner = Owner::new("prod", "ops.consul-elector");
+    assert_eq!(served_elsewhere(None, &owner), None);
+    assert_eq!(
+        served_elsewhere(Some("prod/ops.consul-elector"), &owner),
+        None
+    );
+    assert_eq!(
+        served_elsewhere(Some("prod/team.consul-elector"), &owner),
+        Some("prod/team.consul-elector".into())
+    );
+    assert_eq!(
+        served_elsewhere(Some("staging/ops.consul-elector"), &owner),
+        Some("staging/ops.consul-elector".into())
     );
 }

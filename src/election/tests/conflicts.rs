@@ -337,6 +337,7 @@ impl World {
             yielding_leader: Some(younger_leader),
             access: Some(Access::Usable),
             needs_withdrawal: Some(false),
+            served_elsewhere: None,
         })
     }
 

@@ -143,6 +143,7 @@ fn a_new_holder_is_labelled_only_after_the_old_one_is_demoted() {
         fencing_token: Some(7),
         transitions: 2,
         last_switchover: None,
+        served_by: None,
     });
     let plan = s.plan();
     assert_eq!(

@@ -208,7 +208,13 @@ impl SessionExt for SessionView {
     }
 }
 
-/// A status that recorded `pod` leading through `session` with `token`.
+/// The install the scenes' operator is (see [`Scene::owner`]).
+pub fn own_install() -> Owner {
+    Owner::new("test-cluster", "ops.consul-elector")
+}
+
+/// A status that recorded `pod` leading through `session` with `token`, written by this
+/// install.
 pub fn recorded(
     pod: &str,
     session: &str,
@@ -227,6 +233,7 @@ pub fn recorded(
         fencing_token: Some(token),
         transitions,
         last_switchover: None,
+        served_by: Some(own_install().id()),
     }
 }
 
@@ -237,6 +244,7 @@ pub fn record(status: &StatusState) -> Recorded {
         fencing_token: status.fencing_token,
         transitions: status.transitions,
         last_switchover: status.last_switchover.clone(),
+        served_by: status.served_by.clone(),
     }
 }
 
@@ -275,7 +283,7 @@ impl Scene {
             lock_confirmed_at: None,
             switchover: None,
             now: t(100),
-            owner: Owner::new("test-cluster", "ops.consul-elector"),
+            owner: own_install(),
             stood_back: None,
             consul_refused: None,
         }

@@ -121,6 +121,7 @@ impl Model {
             yielding_leader: Some(None),
             access: Some(Access::Usable),
             needs_withdrawal: Some(needs),
+            served_elsewhere: None,
         };
         match admit(&observed) {
             Admission::Withdraw => {
