@@ -415,3 +415,71 @@ async fn a_withdrawn_token_is_no_longer_used_and_the_label_goes() {
     })
     .await;
 }
+
+/// How the lock of an election the operator cannot act on is lost while its session lives.
+#[derive(Debug, Clone, Copy)]
+enum LockLoss {
+    /// An outside client deletes the key.
+    Deleted,
+    /// An outside client deletes the key and acquires it with its own session.
+    Taken,
+    /// Every read of the key fails from then on: the lock cannot be confirmed.
+    Unreadable,
+}
+
+/// Rule 2 is about the lock, not the session: an election refused after an edit (a label key
+/// the pods' ReplicaSet selects) keeps its leader label only while the key is confirmed held
+/// by its session, which the operator still renews. Once the key is lost, or cannot be read,
+/// the label goes within a TTL.
+async fn an_unusable_election_loses_its_label_with_its_lock(loss: LockLoss) {
+    let ns = format!("fence-refused-{loss:?}").to_lowercase();
+    with_namespace(&ns, |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, web()).await;
+        h.patch_spec("web", json!({"labels": {"key": "app"}})).await;
+        h.wait_status("web", |le| phase(le).as_deref() == Some("Invalid"))
+            .await;
+        let key = h.key("web");
+        match loss {
+            LockLoss::Deleted => h.app_delete_key(&key).await,
+            LockLoss::Taken => {
+                h.app_delete_key(&key).await;
+                let outsider = h.app_session("outsider", "0s").await;
+                assert!(h.app_acquire(&key, &outsider, "outsider").await);
+            }
+            LockLoss::Unreadable => {
+                h.emu().add_fault(kv_reads_fail());
+                wake_the_watch(&h).await;
+            }
+        }
+        let lost = Instant::now();
+        let fenced = h
+            .pods_become(TTL + SLACK + SLACK, |pods| {
+                with_role(pods, "leader").is_empty()
+            })
+            .await;
+        assert!(
+            fenced,
+            "{} kept the leader label {:?} after its lock was {loss:?}",
+            first.pod,
+            lost.elapsed()
+        );
+        h.emu().clear_faults();
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_election_loses_its_label_when_its_key_is_deleted() {
+    an_unusable_election_loses_its_label_with_its_lock(LockLoss::Deleted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_election_loses_its_label_when_its_key_is_taken() {
+    an_unusable_election_loses_its_label_with_its_lock(LockLoss::Taken).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_election_loses_its_label_when_its_key_cannot_be_read() {
+    an_unusable_election_loses_its_label_with_its_lock(LockLoss::Unreadable).await;
+}

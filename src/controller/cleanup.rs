@@ -34,7 +34,7 @@ use crate::election::cleanup_deadline::{Deadline, deadline};
 use crate::election::config::{ElectionKey, LabelConfig, Mode};
 use crate::election::observe::SessionHealth;
 use crate::election::plan::EventReason;
-use crate::election::unusable::{UnusableLabel, unusable_label};
+use crate::election::unusable::{UnusableLabel, UnusableLock, unusable_label};
 use crate::election::withdrawal::{self, LabelledPod, Step, fence, withdrawal};
 use crate::k8s::{self, Pod, PodRole};
 use crate::sessions::{Found, adoptable_session};
@@ -207,9 +207,10 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
 /// election: the one recorded in `status.applied`, else the session's, else the default.
 const DEFAULT_TTL: Duration = Duration::from_secs(15);
 
-/// Rule 2 for an election the operator cannot act on (invalid spec, unusable Consul access;
-/// see [`crate::election::unusable`]): its leader label goes once the lock went unconfirmed
-/// for a TTL. Returns when to look again, if the label stays for now.
+/// Rule 2 for an election the operator cannot act on (invalid spec, unusable Consul access,
+/// waiting for a younger election; see [`crate::election::unusable`]): its leader label goes
+/// once the key is read lost, or went unconfirmed for a TTL. Returns when to look again, if
+/// the label stays for now.
 ///
 /// With `in_use_refused` (the Consul access the session was created with is the one now
 /// refused: a token Secret that withdrew its opt-in or is gone, an address or datacenter no
@@ -227,23 +228,36 @@ pub async fn fence_unusable(
         ctx.locks.unwatch(key);
     }
     let now = Timestamp::now();
-    let (renewing, confirmed_at) = match session.as_ref().map(|s| s.health) {
-        Some(SessionHealth::Alive { renewed_at }) if in_use_refused => (false, renewed_at),
-        Some(SessionHealth::Alive { .. }) => (true, now),
-        Some(SessionHealth::Unconfirmed { renewed_at }) => (false, renewed_at),
-        Some(SessionHealth::Lost) | None => (false, ctx.caches.written.started_at()),
+    let started_at = ctx.caches.written.started_at();
+    let session_unconfirmed_since = match session.as_ref().map(|s| s.health) {
+        Some(SessionHealth::Alive { renewed_at }) if in_use_refused => Some(renewed_at),
+        Some(SessionHealth::Alive { .. }) => None,
+        Some(SessionHealth::Unconfirmed { renewed_at }) => Some(renewed_at),
+        Some(SessionHealth::Lost) | None => Some(started_at),
     };
     let footprint = Footprint::of(le, ctx);
-    let ttl = ctx
-        .caches
-        .current_status(le)
+    let status = ctx.caches.current_status(le);
+    let recorded_session = status.leader_or_last().and_then(|l| l.session_id.clone());
+    let lock = ctx.locks.lock(key);
+    let lock = UnusableLock {
+        lock: &lock,
+        session: session
+            .as_ref()
+            .map(|s| s.id.as_str())
+            .or(recorded_session.as_deref()),
+        read_at: ctx.locks.read_at(key),
+        session_unconfirmed_since,
+        started_at,
+    };
+    let ttl = status
         .applied
-        .and_then(|applied| applied.session)
+        .as_ref()
+        .and_then(|applied| applied.session.as_ref())
         .and_then(|s| parse_go_duration(&s.ttl).ok())
-        .or(session.map(|s| s.ttl))
+        .or(session.as_ref().map(|s| s.ttl))
         .unwrap_or(DEFAULT_TTL);
-    match unusable_label(renewing, confirmed_at, now, ttl) {
-        UnusableLabel::Keep(recheck) => Ok(recheck),
+    match unusable_label(&lock, now, ttl) {
+        UnusableLabel::Keep(recheck) => Ok(Some(recheck)),
         UnusableLabel::Fence => {
             // Only labels: fencing plans no Consul step.
             execute(&footprint, ctx, fence).await??;

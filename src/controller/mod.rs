@@ -11,7 +11,7 @@
 //! plan again, until a plan has no actions. The status is then written from the last plan.
 
 mod act;
-mod applied;
+pub(crate) mod applied;
 mod cleanup;
 pub(crate) mod consul_access;
 mod context;
@@ -269,7 +269,13 @@ async fn stand_back(
     match decision {
         Admission::Refuse { spec_valid, event } => refuse(le, key, ctx, spec_valid, event).await,
         Admission::Yield { older } => yield_to(le, key, ctx, older).await,
-        Admission::WaitFor { younger, pod } => Ok(wait_for(key, ctx, younger, &pod)),
+        Admission::WaitFor { younger, pod } => {
+            // This election cannot plan meanwhile: a leader label of its own stays only as
+            // long as rule 2 allows.
+            let recheck = cleanup::fence_unusable(le, key, ctx, false).await?;
+            let wait = wait_for(key, ctx, younger, &pod);
+            Ok(Action::requeue(recheck.map_or(wait, |d| d.min(wait))))
+        }
         Admission::AccessInvalid { spec_valid, in_use } => {
             status::invalid(le, ctx, spec_valid, EventReason::InvalidSpec).await?;
             let recheck = cleanup::fence_unusable(le, key, ctx, in_use).await?;
@@ -317,8 +323,8 @@ async fn yield_to(
 
 /// Waits for the `younger` election, which yields to this one, to take its leader label off
 /// `pod`. Nothing else may wake it (this one writes nothing meanwhile): queue it. Its
-/// withdrawal (a pod patch) wakes this one; the requeue is a fallback.
-fn wait_for(key: &ElectionKey, ctx: &Context, younger: String, pod: &str) -> Action {
+/// withdrawal (a pod patch) wakes this one; the returned requeue is a fallback.
+fn wait_for(key: &ElectionKey, ctx: &Context, younger: String, pod: &str) -> Duration {
     tracing::debug!(election = %key, pod, younger, "waiting for a younger conflicting election to withdraw its leader label");
     let younger = ElectionKey {
         namespace: key.namespace.clone(),
@@ -327,7 +333,7 @@ fn wait_for(key: &ElectionKey, ctx: &Context, younger: String, pod: &str) -> Act
     if ctx.wake.send(younger).is_err() {
         tracing::debug!(election = %key, "the controller is stopping");
     }
-    Action::requeue(YIELD_WAIT)
+    YIELD_WAIT
 }
 
 /// Stands back from an election whose spec cannot be acted on: phase Invalid with the

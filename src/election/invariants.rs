@@ -60,6 +60,10 @@ pub struct Snapshot<'a> {
     pub recorded: &'a Recorded,
     /// This operator: an election another install serves is not its to judge.
     pub owner: &'a Owner,
+    /// The election plans. One that cannot (refused, in conflict) has no status or lock kept
+    /// up to date, but rules 1 and 2 hold for it too: it is checked for two leader labels and
+    /// a label without its lock only.
+    pub acting: bool,
 }
 
 /// The disagreements in `snapshot`, each kind once, in a fixed order.
@@ -93,11 +97,12 @@ pub fn disagreements(snapshot: &Snapshot<'_>) -> Vec<Disagreement> {
         if labelled.iter().any(|p| Some(p.uid.as_str()) != holder) {
             found.push(Disagreement::LabelWithoutLock);
         }
-        if holder.is_some_and(|uid| !labelled.iter().any(|p| p.uid == uid)) {
+        if snapshot.acting && holder.is_some_and(|uid| !labelled.iter().any(|p| p.uid == uid)) {
             found.push(Disagreement::LockWithoutLabel);
         }
     }
     if let [only] = labelled.as_slice()
+        && snapshot.acting
         && snapshot.recorded.leader.as_ref().map(|l| l.uid.as_str()) != Some(only.uid.as_str())
     {
         found.push(Disagreement::StaleStatus);

@@ -17,7 +17,7 @@ use crate::cache::keys::election_key;
 use crate::cache::views as observe;
 use crate::controller::Context;
 use crate::crd::{LeaderElection, Phase};
-use crate::election::config::ElectionKey;
+use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::invariants::{Disagreement, Snapshot, disagreements};
 
 /// Time between two checks.
@@ -86,25 +86,25 @@ fn take_after<T: Clone>(
         .collect()
 }
 
-/// The disagreements of the elections of `batch` that act (not deleting, valid, not in
-/// conflict).
+/// The disagreements of the elections of `batch` not being deleted: all kinds for those that
+/// act, rules 1 and 2 for those that cannot (invalid, in conflict).
 fn check(
     ctx: &Context,
     batch: Vec<(ElectionKey, Arc<LeaderElection>)>,
 ) -> Vec<(ElectionKey, Disagreement, Arc<LeaderElection>)> {
     let mut found = Vec::new();
     for (key, le) in batch {
-        let acting = le.metadata.deletion_timestamp.is_none()
-            && !matches!(
-                le.status.as_ref().and_then(|s| s.phase),
-                Some(Phase::Conflict | Phase::Invalid)
-            );
-        let Ok(config) = ctx.caches.validated.of(&key, &le) else {
-            continue;
-        };
-        if !acting {
+        if le.metadata.deletion_timestamp.is_some() {
+            // Its cleanup takes the labels off in rule 7's order.
             continue;
         }
+        let acting = !matches!(
+            le.status.as_ref().and_then(|s| s.phase),
+            Some(Phase::Conflict | Phase::Invalid)
+        );
+        let Some(config) = acted_with(ctx, &key, &le, acting) else {
+            continue;
+        };
         let pods = observe::views(&observe::pods_of(&ctx.caches, &le), &config);
         let lock = ctx.locks.lock(&key);
         let session = ctx.sessions.view(&key);
@@ -117,12 +117,33 @@ fn check(
             session: session.as_ref(),
             recorded: &recorded,
             owner: &ctx.settings.owner,
+            acting,
         };
         for kind in disagreements(&snapshot) {
             found.push((key.clone(), kind, le.clone()));
         }
     }
     found
+}
+
+/// The configuration whose labels `le`'s pods carry: the spec's for an election that acts; for
+/// one that cannot (`acting` false), the values recorded in `status.applied` over the spec
+/// (an election refused after an edit still carries the labels of before), else the spec's.
+/// `None` when neither validates.
+fn acted_with(
+    ctx: &Context,
+    key: &ElectionKey,
+    le: &LeaderElection,
+    acting: bool,
+) -> Option<Arc<ElectionConfig>> {
+    if !acting && let Some(applied) = ctx.caches.current_status(le).applied {
+        let mut acted_on = le.clone();
+        acted_on.spec = crate::controller::applied::with_applied(&le.spec, &applied);
+        if let Ok(config) = crate::crd::validate(&acted_on) {
+            return Some(Arc::new(config));
+        }
+    }
+    ctx.caches.validated.of(key, le).ok()
 }
 
 /// Updates `sightings` with this check's `found` among the `checked` elections and returns the

@@ -14,7 +14,42 @@ fn check(scene: &Scene) -> Vec<Disagreement> {
         session: scene.session.as_ref(),
         recorded: &scene.recorded,
         owner: &scene.owner,
+        acting: true,
     })
+}
+
+/// [`check`] for an election that cannot plan (refused, in conflict).
+fn check_standing(scene: &Scene) -> Vec<Disagreement> {
+    disagreements(&Snapshot {
+        mode: scene.config.mode,
+        leader_value: &scene.config.labels.leader,
+        pods: &scene.pods,
+        lock: &scene.lock,
+        session: scene.session.as_ref(),
+        recorded: &scene.recorded,
+        owner: &scene.owner,
+        acting: false,
+    })
+}
+
+#[test]
+fn an_election_that_cannot_plan_is_checked_for_rules_1_and_2_only() {
+    let two = Scene::elected("a", &["b"], 5).with_pod(pod("b").leader(5, t(0)));
+    assert_eq!(
+        check_standing(&two),
+        vec![
+            Disagreement::TwoLeaderLabels,
+            Disagreement::LabelWithoutLock
+        ]
+    );
+    let lost = Scene::elected("a", &["b"], 5).lock(held("foreign", 6, "b"));
+    assert_eq!(check_standing(&lost), vec![Disagreement::LabelWithoutLock]);
+    // Its status and an unlabelled lock are nobody's promise while it stands back.
+    let unlabelled = Scene::elected("a", &["b"], 5).with_pod(pod("a").follower());
+    assert!(check_standing(&unlabelled).is_empty());
+    let stale = Scene::elected("a", &["b"], 5).recorded(Default::default());
+    assert!(check_standing(&stale).is_empty());
+    assert_eq!(check(&stale), vec![Disagreement::StaleStatus]);
 }
 
 #[test]
