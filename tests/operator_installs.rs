@@ -182,6 +182,9 @@ enum Difference {
     Address,
     /// It may not read the election's token Secret (`rbac.secretAccess` off).
     SecretAccess,
+    /// It may not read the pods' ReplicaSets (no RBAC for them), and the election's label
+    /// key is one their selector uses: only the serving install sees that it is.
+    OwnerReads,
 }
 
 /// Over this long with nothing changing, the install that cannot act on the election must
@@ -216,7 +219,7 @@ async fn an_install_that_cannot_act_writes_nothing(difference: Difference) {
                 other_consul.allowed_datacenters = vec!["dc2".into()];
                 spec["consul"] = json!({"datacenter": "dc1"});
             }
-            Difference::Address | Difference::SecretAccess => {
+            Difference::Address | Difference::SecretAccess | Difference::OwnerReads => {
                 options.secret_access = true;
             }
         }
@@ -241,6 +244,16 @@ async fn an_install_that_cannot_act_writes_nothing(difference: Difference) {
                         "secrets is forbidden for this install",
                     ))
                     .resource("secrets"),
+                );
+            }
+            Difference::OwnerReads => {
+                other_faults.add(
+                    KubeFault::new(FaultAction::status(
+                        403,
+                        "Forbidden",
+                        "replicasets is forbidden for this install",
+                    ))
+                    .resource("replicasets"),
                 );
             }
         }
@@ -345,4 +358,9 @@ async fn uninstalling_one_install_leaves_the_elections_the_other_serves() {
         h.finish().await;
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_that_may_not_read_replica_sets_writes_nothing() {
+    an_install_that_cannot_act_writes_nothing(Difference::OwnerReads).await;
 }
