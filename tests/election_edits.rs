@@ -336,3 +336,43 @@ async fn a_new_session_ttl_replaces_the_held_session_in_a_planned_move() {
     })
     .await;
 }
+
+/// A paused election moves nothing (docs/design.md rule 5): an edit of its labels waits for
+/// the resume, the leader keeps its label, lock and token meanwhile, and the edit is carried
+/// out once the election is resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_of_a_paused_election_waits_for_the_resume() {
+    with_namespace("ed-paused", |admin, ns| async move {
+        let (h, first) = Harness::web_elected(admin, ns, web()).await;
+        h.patch_spec("web", json!({"paused": true})).await;
+        h.wait_status("web", |le| harness::phase(le).as_deref() == Some("Paused"))
+            .await;
+        h.patch_spec("web", json!({"labels": {"key": OTHER_ROLE}}))
+            .await;
+        // A window in which nothing may move, not a synchronisation.
+        let moved = h
+            .poll_until(PROMPTLY, || {
+                carrying(&h, ROLE, "leader") != [first.pod.clone()]
+            })
+            .await;
+        assert!(
+            !moved,
+            "the paused leader lost its label: {:#?}",
+            h.current()
+        );
+        assert!(carrying(&h, OTHER_ROLE, "leader").is_empty());
+        let entry = h.emu().kv_entry(&h.key("web")).expect("the key");
+        assert_eq!(
+            (entry.session.as_deref(), entry.lock_index),
+            (Some(first.session.as_str()), first.token),
+            "the paused leader keeps its lock and token"
+        );
+
+        h.patch_spec("web", json!({"paused": false})).await;
+        wait_leader_under(&h, OTHER_ROLE, "leader").await;
+        assert!(carrying(&h, ROLE, "leader").is_empty());
+        assert_never_both(&h, (ROLE, "leader"), (OTHER_ROLE, "leader"));
+        h.finish().await;
+    })
+    .await;
+}

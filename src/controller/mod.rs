@@ -135,6 +135,7 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
             ctx.caches.current_status(le).served_by.as_deref(),
             &ctx.settings.owner,
         ),
+        paused: le.spec.paused,
         ..Observed::default()
     };
     let validation = ctx.caches.validated.of(&key, le);
@@ -281,6 +282,15 @@ async fn stand_back(
             let recheck = cleanup::fence_unusable(le, key, ctx, in_use).await?;
             Ok(Action::requeue(
                 recheck.map_or(SECRET_REQUEUE, |d| d.min(SECRET_REQUEUE)),
+            ))
+        }
+        Admission::EditWaits => {
+            // Nothing moves while paused: the edit is carried out once resumed (a spec
+            // change, which wakes the election).
+            tracing::debug!(election = %key, "an edit of a paused election waits for the resume");
+            let recheck = cleanup::fence_unusable(le, key, ctx, false).await?;
+            Ok(Action::requeue(
+                recheck.map_or(INVALID_REQUEUE, |d| d.min(INVALID_REQUEUE)),
             ))
         }
         Admission::StandBack { other } => {

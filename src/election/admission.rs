@@ -12,7 +12,8 @@
 //! 5. a Consul access the user must fix (a Secret gone or not opted in, an address or
 //!    datacenter not allowed): phase Invalid, and the leader label goes as rule 2 says;
 //! 6. labels, key, Consul access or session settings other than the recorded ones: the old
-//!    ones are withdrawn first, then the election proceeds;
+//!    ones are withdrawn first, then the election proceeds; while the election is paused the
+//!    edit waits for the resume (nothing moves), the leader label staying as rule 2 allows;
 //! 7. otherwise it proceeds (the planner's round).
 //!
 //! Rule 8 over all of them: when the status names another install as serving the election,
@@ -52,6 +53,8 @@ pub struct Observed {
     /// Another install that the status names as serving the election ([`served_elsewhere`]);
     /// read with the status, so always known.
     pub served_elsewhere: Option<String>,
+    /// The spec pauses the election (`spec.paused`); read with the spec, so always known.
+    pub paused: bool,
 }
 
 /// The install `served_by` (`status.servedBy`) when it is not `owner`.
@@ -128,6 +131,9 @@ pub enum Admission {
     },
     /// Withdraw what was done with the recorded values, then proceed.
     Withdraw,
+    /// A paused election's edit that needs a withdrawal waits for the resume; the leader
+    /// label left stays only as long as rule 2 allows.
+    EditWaits,
     /// Another install serves the election: write nothing, look again when it changes.
     StandBack {
         /// That install, `<cluster>/<install>`.
@@ -145,7 +151,8 @@ pub fn admit(observed: &Observed) -> Admission {
             | Admission::Yield { .. }
             | Admission::WaitFor { .. }
             | Admission::AccessInvalid { .. }
-            | Admission::Withdraw,
+            | Admission::Withdraw
+            | Admission::EditWaits,
             Some(other),
         ) => Admission::StandBack {
             other: other.clone(),
@@ -207,6 +214,7 @@ fn precedence(observed: &Observed) -> Admission {
     }
     match observed.needs_withdrawal {
         None => Admission::Observe(Input::Applied),
+        Some(true) if observed.paused => Admission::EditWaits,
         Some(true) => Admission::Withdraw,
         Some(false) => Admission::Proceed,
     }

@@ -22,6 +22,7 @@ fn clear() -> Observed {
         access: Some(Access::Usable),
         needs_withdrawal: Some(false),
         served_elsewhere: None,
+        paused: false,
     }
 }
 
@@ -38,6 +39,7 @@ fn blocked() -> Observed {
         }),
         needs_withdrawal: Some(true),
         served_elsewhere: None,
+        paused: false,
     }
 }
 
@@ -52,6 +54,7 @@ fn mix(a: &Observed, b: &Observed, from_a: impl Fn(usize) -> bool) -> Observed {
         access: pick(4).access.clone(),
         needs_withdrawal: pick(5).needs_withdrawal,
         served_elsewhere: None,
+        paused: false,
     }
 }
 
@@ -202,4 +205,24 @@ fn only_another_install_named_in_the_status_serves_elsewhere() {
         served_elsewhere(Some("staging/ops.consul-elector"), &owner),
         Some("staging/ops.consul-elector".into())
     );
+}
+
+#[test]
+fn a_paused_election_s_edit_waits_for_the_resume() {
+    let edited = Observed {
+        needs_withdrawal: Some(true),
+        ..clear()
+    };
+    assert_eq!(admit(&edited), Admission::Withdraw);
+    let paused = Observed {
+        paused: true,
+        ..edited
+    };
+    assert_eq!(admit(&paused), Admission::EditWaits);
+    // Nothing else changes while paused: an edit recording nothing new proceeds.
+    let unedited = Observed {
+        paused: true,
+        ..clear()
+    };
+    assert_eq!(admit(&unedited), Admission::Proceed);
 }

@@ -338,6 +338,7 @@ impl World {
             access: Some(Access::Usable),
             needs_withdrawal: Some(false),
             served_elsewhere: None,
+            paused: false,
         })
     }
 

@@ -122,6 +122,7 @@ impl Model {
             access: Some(Access::Usable),
             needs_withdrawal: Some(needs),
             served_elsewhere: None,
+            paused: false,
         };
         match admit(&observed) {
             Admission::Withdraw => {
