@@ -48,3 +48,46 @@ async fn sessions_are_check_less_on_the_emulator() {
 async fn sessions_are_check_less_on_a_real_consul() {
     sessions_are_check_less(Backend::RealConsul).await;
 }
+
+/// Rule 3's adoption needs corroboration: a session anybody named like the operator's for a
+/// leaderless election (an Observe-mode application has `session:write`), with a TTL of its
+/// own choosing, is not adopted at a start, nor used to acquire the key; the operator elects
+/// with a session of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_merely_named_like_the_operators_is_not_adopted() {
+    with_namespace("sess-impostor", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        let mut pods: Vec<String> = h
+            .pods()
+            .list(&Default::default())
+            .await
+            .expect("list pods")
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        pods.sort();
+        let name = format!(
+            "consul-elector/test-cluster/{}/{}/web/{}",
+            h.install(),
+            h.ns,
+            pods[0]
+        );
+        let body = json!({"Name": name, "TTL": "3600s", "LockDelay": "0s"}).to_string();
+        let reply = h.consul("PUT", "/v1/session/create", &body).await;
+        assert_eq!(reply.status, 200, "session create: {}", reply.body);
+        let impostor = reply.json()["ID"].as_str().expect("session ID").to_owned();
+
+        h.election("web", json!({"selector": {"matchLabels": {"app": "web"}}}))
+            .await;
+        h.start_operator().await;
+        let elected = h.wait_elected("web", None).await;
+        assert_ne!(
+            elected.session, impostor,
+            "the operator adopted a session anybody could have named so"
+        );
+        h.finish().await;
+    })
+    .await;
+}

@@ -19,10 +19,11 @@ use crate::Error;
 use crate::cache::views as observe;
 use crate::consul::{ConsulClient, ConsulError};
 use crate::crd::LeaderElection;
+use crate::election::adoption::{vouched_by_key, vouched_by_status};
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
 use crate::election::observe::{LockView, PodView, Recorded};
 use crate::election::plan::{Action, ConditionState, ElectionEvent, EventReason, Plan};
-use crate::election::planner::{Observation, holder_from_value, plan};
+use crate::election::planner::{Observation, plan};
 use crate::election::refusal::ConsulRefusal;
 use crate::k8s::{self, PodRole};
 use crate::sessions::{Found, adoptable_session};
@@ -698,24 +699,16 @@ impl<'a> Round<'a> {
         }
     }
 
-    /// If `session`, holding the key, is this cluster's session of this election (its name
-    /// says so), the session, the pod it was created for and that pod's UID.
+    /// If `session`, holding the key, is this install's session of this election (its name
+    /// says so, and the key's value names this install and the pod:
+    /// [`vouched_by_key`]), the session, the pod it was created for and that pod's UID.
     async fn key_holder_to_adopt(
         &self,
         session: &str,
         value: Option<&[u8]>,
     ) -> Option<(String, String, String)> {
         let pod = self.adoptable(session, Found::HoldingKey).await?;
-        let cluster = self.ctx.settings.owner.cluster.as_str();
-        let uid = value
-            .and_then(holder_from_value)
-            .filter(|h| h.pod == pod && h.cluster.as_deref().is_none_or(|c| c == cluster))
-            .and_then(|h| h.uid)
-            .or_else(|| {
-                self.pods
-                    .get(&pod)
-                    .and_then(|(p, _)| p.metadata.uid.clone())
-            })?;
+        let uid = vouched_by_key(value, &self.ctx.settings.owner, &pod)?;
         Some((session.to_owned(), pod, uid))
     }
 
@@ -725,7 +718,8 @@ impl<'a> Round<'a> {
         let leader = self.recorded.leader.as_ref()?;
         let session = leader.session_id.as_deref()?;
         let pod = self.adoptable(session, Found::InStatus).await?;
-        (pod == leader.pod).then(|| (session.to_owned(), pod, leader.uid.clone()))
+        let uid = vouched_by_status(Some(leader), session, &pod)?;
+        Some((session.to_owned(), pod, uid))
     }
 
     /// The pod `session` was created for, if its name is one this operator may adopt when

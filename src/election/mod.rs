@@ -2,6 +2,7 @@
 //! No I/O and no clock reads; every safety rule of docs/design.md section 2 is a unit test here.
 
 pub mod admission;
+pub mod adoption;
 pub mod applied;
 pub mod cleanup_deadline;
 pub mod config;

@@ -14,10 +14,11 @@
 //! there; those named
 //! `consul-elector/<this cluster>/<this install>/<namespace>/<election>/<pod>` ([`session_name`]) are
 //! candidates. An election with exactly one candidate gets it adopted (renewed at once, then
-//! every TTL/2) for its pod, whose UID comes from the status when it names that pod, else
-//! from the pod cache. An election with several candidates (a move was interrupted), or whose
-//! pod is unknown, is left to the reconcile's own adoption, which reads the key to see which
-//! session holds it.
+//! every TTL/2) for its pod when its status records that session for that pod
+//! ([`vouched_by_status`]: a name alone proves nothing, anybody may name a session so). An
+//! election with several candidates (a move was interrupted), or one its status does not
+//! record, is left to the reconcile's own adoption, which reads the key to see which session
+//! holds it and for whom.
 //!
 //! [`session_name`]: crate::sessions::session_name
 
@@ -32,6 +33,7 @@ use crate::consul::{ConsulAddress, ConsulClient, QueryOptions, SessionEntry, Tok
 use crate::controller::Context;
 use crate::controller::consul_access;
 use crate::crd::LeaderElection;
+use crate::election::adoption::vouched_by_status;
 use crate::election::config::{ElectionKey, Mode, Owner};
 use crate::sessions::{Found, SESSION_NAME_PREFIX, adoptable_pod};
 
@@ -274,16 +276,10 @@ async fn adopt_one(ctx: &Context, candidate: Candidate) -> bool {
     if config.mode != Mode::Managed || ctx.sessions.view(&key).is_some() {
         return false;
     }
-    let status = ctx.caches.current_status(&le);
-    let uid = status
-        .leader_or_last()
-        .filter(|leader| leader.pod == pod)
-        .map(|leader| leader.uid.clone())
-        .or_else(|| {
-            let pod_ref = ObjectRef::new(&pod).within(&key.namespace);
-            ctx.caches.pods.get(&pod_ref)?.metadata.uid.clone()
-        });
-    let Some(uid) = uid else {
+    // Only the status vouches for a session at a takeover: one it does not record is left
+    // to the reconcile, which reads the key.
+    let recorded = crate::election::report::recorded(&ctx.caches.current_status(&le));
+    let Some(uid) = vouched_by_status(recorded.leader.as_ref(), &session, &pod) else {
         return false;
     };
     let Ok(consul) = consul_access::client_for(&le, &config.key, ctx).await else {
