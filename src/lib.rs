@@ -1,6 +1,7 @@
 //! consul-elector: a Kubernetes operator that elects one leader pod per `LeaderElection`
 //! through Consul sessions and KV locks.
 
+pub mod bounded_read;
 pub mod cache;
 pub mod cluster_identity;
 pub mod config;

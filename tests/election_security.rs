@@ -9,6 +9,7 @@ mod harness;
 
 use std::time::Duration;
 
+use consul_elector::bounded_read::READ_TIMEOUT;
 use harness::{
     Harness, HarnessOptions, OperatorConsul, ROLE, SOON, condition, has_condition, phase,
     status_leader,
@@ -17,6 +18,7 @@ use kube::api::DeleteParams;
 use serde_json::json;
 use testkit::cluster::with_namespace;
 use testkit::consul::{ClockMode, Emulator, EmulatorConfig};
+use testkit::kube_faults::{FaultAction as KubeFaultAction, KubeFault};
 
 /// The operator's own token (`CONSUL_HTTP_TOKEN`).
 const OPERATOR_TOKEN: &str = "operator-token-3c1f";
@@ -382,6 +384,29 @@ async fn a_restart_adopts_the_sessions_on_every_allowed_consul_before_reconcilin
             Some(api_session),
             "the same session leads"
         );
+        h.finish().await;
+    })
+    .await;
+}
+
+/// Every read outside a watch is bounded: a token Secret GET that never answers (a dead
+/// pooled connection) fails after the read timeout, and the retried reconcile elects. Without
+/// the bound the reconcile, and with it everything the election needs, would wait for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_read_that_never_answers_does_not_hang_the_election() {
+    with_namespace("sec-hung-read", |admin, ns| async move {
+        let h = harness(admin, ns, Vec::new(), true).await;
+        h.token_secret("tenant-token", TENANT_TOKEN, "web").await;
+        h.kube_faults.add(
+            KubeFault::new(KubeFaultAction::Latency(Duration::from_secs(3600)))
+                .resource("secrets")
+                .times(1),
+        );
+        let mut web = json!({"selector": {"matchLabels": {"app": "web"}}});
+        web["consul"] = json!({"tokenSecretRef": {"name": "tenant-token", "key": "token"}});
+        h.election("web", web).await;
+        h.wait_elected_within("web", None, READ_TIMEOUT + SOON)
+            .await;
         h.finish().await;
     })
     .await;

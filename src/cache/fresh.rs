@@ -25,8 +25,6 @@ use crate::k8s::Pod;
 
 /// Objects per page of the fresh list.
 const PAGE: u32 = 500;
-/// How long one page of the list, or one GET, may take.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the stores are compared with the list while they catch up.
 const POLL: Duration = Duration::from_millis(50);
 /// After this long without catching up, the lists are made again (and a warning logged).
@@ -112,16 +110,14 @@ where
         .collect()
 }
 
-/// `request`, or an error once it took longer than [`REQUEST_TIMEOUT`].
+/// `request` bounded by [`crate::bounded_read::READ_TIMEOUT`], its error saying `what` it was.
 async fn bounded<T>(
     what: &str,
     request: impl Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, String> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
-        Ok(Ok(answer)) => Ok(answer),
-        Ok(Err(error)) => Err(format!("{what}: {error}")),
-        Err(_) => Err(format!("{what}: no answer within {REQUEST_TIMEOUT:?}")),
-    }
+    crate::bounded_read::bounded(request)
+        .await
+        .map_err(|error| format!("{what}: {error}"))
 }
 
 /// Lists every object of `K` in the watched scopes, one list per scope.

@@ -228,7 +228,7 @@ where
         + std::fmt::Debug,
 {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    let Some(object) = api.get_opt(&owner.name).await? else {
+    let Some(object) = crate::bounded_read::bounded(api.get_opt(&owner.name)).await? else {
         return Ok(BTreeSet::new());
     };
     if object.meta().uid.as_deref() != Some(owner.uid.as_str()) {

@@ -10,6 +10,7 @@
 //!   [`ConsulClient::with_overrides`]);
 //! - a token Secret's metadata is read first, and its data only after its opt-in was seen.
 
+use crate::bounded_read::bounded;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -126,11 +127,13 @@ async fn read_token(
         error => AccessProblem::Failed(Error::kube("read secret")(error)),
     };
     // Metadata only first: the data of a Secret that did not opt in never reaches us.
-    let metadata = secrets.get_metadata(name).await.map_err(api_error)?;
+    let metadata = bounded(secrets.get_metadata(name))
+        .await
+        .map_err(api_error)?;
     if !opted_in(metadata.annotations(), &election) {
         return Err(not_opted_in());
     }
-    let secret = secrets.get(name).await.map_err(api_error)?;
+    let secret = bounded(secrets.get(name)).await.map_err(api_error)?;
     // The Secret may have changed between the two reads: decide on the one whose data we use.
     if !opted_in(secret.annotations(), &election) {
         return Err(not_opted_in());
