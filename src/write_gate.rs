@@ -402,6 +402,57 @@ mod tests {
         );
     }
 
+    /// An inner service whose response future first waits (for a connection permit, say) and
+    /// sends only on a later poll.
+    #[derive(Clone, Default)]
+    struct SendsAfterAWait {
+        permit: Arc<tokio::sync::Notify>,
+        sent: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Service<Request<()>> for SendsAfterAWait {
+        type Response = ();
+        type Error = BoxError;
+        type Future = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<()>) -> Self::Future {
+            let (permit, sent) = (Arc::clone(&self.permit), Arc::clone(&self.sent));
+            Box::pin(async move {
+                permit.notified().await;
+                sent.store(true, Ordering::SeqCst);
+                Ok(())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_that_waited_past_its_deadline_is_not_sent() {
+        let gate = WriteGate::closed();
+        gate.open_until(Instant::now() + Duration::from_millis(50));
+        let inner = SendsAfterAWait::default();
+        let mut service = gate.layer().layer(inner.clone());
+        let request = Request::builder().method(Method::POST).body(()).unwrap();
+        let mut pending = service.call(request);
+        // First poll: the gate is open, the write waits for its permit.
+        assert!(futures::poll!(&mut pending).is_pending());
+        // The process stops past its deadline; when it resumes, the permit is there.
+        std::thread::sleep(Duration::from_millis(100));
+        inner.permit.notify_one();
+        let stopped = pending.await.unwrap_err();
+        assert_eq!(
+            stopped.downcast_ref::<NotActive>(),
+            Some(&NotActive::Cancelled)
+        );
+        assert!(
+            !inner.sent.load(Ordering::SeqCst),
+            "the write went out after the deadline"
+        );
+    }
+
     #[tokio::test]
     async fn the_layer_lets_reads_through_and_refuses_writes_of_a_closed_gate() {
         let gate = WriteGate::closed();

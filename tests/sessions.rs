@@ -12,6 +12,7 @@ use consul_elector::consul::{ConsulClient, ConsulSettings, RetryPolicy, SessionR
 use consul_elector::election::config::{Behavior, ElectionKey, Owner, SessionConfig};
 use consul_elector::election::observe::{SessionHealth, SessionView};
 use consul_elector::sessions::{SessionManager, session_name};
+use consul_elector::write_gate::WriteGate;
 use jiff::Timestamp;
 use testkit::consul::{Emulator, Endpoint, Fault, FaultAction, SessionBehavior};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
@@ -593,5 +594,65 @@ fn renewals_go_on_while_the_callers_runtime_is_busy() {
         ));
     });
     drop(busy);
+    drop(emu);
+}
+
+/// Rule 8 for session requests, which a reconcile hands to the session runtime: one that
+/// waits there for a connection permit past this replica's deadline is not sent, even while
+/// the reconcile's runtime is stalled and never looks at it again (a paused process resumes
+/// its threads in any order).
+#[test]
+fn a_session_request_waiting_for_a_permit_past_the_deadline_is_not_sent() {
+    let runtime = |name: &str| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(name)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let consul_runtime = runtime("emulator");
+    let sessions_runtime = runtime("sessions");
+    let emu = consul_runtime.block_on(common::emulator());
+    // The only session permit is held by a create that takes a second to answer.
+    emu.add_fault(Fault::always(
+        Endpoint::SessionCreate,
+        FaultAction::Latency(Duration::from_secs(1)),
+    ));
+    let stalled = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    stalled.block_on(async {
+        let consul = ConsulClient::with_session_runtime(
+            &ConsulSettings {
+                max_connections: 3,
+                retry: RetryPolicy::no_retries(),
+                ..common::settings(&emu)
+            },
+            sessions_runtime.handle().clone(),
+        )
+        .unwrap();
+        let gate = WriteGate::closed();
+        consul.gate_writes(gate.clone());
+        gate.open_until(tokio::time::Instant::now() + Duration::from_millis(300));
+        let request = SessionRequest::new("holder");
+        let mut create = std::pin::pin!(consul.create_session(&request));
+        let mut renew = std::pin::pin!(consul.renew_session("waiting-for-a-permit"));
+        assert!(futures::poll!(&mut create).is_pending());
+        assert!(futures::poll!(&mut renew).is_pending());
+        // This runtime stalls past the deadline and the create's answer; the session runtime
+        // runs on.
+        let until = std::time::Instant::now() + Duration::from_millis(1500);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        assert_eq!(
+            emu.stats().requests_to("session.renew"),
+            0,
+            "a session request was sent after the deadline"
+        );
+    });
+    drop(stalled);
     drop(emu);
 }

@@ -505,12 +505,19 @@ impl ConsulClient {
         // A write is checked immediately before it is sent (and again before every poll of it,
         // so a process paused meanwhile sends nothing), and bounded by the time the gate has
         // left: no write, and no retry of one, outlives this replica's Lease deadline.
-        let send = tokio::time::timeout(timeout, self.transport.send(call.lane, request));
-        let sent = match self.shared.gate.get() {
-            Some(gate) if call.method != Method::GET => {
-                gate.bound(send).await.map_err(not_active)?
-            }
-            _ => send.await,
+        let gate = self
+            .shared
+            .gate
+            .get()
+            .filter(|_| call.method != Method::GET)
+            .cloned();
+        let send = tokio::time::timeout(
+            timeout,
+            self.transport.send(call.lane, request, gate.clone()),
+        );
+        let sent = match gate {
+            Some(gate) => gate.bound(send).await.map_err(not_active)?,
+            None => send.await,
         };
         let response = sent
             .map_err(|_| {

@@ -56,6 +56,7 @@ use super::error::TransportFailure;
 use super::settings::{ConsulAddress, TlsSettings};
 use super::tls;
 use super::tls_reload::TlsReload;
+use crate::write_gate::WriteGate;
 
 /// How often an HTTP/2 connection is pinged. One connection carries every request of a lane,
 /// and a request that times out does not close it (unlike HTTP/1), so a connection whose peer
@@ -313,11 +314,15 @@ impl AddressTransport {
 
     /// Sends `request` (whose URI is a path and query) within `lane`'s budget and reads the
     /// whole response body. Cancel-safe: if the future is dropped mid-request, the request is
-    /// abandoned and its permit released.
+    /// abandoned and its permit released. A write passes its `gate`, which the caller also
+    /// checks: handed to the session runtime, it is checked there too, before every step of
+    /// the exchange (after the wait for a permit, say), whether or not the caller's runtime
+    /// still polls it.
     pub(crate) async fn send(
         self: &Arc<Self>,
         lane: Lane,
         request: Request<Bytes>,
+        gate: Option<WriteGate>,
     ) -> Result<Response<Bytes>, TransportError> {
         match (&self.session_runtime, lane) {
             // From a task of another runtime (a reconcile): run there. A renewal task already
@@ -326,9 +331,15 @@ impl AddressTransport {
                 if Handle::try_current().map(|current| current.id()).ok() != Some(runtime.id()) =>
             {
                 let transport = self.clone();
-                let task = AbortOnDrop(
-                    runtime.spawn(async move { transport.exchange(lane, request).await }),
-                );
+                let task = AbortOnDrop(runtime.spawn(async move {
+                    let exchange = transport.exchange(lane, request);
+                    match gate {
+                        Some(gate) => gate.bound(exchange).await.unwrap_or_else(|stopped| {
+                            Err((TransportFailure::Io, stopped.to_string()))
+                        }),
+                        None => exchange.await,
+                    }
+                }));
                 task.await.unwrap_or_else(|error| {
                     Err((
                         TransportFailure::Io,

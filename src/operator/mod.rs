@@ -389,6 +389,9 @@ pub async fn run(
     if *lease_held.borrow() {
         // The events the last reconciles queued, while this replica may still write.
         let _ = tokio::time::timeout(EVENT_DRAIN, event_writer).await;
+        // No write of this replica may follow the release (the successor may start at
+        // once): the gate closes first. The Lease's own client is not gated.
+        gate.close();
         leadership.release().await;
     }
     gate.close();
