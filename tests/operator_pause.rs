@@ -2,7 +2,7 @@
 //! after it started a move, for longer than the Lease duration, while the standby takes over
 //! and moves leaders; then it is resumed (SIGCONT). Nothing it had queued may reach the API
 //! server: the API server's own audit log must show no write of the paused replica after the
-//! standby's first (docs/design.md rule 8).
+//! standby's first, and Consul no write of it after it resumed (docs/design.md rule 8).
 
 mod harness;
 
@@ -67,6 +67,9 @@ impl Replica {
             .args(["--metrics-addr", &metrics.to_string()])
             .env("KUBECONFIG", &kubeconfig)
             .env("CONSUL_HTTP_ADDR", h.emu().url())
+            // Its own token (the emulator enforces no ACLs): Consul's counters tell the
+            // replicas apart.
+            .env("CONSUL_HTTP_TOKEN", consul_token(user))
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(out)
@@ -117,6 +120,11 @@ impl Replica {
             .expect("kill");
         assert!(status.success(), "kill -{signal} {pid}");
     }
+}
+
+/// The Consul token replica `user` presents.
+fn consul_token(user: &str) -> String {
+    format!("token-of-{user}")
 }
 
 /// A loopback address whose port was free a moment ago.
@@ -181,6 +189,10 @@ async fn a_paused_active_replica_writes_nothing_after_it_resumes() {
 
         // The fault itself: the pause lasts PAUSE, then the process runs on.
         tokio::time::sleep_until(paused + PAUSE).await;
+        let consul_writes_before = h
+            .emu()
+            .stats()
+            .writes_with_token(&consul_token(&active.user));
         active.signal("CONT");
         let exit = tokio::time::timeout(SOON, active.child.wait())
             .await
@@ -189,6 +201,16 @@ async fn a_paused_active_replica_writes_nothing_after_it_resumes() {
         assert!(
             !exit.success(),
             "it stopped for having lost the Lease: {exit}"
+        );
+        // Nor did anything of it reach Consul: no renewal, release or acquisition it had
+        // queued (the counter counts a request when it arrives, before it is answered).
+        assert_eq!(
+            h.emu()
+                .stats()
+                .writes_with_token(&consul_token(&active.user)),
+            consul_writes_before,
+            "Consul writes of the paused replica after it resumed; its log: {}",
+            active.log.display()
         );
 
         let standby_first = writes_of(cluster, &standby.user)

@@ -28,6 +28,9 @@ pub struct Stats {
     /// Requests received per ACL token presented (header, bearer or `?token=`); the empty
     /// string counts requests without a token. Lets a test prove where a token was sent.
     pub requests_by_token: BTreeMap<String, u64>,
+    /// Of [`Stats::requests_by_token`], the writes (every method but `GET`): lets a test prove
+    /// that a client sent no write after a moment, whatever it read.
+    pub writes_by_token: BTreeMap<String, u64>,
 }
 
 impl Stats {
@@ -44,6 +47,11 @@ impl Stats {
     /// Requests that presented `token` (`""`: requests without a token).
     pub fn requests_with_token(&self, token: &str) -> u64 {
         self.requests_by_token.get(token).copied().unwrap_or(0)
+    }
+
+    /// Writes (every method but `GET`) that presented `token`.
+    pub fn writes_with_token(&self, token: &str) -> u64 {
+        self.writes_by_token.get(token).copied().unwrap_or(0)
     }
 }
 
@@ -96,13 +104,20 @@ impl StatsCollector {
         };
     }
 
-    pub(crate) fn begin_request(&self, name: &'static str, token: Option<&str>) -> RequestGuard {
+    /// Counts a request to `name` with `token`; `write` for every method but `GET`.
+    pub(crate) fn begin_request(
+        &self,
+        name: &'static str,
+        token: Option<&str>,
+        write: bool,
+    ) -> RequestGuard {
         let mut c = lock(&self.counters);
+        let token = token.unwrap_or_default().to_owned();
         *c.stats.requests.entry(name).or_default() += 1;
-        *c.stats
-            .requests_by_token
-            .entry(token.unwrap_or_default().to_owned())
-            .or_default() += 1;
+        if write {
+            *c.stats.writes_by_token.entry(token.clone()).or_default() += 1;
+        }
+        *c.stats.requests_by_token.entry(token).or_default() += 1;
         let current = {
             let n = c.in_flight.entry(name).or_default();
             *n += 1;
@@ -155,9 +170,9 @@ mod tests {
         let s = StatsCollector::default();
         let c1 = s.open_connection();
         let c2 = s.open_connection();
-        let a = s.begin_request("kv.get", None);
-        let b = s.begin_request("kv.get", None);
-        let c = s.begin_request("kv.put", Some("t"));
+        let a = s.begin_request("kv.get", None, false);
+        let b = s.begin_request("kv.get", None, false);
+        let c = s.begin_request("kv.put", Some("t"), true);
         drop((a, b, c, c1));
         let snap = s.snapshot();
         assert_eq!(snap.requests_to("kv.get"), 2);
@@ -165,6 +180,10 @@ mod tests {
         assert_eq!(
             (snap.requests_with_token(""), snap.requests_with_token("t")),
             (2, 1)
+        );
+        assert_eq!(
+            (snap.writes_with_token(""), snap.writes_with_token("t")),
+            (0, 1)
         );
         assert_eq!(snap.in_flight_max.get("kv.get"), Some(&2));
         assert_eq!(snap.in_flight_total_max, 3);

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use http::{Request, Response};
+use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper::server::conn::http1;
@@ -165,9 +165,11 @@ async fn forward(
 ) -> Result<Response<Incoming>, ForwardError> {
     let route = Route::classify(request.uri().path());
     let token = request_token(&Query::parse(request.uri().query()), request.headers());
-    let _in_flight = shared
-        .stats
-        .begin_request(route.stats_name(request.method()), token.as_deref());
+    let _in_flight = shared.stats.begin_request(
+        route.stats_name(request.method()),
+        token.as_deref(),
+        request.method() != Method::GET,
+    );
     if shared.dropping.load(Ordering::SeqCst) {
         return Err(ForwardError::Dropped);
     }

@@ -207,10 +207,11 @@ async fn serve_api(
     raw_query: Option<&str>,
 ) -> Result<Resp, DropConnection> {
     let token = request_token(&ctx.query, &ctx.headers);
-    let _in_flight = ctx
-        .inner
-        .stats
-        .begin_request(route.stats_name(method), token.as_deref());
+    let _in_flight = ctx.inner.stats.begin_request(
+        route.stats_name(method),
+        token.as_deref(),
+        *method != Method::GET,
+    );
     let actions = lock(&ctx.inner.faults).take_matching(&route, method);
     for action in actions {
         match action {
