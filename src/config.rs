@@ -202,6 +202,20 @@ pub struct RunArgs {
     #[arg(long, env = "CONSUL_ELECTOR_CLUSTER_NAME", value_parser = parse_cluster_name)]
     pub cluster_name: Option<String>,
 
+    /// The names this install had before a rename (a new cluster name, a new Lease name or
+    /// namespace), comma-separated `<cluster>/<lease namespace>.<lease name>`: the sessions,
+    /// key values and `status.servedBy` claims carrying them are this install's, so the
+    /// rename changes no leader. Keep them until every election has moved once.
+    #[arg(
+        long,
+        env = "CONSUL_ELECTOR_FORMER_NAMES",
+        value_name = "CLUSTER/NS.LEASE,...",
+        default_value = "",
+        hide_default_value = true,
+        value_parser = parse_former_names
+    )]
+    pub former_names: FormerNames,
+
     /// The Lease, which also names this install.
     #[command(flatten)]
     pub lease: LeaseName,
@@ -324,6 +338,34 @@ fn parse_addresses(text: &str) -> Result<AllowedAddresses, String> {
 
 /// The Consul datacenters elections may name with the operator's own token besides its own.
 pub type AllowedDatacenters = AllowList<String>;
+
+/// Former names of this install, `(cluster, install)` (see [`RunArgs::former_names`]).
+pub type FormerNames = AllowList<(String, String)>;
+
+/// Parses `cluster/namespace.lease,...` (see [`parse_list`]).
+fn parse_former_names(text: &str) -> Result<FormerNames, String> {
+    parse_list(text, |entry| {
+        let invalid = || {
+            format!(
+                "{entry:?} is not a former name: <cluster>/<lease namespace>.<lease name>, as \
+                 status.servedBy shows it"
+            )
+        };
+        let (cluster, install) = entry.split_once('/').ok_or_else(invalid)?;
+        let cluster = parse_cluster_name(cluster)?;
+        let (namespace, lease) = install.split_once('.').ok_or_else(invalid)?;
+        let lease_ok = !lease.is_empty()
+            && lease.len() <= 253
+            && lease
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+        if !is_rfc1123_label(namespace) || !lease_ok {
+            return Err(invalid());
+        }
+        Ok((cluster, install.to_owned()))
+    })
+    .map(AllowList)
+}
 
 /// Parses `dc1,dc2` (see [`parse_list`]): each name must be a datacenter name as
 /// `spec.consul.datacenter` accepts it. Names are compared exactly, as given.
@@ -450,7 +492,7 @@ mod tests {
     use super::*;
 
     /// Every `run` option and its environment variable.
-    const ENV_VARS: [(&str, &str); 15] = [
+    const ENV_VARS: [(&str, &str); 16] = [
         ("metrics_addr", "ELECTOR_METRICS_ADDR"),
         ("watch_namespaces", "ELECTOR_WATCH_NAMESPACES"),
         ("log_format", "ELECTOR_LOG_FORMAT"),
@@ -468,6 +510,7 @@ mod tests {
             "CONSUL_ELECTOR_ALLOWED_DATACENTERS",
         ),
         ("cluster_name", "CONSUL_ELECTOR_CLUSTER_NAME"),
+        ("former_names", "CONSUL_ELECTOR_FORMER_NAMES"),
         ("lease_name", "ELECTOR_LEASE_NAME"),
         ("lease_namespace", "POD_NAMESPACE"),
         ("lease_duration", "ELECTOR_LEASE_DURATION"),
@@ -525,6 +568,7 @@ mod tests {
                 consul_allowed_addresses: AllowedAddresses::default(),
                 consul_allowed_datacenters: AllowedDatacenters::default(),
                 cluster_name: None,
+                former_names: FormerNames::default(),
                 lease: LeaseName {
                     lease_name: "consul-elector".to_owned(),
                     lease_namespace: None,
@@ -562,6 +606,8 @@ mod tests {
             " dc2,eu_West-1,, dc2",
             "--cluster-name",
             "eu-west-1.prod",
+            "--former-names",
+            "eu-west-1.old/ops.consul-elector, eu-west-1.prod/elector.ha,",
             "--lease-name",
             "elector-ha",
             "--lease-namespace",
@@ -593,6 +639,10 @@ mod tests {
                     "eu_West-1".to_owned(),
                 ]),
                 cluster_name: Some("eu-west-1.prod".to_owned()),
+                former_names: AllowList(vec![
+                    ("eu-west-1.old".to_owned(), "ops.consul-elector".to_owned()),
+                    ("eu-west-1.prod".to_owned(), "elector.ha".to_owned()),
+                ]),
                 lease: LeaseName {
                     lease_name: "elector-ha".to_owned(),
                     lease_namespace: Some("ops".to_owned()),
@@ -638,6 +688,10 @@ mod tests {
             ),
             (["--cluster-name", "a/b"], "is not a cluster name"),
             (["--cluster-name", "Prod"], "is not a cluster name"),
+            (["--former-names", "prod"], "is not a former name"),
+            (["--former-names", "prod/ops"], "is not a former name"),
+            (["--former-names", "Prod/ops.ce"], "is not a cluster name"),
+            (["--former-names", "prod/Ops.ce"], "is not a former name"),
             (["--lease-name", ""], "a value is required"),
             (["--lease-namespace", "Ops"], "is not a namespace name"),
             (["--lease-duration", "1500ms"], "whole seconds"),
@@ -729,6 +783,7 @@ mod tests {
                     ]),
                     consul_allowed_datacenters: AllowList(vec!["dc2".to_owned()]),
                     cluster_name: Some("blue".to_owned()),
+                    former_names: AllowList(vec![("green".to_owned(), "ops.ce".to_owned())]),
                     lease: LeaseName {
                         lease_name: "blue-lease".to_owned(),
                         lease_namespace: Some("elector".to_owned()),
@@ -758,6 +813,7 @@ mod tests {
             ("CONSUL_ELECTOR_ALLOWED_ADDRESSES", "consul.b:8500"),
             ("CONSUL_ELECTOR_ALLOWED_DATACENTERS", "dc2"),
             ("CONSUL_ELECTOR_CLUSTER_NAME", "blue"),
+            ("CONSUL_ELECTOR_FORMER_NAMES", "green/ops.ce"),
             ("ELECTOR_LEASE_NAME", "blue-lease"),
             ("POD_NAMESPACE", "elector"),
             ("ELECTOR_LEASE_DURATION", "20s"),

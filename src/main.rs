@@ -218,7 +218,8 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
         owner: Owner::new(
             cluster_name,
             Owner::install_of_lease(&lease.namespace, &lease.name),
-        ),
+        )
+        .with_former(args.former_names.entries().to_vec()),
         lease,
         consul_cleanup_bound: controller::CONSUL_CLEANUP_BOUND,
     };

@@ -118,9 +118,11 @@ pub fn adoptable_pod<'n>(
     let scope = format!("{}/{}/", election.namespace, election.name);
     let rest = name.strip_prefix(SESSION_NAME_PREFIX)?.strip_prefix('/')?;
     let segment = |text: &'n str, head: &str| text.strip_prefix(head)?.strip_prefix('/');
-    let current = segment(rest, &owner.cluster)
-        .and_then(|r| segment(r, &owner.install))
-        .and_then(|r| r.strip_prefix(scope.as_str()));
+    let current = owner.identities().find_map(|(cluster, install)| {
+        segment(rest, cluster)
+            .and_then(|r| segment(r, install))
+            .and_then(|r| r.strip_prefix(scope.as_str()))
+    });
     let pod = match current {
         Some(pod) => pod,
         None if found == Found::InStatus => segment(rest, &owner.cluster)

@@ -364,3 +364,43 @@ async fn uninstalling_one_install_leaves_the_elections_the_other_serves() {
 async fn an_install_that_may_not_read_replica_sets_writes_nothing() {
     an_install_that_cannot_act_writes_nothing(Difference::OwnerReads).await;
 }
+
+/// The rename path (docs/design.md rule 3): an install started under a new name (here a new
+/// Lease; a new cluster name works the same) with its former name in `--former-names` adopts
+/// what the old name holds, so the rename changes no leader, token or session. Without it,
+/// the key would look held by another install until that session expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renamed_install_keeps_every_leader() {
+    with_namespace("installs-rename", |admin, ns| async move {
+        let (mut h, first) = Harness::web_elected(
+            admin,
+            ns,
+            json!({
+                "selector": {"matchLabels": {"app": "web"}},
+                "session": {"ttl": "10s"},
+            }),
+        )
+        .await;
+        h.kill_operator().await;
+        let former = (h.cluster_name().to_owned(), h.install());
+        h.set_former_names(vec![former]);
+        let renamed = h
+            .spawn_install(
+                "renamed",
+                &h.kube_faults.clone(),
+                h.operator_consul(),
+                OTHER_LEASE,
+            )
+            .await;
+        // Past the old session's expiry had nobody renewed it (2 x TTL).
+        let _ = h.poll_until(Duration::from_secs(25), || false).await;
+        let now = h.wait_elected("web", None).await;
+        assert_eq!(
+            now, first,
+            "the rename changed the leader, its token or its session"
+        );
+        h.set_operator(renamed);
+        h.finish().await;
+    })
+    .await;
+}

@@ -122,6 +122,7 @@ def all_features(watch: list[str]) -> dict:
         "logFilter": "info,consul_elector=debug",
         "extraEnv": [{"name": "CONSUL_ELECTOR_MAX_CONNECTIONS", "value": "32"}],
         "clusterName": "chart-features",
+        "formerNames": ["chart-old/ops.consul-elector"],
         "consul": {
             "allowedAddresses": ["https://consul.team-a.example:8501", "consul.team-b.example:8500"],
             "allowedDatacenters": ["dc2", "eu-west_1"],
@@ -537,6 +538,9 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
                       f"{where}: {variable} is {allowed!r}")
     checks.expect(env.get("CONSUL_ELECTOR_CLUSTER_NAME", {}).get("value", "") == v["clusterName"],
                   f"{where}: CONSUL_ELECTOR_CLUSTER_NAME is {v['clusterName']!r}")
+    former = ",".join(v["formerNames"])
+    checks.expect(env.get("CONSUL_ELECTOR_FORMER_NAMES", {}).get("value", "") == former,
+                  f"{where}: CONSUL_ELECTOR_FORMER_NAMES is {former!r}")
 
     # RBAC from files/: the operator's rules in a ClusterRole or one Role per watched namespace;
     # the cluster-identity rule cluster-wide unless clusterName is set.

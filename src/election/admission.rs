@@ -57,10 +57,11 @@ pub struct Observed {
     pub paused: bool,
 }
 
-/// The install `served_by` (`status.servedBy`) when it is not `owner`.
+/// The install `served_by` (`status.servedBy`) when it is not `owner`, now or before a
+/// rename.
 pub fn served_elsewhere(served_by: Option<&str>, owner: &Owner) -> Option<String> {
     served_by
-        .filter(|other| *other != owner.id())
+        .filter(|other| !owner.is_id(other))
         .map(str::to_owned)
 }
 

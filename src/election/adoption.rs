@@ -22,13 +22,18 @@ pub fn vouched_by_status(
 }
 
 /// The UID of `pod` when the key's `value` (held by the session found) names this cluster's
-/// install `owner` and `pod`.
+/// install `owner` (now or before a rename) and `pod`.
 pub fn vouched_by_key(value: Option<&[u8]>, owner: &Owner, pod: &str) -> Option<String> {
     let holder = holder_from_value(value?)?;
-    let ours = holder.cluster.as_deref() == Some(owner.cluster.as_str())
-        && holder.install.as_deref() == Some(owner.install.as_str())
-        && holder.pod == pod;
-    if ours { holder.uid } else { None }
+    let ours = match (holder.cluster.as_deref(), holder.install.as_deref()) {
+        (Some(cluster), Some(install)) => owner.is(cluster, install),
+        _ => false,
+    };
+    if ours && holder.pod == pod {
+        holder.uid
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -82,5 +87,12 @@ mod tests {
             assert_eq!(vouched_by_key(Some(&other), &owner, "web-0"), None);
         }
         assert_eq!(vouched_by_key(None, &owner, "web-0"), None);
+        // After a rename, the former identity's value is this install's.
+        let renamed =
+            Owner::new("blue", "ops.renamed").with_former(vec![("blue".into(), "ops.ce".into())]);
+        assert_eq!(
+            vouched_by_key(Some(&ours), &renamed, "web-0"),
+            Some("u-1".into())
+        );
     }
 }

@@ -114,6 +114,10 @@ pub struct Owner {
     pub cluster: String,
     /// The install's name.
     pub install: String,
+    /// The `(cluster, install)` identities this install had before a rename (a new cluster
+    /// name, a new Lease name or namespace): sessions, key values and claims carrying them
+    /// are this install's, so a rename changes no leader.
+    pub former: Vec<(String, String)>,
 }
 
 impl Owner {
@@ -122,7 +126,31 @@ impl Owner {
         Owner {
             cluster: cluster.into(),
             install: install.into(),
+            former: Vec::new(),
         }
+    }
+
+    /// This owner, which had the identities `former` before a rename.
+    pub fn with_former(mut self, former: Vec<(String, String)>) -> Self {
+        self.former = former;
+        self
+    }
+
+    /// Its identities, `(cluster, install)`, the current one first.
+    pub fn identities(&self) -> impl Iterator<Item = (&str, &str)> {
+        std::iter::once((self.cluster.as_str(), self.install.as_str()))
+            .chain(self.former.iter().map(|(c, i)| (c.as_str(), i.as_str())))
+    }
+
+    /// Whether `cluster` and `install` name this install, now or before a rename.
+    pub fn is(&self, cluster: &str, install: &str) -> bool {
+        self.identities().any(|(c, i)| c == cluster && i == install)
+    }
+
+    /// Whether `id` (`<cluster>/<install>`, as [`Owner::id`] writes it) names this install,
+    /// now or before a rename.
+    pub fn is_id(&self, id: &str) -> bool {
+        id.split_once('/').is_some_and(|(c, i)| self.is(c, i))
     }
 
     /// `<cluster>/<install>`: how sessions' holders and `status.servedBy` name an install.

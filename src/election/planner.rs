@@ -1042,7 +1042,7 @@ fn stood_back(obs: &Observation<'_>) -> Option<StoodBack> {
         return Some(stood.clone());
     }
     let other = obs.recorded.served_by.as_ref()?;
-    (*other != obs.owner.id()).then(|| StoodBack {
+    (!obs.owner.is_id(other)).then(|| StoodBack {
         other: other.clone(),
         key_free_since: None,
     })
@@ -1070,7 +1070,7 @@ pub fn served_elsewhere(lock: &LockView, owner: &Owner, pods: &[PodView]) -> Opt
     let holder = value.as_deref().and_then(holder_from_value)?;
     let install = holder.install?;
     let cluster = holder.cluster.unwrap_or_default();
-    if cluster == owner.cluster && install == owner.install {
+    if owner.is(&cluster, &install) {
         return None;
     }
     let uid = holder.uid?;

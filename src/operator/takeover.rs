@@ -108,15 +108,23 @@ pub async fn keep_alive(ctx: &Context) -> usize {
     renewed
 }
 
-/// The IDs of the sessions named for `owner` (sessions of earlier versions, named without an
-/// install, are adopted from the statuses by [`adopt_all`], never renewed on their name alone:
-/// anybody can name a session so).
+/// The IDs of the sessions named for `owner`, now or before a rename (sessions of earlier
+/// versions, named without an install, are adopted from the statuses by [`adopt_all`], never
+/// renewed on their name alone).
 fn this_installs<'s>(owner: &Owner, sessions: &'s [SessionEntry]) -> Vec<&'s str> {
-    let ours = format!("{SESSION_NAME_PREFIX}/{}/{}/", owner.cluster, owner.install);
+    let prefixes = name_prefixes(owner);
     sessions
         .iter()
-        .filter(|s| s.name.starts_with(&ours))
+        .filter(|s| prefixes.iter().any(|p| s.name.starts_with(p)))
         .map(|s| s.id.as_str())
+        .collect()
+}
+
+/// `consul-elector/<cluster>/<install>/` for each identity of `owner`.
+fn name_prefixes(owner: &Owner) -> Vec<String> {
+    owner
+        .identities()
+        .map(|(cluster, install)| format!("{SESSION_NAME_PREFIX}/{cluster}/{install}/"))
         .collect()
 }
 
@@ -201,10 +209,10 @@ async fn accesses(ctx: &Context) -> Vec<(ConsulClient, HashSet<ElectionKey>)> {
 
 /// The sessions named for this install, one per election that has exactly one.
 fn candidates(owner: &Owner, sessions: &[SessionEntry]) -> Vec<Candidate> {
-    let prefix = format!("{SESSION_NAME_PREFIX}/{}/{}/", owner.cluster, owner.install);
+    let prefixes = name_prefixes(owner);
     let mut by_election: HashMap<ElectionKey, Vec<&SessionEntry>> = HashMap::new();
     for session in sessions {
-        let Some(rest) = session.name.strip_prefix(&prefix) else {
+        let Some(rest) = prefixes.iter().find_map(|p| session.name.strip_prefix(p)) else {
             continue;
         };
         let mut parts = rest.splitn(3, '/');

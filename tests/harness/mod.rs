@@ -216,6 +216,8 @@ pub struct Harness {
     sa_config: kube::Config,
     operator_consul: OperatorConsul,
     cluster_name: String,
+    /// `--former-names` of the operators started next.
+    former_names: Vec<(String, String)>,
     consul_cleanup_bound: Duration,
     extra_watch_namespaces: Vec<String>,
     lease: (Duration, Duration),
@@ -335,6 +337,7 @@ impl Harness {
             sa_config,
             operator_consul: options.operator_consul,
             cluster_name: options.cluster_name,
+            former_names: Vec::new(),
             consul_cleanup_bound: options.consul_cleanup_bound,
             extra_watch_namespaces: options.extra_watch_namespaces,
             lease: options.lease,
@@ -396,6 +399,16 @@ impl Harness {
     /// The install whose Lease is `lease` in the harness' namespace.
     pub fn install_of(&self, lease: &str) -> String {
         Owner::install_of_lease(&self.ns, lease)
+    }
+
+    /// The harness' cluster name (`--cluster-name`).
+    pub fn cluster_name(&self) -> &str {
+        &self.cluster_name
+    }
+
+    /// The names (`(cluster, install)`) the operators started next had before a rename.
+    pub fn set_former_names(&mut self, former: Vec<(String, String)>) {
+        self.former_names = former;
     }
 
     /// Replaces the operator's Consul settings (for the operator started next).
@@ -483,7 +496,8 @@ impl Harness {
             instance: instance.into(),
             lock_watch_wait: Duration::from_secs(60),
             concurrency: 4,
-            owner: Owner::new(self.cluster_name.clone(), self.install_of(lease)),
+            owner: Owner::new(self.cluster_name.clone(), self.install_of(lease))
+                .with_former(self.former_names.clone()),
             lease: LeaseSettings {
                 name: lease.into(),
                 namespace: self.ns.clone(),
