@@ -615,3 +615,62 @@ async fn a_standby_with_a_lagging_pod_cache_catches_up_before_its_first_write() 
     })
     .await;
 }
+
+/// The lists a replica made of pods (its watches' first lists and a takeover's fresh lists).
+fn pod_lists(faults: &KubeFaults) -> usize {
+    faults
+        .seen()
+        .iter()
+        .filter(|r| r.verb == Some(Verb::List) && r.resource.as_deref() == Some("pods"))
+        .count()
+}
+
+/// Rule 8's catch-up must not stall a takeover (issue of a standby whose fresh list names a
+/// pod deleted right after it): the leader pod is deleted just after the new active replica
+/// listed the pods, and its successor is elected within the Lease duration and a few seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_deleted_right_after_the_standbys_fresh_list_is_replaced_promptly() {
+    with_namespace("ha-churn-list", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        // The harness' operator is the active one before the standby starts.
+        wait_active(&h, h.operator(), SOON).await;
+        let standby_faults = KubeFaults::new(31);
+        let standby = h.spawn_replica("standby", &standby_faults, None).await;
+        h.election("web", json!({"selector": {"matchLabels": {"app": "web"}}}))
+            .await;
+        let first = h.wait_elected("web", None).await;
+        let listed_before = pod_lists(&standby_faults);
+
+        h.kill_operator().await;
+        let killed = Instant::now();
+        let listed = h
+            .poll_until(LEASE_DURATION + SOON, || {
+                pod_lists(&standby_faults) > listed_before
+            })
+            .await;
+        assert!(
+            listed,
+            "the standby made its fresh list of the pods: {:?}",
+            standby_faults
+                .seen()
+                .iter()
+                .filter(|r| r.resource.as_deref() == Some("pods"))
+                .map(|r| (r.verb, r.name.clone(), r.metadata_only))
+                .collect::<Vec<_>>()
+        );
+        h.pods()
+            .delete(&first.pod, &Default::default())
+            .await
+            .expect("delete the leader");
+        let next = h
+            .wait_elected_within("web", Some(&first.pod), LEASE_DURATION + SOON)
+            .await;
+        assert!(next.token > first.token, "the token grows");
+        eprintln!("successor elected {:?} after the kill", killed.elapsed());
+        h.set_operator(standby);
+        h.finish().await;
+    })
+    .await;
+}
