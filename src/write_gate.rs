@@ -355,36 +355,13 @@ mod tests {
         }
     }
 
-    /// An inner service whose response future records when it is first polled: the moment a
-    /// real connection would write the request.
-    #[derive(Clone, Default)]
-    struct SendsWhenPolled {
-        sent: Arc<std::sync::atomic::AtomicBool>,
-    }
-
-    impl Service<Request<()>> for SendsWhenPolled {
-        type Response = ();
-        type Error = BoxError;
-        type Future = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
-
-        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, _: Request<()>) -> Self::Future {
-            let sent = Arc::clone(&self.sent);
-            Box::pin(async move {
-                sent.store(true, Ordering::SeqCst);
-                Ok(())
-            })
-        }
-    }
-
     #[tokio::test]
     async fn a_write_resumed_after_its_deadline_is_not_sent() {
         let gate = WriteGate::closed();
         gate.open_until(Instant::now() + Duration::from_millis(50));
-        let inner = SendsWhenPolled::default();
+        // A permit already there: the write would go out at its first poll.
+        let inner = SendsAfterAWait::default();
+        inner.permit.notify_one();
         let mut service = gate.layer().layer(inner.clone());
         let request = Request::builder().method(Method::POST).body(()).unwrap();
         // The gate was open when the write was handed over...
@@ -402,8 +379,9 @@ mod tests {
         );
     }
 
-    /// An inner service whose response future first waits (for a connection permit, say) and
-    /// sends only on a later poll.
+    /// An inner service whose response future waits for a permit (a connection, say) and then
+    /// records that it sent the request: at its first poll when the permit is there, else on a
+    /// later one.
     #[derive(Clone, Default)]
     struct SendsAfterAWait {
         permit: Arc<tokio::sync::Notify>,

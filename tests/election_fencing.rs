@@ -368,13 +368,8 @@ async fn an_unusable_election_is_fenced_a_ttl_after_a_restart() {
         h.start_operator().await;
         h.wait_status("web", |le| phase(le).as_deref() == Some("Invalid"))
             .await;
-        let fenced = h
-            .pods_become(TTL + SLACK + SLACK, |pods| {
-                with_role(pods, "leader").is_empty()
-            })
-            .await;
         assert!(
-            fenced,
+            leader_label_gone_within_a_ttl(&h).await,
             "{} kept the leader label {:?} after a restart that can renew nothing",
             first.pod,
             restarted.elapsed()
@@ -416,6 +411,14 @@ async fn a_withdrawn_token_is_no_longer_used_and_the_label_goes() {
     .await;
 }
 
+/// Whether no pod carries the leader label within a TTL and some slack.
+async fn leader_label_gone_within_a_ttl(h: &Harness) -> bool {
+    h.pods_become(TTL + SLACK + SLACK, |pods| {
+        with_role(pods, "leader").is_empty()
+    })
+    .await
+}
+
 /// How the lock of an election the operator cannot act on is lost while its session lives.
 #[derive(Debug, Clone, Copy)]
 enum LockLoss {
@@ -452,13 +455,8 @@ async fn an_unusable_election_loses_its_label_with_its_lock(loss: LockLoss) {
             }
         }
         let lost = Instant::now();
-        let fenced = h
-            .pods_become(TTL + SLACK + SLACK, |pods| {
-                with_role(pods, "leader").is_empty()
-            })
-            .await;
         assert!(
-            fenced,
+            leader_label_gone_within_a_ttl(&h).await,
             "{} kept the leader label {:?} after its lock was {loss:?}",
             first.pod,
             lost.elapsed()

@@ -549,29 +549,46 @@ async fn a_renewal_hanging_past_its_budget_is_reported_behind_schedule() {
     );
 }
 
+/// The emulator's runtime and a client's session runtime (one worker thread each), and a
+/// current-thread runtime for the caller, which a test may keep busy without yielding.
+struct Runtimes {
+    consul: tokio::runtime::Runtime,
+    sessions: tokio::runtime::Runtime,
+    caller: tokio::runtime::Runtime,
+}
+
+impl Runtimes {
+    fn new() -> Self {
+        let worker = |name: &str| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name(name)
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        Runtimes {
+            consul: worker("emulator"),
+            sessions: worker("sessions"),
+            caller: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        }
+    }
+}
+
 /// Renewals run on the client's session runtime: CPU-bound work that keeps the caller's
 /// runtime busy past TTL/2 does not hold back the renewal due in that time.
 #[test]
 fn renewals_go_on_while_the_callers_runtime_is_busy() {
-    let runtime = |name: &str| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name(name)
-            .enable_all()
-            .build()
-            .unwrap()
-    };
-    let consul_runtime = runtime("emulator");
-    let sessions_runtime = runtime("sessions");
-    let emu = consul_runtime.block_on(common::emulator());
-    let busy = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtimes = Runtimes::new();
+    let emu = runtimes.consul.block_on(common::emulator());
+    let busy = &runtimes.caller;
     busy.block_on(async {
         let consul = ConsulClient::with_session_runtime(
             &common::settings(&emu),
-            sessions_runtime.handle().clone(),
+            runtimes.sessions.handle().clone(),
         )
         .unwrap();
         let (tx, _reports) = mpsc::unbounded_channel();
@@ -593,7 +610,6 @@ fn renewals_go_on_while_the_callers_runtime_is_busy() {
             SessionHealth::Alive { .. }
         ));
     });
-    drop(busy);
     drop(emu);
 }
 
@@ -603,34 +619,21 @@ fn renewals_go_on_while_the_callers_runtime_is_busy() {
 /// its threads in any order).
 #[test]
 fn a_session_request_waiting_for_a_permit_past_the_deadline_is_not_sent() {
-    let runtime = |name: &str| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name(name)
-            .enable_all()
-            .build()
-            .unwrap()
-    };
-    let consul_runtime = runtime("emulator");
-    let sessions_runtime = runtime("sessions");
-    let emu = consul_runtime.block_on(common::emulator());
+    let runtimes = Runtimes::new();
+    let emu = runtimes.consul.block_on(common::emulator());
     // The only session permit is held by a create that takes a second to answer.
     emu.add_fault(Fault::always(
         Endpoint::SessionCreate,
         FaultAction::Latency(Duration::from_secs(1)),
     ));
-    let stalled = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    stalled.block_on(async {
+    runtimes.caller.block_on(async {
         let consul = ConsulClient::with_session_runtime(
             &ConsulSettings {
                 max_connections: 3,
                 retry: RetryPolicy::no_retries(),
                 ..common::settings(&emu)
             },
-            sessions_runtime.handle().clone(),
+            runtimes.sessions.handle().clone(),
         )
         .unwrap();
         let gate = WriteGate::closed();
@@ -653,6 +656,5 @@ fn a_session_request_waiting_for_a_permit_past_the_deadline_is_not_sent() {
             "a session request was sent after the deadline"
         );
     });
-    drop(stalled);
     drop(emu);
 }

@@ -6,20 +6,15 @@ use crate::election::invariants::{Disagreement, Snapshot, disagreements};
 use crate::election::observe::LockView;
 
 fn check(scene: &Scene) -> Vec<Disagreement> {
-    disagreements(&Snapshot {
-        mode: scene.config.mode,
-        leader_value: &scene.config.labels.leader,
-        pods: &scene.pods,
-        lock: &scene.lock,
-        session: scene.session.as_ref(),
-        recorded: &scene.recorded,
-        owner: &scene.owner,
-        acting: true,
-    })
+    check_as(scene, true)
 }
 
 /// [`check`] for an election that cannot plan (refused, in conflict).
 fn check_standing(scene: &Scene) -> Vec<Disagreement> {
+    check_as(scene, false)
+}
+
+fn check_as(scene: &Scene, acting: bool) -> Vec<Disagreement> {
     disagreements(&Snapshot {
         mode: scene.config.mode,
         leader_value: &scene.config.labels.leader,
@@ -28,7 +23,7 @@ fn check_standing(scene: &Scene) -> Vec<Disagreement> {
         session: scene.session.as_ref(),
         recorded: &scene.recorded,
         owner: &scene.owner,
-        acting: false,
+        acting,
     })
 }
 
