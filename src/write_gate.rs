@@ -5,9 +5,14 @@
 //! last successful Lease renewal was *sent*, plus the renew deadline. A standby takes the Lease
 //! no earlier than the Lease duration after it *observed* that renewal, on its own monotonic
 //! clock, so the active replica stops writing `duration - renew_deadline` before anybody else
-//! may start. Only clock *rates* enter that argument: a wall clock stepped backwards or
-//! forwards moves no deadline, and a process paused past its deadline (SIGSTOP, a frozen VM)
-//! finds the gate closed when it resumes, because the monotonic clock ran on meanwhile.
+//! may start. Only clock *rates* enter that argument: a wall clock stepped backwards moves no
+//! deadline, and a process paused past its deadline (SIGSTOP) finds the gate closed when it
+//! resumes, because the monotonic clock ran on meanwhile. Whether a guest's monotonic clock
+//! runs while its VM is frozen depends on the hypervisor, so the gate also closes once the
+//! wall clock says the deadline passed (the deadline is carried over to it when the gate
+//! opens): a frozen VM whose wall clock is set right on resume finds the gate closed too. A
+//! wall clock stepped forwards can only close the gate early (writes refused until the next
+//! renewal opens it again).
 //!
 //! Every write request is bounded by the time left: the kube client's [`GateLayer`] and the
 //! Consul client refuse a write once the deadline has passed and cancel one still in flight at
@@ -22,7 +27,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -31,6 +36,8 @@ use kube::client::{Body, ClientBuilder};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service};
+
+use crate::leadership::WallClock;
 
 /// Stored deadline meaning "closed".
 const CLOSED: u64 = 0;
@@ -47,6 +54,10 @@ struct Inner {
     base: Instant,
     /// Nanoseconds after `base` until which writes are allowed; [`CLOSED`] when they are not.
     deadline: AtomicU64,
+    /// The wall clock, read as a second opinion.
+    wall: WallClock,
+    /// The same deadline on `wall`, in nanoseconds since the Unix epoch.
+    wall_deadline: AtomicI64,
     /// Whether the gate has been opened and not yet closed for good (for tasks that wait
     /// for this replica to become active).
     active: watch::Sender<bool>,
@@ -80,11 +91,18 @@ impl Default for WriteGate {
 impl WriteGate {
     /// A gate that refuses every write until [`open_until`](Self::open_until).
     pub fn closed() -> Self {
+        Self::closed_with(WallClock::system())
+    }
+
+    /// [`closed`](Self::closed), reading `wall` as its wall clock (a test's stepped clock).
+    pub fn closed_with(wall: WallClock) -> Self {
         let (active, _) = watch::channel(false);
         WriteGate {
             inner: Arc::new(Inner {
                 base: Instant::now(),
                 deadline: AtomicU64::new(CLOSED),
+                wall,
+                wall_deadline: AtomicI64::new(i64::MIN),
                 active,
             }),
         }
@@ -96,6 +114,18 @@ impl WriteGate {
             .checked_duration_since(self.inner.base)
             .map_or(CLOSED, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
             .max(1);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let wall_deadline = self
+            .inner
+            .wall
+            .now()
+            .as_nanosecond()
+            .saturating_add(i128::try_from(left.as_nanos()).unwrap_or(i128::MAX));
+        let wall_deadline = i64::try_from(wall_deadline).unwrap_or(i64::MAX);
+        // The wall deadline first: a check between the two stores sees the old monotonic one.
+        self.inner
+            .wall_deadline
+            .store(wall_deadline, Ordering::SeqCst);
         self.inner.deadline.store(nanos, Ordering::SeqCst);
         self.inner.active.send_if_modified(|active| {
             let changed = !*active;
@@ -123,9 +153,18 @@ impl WriteGate {
             return Err(NotActive::Refused);
         }
         let deadline = self.inner.base + Duration::from_nanos(nanos);
-        match deadline.checked_duration_since(now) {
-            Some(left) if !left.is_zero() => Ok(left),
-            _ => Err(NotActive::Refused),
+        let left = match deadline.checked_duration_since(now) {
+            Some(left) if !left.is_zero() => left,
+            _ => return Err(NotActive::Refused),
+        };
+        let wall_left = i128::from(self.inner.wall_deadline.load(Ordering::SeqCst))
+            - self.inner.wall.now().as_nanosecond();
+        // The wall clock only closes the gate; the time left (which bounds a write in
+        // flight) is the monotonic clock's.
+        if wall_left > 0 {
+            Ok(left)
+        } else {
+            Err(NotActive::Refused)
         }
     }
 
@@ -317,6 +356,36 @@ mod tests {
         let now = Instant::now();
         gate.open_until(now);
         assert_eq!(gate.remaining_at(now), Err(NotActive::Refused));
+    }
+
+    #[test]
+    fn either_clock_past_the_deadline_closes_the_gate() {
+        let wall = Arc::new(std::sync::Mutex::new(jiff::Timestamp::UNIX_EPOCH));
+        let read = Arc::clone(&wall);
+        let gate = WriteGate::closed_with(WallClock::from_fn(move || {
+            *read
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        }));
+        let step = |by: i64| {
+            let mut now = wall.lock().unwrap();
+            *now = now
+                .checked_add(jiff::SignedDuration::from_secs(by))
+                .unwrap();
+        };
+        let now = Instant::now();
+        gate.open_until(now + Duration::from_secs(10));
+        assert!(gate.remaining_at(now).is_ok());
+        // A frozen VM whose monotonic clock stood still: its wall clock says 11 s passed.
+        step(11);
+        assert_eq!(gate.remaining_at(now), Err(NotActive::Refused));
+        // A wall clock stepped back moves no deadline: the monotonic one still counts.
+        step(-100);
+        assert!(gate.remaining_at(now).is_ok());
+        assert_eq!(
+            gate.remaining_at(now + Duration::from_secs(10)),
+            Err(NotActive::Refused)
+        );
     }
 
     #[tokio::test(start_paused = true)]

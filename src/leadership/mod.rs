@@ -79,7 +79,7 @@ impl WallClock {
         WallClock(Arc::new(now))
     }
 
-    fn now(&self) -> jiff::Timestamp {
+    pub(crate) fn now(&self) -> jiff::Timestamp {
         (self.0)()
     }
 }
