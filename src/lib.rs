@@ -21,6 +21,7 @@ pub mod operator;
 pub mod plugin;
 pub mod sessions;
 pub mod uninstall;
+pub mod wall_clock;
 pub mod write_gate;
 
 /// Installs rustls's ring provider as the process-wide default crypto provider.

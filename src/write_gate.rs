@@ -37,7 +37,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service};
 
-use crate::leadership::WallClock;
+use crate::wall_clock::WallClock;
 
 /// Stored deadline meaning "closed".
 const CLOSED: u64 = 0;

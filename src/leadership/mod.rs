@@ -24,7 +24,7 @@
 
 pub mod elector;
 
-use std::sync::Arc;
+pub use crate::wall_clock::WallClock;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -62,48 +62,6 @@ pub struct LeaseSettings {
     /// no decision reads them back).
     pub wall_clock: WallClock,
 }
-
-/// The wall clock the Lease's timestamps are written with: the system's, or one a test
-/// offsets to show that a clock step changes nothing.
-#[derive(Clone)]
-pub struct WallClock(Arc<dyn Fn() -> jiff::Timestamp + Send + Sync>);
-
-impl WallClock {
-    /// The system clock.
-    pub fn system() -> Self {
-        WallClock(Arc::new(jiff::Timestamp::now))
-    }
-
-    /// A clock that reads `now` (a test's stepped clock).
-    pub fn from_fn(now: impl Fn() -> jiff::Timestamp + Send + Sync + 'static) -> Self {
-        WallClock(Arc::new(now))
-    }
-
-    pub(crate) fn now(&self) -> jiff::Timestamp {
-        (self.0)()
-    }
-}
-
-impl Default for WallClock {
-    fn default() -> Self {
-        Self::system()
-    }
-}
-
-impl std::fmt::Debug for WallClock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WallClock")
-    }
-}
-
-/// Any two wall clocks compare equal: settings are compared for their timing.
-impl PartialEq for WallClock {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for WallClock {}
 
 impl LeaseSettings {
     /// Checks the timing: whole seconds (the Lease counts in seconds), at least two seconds of
