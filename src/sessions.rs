@@ -58,7 +58,10 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, sleep_until};
 
-use crate::consul::{ConsulClient, ConsulError, ErrorContext, SessionBehavior, SessionRequest};
+use crate::consul::{
+    ConsulClient, ConsulError, ErrorContext, SessionBehavior, SessionEntry, SessionRequest,
+};
+use crate::election::adoption::FoundSettings;
 use crate::election::config::{Behavior, ElectionKey, Owner, SessionConfig};
 use crate::election::observe::{SessionHealth, SessionView};
 
@@ -133,16 +136,39 @@ pub fn adoptable_pod<'n>(
     (!pod.is_empty() && !pod.contains('/')).then_some(pod)
 }
 
+/// A session an operator of this cluster named for a pod of an election.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adoptable {
+    /// The pod it was created for.
+    pub pod: String,
+    /// Its settings as Consul reports them (whether they are the election's is the caller's
+    /// question: [`crate::election::adoption::settings_match`]).
+    pub settings: FoundSettings,
+}
+
+/// The settings of `entry`.
+pub fn found_settings(entry: &SessionEntry) -> FoundSettings {
+    FoundSettings {
+        ttl: entry.ttl(),
+        lock_delay: entry.lock_delay,
+        behavior: match entry.behavior {
+            SessionBehavior::Release => Behavior::Release,
+            SessionBehavior::Delete => Behavior::Delete,
+        },
+    }
+}
+
 /// Reads session `id` (without renewing it: a renewal would keep another cluster's session
-/// alive) and returns the pod it was created for when [`adoptable_pod`] accepts its name;
-/// `Ok(None)` when Consul no longer has it or its name is not one this operator may take.
+/// alive) and returns the pod it was created for, with its settings, when [`adoptable_pod`]
+/// accepts its name; `Ok(None)` when Consul no longer has it or its name is not one this
+/// operator may take.
 pub async fn adoptable_session(
     client: &ConsulClient,
     id: &str,
     owner: &Owner,
     election: &ElectionKey,
     found: Found,
-) -> Result<Option<String>, ConsulError> {
+) -> Result<Option<Adoptable>, ConsulError> {
     let Some(info) = client
         .session_info(id, crate::consul::QueryOptions::default())
         .await?
@@ -159,7 +185,10 @@ pub async fn adoptable_session(
             "leaving alone a session that is not this cluster's for this election"
         );
     }
-    Ok(pod.map(str::to_owned))
+    Ok(pod.map(|pod| Adoptable {
+        pod: pod.to_owned(),
+        settings: found_settings(&info),
+    }))
 }
 
 /// Keeps the operator's sessions alive and reports their health changes. Cheap to clone;

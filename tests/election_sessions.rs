@@ -3,7 +3,7 @@
 
 mod harness;
 
-use harness::{Backend, ConsulUnderTest, Harness};
+use harness::{Backend, ConsulUnderTest, Harness, condition};
 use serde_json::json;
 use testkit::cluster::with_namespace;
 
@@ -86,6 +86,62 @@ async fn a_session_merely_named_like_the_operators_is_not_adopted() {
         assert_ne!(
             elected.session, impostor,
             "the operator adopted a session anybody could have named so"
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
+/// Rule 3's key witness is not enough by itself: an outsider with write access to the key can
+/// hold it with a session named like the operator's and a value naming this install and a
+/// pod. Such a session is adopted only when its settings are the ones the operator gives the
+/// election's sessions; one with a TTL of the outsider's choosing is left alone, and the
+/// status reports the key held elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_holder_with_settings_the_operator_never_gives_is_not_adopted() {
+    with_namespace("sess-settings", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        let mut pods: Vec<(String, String)> = h
+            .pods()
+            .list(&Default::default())
+            .await
+            .expect("list pods")
+            .items
+            .into_iter()
+            .filter_map(|p| Some((p.metadata.name?, p.metadata.uid?)))
+            .collect();
+        pods.sort();
+        let (pod, uid) = &pods[0];
+        let name = format!(
+            "consul-elector/{}/{}/{}/web/{pod}",
+            h.cluster_name(),
+            h.install(),
+            h.ns
+        );
+        let body = json!({"Name": name, "TTL": "3600s", "LockDelay": "0s"}).to_string();
+        let reply = h.consul("PUT", "/v1/session/create", &body).await;
+        assert_eq!(reply.status, 200, "session create: {}", reply.body);
+        let impostor = reply.json()["ID"].as_str().expect("session ID").to_owned();
+        let value =
+            json!({"pod": pod, "uid": uid, "cluster": h.cluster_name(), "install": h.install()});
+        let path = format!("/v1/kv/{}?acquire={impostor}", h.key("web"));
+        let reply = h.consul("PUT", &path, &value.to_string()).await;
+        assert_eq!(reply.body.trim(), "true", "acquire: {}", reply.body);
+
+        h.election("web", web()).await;
+        h.start_operator().await;
+        let le = h
+            .wait_status("web", |le| {
+                condition(le, "LeaderElected")
+                    .is_some_and(|c| c.status == "True" || c.reason == "LockHeldElsewhere")
+            })
+            .await;
+        let leader = le.status.as_ref().and_then(|s| s.leader.as_ref());
+        assert_eq!(
+            leader.and_then(|l| l.session_id.as_deref()),
+            None,
+            "the operator adopted a session with a TTL of 3600 s for an election whose TTL is 15 s"
         );
         h.finish().await;
     })

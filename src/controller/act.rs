@@ -13,13 +13,14 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
+use super::applied::recorded_session;
 use super::context::Context;
 use super::sharing::{self, Annotations};
 use crate::Error;
 use crate::cache::views as observe;
 use crate::consul::{ConsulClient, ConsulError};
 use crate::crd::LeaderElection;
-use crate::election::adoption::{vouched_by_key, vouched_by_status};
+use crate::election::adoption::{settings_match, vouched_by_key, vouched_by_status};
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
 use crate::election::observe::{LockView, PodView, Recorded};
 use crate::election::plan::{Action, ConditionState, ElectionEvent, EventReason, Plan};
@@ -723,16 +724,29 @@ impl<'a> Round<'a> {
     }
 
     /// The pod `session` was created for, if its name is one this operator may adopt when
-    /// found as `found` ([`adoptable_session`]). Reads the session without renewing it; `None`
-    /// when Consul does not have it or cannot be asked.
+    /// found as `found` ([`adoptable_session`]) and its settings are the election's
+    /// ([`settings_match`]). Reads the session without renewing it; `None` when Consul does not
+    /// have it or cannot be asked.
     async fn adoptable(&self, session: &str, found: Found) -> Option<String> {
         let owner = &self.ctx.settings.owner;
-        adoptable_session(self.consul, session, owner, self.key, found)
+        let adoptable = adoptable_session(self.consul, session, owner, self.key, found)
             .await
             .unwrap_or_else(|error| {
                 tracing::warn!(election = %self.key, session, %error, "reading a session to adopt failed");
                 None
-            })
+            })?;
+        let status = self.ctx.caches.current_status(self.le);
+        let recorded = recorded_session(status.applied.as_ref());
+        if !settings_match(&adoptable.settings, recorded.as_ref(), &self.config.session) {
+            tracing::info!(
+                election = %self.key,
+                session,
+                settings = ?adoptable.settings,
+                "leaving alone a session whose settings are not the ones the operator gives this election"
+            );
+            return None;
+        }
+        Some(adoptable.pod)
     }
 }
 

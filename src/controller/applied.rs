@@ -2,12 +2,12 @@
 //! settings its status records (`status.applied`, see [`super::migrate`]), made from a
 //! validated spec, and a spec made back from such a record.
 
-use crate::consul::format_go_duration;
+use crate::consul::{format_go_duration, parse_go_duration};
 use crate::crd::{
     AppliedSession, AppliedSpec, ConsulSpec, LabelsSpec, LeaderElection, LeaderElectionSpec,
     SecretKeyRef,
 };
-use crate::election::config::{Behavior, ElectionConfig, Mode};
+use crate::election::config::{Behavior, ElectionConfig, Mode, SessionConfig};
 
 /// What the spec of `le`, validated as `config`, makes the operator act with.
 pub fn applied_of(le: &LeaderElection, config: &ElectionConfig) -> AppliedSpec {
@@ -57,5 +57,56 @@ pub fn with_applied(spec: &LeaderElectionSpec, applied: &AppliedSpec) -> LeaderE
         key: Some(applied.key.clone()),
         consul: (consul != ConsulSpec::default()).then_some(consul),
         ..spec.clone()
+    }
+}
+
+/// The session settings `applied` records, when it records readable ones.
+pub fn recorded_session(applied: Option<&AppliedSpec>) -> Option<SessionConfig> {
+    let session = applied?.session.as_ref()?;
+    Some(SessionConfig {
+        ttl: parse_go_duration(&session.ttl).ok()?,
+        lock_delay: parse_go_duration(&session.lock_delay).ok()?,
+        behavior: match session.behavior.as_str() {
+            "release" => Behavior::Release,
+            "delete" => Behavior::Delete,
+            _ => return None,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::AppliedSession;
+    use std::time::Duration;
+
+    fn with_session(ttl: &str, behavior: &str) -> AppliedSpec {
+        AppliedSpec {
+            session: Some(AppliedSession {
+                ttl: ttl.into(),
+                lock_delay: "0s".into(),
+                behavior: behavior.into(),
+            }),
+            ..AppliedSpec::default()
+        }
+    }
+
+    #[test]
+    fn the_recorded_session_settings_are_read_back_or_not_at_all() {
+        assert_eq!(
+            recorded_session(Some(&with_session("1m30s", "delete"))),
+            Some(SessionConfig {
+                ttl: Duration::from_secs(90),
+                lock_delay: Duration::ZERO,
+                behavior: Behavior::Delete,
+            })
+        );
+        assert_eq!(
+            recorded_session(Some(&with_session("soon", "delete"))),
+            None
+        );
+        assert_eq!(recorded_session(Some(&with_session("10s", "keep"))), None);
+        assert_eq!(recorded_session(Some(&AppliedSpec::default())), None);
+        assert_eq!(recorded_session(None), None);
     }
 }

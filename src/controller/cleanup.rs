@@ -48,6 +48,7 @@ async fn recorded_session_if_ours(
     key: &ElectionKey,
     ctx: &Context,
 ) -> Result<Option<String>, Error> {
+    // The status vouches for it: whatever its settings, it is this install's to end.
     let ours = adoptable_session(consul, &id, &ctx.settings.owner, key, Found::InStatus).await?;
     Ok(ours.map(|_| id))
 }

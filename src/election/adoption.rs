@@ -6,8 +6,12 @@
 //! Two witnesses count: the election's status (only the operator writes it) recording the
 //! session for the pod, or the key held by the session with a value naming this cluster,
 //! install and pod (the operator's own acquisition). The pod's UID comes from the witness.
+//! Either way, the session's own settings must be the ones the operator gives the election's
+//! sessions ([`settings_match`]).
 
-use super::config::Owner;
+use std::time::Duration;
+
+use super::config::{Behavior, Owner, SessionConfig};
 use super::observe::LeaderRecord;
 use super::planner::holder_from_value;
 
@@ -34,6 +38,32 @@ pub fn vouched_by_key(value: Option<&[u8]>, owner: &Owner, pod: &str) -> Option<
     } else {
         None
     }
+}
+
+/// A found session's settings, as Consul reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FoundSettings {
+    /// Its TTL (`None`: it has none).
+    pub ttl: Option<Duration>,
+    /// Its lock-delay.
+    pub lock_delay: Duration,
+    /// What Consul does with its locks when it is invalidated.
+    pub behavior: Behavior,
+}
+
+/// Whether a found session has the settings this install created the election's sessions
+/// with: those its status records as applied (`recorded`), or, with no record, those the spec
+/// asks for. Anything else was chosen by somebody else, whatever vouches for its name and
+/// value, and its TTL would become the election's Fence clock.
+pub fn settings_match(
+    found: &FoundSettings,
+    recorded: Option<&SessionConfig>,
+    spec: &SessionConfig,
+) -> bool {
+    let expected = recorded.unwrap_or(spec);
+    found.ttl == Some(expected.ttl)
+        && found.lock_delay == expected.lock_delay
+        && found.behavior == expected.behavior
 }
 
 #[cfg(test)]
@@ -94,5 +124,49 @@ mod tests {
             vouched_by_key(Some(&ours), &renamed, "web-0"),
             Some("u-1".into())
         );
+    }
+
+    #[test]
+    fn only_the_settings_the_operator_gives_match() {
+        let secs = Duration::from_secs;
+        let spec = SessionConfig {
+            ttl: secs(15),
+            lock_delay: secs(15),
+            behavior: Behavior::Release,
+        };
+        let found = FoundSettings {
+            ttl: Some(secs(15)),
+            lock_delay: secs(15),
+            behavior: Behavior::Release,
+        };
+        assert!(settings_match(&found, None, &spec));
+        for other in [
+            FoundSettings {
+                ttl: Some(secs(3600)),
+                ..found
+            },
+            FoundSettings { ttl: None, ..found },
+            FoundSettings {
+                lock_delay: secs(0),
+                ..found
+            },
+            FoundSettings {
+                behavior: Behavior::Delete,
+                ..found
+            },
+        ] {
+            assert!(!settings_match(&other, None, &spec), "{other:?}");
+        }
+        // The record of what was applied wins over a spec edited since.
+        let recorded = SessionConfig {
+            ttl: secs(30),
+            ..spec
+        };
+        let applied = FoundSettings {
+            ttl: Some(secs(30)),
+            ..found
+        };
+        assert!(settings_match(&applied, Some(&recorded), &spec));
+        assert!(!settings_match(&found, Some(&recorded), &spec));
     }
 }

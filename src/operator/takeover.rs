@@ -31,11 +31,12 @@ use kube::runtime::reflector::ObjectRef;
 use crate::cache::keys::election_key;
 use crate::consul::{ConsulAddress, ConsulClient, QueryOptions, SessionEntry, TokenIdentity};
 use crate::controller::Context;
+use crate::controller::applied::recorded_session;
 use crate::controller::consul_access;
 use crate::crd::LeaderElection;
-use crate::election::adoption::vouched_by_status;
+use crate::election::adoption::{FoundSettings, settings_match, vouched_by_status};
 use crate::election::config::{ElectionKey, Mode, Owner};
-use crate::sessions::{Found, SESSION_NAME_PREFIX, adoptable_pod};
+use crate::sessions::{Found, SESSION_NAME_PREFIX, adoptable_pod, found_settings};
 
 /// Adoptions (each one renewal, plus a Secret read for elections with their own token) in
 /// flight at once.
@@ -46,6 +47,7 @@ struct Candidate {
     key: ElectionKey,
     session: String,
     pod: String,
+    settings: FoundSettings,
 }
 
 /// Logs a warning for every managed election whose session TTL is too short to outlive a
@@ -236,6 +238,7 @@ fn candidates(owner: &Owner, sessions: &[SessionEntry]) -> Vec<Candidate> {
                 session: session.id.clone(),
                 key,
                 pod,
+                settings: found_settings(session),
             })
         })
         .collect()
@@ -266,6 +269,7 @@ fn recorded_candidates(
                 key: key.clone(),
                 session: session.id.clone(),
                 pod: pod.to_owned(),
+                settings: found_settings(session),
             })
         })
         .collect()
@@ -273,7 +277,12 @@ fn recorded_candidates(
 
 /// Adopts one candidate if its election is managed, valid and still knows the pod.
 async fn adopt_one(ctx: &Context, candidate: Candidate) -> bool {
-    let Candidate { key, session, pod } = candidate;
+    let Candidate {
+        key,
+        session,
+        pod,
+        settings,
+    } = candidate;
     let reference = ObjectRef::<LeaderElection>::new(&key.name).within(&key.namespace);
     let Some(le) = ctx.caches.elections.get(&reference) else {
         return false;
@@ -286,10 +295,15 @@ async fn adopt_one(ctx: &Context, candidate: Candidate) -> bool {
     }
     // Only the status vouches for a session at a takeover: one it does not record is left
     // to the reconcile, which reads the key.
-    let recorded = crate::election::report::recorded(&ctx.caches.current_status(&le));
+    let status = ctx.caches.current_status(&le);
+    let recorded = crate::election::report::recorded(&status);
     let Some(uid) = vouched_by_status(recorded.leader.as_ref(), &session, &pod) else {
         return false;
     };
+    let applied = recorded_session(status.applied.as_ref());
+    if !settings_match(&settings, applied.as_ref(), &config.session) {
+        return false;
+    }
     let Ok(consul) = consul_access::client_for(&le, &config.key, ctx).await else {
         return false;
     };
