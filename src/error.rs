@@ -34,9 +34,9 @@ pub enum Error {
     /// fencing token moved since this process last read or wrote it (another writer, such as
     /// a replica that took over). Nothing was written; the next reconcile starts from the
     /// status as it is.
-    #[error("status changed elsewhere (expected fencing token {expected}): {source}")]
+    #[error("status changed elsewhere (expected {expected}): {source}")]
     StatusStale {
-        /// The fencing token the write expected, or `none`.
+        /// The revision and fencing token the write expected.
         expected: String,
         /// The API server's refusal.
         #[source]

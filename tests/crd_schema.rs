@@ -312,6 +312,7 @@ async fn the_status_the_operator_writes_is_accepted() {
             }),
             fencing_token: Some(u64::from(u32::MAX) + 7),
             transitions: 3,
+            revision: Some(u64::from(u32::MAX) + 9),
             served_by: Some("prod-east/consul-elector.consul-elector".into()),
             candidates: vec![
                 CandidateStatus {

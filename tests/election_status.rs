@@ -1,6 +1,7 @@
-//! The status is written one way (server-side apply by the operator's field manager) and
-//! keeps up with the election whatever happened before: candidates that come and go, an
-//! election with no candidates at all, and status writes failing during a failover.
+//! The status is written one way (a JSON patch of the status subresource by the operator's
+//! field manager, conditional on the status it was based on) and keeps up with the election
+//! whatever happened before: candidates that come and go, an election with no candidates at
+//! all, status writes failing during a failover, and a write based on an older status.
 
 mod harness;
 
@@ -10,13 +11,13 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use kube::runtime::watcher;
 
-use harness::{Harness, ROLE, SOON, phase};
+use harness::{Harness, HarnessOptions, ROLE, SOON, phase};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use testkit::cluster::with_namespace;
-use testkit::kube_faults::{FaultAction, KubeFault, Verb};
+use testkit::kube_faults::{FaultAction, KubeFault, Verb, WatchHold};
 
 /// The `Ready` condition's status and reason.
 fn ready(le: &consul_elector::crd::LeaderElection) -> Option<(String, String)> {
@@ -378,6 +379,99 @@ async fn a_new_election_writes_its_status_once_naming_its_leader() {
             )
             .map(|c| c.status),
             Some("True".to_owned())
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
+/// The operator's count of failed status writes.
+fn status_write_failures(h: &Harness) -> f64 {
+    h.operator()
+        .metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix("consul_elector_status_write_failures_total "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_default()
+}
+
+/// Rule 8: a status write is conditional on the status it was based on, not only on its
+/// fencing token. Another writer's status (the test's, standing in for a replica whose write
+/// the operator's stalled watch has not delivered) keeps the token and records a switchover
+/// the operator never saw; the operator's next write, based on the older status, is refused,
+/// and once its watch delivers again it writes on top of the newer one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_write_based_on_an_older_status_is_refused() {
+    with_namespace("st-stale", |admin, ns| async move {
+        let mut h = Harness::with_options(admin, ns, HarnessOptions::default()).await;
+        h.deployment("web", 3).await;
+        let stall = WatchHold::new();
+        h.kube_faults.add(
+            KubeFault::new(FaultAction::HoldWatch(stall.clone()))
+                .verb(Verb::Watch)
+                .resource("leaderelections"),
+        );
+        h.start_operator().await;
+        h.election("web", web()).await;
+        let first = h.wait_elected("web", None).await;
+        h.wait_reconciled().await;
+        stall.hold();
+
+        let elections: Api<consul_elector::crd::LeaderElection> =
+            Api::namespaced(h.admin.clone(), &h.ns);
+        let current = elections.get_status("web").await.expect("read status");
+        let mut status = serde_json::to_value(current.status).expect("status as JSON");
+        let record = json!({
+            "to": "*",
+            "requestedAt": "2026-01-01T00:00:00Z",
+            "completedAt": "2026-01-01T00:00:01Z",
+            "result": "Refused",
+            "message": "decided by another writer",
+        });
+        status["lastSwitchover"] = record.clone();
+        status["revision"] = json!(status["revision"].as_u64().unwrap_or(0) + 1);
+        elections
+            .patch_status(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+            .expect("the other writer's status");
+
+        // A follower goes: the operator writes the candidates, based on what it last saw.
+        let follower = live_pods(&h)
+            .await
+            .into_iter()
+            .find(|p| *p != first.pod)
+            .expect("a follower");
+        let pods: Api<Pod> = Api::namespaced(h.admin.clone(), &h.ns);
+        pods.delete(&follower, &DeleteParams::default())
+            .await
+            .expect("delete a follower");
+        let gone_from_status = |le: &consul_elector::crd::LeaderElection| {
+            le.status
+                .as_ref()
+                .is_some_and(|s| s.candidates.iter().all(|c| c.pod != follower))
+        };
+        let tried = h
+            .poll_until(SOON, || status_write_failures(&h) >= 1.0)
+            .await;
+        let after = elections.get_status("web").await.expect("read status");
+        assert!(
+            tried && !gone_from_status(&after),
+            "a write based on the older status replaced the newer one: {:?}",
+            after.status.map(|s| s.last_switchover)
+        );
+
+        stall.release();
+        let caught_up = h.wait_status("web", gone_from_status).await;
+        let kept = caught_up.status.and_then(|s| s.last_switchover);
+        assert_eq!(
+            serde_json::to_value(kept).expect("record as JSON"),
+            record,
+            "the other writer's record was lost"
         );
         h.finish().await;
     })

@@ -1,5 +1,6 @@
 //! Writing the election's status (a JSON patch of the status subresource that first tests the
-//! fencing token the write was based on, only when the status changed) and the Warning events
+//! revision and fencing token of the status the write was based on, only when the status
+//! changed) and the Warning events
 //! of elections that cannot act.
 
 use jiff::Timestamp;
@@ -229,18 +230,20 @@ async fn patch_if_changed(
     le: &LeaderElection,
     ctx: &Context,
     old: &LeaderElectionStatus,
-    new: LeaderElectionStatus,
+    mut new: LeaderElectionStatus,
     write: Write,
 ) -> Result<(), Error> {
+    new.revision = old.revision;
     if *old == new {
         return Ok(());
     }
+    new.revision = Some(old.revision.map_or(1, |r| r.saturating_add(1)));
     let api: Api<ReadElection> = Api::namespaced(
         ctx.client.clone(),
         &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
     );
     let status_exists = ctx.caches.status_exists(le);
-    let patch = conditional_status_patch(old.fencing_token, status_exists, &new)?;
+    let patch = conditional_status_patch(old, status_exists, &new)?;
     let written = api
         .patch_status(
             &le.name_any(),
@@ -255,10 +258,13 @@ async fn patch_if_changed(
             // The test operation failed: the status is not the one this write was based on.
             kube::Error::Api(status) if status.code == 422 || status.code == 409 => {
                 ctx.caches.written.remember_status(le, None);
+                let none = || "none".to_owned();
                 Error::StatusStale {
-                    expected: old
-                        .fencing_token
-                        .map_or_else(|| "none".to_owned(), |t| t.to_string()),
+                    expected: format!(
+                        "revision {}, fencing token {}",
+                        old.revision.map_or_else(none, |r| r.to_string()),
+                        old.fencing_token.map_or_else(none, |t| t.to_string())
+                    ),
                     source,
                 }
             }
@@ -289,25 +295,28 @@ async fn patch_if_changed(
     }
 }
 
-/// The status write: a JSON patch that replaces the whole status only if the fencing token is
-/// still `believed` (docs/design.md rule 6: a deposed replica's late write, based on an older
-/// token, is refused by the API server instead of moving the token backwards). Without a
-/// believed token the patch tests that the token is absent (or, when no status exists yet,
-/// that there is no status).
+/// The status write: a JSON patch that replaces the whole status only if its revision and
+/// fencing token are still those of `believed`, the status the write was based on
+/// (docs/design.md rules 6 and 8: a late write, based on an older status, is refused by the API
+/// server instead of replacing a newer leader, record or switchover outcome, or moving the
+/// token backwards). A field `believed` lacks is tested absent; without any status believed
+/// (none exists yet), the patch tests that there is none.
 fn conditional_status_patch(
-    believed: Option<u64>,
+    believed: &LeaderElectionStatus,
     status_exists: bool,
     new: &LeaderElectionStatus,
 ) -> Result<json_patch::Patch, Error> {
-    let test = match believed {
-        Some(token) => json!({"op": "test", "path": "/status/fencingToken", "value": token}),
-        None if status_exists => {
-            json!({"op": "test", "path": "/status/fencingToken", "value": null})
-        }
-        None => json!({"op": "test", "path": "/status", "value": null}),
+    let mut ops = if status_exists || *believed != LeaderElectionStatus::default() {
+        vec![
+            json!({"op": "test", "path": "/status/fencingToken", "value": believed.fencing_token}),
+            json!({"op": "test", "path": "/status/revision", "value": believed.revision}),
+        ]
+    } else {
+        vec![json!({"op": "test", "path": "/status", "value": null})]
     };
-    let patch = json!([test, {"op": "add", "path": "/status", "value": new}]);
-    serde_json::from_value(patch).map_err(|error| Error::InvalidStatus(error.to_string()))
+    ops.push(json!({"op": "add", "path": "/status", "value": new}));
+    serde_json::from_value(serde_json::Value::Array(ops))
+        .map_err(|error| Error::InvalidStatus(error.to_string()))
 }
 
 /// After this many status writes failed in a row, a Warning event says so (once per run of

@@ -60,6 +60,13 @@ pub struct LeaderElectionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<AppliedSpec>,
 
+    /// How many times the operator wrote this status. Every write raises it and is sent only
+    /// if the status still has the revision (and fencing token) the write was based on, so a
+    /// late write based on an older status is refused instead of replacing a newer one
+    /// (docs/design.md rule 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
+
     /// The install of the operator that serves this election (`<cluster>/<install>`): every
     /// other install stands back from it, writing nothing to it, its pods or its key, until
     /// that install's session no longer holds the key (docs/design.md rule 8).

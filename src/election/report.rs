@@ -67,6 +67,8 @@ pub fn decided(plan: &Plan, r: Rendering<'_>) -> LeaderElectionStatus {
         last_switchover: state.last_switchover.as_ref().map(switchover_status),
         observed_generation: r.generation,
         applied: Some(r.applied),
+        // The write raises it from the status it was based on.
+        revision: r.old.revision,
         served_by: state.served_by.clone(),
         conditions: Vec::new(),
     };
