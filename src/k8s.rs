@@ -91,6 +91,20 @@ pub async fn set_handover(
     Ok(pod)
 }
 
+/// When the pod's Ready condition last changed (its `lastTransitionTime`, on the kubelet's
+/// wall clock), if it says.
+pub fn ready_changed_at(pod: &Pod) -> Option<Timestamp> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0)
+}
+
 /// Whether the pod's labels match the election's selector is decided by the caller; this
 /// reads everything else the planner needs from the pod.
 pub fn pod_view(pod: &Pod, selected: bool, label_key: &str) -> Option<PodView> {
@@ -109,8 +123,8 @@ pub fn pod_view(pod: &Pod, selected: bool, label_key: &str) -> Option<PodView> {
         uid,
         selected,
         ready: ready_condition.is_some_and(|c| c.status == "True"),
-        ready_changed_at: ready_condition
-            .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0)),
+        // Known only once the caller has seen the change ([`ready_changed_at`]).
+        not_ready_since: None,
         deleting: meta.deletion_timestamp.is_some(),
         finished: status
             .and_then(|s| s.phase.as_deref())
@@ -219,7 +233,7 @@ mod tests {
         assert_eq!(v.pod_ip.as_deref(), Some("10.0.0.1"));
         assert_eq!(v.node.as_deref(), Some("n1"));
         assert_eq!(
-            v.ready_changed_at,
+            ready_changed_at(&pod),
             Some("2026-11-21T09:30:00Z".parse().expect("ts"))
         );
     }

@@ -92,7 +92,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use jiff::Timestamp;
 use tokio::sync::{mpsc::UnboundedSender, watch};
 use tokio::task::AbortHandle;
 
@@ -391,7 +390,7 @@ struct Group {
     early: HashMap<String, Slot>,
     /// When the cache was last known true: the last answer's arrival, or for an inherited
     /// cache the oldest of its predecessors'.
-    read_at: Option<Timestamp>,
+    read_at: Option<tokio::time::Instant>,
     /// The last read failed (reset by an answer).
     failing: bool,
     /// Counts the reads that ended, answered or failed: lets a new election wait for the
@@ -541,7 +540,7 @@ struct State {
     /// The prefix scopes of each access's groups: prefix-free, so a key has at most one.
     prefixes: HashMap<Access, BTreeSet<String>>,
     /// When each election's key was last read directly ([`LockWatcher::refresh`]).
-    direct_reads: HashMap<ElectionKey, Timestamp>,
+    direct_reads: HashMap<ElectionKey, tokio::time::Instant>,
 }
 
 impl State {
@@ -792,8 +791,9 @@ impl LockWatcher {
     }
 
     /// When the election's key was last read successfully, by its group's query or
-    /// directly: the moment the cached view was last known true. `None` when never.
-    pub fn read_at(&self, election: &ElectionKey) -> Option<Timestamp> {
+    /// directly: the moment (monotonic clock) the cached view was last known true. `None`
+    /// when never.
+    pub fn read_at(&self, election: &ElectionKey) -> Option<tokio::time::Instant> {
         let mut state = self.inner.state();
         let direct = state.direct_reads.get(election).copied();
         let group = state
@@ -849,7 +849,7 @@ impl LockWatcher {
         client: &ConsulClient,
         key: &str,
     ) -> Result<LockView, ConsulError> {
-        let started = Timestamp::now();
+        let started = tokio::time::Instant::now();
         let answer = client.kv_get(key, QueryOptions::default()).await?;
         let view = view_of(answer.value.as_ref());
         let slot = match answer.value {
@@ -921,7 +921,7 @@ impl GroupLink {
         answer: QueryResult<KvList>,
         change: IndexChange,
     ) -> Result<Option<usize>, ConsulError> {
-        let arrived = Timestamp::now();
+        let arrived = tokio::time::Instant::now();
         // Parsed before the lock is taken; an answer that does not parse changes nothing.
         let entries = answer.value.entries()?;
         let mut failure = None;
@@ -1192,6 +1192,12 @@ mod tests {
         }
     }
 
+    /// The moment every test group was last read.
+    fn read_time() -> tokio::time::Instant {
+        static AT: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        tokio::time::Instant::from_std(*AT.get_or_init(std::time::Instant::now))
+    }
+
     /// A group without a query task of its own (a finished dummy stands in).
     fn group(cache: Option<HashMap<String, Slot>>, early: HashMap<String, Slot>) -> Group {
         Group {
@@ -1208,7 +1214,7 @@ mod tests {
             cache,
             inherited: Vec::new(),
             early,
-            read_at: Some(Timestamp::UNIX_EPOCH),
+            read_at: Some(read_time()),
             failing: false,
             reads: watch::Sender::new(0),
             due: tokio::time::Instant::now(),
@@ -1232,7 +1238,7 @@ mod tests {
         merged.inherit(unanswered, "e/a/".to_owned());
         merged.inherit(answered, "e/b/".to_owned());
         assert_eq!(merged.inherited, vec!["e/b/".to_owned()]);
-        assert_eq!(merged.read_at, Some(Timestamp::UNIX_EPOCH));
+        assert_eq!(merged.read_at, Some(read_time()));
         assert!(merged.first_answer_pending());
         assert_eq!(merged.view("e/b/y"), LockView::Free { lock_index: 1 });
         assert_eq!(merged.view("e/b/gone"), LockView::Absent);

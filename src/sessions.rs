@@ -42,8 +42,9 @@
 //! behind long polls. The tasks run on the client's session runtime when it has one
 //! ([`ConsulClient::with_session_runtime`]), so CPU-bound work elsewhere cannot delay them.
 //!
-//! The `renewed_at` timestamps come from an injectable wall clock
-//! ([`SessionManager::with_clock`]); scheduling uses tokio time, so tests can pause it.
+//! Every time it keeps (when a confirmed request was sent) and all scheduling is on tokio's
+//! monotonic clock, so tests can pause it and a wall clock stepped either way changes
+//! nothing (docs/design.md rule 8).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -53,7 +54,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use jiff::Timestamp;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, sleep_until};
@@ -73,9 +73,6 @@ const RENEWAL_TICK: Duration = Duration::from_millis(250);
 /// How long one renewal (with the client's timeouts and retries) may take before its task
 /// counts as stuck.
 const REQUEST_BUDGET: Duration = Duration::from_secs(60);
-
-/// The wall clock that stamps `renewed_at` (for example `jiff::Timestamp::now`).
-pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
 /// First segment of every session name the operator writes.
 pub const SESSION_NAME_PREFIX: &str = "consul-elector";
@@ -209,7 +206,6 @@ impl std::fmt::Debug for SessionManager {
 
 struct Inner {
     changes: UnboundedSender<ElectionKey>,
-    clock: Clock,
     sessions: Mutex<HashMap<ElectionKey, Entry>>,
     /// Tells a registration apart from a later one of the same election.
     next_generation: AtomicU64,
@@ -253,8 +249,6 @@ struct Confirmed {
     ttl: Duration,
     /// When the confirming request was started.
     started: Instant,
-    /// The same instant on the wall clock.
-    stamp: Timestamp,
     /// How long after `started` the first renewal is sent (at most TTL/2).
     first_renewal: Duration,
 }
@@ -274,18 +268,11 @@ fn adopted_first_renewal(ttl: Duration, rng: &mut impl rand::Rng) -> Duration {
 }
 
 impl SessionManager {
-    /// A manager that reports health changes on `changes` and stamps renewals with the
-    /// system clock.
+    /// A manager that reports health changes on `changes`.
     pub fn new(changes: UnboundedSender<ElectionKey>) -> SessionManager {
-        Self::with_clock(changes, Arc::new(Timestamp::now))
-    }
-
-    /// A manager whose `renewed_at` timestamps come from `clock`.
-    pub fn with_clock(changes: UnboundedSender<ElectionKey>, clock: Clock) -> SessionManager {
         SessionManager {
             inner: Arc::new(Inner {
                 changes,
-                clock,
                 sessions: Mutex::new(HashMap::new()),
                 next_generation: AtomicU64::new(0),
                 origin: Instant::now(),
@@ -315,7 +302,7 @@ impl SessionManager {
                 Behavior::Release => SessionBehavior::Release,
                 Behavior::Delete => SessionBehavior::Delete,
             });
-        let (started, stamp) = self.now();
+        let started = Instant::now();
         let id = client.create_session(&request).await?;
         self.register(
             election,
@@ -326,7 +313,6 @@ impl SessionManager {
                 pod_uid: pod_uid.to_owned(),
                 ttl: config.ttl,
                 started,
-                stamp,
                 first_renewal: config.ttl / 2,
             },
         );
@@ -350,7 +336,7 @@ impl SessionManager {
         pod: &str,
         pod_uid: &str,
     ) -> Result<bool, ConsulError> {
-        let (started, stamp) = self.now();
+        let started = Instant::now();
         let entry = match client.renew_session(session_id).await {
             Ok(entry) => entry,
             Err(ConsulError::SessionNotFound { .. }) => return Ok(false),
@@ -369,7 +355,6 @@ impl SessionManager {
                 pod_uid: pod_uid.to_owned(),
                 ttl,
                 started,
-                stamp,
                 first_renewal: adopted_first_renewal(ttl, &mut rand::rng()),
             },
         );
@@ -465,11 +450,6 @@ impl SessionManager {
         self.inner.sessions().is_empty()
     }
 
-    /// The current instant, on the tokio clock and on the wall clock.
-    fn now(&self) -> (Instant, Timestamp) {
-        (Instant::now(), (self.inner.clock)())
-    }
-
     /// Registers a confirmed session as Alive and starts its renewal task, replacing (and
     /// stopping) any earlier registration of `election`.
     fn register(&self, election: &ElectionKey, client: &ConsulClient, session: Confirmed) {
@@ -479,7 +459,7 @@ impl SessionManager {
             pod: session.pod,
             pod_uid: session.pod_uid,
             health: SessionHealth::Alive {
-                renewed_at: session.stamp,
+                renewed_at: session.started,
             },
             ttl: session.ttl,
         };
@@ -491,7 +471,6 @@ impl SessionManager {
         let renewal = Renewal {
             ttl: session.ttl,
             last_success: session.started,
-            renewed_at: session.stamp,
             confirmed: true,
             origin: self.inner.origin,
         };
@@ -535,9 +514,9 @@ impl Link {
         }
     }
 
-    /// The wall clock, or `None` when the manager is gone.
-    fn stamp(&self) -> Option<Timestamp> {
-        self.manager.upgrade().map(|inner| (inner.clock)())
+    /// Whether the manager still exists.
+    fn manager_alive(&self) -> bool {
+        self.manager.strong_count() > 0
     }
 
     /// Stores the session's health and TTL, reporting the election when the health kind
@@ -573,8 +552,6 @@ struct Renewal {
     ttl: Duration,
     /// Start of the last successful request.
     last_success: Instant,
-    /// The same instant on the wall clock.
-    renewed_at: Timestamp,
     /// Still Alive (not yet a whole TTL without success).
     confirmed: bool,
     /// Where the renewal grid starts.
@@ -611,7 +588,9 @@ impl Renewal {
                 output = work.as_mut() => return Some(output),
                 () = sleep_until(self.unconfirmed_at()) => {
                     self.confirmed = false;
-                    let health = SessionHealth::Unconfirmed { renewed_at: self.renewed_at };
+                    let health = SessionHealth::Unconfirmed {
+                        renewed_at: self.last_success,
+                    };
                     if !link.update(health, self.ttl) {
                         return None;
                     }
@@ -638,9 +617,9 @@ async fn renew_loop(
             return;
         }
         let started = Instant::now();
-        let Some(stamp) = link.stamp() else {
+        if !link.manager_alive() {
             return;
-        };
+        }
         // Boxed: the request future is large and only needed while it runs.
         let request = Box::pin(client.renew_session(&id));
         let Some(result) = renewal.confirming(&link, request).await else {
@@ -651,10 +630,11 @@ async fn renew_loop(
                 // Consul may answer with another TTL (reference §2.2, D4); follow it.
                 renewal.ttl = entry.ttl().unwrap_or(renewal.ttl);
                 renewal.last_success = started;
-                renewal.renewed_at = stamp;
                 renewal.confirmed = true;
                 next = on_tick(renewal.origin, started + renewal.ttl / 2);
-                SessionHealth::Alive { renewed_at: stamp }
+                SessionHealth::Alive {
+                    renewed_at: started,
+                }
             }
             Err(ConsulError::SessionNotFound { .. }) => {
                 link.update(SessionHealth::Lost, renewal.ttl);

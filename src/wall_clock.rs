@@ -1,11 +1,12 @@
-//! The wall clock, injectable: no decision reads it but the write gate's second opinion, and
-//! tests step it.
+//! The wall clock, injectable: it renders and persists times and is compared with times
+//! other processes wrote, and is the write gate's second opinion; no duration a process
+//! measures itself reads it. Tests step it.
 
 use std::sync::Arc;
 
 /// A wall clock: the system's, or one a test offsets or steps to show what a clock step
-/// changes. The Lease's timestamps are written with it, and the write gate reads it as a
-/// second opinion on its deadline.
+/// changes. The Lease's timestamps and the controller's renderings are written with it, and
+/// the write gate reads it as a second opinion on its deadline.
 #[derive(Clone)]
 pub struct WallClock(Arc<dyn Fn() -> jiff::Timestamp + Send + Sync>);
 

@@ -5,9 +5,12 @@
 
 mod harness;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use consul_elector::crd::{FENCING_TOKEN_ANNOTATION, LEADER_SINCE_ANNOTATION};
+use consul_elector::leadership::WallClock;
 use harness::{
     Backend, ConsulUnderTest, Harness, HarnessOptions, ROLE, SOON, role_in, status_leader,
     with_role,
@@ -354,6 +357,62 @@ async fn a_paused_election_keeps_its_leader_and_elects_nobody_until_resumed() {
         h.patch_spec("web", json!({"paused": false})).await;
         let second = h.wait_elected("web", Some(&first.pod)).await;
         assert!(second.token > first.token, "{second:?} after {first:?}");
+        h.finish().await;
+    })
+    .await;
+}
+
+/// Rule 8: no decision reads a wall clock. The operator saw its leader go NotReady; then its
+/// wall clock was stepped an hour forward, and a follower changed (so the election is
+/// reconciled at once). The leader is still replaced only once it has been NotReady for
+/// `failover.delay` on the monotonic clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_clock_stepped_forward_does_not_shorten_the_failover_delay() {
+    with_namespace("fo-step", |admin, ns| async move {
+        let step = Arc::new(AtomicI64::new(0));
+        let clock = {
+            let step = step.clone();
+            WallClock::from_fn(move || {
+                jiff::Timestamp::now()
+                    + jiff::SignedDuration::from_secs(step.load(Ordering::SeqCst))
+            })
+        };
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator_with_clock(clock).await;
+        h.election("web", spec("5s")).await;
+        let first = h.wait_elected("web", None).await;
+
+        let started = Instant::now();
+        h.sim.set_ready(&first.pod, false).await;
+        let leader = first.pod.clone();
+        h.wait_status("web", |le| {
+            le.status.as_ref().is_some_and(|s| {
+                s.candidates
+                    .iter()
+                    .any(|c| c.pod == leader && c.reason.as_deref() == Some("NotReady"))
+            })
+        })
+        .await;
+        step.store(3600, Ordering::SeqCst);
+        let follower = h
+            .current()
+            .into_keys()
+            .find(|p| *p != first.pod)
+            .expect("a follower");
+        h.set_pod_label(&follower, "touched", Some("1")).await;
+
+        let second = h.wait_elected("web", Some(&first.pod)).await;
+        assert_ne!(second.pod, first.pod);
+        let demoted = h
+            .leader_label_gone_at(&first.pod, started)
+            .expect("old leader demoted");
+        assert!(
+            demoted - started >= Duration::from_secs(5),
+            "the leader was replaced {:?} after going NotReady, before failover.delay 5s, \
+             once the wall clock was stepped an hour forward",
+            demoted - started
+        );
         h.finish().await;
     })
     .await;

@@ -5,7 +5,6 @@
 mod common;
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use consul_elector::consul::{ConsulClient, ConsulSettings, RetryPolicy, SessionRequest};
@@ -13,9 +12,9 @@ use consul_elector::election::config::{Behavior, ElectionKey, Owner, SessionConf
 use consul_elector::election::observe::{SessionHealth, SessionView};
 use consul_elector::sessions::{SessionManager, session_name};
 use consul_elector::write_gate::WriteGate;
-use jiff::Timestamp;
 use testkit::consul::{Emulator, Endpoint, Fault, FaultAction, SessionBehavior};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
+use tokio::time::Instant;
 
 use support::{election, next_report, pending_reports, tokio_clock_emulator};
 
@@ -34,20 +33,10 @@ fn config() -> SessionConfig {
     }
 }
 
-/// The wall-clock time the manager stamps at emulator time `at`.
-fn stamp(at: Duration) -> Timestamp {
-    Timestamp::from_second(1_700_000_000).expect("valid timestamp") + at
-}
-
-/// The health of a session last renewed at emulator time `at`.
-fn alive(at: Duration) -> SessionHealth {
-    SessionHealth::Alive {
-        renewed_at: stamp(at),
-    }
-}
-
 struct Fixture {
     emu: Emulator,
+    /// The tokio instant of the emulator's time zero.
+    origin: Instant,
     consul: ConsulClient,
     manager: SessionManager,
     reports: UnboundedReceiver<ElectionKey>,
@@ -55,8 +44,7 @@ struct Fixture {
 
 impl Fixture {
     /// An emulator on tokio's clock, a client that does not retry on its own (so every
-    /// renewal attempt is exactly one request) and a manager whose wall clock follows the
-    /// emulator's.
+    /// renewal attempt is exactly one request) and a manager, all on the same paused clock.
     async fn new() -> Fixture {
         let emu = tokio_clock_emulator().await;
         let consul = ConsulClient::new(&ConsulSettings {
@@ -64,8 +52,9 @@ impl Fixture {
             ..common::settings(&emu)
         })
         .unwrap();
-        let (manager, reports) = Self::manager(&emu);
+        let (manager, reports) = Self::manager();
         Fixture {
+            origin: Instant::now() - emu.now(),
             emu,
             consul,
             manager,
@@ -74,11 +63,9 @@ impl Fixture {
     }
 
     /// Another manager (as in another operator process) with its own report channel.
-    fn manager(emu: &Emulator) -> (SessionManager, UnboundedReceiver<ElectionKey>) {
+    fn manager() -> (SessionManager, UnboundedReceiver<ElectionKey>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let clock_emu = emu.clone();
-        let manager = SessionManager::with_clock(tx, Arc::new(move || stamp(clock_emu.now())));
-        (manager, rx)
+        (SessionManager::new(tx), rx)
     }
 
     async fn create(&self, election: &ElectionKey, pod: &str) -> String {
@@ -112,6 +99,18 @@ impl Fixture {
         self.emu.stats().requests_to("session.renew")
     }
 
+    /// The tokio instant of emulator time `at`.
+    fn at(&self, at: Duration) -> Instant {
+        self.origin + at
+    }
+
+    /// The health of a session last renewed at emulator time `at`.
+    fn alive(&self, at: Duration) -> SessionHealth {
+        SessionHealth::Alive {
+            renewed_at: self.at(at),
+        }
+    }
+
     fn health(&self, election: &ElectionKey) -> SessionHealth {
         self.manager.view(election).unwrap().health
     }
@@ -142,7 +141,7 @@ async fn renewals_of_sessions_created_apart_go_out_together_on_a_grid() {
     for (election, at) in &created {
         let renewed = on_grid(*at + TTL / 2);
         assert!(renewed >= *at + TTL / 2 && renewed < *at + TTL / 2 + TICK);
-        assert_eq!(f.health(election), alive(renewed), "{election}");
+        assert_eq!(f.health(election), f.alive(renewed), "{election}");
         ticks.insert(renewed);
     }
     assert_eq!(f.renewals(), 12);
@@ -155,7 +154,7 @@ async fn renewals_of_sessions_created_apart_go_out_together_on_a_grid() {
     f.sleep_until(first + TTL + TTL / 4).await;
     for (election, at) in &created {
         let renewed = on_grid(on_grid(*at + TTL / 2) + TTL / 2);
-        assert_eq!(f.health(election), alive(renewed), "{election}");
+        assert_eq!(f.health(election), f.alive(renewed), "{election}");
     }
     assert_eq!(f.renewals(), 24);
 }
@@ -181,7 +180,7 @@ async fn create_registers_a_ttl_session_and_renews_it_every_half_ttl() {
             id: id.clone(),
             pod: "web-0".to_owned(),
             pod_uid: "uid-web-0".to_owned(),
-            health: alive(created),
+            health: f.alive(created),
             ttl: TTL,
         })
     );
@@ -193,7 +192,7 @@ async fn create_registers_a_ttl_session_and_renews_it_every_half_ttl() {
     for period in 1..=12u32 {
         f.sleep_until(created + TTL / 2 * period + TTL / 4).await;
         assert_eq!(f.renewals(), u64::from(period), "period {period}");
-        assert_eq!(f.health(&web), alive(created + TTL / 2 * period));
+        assert_eq!(f.health(&web), f.alive(created + TTL / 2 * period));
     }
     assert_eq!(f.emu.stats().total_requests(), 12, "nothing but renewals");
     assert!(f.emu.session(&id).is_some(), "alive after six TTLs");
@@ -215,10 +214,10 @@ async fn failures_shorter_than_a_ttl_keep_the_session_alive() {
     // Renewals fail at 5, 6, 7 and 8 s (one retry per second); the one at 9 s succeeds.
     f.sleep_until(created + Duration::from_millis(8500)).await;
     assert_eq!(f.renewals(), 4);
-    assert_eq!(f.health(&web), alive(created));
+    assert_eq!(f.health(&web), f.alive(created));
     f.emu.remove_fault(fault);
     f.sleep_until(created + Duration::from_millis(9500)).await;
-    assert_eq!(f.health(&web), alive(created + Duration::from_secs(9)));
+    assert_eq!(f.health(&web), f.alive(created + Duration::from_secs(9)));
     // Back to the TTL/2 cadence.
     f.sleep_until(created + Duration::from_millis(14500)).await;
     assert_eq!(f.renewals(), 6);
@@ -240,7 +239,7 @@ async fn failures_for_a_whole_ttl_make_the_session_unconfirmed_until_a_renewal_s
     assert_eq!(
         f.health(&web),
         SessionHealth::Unconfirmed {
-            renewed_at: stamp(created)
+            renewed_at: f.at(created)
         }
     );
     // Retries continue once per second: at 5..=10 s so far.
@@ -253,7 +252,7 @@ async fn failures_for_a_whole_ttl_make_the_session_unconfirmed_until_a_renewal_s
     f.emu.remove_fault(fault);
     assert_eq!(next_report(&mut f.reports).await, web);
     assert_eq!(f.emu.now(), created + Duration::from_secs(15));
-    assert_eq!(f.health(&web), alive(created + Duration::from_secs(15)));
+    assert_eq!(f.health(&web), f.alive(created + Duration::from_secs(15)));
     assert!(f.emu.session(&id).is_some());
 }
 
@@ -297,7 +296,7 @@ async fn a_new_operator_process_adopts_the_sessions_of_the_previous_one() {
     let mut f = Fixture::new().await;
     let (web, id, _) = f.create_web().await;
     // The operator dies: its renewals stop with it. Its successor starts empty.
-    let (successor, mut reports) = Fixture::manager(&f.emu);
+    let (successor, mut reports) = Fixture::manager();
     drop(std::mem::replace(&mut f.manager, successor.clone()));
     f.emu.reset_stats();
     tokio::time::sleep(TTL * 3 / 2).await;
@@ -316,7 +315,7 @@ async fn a_new_operator_process_adopts_the_sessions_of_the_previous_one() {
             id: id.clone(),
             pod: "web-0".to_owned(),
             pod_uid: "uid-web-0".to_owned(),
-            health: alive(adopted_at),
+            health: f.alive(adopted_at),
             ttl: TTL,
         })
     );
@@ -339,7 +338,7 @@ async fn sessions_adopted_together_spread_their_renewals() {
     for election in &elections {
         ids.push(f.create(election, "pod-0").await);
     }
-    let (successor, _reports) = Fixture::manager(&f.emu);
+    let (successor, _reports) = Fixture::manager();
     let start = f.emu.now();
     for (election, id) in elections.iter().zip(&ids) {
         f.manager.forget(election);

@@ -7,8 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::k8s::Pod;
+use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::time::Instant;
 
 use super::caches::Caches;
 use super::index::{Indexes, Term};
@@ -104,21 +106,42 @@ pub fn pods_of(caches: &Caches, le: &LeaderElection) -> BTreeMap<String, (Arc<Po
         .collect()
 }
 
-/// The planner's view of those pods.
-pub fn views(pods: &BTreeMap<String, (Arc<Pod>, bool)>, config: &ElectionConfig) -> Vec<PodView> {
-    pods.values()
+/// The planner's view of those pods, pods of the election `key`, at `now` (monotonic) when
+/// the wall clock reads `wall`. Since when a NotReady pod is NotReady is kept in this
+/// process' memory from the moment it first saw the change
+/// ([`super::written::Memory::not_ready_since`]).
+pub fn views(
+    caches: &Caches,
+    key: &ElectionKey,
+    pods: &BTreeMap<String, (Arc<Pod>, bool)>,
+    config: &ElectionConfig,
+    now: Instant,
+    wall: Timestamp,
+) -> Vec<PodView> {
+    let mut views: Vec<PodView> = pods
+        .values()
         .filter_map(|(pod, selected)| k8s::pod_view(pod, *selected, &config.labels.key))
-        .map(|mut view| {
+        .collect();
+    let not_ready = views
+        .iter()
+        .filter(|view| !view.ready)
+        .filter_map(|view| {
+            let pod = &pods.get(&view.name)?.0;
             // A condition's lastTransitionTime has one-second resolution (metav1.Time drops
             // the fraction), so the change happened somewhere in the second after it. Count
             // from the end of that second: a leader is then never replaced before it has
             // certainly been NotReady for `failover.delay` (at worst a second later).
-            view.ready_changed_at = view
-                .ready_changed_at
-                .and_then(|t| t.checked_add(jiff::SignedDuration::from_secs(1)).ok());
-            view
+            let changed_at = k8s::ready_changed_at(pod)?
+                .checked_add(jiff::SignedDuration::from_secs(1))
+                .ok()?;
+            Some((view.uid.clone(), changed_at))
         })
-        .collect()
+        .collect();
+    let since = caches.written.not_ready_since(key, not_ready, now, wall);
+    for view in &mut views {
+        view.not_ready_since = since.get(&view.uid).copied();
+    }
+    views
 }
 
 /// The cached pods of `namespace` that `le`'s selector matches.

@@ -18,10 +18,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::time::Instant;
 
 use crate::cache::keys::election_key;
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::ElectionKey;
+use crate::election::observe::NotReadySince;
 use crate::election::plan::StoodBack;
 use crate::election::refusal::ConsulRefusal;
 use crate::election::switchover_request::RequestSeen;
@@ -71,12 +73,15 @@ struct Memo {
     /// of the election succeeds.
     refusal: Option<ConsulRefusal>,
     /// Until when an acquisition of the election's key is probably refused by a lock-delay.
-    lock_delay_until: Option<Timestamp>,
+    lock_delay_until: Option<Instant>,
     /// This process wrote the election's Consul key, or tried to (an acquire, a release, the
     /// destruction of its session), and has not read the key back since.
     key_unread: bool,
     /// The switchover request this process last decided, until the cache shows it removed.
     decided_request: Option<DecidedRequest>,
+    /// The election's NotReady pods as first seen: UID, the Ready change's wall-clock time,
+    /// and since when (monotonic) the pod is NotReady.
+    not_ready: Vec<(String, Timestamp, NotReadySince)>,
 }
 
 impl Memo {
@@ -88,6 +93,7 @@ impl Memo {
             && self.lock_delay_until.is_none()
             && !self.key_unread
             && self.decided_request.is_none()
+            && self.not_ready.is_empty()
     }
 }
 
@@ -107,12 +113,12 @@ pub struct Memory {
     pods_written: Mutex<HashMap<String, WrittenPod>>,
     /// When this replica started deciding (became active): the Fence clock of a key it has
     /// never read runs from here (it cannot know a later confirmation).
-    started_at: Mutex<Timestamp>,
+    started_at: Mutex<Instant>,
 }
 
 impl Memory {
     /// An empty memory of a process that starts deciding `now` (until [`Self::start`]).
-    pub fn new(now: Timestamp) -> Self {
+    pub fn new(now: Instant) -> Self {
         Memory {
             elections: Mutex::default(),
             pods_written: Mutex::default(),
@@ -152,12 +158,12 @@ impl Memory {
     }
 
     /// This replica starts deciding now.
-    pub fn start(&self, now: Timestamp) {
+    pub fn start(&self, now: Instant) {
         *enter(&self.started_at) = now;
     }
 
     /// When this replica started deciding (became active).
-    pub fn started_at(&self) -> Timestamp {
+    pub fn started_at(&self) -> Instant {
         *enter(&self.started_at)
     }
 
@@ -181,13 +187,47 @@ impl Memory {
         })
     }
 
+    /// Since when each of `not_ready` (a NotReady pod's UID and its Ready condition's last
+    /// change, on the kubelet's wall clock) has been NotReady, on the monotonic clock: the
+    /// change is converted once, when first seen at `now` with the wall clock at `wall`, and
+    /// kept while it stays the same, so a wall clock stepped later moves nothing. Pods of `key`
+    /// not in `not_ready` are forgotten.
+    pub fn not_ready_since(
+        &self,
+        key: &ElectionKey,
+        not_ready: Vec<(String, Timestamp)>,
+        now: Instant,
+        wall: Timestamp,
+    ) -> HashMap<String, NotReadySince> {
+        self.memo(key, |memo| {
+            let seen = std::mem::take(&mut memo.not_ready);
+            memo.not_ready = not_ready
+                .into_iter()
+                .map(|(uid, changed_at)| {
+                    let since = seen
+                        .iter()
+                        .find(|(u, c, _)| *u == uid && *c == changed_at)
+                        .map_or_else(
+                            || NotReadySince::first_seen(changed_at, now, wall),
+                            |(_, _, since)| *since,
+                        );
+                    (uid, changed_at, since)
+                })
+                .collect();
+            memo.not_ready
+                .iter()
+                .map(|(uid, _, since)| (uid.clone(), *since))
+                .collect()
+        })
+    }
+
     /// Until when an acquisition of `key` is probably refused by a lock-delay.
-    pub fn lock_delay_until(&self, key: &ElectionKey) -> Option<Timestamp> {
+    pub fn lock_delay_until(&self, key: &ElectionKey) -> Option<Instant> {
         self.read(key, |memo| memo.lock_delay_until)
     }
 
     /// Records (`Some`) or forgets the end of a lock-delay of `key`.
-    pub fn set_lock_delay(&self, key: &ElectionKey, until: Option<Timestamp>) {
+    pub fn set_lock_delay(&self, key: &ElectionKey, until: Option<Instant>) {
         self.memo(key, |memo| memo.lock_delay_until = until);
     }
 
@@ -472,6 +512,7 @@ fn version(pod: &Pod) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn key(name: &str) -> ElectionKey {
         ElectionKey {
@@ -498,7 +539,7 @@ mod tests {
 
     #[test]
     fn a_reconcile_holding_an_older_copy_sees_its_write_after_the_cache_caught_up() {
-        let memory = Memory::new(Timestamp::UNIX_EPOCH);
+        let memory = Memory::new(Instant::now());
         let (elections, mut writer) = kube::runtime::reflector::store::<LeaderElection>();
         let (pods, _) = kube::runtime::reflector::store::<Pod>();
         // The reconcile's copy: version 1, no status yet.
@@ -533,8 +574,8 @@ mod tests {
 
     #[test]
     fn an_election_with_nothing_left_to_remember_costs_no_entry() {
-        let memory = Memory::new(Timestamp::UNIX_EPOCH);
-        memory.set_lock_delay(&key("a"), Some(Timestamp::UNIX_EPOCH));
+        let memory = Memory::new(Instant::now());
+        memory.set_lock_delay(&key("a"), Some(Instant::now()));
         assert_eq!(memory.status_written(&key("a"), Err("kube")), 1);
         assert_eq!(memory.status_written(&key("a"), Err("kube")), 2);
         assert_eq!(enter(&memory.elections).len(), 1);
@@ -567,7 +608,7 @@ mod tests {
 
     #[test]
     fn a_pod_version_is_written_by_the_election_that_patched_it_and_only_that_version() {
-        let memory = Memory::new(Timestamp::UNIX_EPOCH);
+        let memory = Memory::new(Instant::now());
         memory.remember_pod(&pod("u1", "7"), Some("a"));
         assert_eq!(memory.written_by(&pod("u1", "7")).as_deref(), Some("a"));
         // Another version (someone wrote after us), another incarnation, or no version.
@@ -581,7 +622,7 @@ mod tests {
 
     #[test]
     fn a_written_key_stays_unread_until_read_back_and_then_costs_nothing() {
-        let memory = Memory::new(Timestamp::UNIX_EPOCH);
+        let memory = Memory::new(Instant::now());
         assert!(!memory.key_unread(&key("a")));
         memory.key_writing(&key("a"));
         assert!(memory.key_unread(&key("a")));
@@ -593,7 +634,7 @@ mod tests {
 
     #[test]
     fn a_removed_request_is_decided_on_older_copies_only_until_the_cache_shows_the_removal() {
-        let memory = Memory::new(Timestamp::UNIX_EPOCH);
+        let memory = Memory::new(Instant::now());
         let (elections, mut writer) = kube::runtime::reflector::store::<LeaderElection>();
         let (pods, _) = kube::runtime::reflector::store::<Pod>();
         let (web_key, older, newer) = (key("web"), web("7", None), web("10", None));
@@ -627,7 +668,7 @@ mod tests {
 
     #[test]
     fn a_refusal_is_news_once() {
-        let memory = Memory::new(Timestamp::UNIX_EPOCH);
+        let memory = Memory::new(Instant::now());
         let refusal = ConsulRefusal::permission_denied("kv put", "elector/ns/a");
         assert!(memory.remember_refusal(&key("a"), Some(refusal.clone())));
         assert!(!memory.remember_refusal(&key("a"), Some(refusal)));
@@ -637,8 +678,9 @@ mod tests {
 
     #[test]
     fn a_poisoned_lock_is_entered_as_it_is() {
-        let memory = Arc::new(Memory::new(Timestamp::UNIX_EPOCH));
-        memory.set_lock_delay(&key("a"), Some(Timestamp::UNIX_EPOCH));
+        let origin = Instant::now();
+        let memory = Arc::new(Memory::new(origin));
+        memory.set_lock_delay(&key("a"), Some(origin));
         let poisoner = memory.clone();
         let _ = std::thread::spawn(move || {
             let _guard = poisoner.elections.lock();
@@ -646,9 +688,33 @@ mod tests {
         })
         .join();
         assert!(memory.elections.is_poisoned());
-        assert_eq!(
-            memory.lock_delay_until(&key("a")),
-            Some(Timestamp::UNIX_EPOCH)
+        assert_eq!(memory.lock_delay_until(&key("a")), Some(origin));
+    }
+
+    #[test]
+    fn a_not_ready_change_is_converted_once_and_forgotten_when_it_ends() {
+        let memory = Memory::new(Instant::now());
+        let changed: Timestamp = "2026-11-29T10:00:00Z".parse().unwrap();
+        let seen = Instant::now();
+        let wall = changed + jiff::SignedDuration::from_secs(4);
+        let first = memory.not_ready_since(&key("a"), vec![("p1".into(), changed)], seen, wall);
+        assert_eq!(first["p1"].before, Duration::from_secs(4));
+        assert_eq!(first["p1"].seen_at, seen);
+        // The wall clock stepped an hour forward: the same change keeps its first sight.
+        let later = seen + Duration::from_secs(2);
+        let stepped = wall + jiff::SignedDuration::from_secs(3600);
+        let again = memory.not_ready_since(&key("a"), vec![("p1".into(), changed)], later, stepped);
+        assert_eq!(again["p1"], first["p1"]);
+        assert_eq!(again["p1"].elapsed(later), Duration::from_secs(6));
+        // A new change is seen anew; a pod Ready again is forgotten, and so is the memo.
+        let next = changed + jiff::SignedDuration::from_secs(60);
+        let renewed = memory.not_ready_since(&key("a"), vec![("p1".into(), next)], later, stepped);
+        assert_eq!(renewed["p1"].before, Duration::from_secs(3600 + 4 - 60));
+        assert!(
+            memory
+                .not_ready_since(&key("a"), Vec::new(), later, stepped)
+                .is_empty()
         );
+        assert!(enter(&memory.elections).is_empty());
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::k8s::Pod;
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::Api;
 use kube::runtime::events::{Event, EventType};
@@ -229,7 +229,15 @@ impl<'a> Round<'a> {
                 crate::election::report::recorded(&self.ctx.caches.current_status(self.le));
             self.recorded.last_switchover = carried;
         }
-        let mut views = observe::views(&self.pods, self.config);
+        let (now, wall) = (tokio::time::Instant::now(), self.ctx.wall_now());
+        let mut views = observe::views(
+            &self.ctx.caches,
+            self.key,
+            &self.pods,
+            self.config,
+            now,
+            wall,
+        );
         self.shared_views(&mut views);
         let session = self.ctx.sessions.view(self.key);
         let stood_back = self.ctx.caches.written.stood_back(self.key);
@@ -243,7 +251,8 @@ impl<'a> Round<'a> {
             lock_delay_until: self.ctx.caches.written.lock_delay_until(self.key),
             lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
             switchover: self.switchover.as_deref(),
-            now: Timestamp::now(),
+            now,
+            wall,
             owner: &self.ctx.settings.owner,
             stood_back: stood_back.as_ref(),
             consul_refused: refusal.as_ref(),
@@ -386,10 +395,11 @@ impl<'a> Round<'a> {
             Action::ForgetSession => {
                 self.mark_move();
                 self.ctx.sessions.forget(self.key);
-                let delay = SignedDuration::try_from(self.config.session.lock_delay)
-                    .unwrap_or(SignedDuration::ZERO);
-                let until = Timestamp::now().checked_add(delay).ok();
-                self.ctx.caches.written.set_lock_delay(self.key, until);
+                let until = tokio::time::Instant::now() + self.config.session.lock_delay;
+                self.ctx
+                    .caches
+                    .written
+                    .set_lock_delay(self.key, Some(until));
                 Ok(())
             }
             Action::CreateSession { pod, uid } => {
@@ -596,10 +606,11 @@ impl<'a> Round<'a> {
         if acquired {
             self.ctx.caches.written.set_lock_delay(self.key, None);
         } else if !matches!(self.lock, LockView::Held { .. }) {
-            let until = Timestamp::now()
-                .checked_add(SignedDuration::try_from(REFUSED_ACQUIRE_RETRY).unwrap_or_default())
-                .ok();
-            self.ctx.caches.written.set_lock_delay(self.key, until);
+            let until = tokio::time::Instant::now() + REFUSED_ACQUIRE_RETRY;
+            self.ctx
+                .caches
+                .written
+                .set_lock_delay(self.key, Some(until));
         }
         Ok(())
     }
@@ -628,7 +639,7 @@ impl<'a> Round<'a> {
             "election": self.key.name,
             "cluster": self.ctx.settings.owner.cluster,
             "install": self.ctx.settings.owner.install,
-            "since": Timestamp::now().to_string(),
+            "since": self.ctx.wall_now().to_string(),
         });
         serde_json::to_vec(&value).unwrap_or_default()
     }

@@ -16,7 +16,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -228,7 +227,7 @@ pub async fn fence_unusable(
         ctx.sessions.forget(key);
         ctx.locks.unwatch(key);
     }
-    let now = Timestamp::now();
+    let now = tokio::time::Instant::now();
     let started_at = ctx.caches.written.started_at();
     let session_unconfirmed_since = match session.as_ref().map(|s| s.health) {
         Some(SessionHealth::Alive { renewed_at }) if in_use_refused => Some(renewed_at),
@@ -389,7 +388,7 @@ fn consul_deadline(le: &LeaderElection, ctx: &Context) -> Deadline {
             .get(SKIP_CONSUL_CLEANUP_ANNOTATION)
             .map(String::as_str),
         le.metadata.deletion_timestamp.as_ref().map(|t| t.0),
-        Timestamp::now(),
+        ctx.wall_now(),
         ctx.settings.consul_cleanup_bound,
     )
 }

@@ -5,7 +5,6 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::Event;
@@ -80,10 +79,16 @@ pub struct Context {
 impl Context {
     /// The last moment `key`'s lock was known as cached (see
     /// [`crate::election::planner::Observation::lock_confirmed_at`]).
-    pub(crate) fn lock_confirmed_at(&self, key: &ElectionKey) -> Timestamp {
+    pub(crate) fn lock_confirmed_at(&self, key: &ElectionKey) -> tokio::time::Instant {
         self.locks
             .read_at(key)
             .unwrap_or_else(|| self.caches.written.started_at())
+    }
+
+    /// The wall clock's time: only to render, to persist, and to compare with times other
+    /// processes wrote (docs/design.md rule 8). Tests step it.
+    pub(crate) fn wall_now(&self) -> jiff::Timestamp {
+        self.settings.lease.wall_clock.now()
     }
 
     /// Asks for a reconcile of `key`.

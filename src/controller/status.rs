@@ -3,7 +3,6 @@
 //! changed) and the Warning events
 //! of elections that cannot act.
 
-use jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
@@ -65,7 +64,7 @@ fn decided(
             lease_timing: (config.mode == Mode::Managed)
                 .then(|| ctx.settings.lease.timing_condition(config.session.ttl)),
             failed_writes,
-            now: Timestamp::now(),
+            now: ctx.wall_now(),
         },
     );
     (old, new)
@@ -177,13 +176,8 @@ async fn stand_back(
     reason: plan::EventReason,
 ) -> Result<(), Error> {
     let old = ctx.caches.current_status(le);
-    let (new, news) = report::standing_back(
-        &old,
-        le.metadata.generation,
-        phase,
-        &state,
-        Timestamp::now(),
-    );
+    let (new, news) =
+        report::standing_back(&old, le.metadata.generation, phase, &state, ctx.wall_now());
     patch_if_changed(le, ctx, &old, new, Write::Whole).await?;
     if news {
         let event = Event {

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
+use tokio::time::Instant;
 
 use super::config::ElectionConfig;
 use super::observe::{PodView, Recorded};
@@ -71,13 +72,15 @@ pub enum Tenure {
 }
 
 /// Rule 4: a leader is replaced when it is deleted, terminating, no longer selected, or
-/// NotReady for at least `failover.delay` (measured from its Ready condition's last change).
-pub fn tenure(leader: &PodView, config: &ElectionConfig, now: Timestamp) -> Tenure {
+/// NotReady for at least `failover.delay` (measured from its Ready condition's last change,
+/// on the monotonic clock: [`crate::election::observe::NotReadySince`]).
+pub fn tenure(leader: &PodView, config: &ElectionConfig, now: Instant) -> Tenure {
     match eligibility(leader, config) {
         Ok(()) => Tenure::Keep,
         Err(Ineligible::NotReady) => {
-            let since = leader.ready_changed_at.unwrap_or(now);
-            let not_ready_for = elapsed(since, now);
+            let not_ready_for = leader
+                .not_ready_since
+                .map_or(Duration::ZERO, |since| since.elapsed(now));
             if not_ready_for >= config.failover_delay {
                 Tenure::Replace(Ineligible::NotReady)
             } else {
@@ -112,7 +115,8 @@ pub fn successor<'a>(
         })
 }
 
-/// Time from `since` to `now`, zero when `since` is in the future.
+/// Time from `since` to `now` on the wall clock (for times another process, or an earlier one,
+/// wrote: a leader's `since`, a switchover request), zero when `since` is in the future.
 pub fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
     Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO)
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
+use tokio::time::Instant;
 
 /// A pod as the planner sees it: a candidate, or a pod that still carries the election's
 /// label although it no longer matches the selector.
@@ -17,8 +18,8 @@ pub struct PodView {
     pub selected: bool,
     /// The Ready condition is True.
     pub ready: bool,
-    /// When the Ready condition last changed (its `lastTransitionTime`), if known.
-    pub ready_changed_at: Option<Timestamp>,
+    /// While the pod is NotReady, since when (on this process' monotonic clock), if known.
+    pub not_ready_since: Option<NotReadySince>,
     /// Has a deletion timestamp (terminating).
     pub deleting: bool,
     /// `status.phase` is Succeeded or Failed: the pod will never run again.
@@ -64,18 +65,51 @@ pub enum LockView {
     },
 }
 
+/// Since when a pod has been NotReady, on this process' monotonic clock: its Ready
+/// condition's last change is a time the kubelet wrote on its wall clock, read once, when
+/// this process first saw the change, against its own wall clock; from then on only the
+/// monotonic clock counts, so a wall clock stepped later moves nothing (docs/design.md rule
+/// 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotReadySince {
+    /// When this process first saw the change.
+    pub seen_at: Instant,
+    /// How long the pod had been NotReady then (zero for a change the wall clock put in the
+    /// future).
+    pub before: Duration,
+}
+
+impl NotReadySince {
+    /// A change made at `changed_at` (wall clock), first seen at `now` when the wall clock read
+    /// `wall`.
+    pub fn first_seen(changed_at: Timestamp, now: Instant, wall: Timestamp) -> Self {
+        NotReadySince {
+            seen_at: now,
+            before: Duration::try_from(wall.duration_since(changed_at)).unwrap_or_default(),
+        }
+    }
+
+    /// How long the pod has been NotReady at `now`.
+    pub fn elapsed(&self, now: Instant) -> Duration {
+        self.before
+            .saturating_add(now.saturating_duration_since(self.seen_at))
+    }
+}
+
 /// Health of the operator's session, as reported by the renewal loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionHealth {
-    /// The last renewal (or the creation) succeeded at `renewed_at`.
+    /// The last renewal (or the creation) succeeded: the request that Consul confirmed was
+    /// sent at `renewed_at` (monotonic clock).
     Alive {
-        /// Last confirmation by Consul.
-        renewed_at: Timestamp,
+        /// When the last confirmed request was sent.
+        renewed_at: Instant,
     },
-    /// Renewals are failing with transient errors; the last success was at `renewed_at`.
+    /// Renewals are failing with transient errors; the last confirmed request was sent at
+    /// `renewed_at` (monotonic clock).
     Unconfirmed {
-        /// Last confirmation by Consul.
-        renewed_at: Timestamp,
+        /// When the last confirmed request was sent.
+        renewed_at: Instant,
     },
     /// Consul answered that the session does not exist (expired or destroyed).
     Lost,

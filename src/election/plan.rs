@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
+use tokio::time::Instant;
 
 use super::observe::{LeaderRecord, SwitchoverRecord};
 
@@ -323,7 +324,8 @@ pub struct StoodBack {
     /// Since when the key has looked free while standing back (the other install's move in
     /// progress, or the install gone): it is acquired only once it stayed free for
     /// [`TAKEOVER_GRACE`].
-    pub key_free_since: Option<Timestamp>,
+    /// On the monotonic clock.
+    pub key_free_since: Option<Instant>,
 }
 
 /// How long a key must stay free before an install that stood back takes it: a move of the

@@ -23,9 +23,10 @@ mod moves;
 use std::time::Duration;
 
 use jiff::Timestamp;
+use tokio::time::Instant;
 
 use super::config::{ElectionConfig, Mode, Owner, UnavailablePolicy, ValueFormat};
-use super::eligibility::{Ineligible, Tenure, elapsed, eligibility, tenure};
+use super::eligibility::{Ineligible, Tenure, eligibility, tenure};
 use super::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverRecord,
 };
@@ -55,20 +56,27 @@ pub struct Observation<'a> {
     /// What the status recorded.
     pub recorded: &'a Recorded,
     /// Until when an acquisition is probably refused by a lock-delay (estimated by the caller
-    /// from the moment it saw the lock invalidated).
-    pub lock_delay_until: Option<Timestamp>,
+    /// from the moment it saw the lock invalidated), on the monotonic clock.
+    pub lock_delay_until: Option<Instant>,
     /// The last moment the lock was known to be held as the status says: the arrival of the
     /// last answer covering the key (its watch's or a direct read), or, before any, the moment
     /// this process started deciding (a restart cannot know more). The Fence clock runs from
     /// here: a leader label whose lock has not been confirmed for a whole TTL goes, however
     /// healthy the session's renewals are and whatever [`Observation::lock`] last said (a
-    /// cached "held" view ages: rule 2 across outages, stalled watches and restarts).
-    pub lock_confirmed_at: Timestamp,
+    /// cached "held" view ages: rule 2 across outages, stalled watches and restarts). On the
+    /// monotonic clock.
+    pub lock_confirmed_at: Instant,
     /// The election's pending switchover request (`elector.dev/switchover-to`): a pod name,
     /// or `*` for the best other eligible pod.
     pub switchover: Option<&'a str>,
-    /// The current time.
-    pub now: Timestamp,
+    /// The current time on the monotonic clock: every decision about durations this process
+    /// measured itself (rule 2's Fence clock, lock-delay, the takeover grace) uses it, so a
+    /// wall clock stepped either way moves none of them (rule 8).
+    pub now: Instant,
+    /// The current time on the wall clock: only to render, to persist, and to compare with
+    /// times other processes wrote (a pod's readiness change, a leader's `since`, a
+    /// switchover request).
+    pub wall: Timestamp,
     /// Who this operator is (its cluster and install), to tell a key held by another install
     /// of the operator in this cluster from one held by anybody else.
     pub owner: &'a Owner,
@@ -308,7 +316,7 @@ impl<'a> Builder<'a> {
             && pod.fencing_token.as_deref() == Some(token.to_string().as_str());
         match pod.leader_since.as_deref().map(str::parse::<Timestamp>) {
             Some(Ok(since)) if labelled_for_token => since,
-            _ => self.obs.now,
+            _ => self.obs.wall,
         }
     }
 
@@ -382,7 +390,7 @@ impl<'a> Builder<'a> {
             Holder::Nobody => {
                 if let Some(stood) = self.stood_back.clone() {
                     let since = stood.key_free_since.unwrap_or(self.obs.now);
-                    let free_for = elapsed(since, self.obs.now);
+                    let free_for = self.obs.now.saturating_duration_since(since);
                     if free_for < TAKEOVER_GRACE {
                         self.requeue_after(TAKEOVER_GRACE - free_for);
                         self.phase = Phase::Pending;
@@ -502,13 +510,20 @@ impl<'a> Builder<'a> {
     /// Whether the key has gone unread for at least `ttl` (see
     /// [`Observation::lock_confirmed_at`]).
     fn key_unread_too_long(&self, ttl: Duration) -> bool {
-        elapsed(self.obs.lock_confirmed_at, self.obs.now) >= ttl
+        self.unread_for() >= ttl
+    }
+
+    /// How long ago the key was last confirmed.
+    fn unread_for(&self) -> Duration {
+        self.obs
+            .now
+            .saturating_duration_since(self.obs.lock_confirmed_at)
     }
 
     /// Plans the next look for the moment the key will have gone unread for `ttl`: nothing
     /// else wakes the election then (renewals may keep succeeding).
     fn requeue_at_unread_deadline(&mut self, ttl: Duration) {
-        let unread = elapsed(self.obs.lock_confirmed_at, self.obs.now);
+        let unread = self.unread_for();
         self.requeue_after(ttl.saturating_sub(unread).max(Duration::from_millis(100)));
     }
 
@@ -627,7 +642,7 @@ impl<'a> Builder<'a> {
     fn keep(&mut self, pod: &'a PodView, session: &'a SessionView, token: u64) {
         self.demote_others(Some(&pod.uid));
         if let SessionHealth::Unconfirmed { renewed_at } = session.health {
-            let silent_for = elapsed(renewed_at, self.obs.now);
+            let silent_for = self.obs.now.saturating_duration_since(renewed_at);
             let note = format!(
                 "the lock of pod {} has not been confirmed for {}s; leader label removed",
                 pod.name,
@@ -683,7 +698,7 @@ impl<'a> Builder<'a> {
     /// direct read confirmed the key.
     fn look_again_if_confirmations_lag(&mut self, ttl: Duration) {
         let fence = self.obs.config.on_consul_unavailable == UnavailablePolicy::Fence;
-        if fence && elapsed(self.obs.lock_confirmed_at, self.obs.now) >= ttl / 2 {
+        if fence && self.unread_for() >= ttl / 2 {
             self.requeue_at_unread_deadline(ttl);
         }
     }
@@ -791,7 +806,7 @@ impl<'a> Builder<'a> {
                 if let Some(until) = self.obs.lock_delay_until
                     && until > self.obs.now
                 {
-                    self.requeue_after(elapsed(self.obs.now, until));
+                    self.requeue_after(until.saturating_duration_since(self.obs.now));
                     self.elected_reason = (
                         "LockDelay",
                         format!(

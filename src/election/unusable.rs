@@ -9,9 +9,8 @@
 
 use std::time::Duration;
 
-use jiff::Timestamp;
+use tokio::time::Instant;
 
-use super::eligibility::elapsed;
 use super::observe::LockView;
 
 /// What becomes of the leader label of an election the operator cannot act on.
@@ -31,17 +30,17 @@ pub struct UnusableLock<'a> {
     /// The election's session: the one this process holds, else the one the status records.
     pub session: Option<&'a str>,
     /// When the key was last read successfully; `None` when never by this process.
-    pub read_at: Option<Timestamp>,
+    pub read_at: Option<Instant>,
     /// `None` while this process renews the session; otherwise the moment the session was
     /// last confirmed (its last renewal, or when this process started deciding).
-    pub session_unconfirmed_since: Option<Timestamp>,
+    pub session_unconfirmed_since: Option<Instant>,
     /// When this process started deciding.
-    pub started_at: Timestamp,
+    pub started_at: Instant,
 }
 
 /// The fate of the leader label of an election whose lock is `lock`, at `now`, for a session
-/// TTL of `ttl`.
-pub fn unusable_label(lock: &UnusableLock<'_>, now: Timestamp, ttl: Duration) -> UnusableLabel {
+/// TTL of `ttl`. Every time is on the monotonic clock.
+pub fn unusable_label(lock: &UnusableLock<'_>, now: Instant, ttl: Duration) -> UnusableLabel {
     match lock.lock {
         LockView::Held { session, .. } if Some(session.as_str()) == lock.session => {}
         LockView::Unknown => {}
@@ -54,7 +53,7 @@ pub fn unusable_label(lock: &UnusableLock<'_>, now: Timestamp, ttl: Duration) ->
     let confirmed_at = lock
         .session_unconfirmed_since
         .map_or(read, |since| since.min(read));
-    let unconfirmed = elapsed(confirmed_at, now);
+    let unconfirmed = now.saturating_duration_since(confirmed_at);
     if unconfirmed >= ttl {
         UnusableLabel::Fence
     } else {
@@ -66,8 +65,10 @@ pub fn unusable_label(lock: &UnusableLock<'_>, now: Timestamp, ttl: Duration) ->
 mod tests {
     use super::*;
 
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(s).unwrap()
+    /// `s` seconds after a fixed origin.
+    fn t(s: u64) -> Instant {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        Instant::from_std(*ORIGIN.get_or_init(std::time::Instant::now)) + Duration::from_secs(s)
     }
 
     const TTL: Duration = Duration::from_secs(15);
@@ -80,7 +81,7 @@ mod tests {
         }
     }
 
-    fn lock<'a>(view: &'a LockView, read_at: Option<i64>, renewing: bool) -> UnusableLock<'a> {
+    fn lock<'a>(view: &'a LockView, read_at: Option<u64>, renewing: bool) -> UnusableLock<'a> {
         UnusableLock {
             lock: view,
             session: Some("s1"),

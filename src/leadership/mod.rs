@@ -59,7 +59,8 @@ pub struct LeaseSettings {
     /// than `duration`.
     pub renew_deadline: Duration,
     /// The clock `renewTime` and `acquireTime` are stamped with (for people and other tools:
-    /// no decision reads them back).
+    /// no decision reads them back), and the one the controller renders and persists times
+    /// with.
     pub wall_clock: WallClock,
 }
 

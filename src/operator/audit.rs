@@ -105,7 +105,14 @@ fn check(
         let Some(config) = acted_with(ctx, &key, &le, acting) else {
             continue;
         };
-        let pods = observe::views(&observe::pods_of(&ctx.caches, &le), &config);
+        let pods = observe::views(
+            &ctx.caches,
+            &key,
+            &observe::pods_of(&ctx.caches, &le),
+            &config,
+            tokio::time::Instant::now(),
+            ctx.wall_now(),
+        );
         let lock = ctx.locks.lock(&key);
         let session = ctx.sessions.view(&key);
         let recorded = crate::election::report::recorded(&ctx.caches.current_status(&le));

@@ -33,7 +33,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt, future};
-use jiff::Timestamp;
 use kube::Client;
 use kube::runtime::controller::Config as ControllerConfig;
 use kube::runtime::events::{Recorder, Reporter};
@@ -203,7 +202,9 @@ pub async fn run(
     let controller = Controller::for_stream(election_events, election_store.clone());
     let mapper_store = election_store.clone();
     let mapper_indexes = indexes.clone();
-    let written = Arc::new(crate::cache::written::Memory::new(Timestamp::now()));
+    let written = Arc::new(crate::cache::written::Memory::new(
+        tokio::time::Instant::now(),
+    ));
     let mapper_written = written.clone();
     let controller = controller
         .watches_stream(pod_events, move |pod: Pod| {
@@ -348,7 +349,7 @@ pub async fn run(
                 )
                 .await;
                 tracing::info!(?caught_up, "caches as new as a fresh list: writing");
-                ctx.caches.written.start(Timestamp::now());
+                ctx.caches.written.start(tokio::time::Instant::now());
                 may_write_tx.send_replace(true);
                 ctx.metrics.set_active(true);
                 // The receiver lives as long as the controller.

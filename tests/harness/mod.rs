@@ -346,12 +346,18 @@ impl Harness {
 
     /// Starts (or restarts) the operator.
     pub async fn start_operator(&mut self) {
+        self.start_operator_with_clock(WallClock::system()).await;
+    }
+
+    /// [`start_operator`](Self::start_operator) with `wall_clock` as the operator's wall
+    /// clock (one a test steps; the write gate keeps the system's).
+    pub async fn start_operator_with_clock(&mut self, wall_clock: WallClock) {
         assert!(self.operator.is_none(), "operator already running");
         let operator = self.spawn(
             &self.kube_faults.clone(),
             "test",
             &self.operator_consul,
-            WallClock::system(),
+            wall_clock,
             LEASE,
         );
         self.operator = Some(operator);

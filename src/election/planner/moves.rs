@@ -118,8 +118,8 @@ impl<'a> Builder<'a> {
             .leader
             .as_ref()
             .filter(|l| l.uid == leader.uid)
-            .map_or(self.obs.now, |l| l.since);
-        let led_for = elapsed(since, self.obs.now);
+            .map_or(self.obs.wall, |l| l.since);
+        let led_for = elapsed(since, self.obs.wall);
         if led_for < interval {
             self.requeue_after(interval - led_for);
             return None;
@@ -188,7 +188,7 @@ impl<'a> Builder<'a> {
             None => {
                 let deadline = SignedDuration::try_from(drain)
                     .ok()
-                    .and_then(|d| self.obs.now.checked_add(d).ok())?;
+                    .and_then(|d| self.obs.wall.checked_add(d).ok())?;
                 self.actions.push(Action::AnnotateHandover {
                     pod: leader.name.clone(),
                     uid: leader.uid.clone(),
@@ -198,9 +198,9 @@ impl<'a> Builder<'a> {
             }
             Some(HANDOVER_DONE) => None,
             Some(value) => match value.parse::<Timestamp>() {
-                Ok(deadline) if deadline > self.obs.now => {
+                Ok(deadline) if deadline > self.obs.wall => {
                     // Never longer than the drain time, whatever the annotation says.
-                    Some(elapsed(self.obs.now, deadline).min(drain))
+                    Some(elapsed(self.obs.wall, deadline).min(drain))
                 }
                 _ => None,
             },
@@ -265,7 +265,7 @@ impl<'a> Builder<'a> {
             to: request.to_owned(),
             from,
             leader: None,
-            requested_at: self.obs.now,
+            requested_at: self.obs.wall,
             completed_at: None,
             outcome: SwitchoverOutcome::InProgress,
             message: String::new(),
@@ -313,7 +313,7 @@ impl<'a> Builder<'a> {
         if let Some(record) = self.switchover.as_mut() {
             record.outcome = outcome;
             record.leader = leader.map(|p| p.name.clone());
-            record.completed_at = Some(self.obs.now);
+            record.completed_at = Some(self.obs.wall);
             record.message = message.to_owned();
         }
         self.actions.push(Action::ClearSwitchover {

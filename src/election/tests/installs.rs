@@ -128,7 +128,7 @@ fn after_standing_back_a_free_key_is_taken_only_once_it_stayed_free() {
         let mut s = scene.clone();
         s.stood_back = Some(StoodBack {
             other: "test-cluster/team.consul-elector".into(),
-            key_free_since: since.map(t),
+            key_free_since: since.map(|s| mono(t(s))),
         });
         s
     };
@@ -136,7 +136,7 @@ fn after_standing_back_a_free_key_is_taken_only_once_it_stayed_free() {
     assert!(steps(&first_look).is_empty(), "{:?}", first_look.actions);
     assert_eq!(
         first_look.managed_elsewhere.and_then(|s| s.key_free_since),
-        Some(t(100)),
+        Some(mono(t(100))),
         "the key free since now"
     );
     assert_eq!(first_look.requeue_after, Some(TAKEOVER_GRACE));

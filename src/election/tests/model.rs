@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::support::{record, t};
+use super::support::{mono, not_ready_from, record, t};
 use crate::crd::AppliedSpec;
 use crate::election::config::{Behavior, ElectionConfig, Mode, Owner, UnavailablePolicy};
 use crate::election::eligibility::{elapsed, eligibility};
@@ -595,7 +595,7 @@ impl Model {
             name,
             selected: true,
             ready,
-            ready_changed_at: Some(created),
+            not_ready_since: (!ready).then(|| not_ready_from(created)),
             deleting: false,
             finished: false,
             created_at: created,
@@ -649,7 +649,7 @@ impl Model {
                     && p.ready != *ready
                 {
                     p.ready = *ready;
-                    p.ready_changed_at = Some(now);
+                    p.not_ready_since = (!*ready).then(|| not_ready_from(now));
                 }
             }
             Event::Select(i, selected) => {
@@ -661,7 +661,7 @@ impl Model {
                 if let Some(p) = self.pod_at(*i) {
                     p.finished = true;
                     p.ready = false;
-                    p.ready_changed_at = Some(now);
+                    p.not_ready_since = Some(not_ready_from(now));
                 }
             }
             Event::Advance(s) => self.advance(Duration::from_secs(*s)),
@@ -904,7 +904,9 @@ impl Model {
                     pod: leader.pod,
                     pod_uid: leader.uid,
                     ttl: self.config.session.ttl,
-                    health: SessionHealth::Alive { renewed_at: now },
+                    health: SessionHealth::Alive {
+                        renewed_at: mono(now),
+                    },
                     last_success: now,
                 });
             }
@@ -921,7 +923,9 @@ impl Model {
             if due {
                 match self.consul.renew(&r.id, now) {
                     Ok(true) => {
-                        r.health = SessionHealth::Alive { renewed_at: now };
+                        r.health = SessionHealth::Alive {
+                            renewed_at: mono(now),
+                        };
                         r.last_success = now;
                     }
                     Ok(false) => r.health = SessionHealth::Lost,
@@ -930,7 +934,7 @@ impl Model {
             }
         } else if elapsed(r.last_success, now) >= r.ttl {
             r.health = SessionHealth::Unconfirmed {
-                renewed_at: r.last_success,
+                renewed_at: mono(r.last_success),
             };
         }
     }
@@ -1120,10 +1124,12 @@ impl Model {
             lock: &lock,
             session: session.as_ref(),
             recorded,
-            lock_delay_until: self.told_lock_delay,
-            lock_confirmed_at: self.lock_confirmed_at(),
+            lock_delay_until: self.told_lock_delay.map(mono),
+            lock_confirmed_at: mono(self.lock_confirmed_at()),
             switchover: self.switchover.as_deref(),
-            now: self.now,
+            // The model's clocks agree: its processes' wall clocks are never stepped.
+            now: mono(self.now),
+            wall: self.now,
             owner: &owner,
             stood_back: None,
             consul_refused: None,
@@ -1329,7 +1335,9 @@ impl Model {
                             pod: pod.clone(),
                             pod_uid: uid.clone(),
                             ttl: s.ttl,
-                            health: SessionHealth::Alive { renewed_at: now },
+                            health: SessionHealth::Alive {
+                                renewed_at: mono(now),
+                            },
                             last_success: now,
                         });
                         true

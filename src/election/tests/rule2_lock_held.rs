@@ -512,3 +512,17 @@ fn a_fenced_stale_view_waits_for_a_confirming_answer() {
     let confirmed = fenced.lock_confirmed_at(t(100)).plan();
     assert_eq!(steps(&confirmed), vec![release("s1"), acquire("s1", "a")]);
 }
+
+/// Rule 8: no decision reads a wall clock. Fifteen seconds after the key was last read, in a
+/// Consul outage, the wall clock was stepped back a minute (an NTP correction): the label goes
+/// as it would have, a TTL after the last read.
+#[test]
+fn a_wall_clock_stepped_back_does_not_delay_the_fence() {
+    let stepped = Scene::elected("a", &["b"], 5)
+        .lock(LockView::Unknown)
+        .lock_confirmed_at(t(85))
+        .wall(t(40))
+        .plan();
+    assert_eq!(steps(&stepped), vec![follower("a")]);
+    assert_eq!(stepped.status.phase, Phase::Fenced);
+}

@@ -161,10 +161,7 @@ fn a_leader_that_recovers_within_the_failover_delay_keeps_leading() {
             .with_pod(pod("a").leader(5, t(0)).not_ready_since(96)),
     );
     assert_eq!(world.step().requeue_after, Some(secs(6)));
-    world.edit(|s| {
-        s.with_pod(pod("a").leader(5, t(0)).ready_since(99))
-            .now(t(102))
-    });
+    world.edit(|s| s.with_pod(pod("a").leader(5, t(0)).ready()).now(t(102)));
     let plan = world.step();
     assert!(plan.actions.is_empty(), "{plan:#?}");
     assert_eq!(plan.requeue_after, None);

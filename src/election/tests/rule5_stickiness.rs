@@ -74,7 +74,7 @@ fn a_leader_keeps_leading_when_a_newer_pod_appears() {
 fn the_previous_leader_eligible_again_replaces_a_successor_that_does_not_hold_the_key_yet() {
     // `a` was NotReady, `c` was chosen and got a session; before `c` acquired, `a` is Ready.
     let scene = Scene::new(vec![
-        pod("a").follower().ready_since(99),
+        pod("a").follower().ready(),
         pod("c").follower().created(30),
     ])
     .lock(free(5))

@@ -138,8 +138,9 @@ fn transitions_count_leader_changes_only() {
     world.edit(|s| {
         let sess = s.session.clone().expect("session");
         let mut unconfirmed = sess.clone();
-        unconfirmed.health =
-            crate::election::observe::SessionHealth::Unconfirmed { renewed_at: t(190) };
+        unconfirmed.health = crate::election::observe::SessionHealth::Unconfirmed {
+            renewed_at: mono(t(190)),
+        };
         s.session(Some(unconfirmed)).now(t(300))
     });
     world.settle();
@@ -147,7 +148,9 @@ fn transitions_count_leader_changes_only() {
     assert_eq!(world.scene.recorded.transitions, 1);
     world.edit(|s| {
         let mut alive = s.session.clone().expect("session");
-        alive.health = crate::election::observe::SessionHealth::Alive { renewed_at: t(310) };
+        alive.health = crate::election::observe::SessionHealth::Alive {
+            renewed_at: mono(t(310)),
+        };
         s.session(Some(alive)).now(t(310))
     });
     world.settle();

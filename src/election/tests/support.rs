@@ -5,13 +5,14 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
+use tokio::time::Instant;
 
 use crate::election::config::{
     Behavior, ElectionConfig, LabelConfig, Mode, Owner, SessionConfig, UnavailablePolicy,
     ValueFormat,
 };
 use crate::election::observe::{
-    LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView,
+    LeaderRecord, LockView, NotReadySince, PodView, Recorded, SessionHealth, SessionView,
 };
 use crate::election::plan::{Action, ConditionState, EventReason, Plan, StatusState};
 use crate::election::planner::{Observation, plan};
@@ -22,6 +23,28 @@ pub const ROLE: &str = "elector.dev/role";
 /// `n` seconds after a fixed, arbitrary instant.
 pub fn t(n: i64) -> Timestamp {
     Timestamp::from_second(1_700_000_000 + n).expect("valid timestamp")
+}
+
+/// [`t`]`(n)` on the monotonic clock: `n` seconds after a fixed origin (a test's wall and
+/// monotonic clocks agree unless it says otherwise, as with [`Scene::wall`]).
+pub fn mono(at: Timestamp) -> Instant {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let origin = Instant::from_std(*ORIGIN.get_or_init(std::time::Instant::now));
+    let offset = at.duration_since(t(0));
+    let magnitude = offset.unsigned_abs();
+    if offset.is_negative() {
+        origin.checked_sub(magnitude).unwrap_or(origin)
+    } else {
+        origin + magnitude
+    }
+}
+
+/// NotReady since `at` (monotonic, see [`mono`]).
+pub fn not_ready_from(at: Timestamp) -> NotReadySince {
+    NotReadySince {
+        seen_at: mono(at),
+        before: Duration::ZERO,
+    }
 }
 
 /// `n` seconds.
@@ -66,7 +89,7 @@ pub fn pod(name: &str) -> PodView {
         uid: uid(name),
         selected: true,
         ready: true,
-        ready_changed_at: Some(t(0)),
+        not_ready_since: None,
         deleting: false,
         finished: false,
         created_at: t(0),
@@ -86,8 +109,8 @@ pub trait PodExt: Sized {
     fn created(self, s: i64) -> Self;
     /// NotReady since `t(s)`.
     fn not_ready_since(self, s: i64) -> Self;
-    /// Ready since `t(s)`.
-    fn ready_since(self, s: i64) -> Self;
+    /// Ready (again).
+    fn ready(self) -> Self;
     /// Has a deletion timestamp.
     fn terminating(self) -> Self;
     /// Phase Succeeded or Failed.
@@ -113,12 +136,12 @@ impl PodExt for PodView {
     }
     fn not_ready_since(mut self, s: i64) -> Self {
         self.ready = false;
-        self.ready_changed_at = Some(t(s));
+        self.not_ready_since = Some(not_ready_from(t(s)));
         self
     }
-    fn ready_since(mut self, s: i64) -> Self {
+    fn ready(mut self) -> Self {
         self.ready = true;
-        self.ready_changed_at = Some(t(s));
+        self.not_ready_since = None;
         self
     }
     fn terminating(mut self) -> Self {
@@ -184,7 +207,9 @@ pub fn session(id: &str, pod: &str) -> SessionView {
         id: id.into(),
         pod: pod.into(),
         pod_uid: uid(pod),
-        health: SessionHealth::Alive { renewed_at: t(99) },
+        health: SessionHealth::Alive {
+            renewed_at: mono(t(99)),
+        },
         ttl: secs(15),
     }
 }
@@ -203,7 +228,9 @@ impl SessionExt for SessionView {
         self
     }
     fn unconfirmed_since(mut self, s: i64) -> Self {
-        self.health = SessionHealth::Unconfirmed { renewed_at: t(s) };
+        self.health = SessionHealth::Unconfirmed {
+            renewed_at: mono(t(s)),
+        };
         self
     }
 }
@@ -261,7 +288,10 @@ pub struct Scene {
     pub lock_confirmed_at: Option<Timestamp>,
     /// The election's `elector.dev/switchover-to` annotation.
     pub switchover: Option<String>,
+    /// On the monotonic clock (see [`mono`]).
     pub now: Timestamp,
+    /// The wall clock's reading; `None`: it agrees with [`Self::now`].
+    pub wall: Option<Timestamp>,
     /// This operator: cluster `test-cluster`, install `ops.consul-elector`.
     pub owner: Owner,
     /// What its last decision said about standing back for another install.
@@ -283,6 +313,7 @@ impl Scene {
             lock_confirmed_at: None,
             switchover: None,
             now: t(100),
+            wall: None,
             owner: own_install(),
             stood_back: None,
             consul_refused: None,
@@ -326,6 +357,11 @@ impl Scene {
         self.now = now;
         self
     }
+    /// The wall clock reads `wall` (stepped away from the monotonic [`Self::now`]).
+    pub fn wall(mut self, wall: Timestamp) -> Self {
+        self.wall = Some(wall);
+        self
+    }
     /// Requests a switchover to `to` (a pod name or `*`).
     pub fn switchover(mut self, to: &str) -> Self {
         self.switchover = Some(to.into());
@@ -362,10 +398,11 @@ impl Scene {
             lock: &self.lock,
             session: self.session.as_ref(),
             recorded: &self.recorded,
-            lock_delay_until: self.lock_delay_until,
-            lock_confirmed_at: self.lock_confirmed_at.unwrap_or(self.now),
+            lock_delay_until: self.lock_delay_until.map(mono),
+            lock_confirmed_at: mono(self.lock_confirmed_at.unwrap_or(self.now)),
             switchover: self.switchover.as_deref(),
-            now: self.now,
+            now: mono(self.now),
+            wall: self.wall.unwrap_or(self.now),
             owner: &self.owner,
             stood_back: self.stood_back.as_ref(),
             consul_refused: self.consul_refused.as_ref(),
@@ -711,7 +748,9 @@ impl World {
                     id: format!("s{}", self.created + 1),
                     pod: pod.clone(),
                     pod_uid: uid.clone(),
-                    health: SessionHealth::Alive { renewed_at: now },
+                    health: SessionHealth::Alive {
+                        renewed_at: mono(now),
+                    },
                     ttl: self.scene.config.session.ttl,
                 });
             }
