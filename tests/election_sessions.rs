@@ -49,6 +49,33 @@ async fn sessions_are_check_less_on_a_real_consul() {
     sessions_are_check_less(Backend::RealConsul).await;
 }
 
+/// A session an outsider creates for the first of `h`'s pods (by name), named as the
+/// operator names its own and with a TTL of 3600 s: the pod's name and UID, and the session.
+async fn impostor_session(h: &Harness) -> (String, String, String) {
+    let mut pods: Vec<(String, String)> = h
+        .pods()
+        .list(&Default::default())
+        .await
+        .expect("list pods")
+        .items
+        .into_iter()
+        .filter_map(|p| Some((p.metadata.name?, p.metadata.uid?)))
+        .collect();
+    pods.sort();
+    let (pod, uid) = pods.swap_remove(0);
+    let name = format!(
+        "consul-elector/{}/{}/{}/web/{pod}",
+        h.cluster_name(),
+        h.install(),
+        h.ns
+    );
+    let body = json!({"Name": name, "TTL": "3600s", "LockDelay": "0s"}).to_string();
+    let reply = h.consul("PUT", "/v1/session/create", &body).await;
+    assert_eq!(reply.status, 200, "session create: {}", reply.body);
+    let impostor = reply.json()["ID"].as_str().expect("session ID").to_owned();
+    (pod, uid, impostor)
+}
+
 /// Rule 3's adoption needs corroboration: a session anybody named like the operator's for a
 /// leaderless election (an Observe-mode application has `session:write`), with a TTL of its
 /// own choosing, is not adopted at a start, nor used to acquire the key; the operator elects
@@ -58,26 +85,7 @@ async fn a_session_merely_named_like_the_operators_is_not_adopted() {
     with_namespace("sess-impostor", |admin, ns| async move {
         let mut h = Harness::new(admin, ns).await;
         h.deployment("web", 3).await;
-        let mut pods: Vec<String> = h
-            .pods()
-            .list(&Default::default())
-            .await
-            .expect("list pods")
-            .items
-            .into_iter()
-            .filter_map(|p| p.metadata.name)
-            .collect();
-        pods.sort();
-        let name = format!(
-            "consul-elector/test-cluster/{}/{}/web/{}",
-            h.install(),
-            h.ns,
-            pods[0]
-        );
-        let body = json!({"Name": name, "TTL": "3600s", "LockDelay": "0s"}).to_string();
-        let reply = h.consul("PUT", "/v1/session/create", &body).await;
-        assert_eq!(reply.status, 200, "session create: {}", reply.body);
-        let impostor = reply.json()["ID"].as_str().expect("session ID").to_owned();
+        let (_, _, impostor) = impostor_session(&h).await;
 
         h.election("web", json!({"selector": {"matchLabels": {"app": "web"}}}))
             .await;
@@ -102,27 +110,7 @@ async fn a_key_holder_with_settings_the_operator_never_gives_is_not_adopted() {
     with_namespace("sess-settings", |admin, ns| async move {
         let mut h = Harness::new(admin, ns).await;
         h.deployment("web", 3).await;
-        let mut pods: Vec<(String, String)> = h
-            .pods()
-            .list(&Default::default())
-            .await
-            .expect("list pods")
-            .items
-            .into_iter()
-            .filter_map(|p| Some((p.metadata.name?, p.metadata.uid?)))
-            .collect();
-        pods.sort();
-        let (pod, uid) = &pods[0];
-        let name = format!(
-            "consul-elector/{}/{}/{}/web/{pod}",
-            h.cluster_name(),
-            h.install(),
-            h.ns
-        );
-        let body = json!({"Name": name, "TTL": "3600s", "LockDelay": "0s"}).to_string();
-        let reply = h.consul("PUT", "/v1/session/create", &body).await;
-        assert_eq!(reply.status, 200, "session create: {}", reply.body);
-        let impostor = reply.json()["ID"].as_str().expect("session ID").to_owned();
+        let (pod, uid, impostor) = impostor_session(&h).await;
         let value =
             json!({"pod": pod, "uid": uid, "cluster": h.cluster_name(), "install": h.install()});
         let path = format!("/v1/kv/{}?acquire={impostor}", h.key("web"));

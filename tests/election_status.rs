@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use kube::runtime::watcher;
 
-use harness::{Harness, HarnessOptions, ROLE, SOON, phase};
+use harness::{Harness, ROLE, SOON, phase};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use testkit::cluster::with_namespace;
-use testkit::kube_faults::{FaultAction, KubeFault, Verb, WatchHold};
+use testkit::kube_faults::{FaultAction, KubeFault, Verb};
 
 /// The `Ready` condition's status and reason.
 fn ready(le: &consul_elector::crd::LeaderElection) -> Option<(String, String)> {
@@ -404,14 +404,9 @@ fn status_write_failures(h: &Harness) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_write_based_on_an_older_status_is_refused() {
     with_namespace("st-stale", |admin, ns| async move {
-        let mut h = Harness::with_options(admin, ns, HarnessOptions::default()).await;
+        let mut h = Harness::new(admin, ns).await;
         h.deployment("web", 3).await;
-        let stall = WatchHold::new();
-        h.kube_faults.add(
-            KubeFault::new(FaultAction::HoldWatch(stall.clone()))
-                .verb(Verb::Watch)
-                .resource("leaderelections"),
-        );
+        let stall = h.election_watch_hold();
         h.start_operator().await;
         h.election("web", web()).await;
         let first = h.wait_elected("web", None).await;

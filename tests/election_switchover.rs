@@ -15,7 +15,7 @@ use kube::Client;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use testkit::cluster::with_namespace;
-use testkit::kube_faults::{FaultAction, KubeFault, Verb, WatchHold};
+use testkit::kube_faults::{FaultAction, KubeFault, Verb};
 
 fn spec() -> serde_json::Value {
     json!({"selector": {"matchLabels": {"app": "web"}}})
@@ -202,12 +202,7 @@ async fn a_removed_request_read_from_a_stale_copy_moves_nothing() {
     with_namespace("so-stale", |admin, ns| async move {
         let mut h = Harness::with_options(admin, ns, HarnessOptions::default()).await;
         h.deployment("web", 3).await;
-        let stall = WatchHold::new();
-        h.kube_faults.add(
-            KubeFault::new(FaultAction::HoldWatch(stall.clone()))
-                .verb(Verb::Watch)
-                .resource("leaderelections"),
-        );
+        let stall = h.election_watch_hold();
         h.start_operator().await;
         let spec = json!({
             "selector": {"matchLabels": {"app": "web"}},

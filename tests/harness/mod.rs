@@ -45,7 +45,7 @@ use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use testkit::cluster::TestCluster;
 use testkit::consul::Emulator;
-use testkit::kube_faults::KubeFaults;
+use testkit::kube_faults::{FaultAction, KubeFault, KubeFaults, Verb, WatchHold};
 use testkit::pods::{PodSimulator, SimulatorOptions, create_deployment, wait_deployment_ready};
 use testkit::recorder::{PodVersion, WatchRecorder};
 use tokio::sync::watch;
@@ -347,6 +347,18 @@ impl Harness {
     /// Starts (or restarts) the operator.
     pub async fn start_operator(&mut self) {
         self.start_operator_with_clock(WallClock::system()).await;
+    }
+
+    /// A switch that stalls the operator's watch of LeaderElections once the test holds it:
+    /// until released, the operator's copy of every election stays as it was.
+    pub fn election_watch_hold(&self) -> WatchHold {
+        let hold = WatchHold::new();
+        self.kube_faults.add(
+            KubeFault::new(FaultAction::HoldWatch(hold.clone()))
+                .verb(Verb::Watch)
+                .resource("leaderelections"),
+        );
+        hold
     }
 
     /// [`start_operator`](Self::start_operator) with `wall_clock` as the operator's wall
