@@ -229,7 +229,7 @@ impl<'a> Round<'a> {
                 crate::election::report::recorded(&self.ctx.caches.current_status(self.le));
             self.recorded.last_switchover = carried;
         }
-        let (now, wall) = (tokio::time::Instant::now(), self.ctx.wall_now());
+        let (now, wall) = (Instant::now(), self.ctx.wall_now());
         let mut views = observe::views(
             &self.ctx.caches,
             self.key,
@@ -395,7 +395,7 @@ impl<'a> Round<'a> {
             Action::ForgetSession => {
                 self.mark_move();
                 self.ctx.sessions.forget(self.key);
-                let until = tokio::time::Instant::now() + self.config.session.lock_delay;
+                let until = Instant::now() + self.config.session.lock_delay;
                 self.ctx
                     .caches
                     .written
@@ -606,7 +606,7 @@ impl<'a> Round<'a> {
         if acquired {
             self.ctx.caches.written.set_lock_delay(self.key, None);
         } else if !matches!(self.lock, LockView::Held { .. }) {
-            let until = tokio::time::Instant::now() + REFUSED_ACQUIRE_RETRY;
+            let until = Instant::now() + REFUSED_ACQUIRE_RETRY;
             self.ctx
                 .caches
                 .written
