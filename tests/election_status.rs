@@ -415,8 +415,6 @@ async fn a_status_write_based_on_an_older_status_is_refused() {
 
         let elections: Api<consul_elector::crd::LeaderElection> =
             Api::namespaced(h.admin.clone(), &h.ns);
-        let current = elections.get_status("web").await.expect("read status");
-        let mut status = serde_json::to_value(current.status).expect("status as JSON");
         let record = json!({
             "to": "*",
             "requestedAt": "2026-01-01T00:00:00Z",
@@ -424,16 +422,29 @@ async fn a_status_write_based_on_an_older_status_is_refused() {
             "result": "Refused",
             "message": "decided by another writer",
         });
-        status["lastSwitchover"] = record.clone();
-        status["revision"] = json!(status["revision"].as_u64().unwrap_or(0) + 1);
-        elections
-            .patch_status(
-                "web",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": status})),
-            )
-            .await
-            .expect("the other writer's status");
+        // Written as a replica writes: conditional on the revision it read (read again when
+        // a write of the operator's came first).
+        let mut refused = 0;
+        loop {
+            let current = elections.get_status("web").await.expect("read status");
+            let status = current.status.unwrap_or_default();
+            let mut next = serde_json::to_value(&status).expect("status as JSON");
+            next["lastSwitchover"] = record.clone();
+            next["revision"] = json!(status.revision.unwrap_or(0) + 1);
+            let patch: json_patch::Patch = serde_json::from_value(json!([
+                {"op": "test", "path": "/status/revision", "value": status.revision},
+                {"op": "add", "path": "/status", "value": next},
+            ]))
+            .expect("a JSON patch");
+            match elections
+                .patch_status("web", &PatchParams::default(), &Patch::<()>::Json(patch))
+                .await
+            {
+                Ok(_) => break,
+                Err(kube::Error::Api(e)) if e.code == 422 && refused < 10 => refused += 1,
+                Err(e) => panic!("the other writer's status: {e}"),
+            }
+        }
 
         // A follower goes: the operator writes the candidates, based on what it last saw.
         let follower = live_pods(&h)
