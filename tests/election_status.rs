@@ -415,36 +415,7 @@ async fn a_status_write_based_on_an_older_status_is_refused() {
 
         let elections: Api<consul_elector::crd::LeaderElection> =
             Api::namespaced(h.admin.clone(), &h.ns);
-        let record = json!({
-            "to": "*",
-            "requestedAt": "2026-01-01T00:00:00Z",
-            "completedAt": "2026-01-01T00:00:01Z",
-            "result": "Refused",
-            "message": "decided by another writer",
-        });
-        // Written as a replica writes: conditional on the revision it read (read again when
-        // a write of the operator's came first).
-        let mut refused = 0;
-        loop {
-            let current = elections.get_status("web").await.expect("read status");
-            let status = current.status.unwrap_or_default();
-            let mut next = serde_json::to_value(&status).expect("status as JSON");
-            next["lastSwitchover"] = record.clone();
-            next["revision"] = json!(status.revision.unwrap_or(0) + 1);
-            let patch: json_patch::Patch = serde_json::from_value(json!([
-                {"op": "test", "path": "/status/revision", "value": status.revision},
-                {"op": "add", "path": "/status", "value": next},
-            ]))
-            .expect("a JSON patch");
-            match elections
-                .patch_status("web", &PatchParams::default(), &Patch::<()>::Json(patch))
-                .await
-            {
-                Ok(_) => break,
-                Err(kube::Error::Api(e)) if e.code == 422 && refused < 10 => refused += 1,
-                Err(e) => panic!("the other writer's status: {e}"),
-            }
-        }
+        let record = other_writer_records_a_switchover(&h).await;
 
         // A follower goes: the operator writes the candidates, based on what it last saw.
         let follower = live_pods(&h)
@@ -456,29 +427,132 @@ async fn a_status_write_based_on_an_older_status_is_refused() {
         pods.delete(&follower, &DeleteParams::default())
             .await
             .expect("delete a follower");
-        let gone_from_status = |le: &consul_elector::crd::LeaderElection| {
-            le.status
-                .as_ref()
-                .is_some_and(|s| s.candidates.iter().all(|c| c.pod != follower))
-        };
         let tried = h
             .poll_until(SOON, || status_write_failures(&h) >= 1.0)
             .await;
         let after = elections.get_status("web").await.expect("read status");
         assert!(
-            tried && !gone_from_status(&after),
+            tried && !without_candidate(&after, &follower),
             "a write based on the older status replaced the newer one: {:?}",
             after.status.map(|s| s.last_switchover)
         );
 
         stall.release();
-        let caught_up = h.wait_status("web", gone_from_status).await;
-        let kept = caught_up.status.and_then(|s| s.last_switchover);
+        let caught_up = h
+            .wait_status("web", |le| without_candidate(le, &follower))
+            .await;
         assert_eq!(
-            serde_json::to_value(kept).expect("record as JSON"),
+            last_switchover(caught_up),
             record,
             "the other writer's record was lost"
         );
+        h.finish().await;
+    })
+    .await;
+}
+
+/// Writes a status as another replica would (a JSON patch conditional on the revision it read,
+/// read again when a write of the operator's came first): the same fencing token, a new
+/// revision and a switchover record the operator never saw. Returns the record.
+async fn other_writer_records_a_switchover(h: &Harness) -> serde_json::Value {
+    let elections: Api<consul_elector::crd::LeaderElection> =
+        Api::namespaced(h.admin.clone(), &h.ns);
+    let record = json!({
+        "to": "*",
+        "requestedAt": "2026-01-01T00:00:00Z",
+        "completedAt": "2026-01-01T00:00:01Z",
+        "result": "Refused",
+        "message": "decided by another writer",
+    });
+    let mut refused = 0;
+    loop {
+        let current = elections.get_status("web").await.expect("read status");
+        let status = current.status.unwrap_or_default();
+        let mut next = serde_json::to_value(&status).expect("status as JSON");
+        next["lastSwitchover"] = record.clone();
+        next["revision"] = json!(status.revision.unwrap_or(0) + 1);
+        let patch: json_patch::Patch = serde_json::from_value(json!([
+            {"op": "test", "path": "/status/revision", "value": status.revision},
+            {"op": "add", "path": "/status", "value": next},
+        ]))
+        .expect("a JSON patch");
+        match elections
+            .patch_status("web", &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+        {
+            Ok(_) => return record,
+            Err(kube::Error::Api(e)) if e.code == 422 && refused < 10 => refused += 1,
+            Err(e) => panic!("the other writer's status: {e}"),
+        }
+    }
+}
+
+/// Whether the status no longer lists `pod` among the candidates.
+fn without_candidate(le: &consul_elector::crd::LeaderElection, pod: &str) -> bool {
+    le.status
+        .as_ref()
+        .is_some_and(|s| s.candidates.iter().all(|c| c.pod != pod))
+}
+
+/// The status's `lastSwitchover`, as JSON.
+fn last_switchover(le: consul_elector::crd::LeaderElection) -> serde_json::Value {
+    serde_json::to_value(le.status.and_then(|s| s.last_switchover)).expect("record as JSON")
+}
+
+/// Rule 8 across a reconcile: a reconcile planned on the older status (its watch stalled), and
+/// its pod patch was still on its way when the watch delivered the newer status. Its status
+/// write is tested against the revision its plan was based on, not the one current when it is
+/// sent, so it does not replace the newer status with what it planned on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_planned_on_an_older_status_is_refused_after_the_newer_one_arrived() {
+    with_namespace("st-planned", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        let stall = h.election_watch_hold();
+        h.start_operator().await;
+        h.election("web", web()).await;
+        let first = h.wait_elected("web", None).await;
+        h.wait_reconciled().await;
+        stall.hold();
+        let record = other_writer_records_a_switchover(&h).await;
+
+        // The operator's pod patches take 3 s from now on.
+        let slow = h.kube_faults.add(
+            KubeFault::new(FaultAction::Latency(std::time::Duration::from_secs(3)))
+                .verb(Verb::Patch)
+                .resource("pods"),
+        );
+        let patches = || {
+            h.kube_faults
+                .seen()
+                .iter()
+                .filter(|r| r.verb == Some(Verb::Patch) && r.resource.as_deref() == Some("pods"))
+                .count()
+        };
+        let before = patches();
+        let follower = live_pods(&h)
+            .await
+            .into_iter()
+            .find(|p| *p != first.pod)
+            .expect("a follower");
+        let pods: Api<Pod> = Api::namespaced(h.admin.clone(), &h.ns);
+        pods.delete(&follower, &DeleteParams::default())
+            .await
+            .expect("delete a follower");
+        // A reconcile planned on the older status labels the replacement pod.
+        let patching = h.poll_until(SOON, || patches() > before).await;
+        assert!(patching, "the operator labelled the replacement pod");
+        stall.release();
+
+        let caught_up = h
+            .wait_status("web", |le| without_candidate(le, &follower))
+            .await;
+        assert_eq!(
+            last_switchover(caught_up),
+            record,
+            "the other writer's record was lost"
+        );
+        h.kube_faults.remove(slow);
         h.finish().await;
     })
     .await;

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use super::applied::recorded_session;
 use super::context::Context;
 use super::sharing::{self, Annotations};
+use super::status::Basis;
 use crate::Error;
 use crate::cache::views as observe;
 use crate::consul::{ConsulClient, ConsulError};
@@ -64,6 +65,8 @@ pub struct Round<'a> {
     /// This reconcile wrote the status (a token record) since its last plan: the next plan
     /// decides from the status as written, not as read when the reconcile started.
     status_written: bool,
+    /// The status `recorded` was read from: what the status writes of its plans test.
+    basis: Basis,
 }
 
 impl<'a> Round<'a> {
@@ -77,6 +80,7 @@ impl<'a> Round<'a> {
         ctx: &'a Context,
         spec_valid: ConditionState,
     ) -> Round<'a> {
+        let status = ctx.caches.current_status(le);
         let mut round = Round {
             le,
             key,
@@ -86,7 +90,8 @@ impl<'a> Round<'a> {
             pods_api: Api::namespaced(ctx.client.clone(), &key.namespace),
             pods: observe::pods_of(&ctx.caches, le),
             lock: LockView::Unknown,
-            recorded: crate::election::report::recorded(&ctx.caches.current_status(le)),
+            recorded: crate::election::report::recorded(&status),
+            basis: Basis::of(&status),
             last: None,
             move_started: None,
             unfinished: false,
@@ -163,6 +168,11 @@ impl<'a> Round<'a> {
         self.last.as_ref()
     }
 
+    /// The status the last plan was made from (what its status write tests).
+    pub fn basis(&self) -> Basis {
+        self.basis
+    }
+
     /// The UID of the one pod that carries the leader label now, as far as this round knows
     /// (its own patches included); `None` when no pod, or more than one, does.
     pub fn labelled_leader_uid(&self) -> Option<String> {
@@ -225,8 +235,9 @@ impl<'a> Round<'a> {
             // recorded against the first one's record, or the final status write would take
             // the transitions and the token record back to what was read at the start.
             let carried = self.recorded.last_switchover.take();
-            self.recorded =
-                crate::election::report::recorded(&self.ctx.caches.current_status(self.le));
+            let status = self.ctx.caches.current_status(self.le);
+            self.recorded = crate::election::report::recorded(&status);
+            self.basis = Basis::of(&status);
             self.recorded.last_switchover = carried;
         }
         let (now, wall) = (Instant::now(), self.ctx.wall_now());
@@ -324,7 +335,7 @@ impl<'a> Round<'a> {
                         "a fencing token to record without the plan it belongs to".into(),
                     ));
                 };
-                super::status::record_token(
+                self.basis = super::status::record_token(
                     self.le,
                     self.ctx,
                     self.config,
@@ -335,6 +346,7 @@ impl<'a> Round<'a> {
                         whole,
                     },
                     self.spec_valid.clone(),
+                    self.basis,
                 )
                 .await?;
                 self.status_written = true;
@@ -423,13 +435,18 @@ impl<'a> Round<'a> {
             }
             Action::ClearHandover { pod, uid } => self.set_handover(&pod, &uid, None).await,
             Action::RecordSwitchover(record) => {
-                super::status::record_switchover(self.le, self.ctx, &record).await
+                self.basis =
+                    super::status::record_switchover(self.le, self.ctx, &record, self.basis)
+                        .await?;
+                Ok(())
             }
             Action::ClearSwitchover { request } => {
                 // Decided from here on, even if the record or the removal below fails.
                 self.ctx.caches.written.request_deciding(self.key, &request);
                 if let Some(record) = &self.recorded.last_switchover {
-                    super::status::record_switchover(self.le, self.ctx, record).await?;
+                    self.basis =
+                        super::status::record_switchover(self.le, self.ctx, record, self.basis)
+                            .await?;
                 }
                 super::switchover::clear_request(self.ctx, self.key, &request).await?;
                 self.switchover = None;

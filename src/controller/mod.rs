@@ -219,7 +219,17 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         .is_some_and(|plan| plan.managed_elsewhere.is_some());
     if !standing_back {
         let plan = round.last_plan();
-        status::write(le, ctx, &config, labelled.as_deref(), plan, spec_valid).await?;
+        let basis = round.basis();
+        status::write(
+            le,
+            ctx,
+            &config,
+            labelled.as_deref(),
+            plan,
+            spec_valid,
+            basis,
+        )
+        .await?;
     }
     outcome?;
     if round.unfinished() {

@@ -18,10 +18,30 @@ use crate::election::observe::SwitchoverRecord;
 use crate::election::plan::{self, ConditionState, Plan};
 use crate::election::report::{self, Rendering, truncate};
 
+/// What a status write is based on: the revision and fencing token of the status read when
+/// the write was decided. The write is sent only if the status still has both, so a plan
+/// made from an older status never replaces a newer one, even when the newer one arrived
+/// while the plan was carried out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Basis {
+    revision: Option<u64>,
+    fencing_token: Option<u64>,
+}
+
+impl Basis {
+    /// The basis of a write decided from `status`.
+    pub fn of(status: &LeaderElectionStatus) -> Self {
+        Basis {
+            revision: status.revision,
+            fencing_token: status.fencing_token,
+        }
+    }
+}
+
 /// Writes the status of the last plan (`spec_valid`, which is True, and Exclusive True), as far
 /// as it was carried out: `labelled` is the pod that carries the leader label now. A plan whose leader
 /// is not labelled (an action failed) reports phase Electing and `LeaderElected` False, never
-/// a leader that no pod shows.
+/// a leader that no pod shows. `basis` is the status the plan was made from.
 pub async fn write(
     le: &LeaderElection,
     ctx: &Context,
@@ -29,12 +49,15 @@ pub async fn write(
     labelled: Option<&str>,
     plan: Option<&Plan>,
     spec_valid: ConditionState,
+    basis: Basis,
 ) -> Result<(), Error> {
     let Some(plan) = plan else {
         return Ok(());
     };
     let (old, new) = decided(le, ctx, config, labelled, plan, spec_valid);
-    patch_if_changed(le, ctx, &old, new, Write::Whole).await
+    patch_if_changed(le, ctx, &old, new, Write::Whole, basis)
+        .await
+        .map(|_| ())
 }
 
 /// The status as this process last wrote it, and the one `plan` decides when the pod with UID
@@ -85,7 +108,9 @@ pub struct TokenRecord<'a> {
 /// status write is lost and the key is later re-created (its LockIndex restarts at 1; the
 /// planner raises it above the recorded token). A `whole` record is the status `plan` decides
 /// once the pod carries the label: it names the pod an instant before its label is written,
-/// and the reconcile's final write then has nothing left to change.
+/// and the reconcile's final write then has nothing left to change. `basis` is the status
+/// the plan was made from; returns the basis of the status written (what the reconcile's
+/// later writes are based on).
 pub async fn record_token(
     le: &LeaderElection,
     ctx: &Context,
@@ -93,7 +118,8 @@ pub async fn record_token(
     plan: &Plan,
     record: TokenRecord<'_>,
     spec_valid: ConditionState,
-) -> Result<(), Error> {
+    basis: Basis,
+) -> Result<Basis, Error> {
     // The planner asks only for a token above the recorded one; `max` keeps even a stale
     // request from moving the token backwards.
     let current = ctx.caches.current_status(le);
@@ -103,27 +129,29 @@ pub async fn record_token(
             applied: Some(applied(le, config, &current)),
             ..current.clone()
         };
-        return patch_if_changed(le, ctx, &current, new, Write::Record).await;
+        return patch_if_changed(le, ctx, &current, new, Write::Record, basis).await;
     }
     let (old, mut new) = decided(le, ctx, config, Some(record.uid), plan, spec_valid);
     new.fencing_token = new.fencing_token.max(Some(record.token));
-    patch_if_changed(le, ctx, &old, new, Write::Whole).await
+    patch_if_changed(le, ctx, &old, new, Write::Whole, basis).await
 }
 
 /// Writes how a switchover request was decided (`status.lastSwitchover`) before the request
 /// annotation is removed, so whoever waits for the annotation to go finds the outcome at the
-/// same moment, never the previous request's.
+/// same moment, never the previous request's. `basis` is the status the reconcile's plan was
+/// made from; returns the basis of the status written.
 pub async fn record_switchover(
     le: &LeaderElection,
     ctx: &Context,
     record: &SwitchoverRecord,
-) -> Result<(), Error> {
+    basis: Basis,
+) -> Result<Basis, Error> {
     let current = ctx.caches.current_status(le);
     let new = LeaderElectionStatus {
         last_switchover: Some(report::switchover_status(record)),
         ..current.clone()
     };
-    patch_if_changed(le, ctx, &current, new, Write::Record).await
+    patch_if_changed(le, ctx, &current, new, Write::Record, basis).await
 }
 
 /// What the status records as applied: the record, or for a new election what it acts with.
@@ -178,7 +206,7 @@ async fn stand_back(
     let old = ctx.caches.current_status(le);
     let (new, news) =
         report::standing_back(&old, le.metadata.generation, phase, &state, ctx.wall_now());
-    patch_if_changed(le, ctx, &old, new, Write::Whole).await?;
+    patch_if_changed(le, ctx, &old, new, Write::Whole, Basis::of(&old)).await?;
     if news {
         let event = Event {
             type_: EventType::Warning,
@@ -208,7 +236,9 @@ pub async fn record_applied(
         applied: Some(applied.clone()),
         ..current.clone()
     };
-    patch_if_changed(le, ctx, &current, new, Write::Record).await
+    patch_if_changed(le, ctx, &current, new, Write::Record, Basis::of(&current))
+        .await
+        .map(|_| ())
 }
 
 /// What a status write is.
@@ -220,24 +250,28 @@ enum Write {
     Record,
 }
 
+/// Writes `new` unless it is `old` (the status as this process knows it now), conditional on
+/// `basis` (the status it was decided from). Returns the basis of what the status now is as far
+/// as this write knows: `new` once written, `old` when nothing changed.
 async fn patch_if_changed(
     le: &LeaderElection,
     ctx: &Context,
     old: &LeaderElectionStatus,
     mut new: LeaderElectionStatus,
     write: Write,
-) -> Result<(), Error> {
+    basis: Basis,
+) -> Result<Basis, Error> {
     new.revision = old.revision;
     if *old == new {
-        return Ok(());
+        return Ok(Basis::of(old));
     }
-    new.revision = Some(old.revision.map_or(1, |r| r.saturating_add(1)));
+    new.revision = Some(basis.revision.map_or(1, |r| r.saturating_add(1)));
     let api: Api<ReadElection> = Api::namespaced(
         ctx.client.clone(),
         &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
     );
     let status_exists = ctx.caches.status_exists(le);
-    let patch = conditional_status_patch(old, status_exists, &new)?;
+    let patch = conditional_status_patch(basis, status_exists, &new)?;
     let written = api
         .patch_status(
             &le.name_any(),
@@ -256,8 +290,8 @@ async fn patch_if_changed(
                 Error::StatusStale {
                     expected: format!(
                         "revision {}, fencing token {}",
-                        old.revision.map_or_else(none, |r| r.to_string()),
-                        old.fencing_token.map_or_else(none, |t| t.to_string())
+                        basis.revision.map_or_else(none, |r| r.to_string()),
+                        basis.fencing_token.map_or_else(none, |t| t.to_string())
                     ),
                     source,
                 }
@@ -272,8 +306,9 @@ async fn patch_if_changed(
                 ctx.caches.written.status_written(&key, Ok(()));
             }
             let version = written.0.metadata.resource_version.as_deref();
+            let basis = Basis::of(&new);
             ctx.caches.written.remember_status(le, Some((new, version)));
-            Ok(())
+            Ok(basis)
         }
         Err(error) => {
             let failed = ctx
@@ -290,20 +325,20 @@ async fn patch_if_changed(
 }
 
 /// The status write: a JSON patch that replaces the whole status only if its revision and
-/// fencing token are still those of `believed`, the status the write was based on
+/// fencing token are still those of `basis`, the status the write was decided from
 /// (docs/design.md rules 6 and 8: a late write, based on an older status, is refused by the API
 /// server instead of replacing a newer leader, record or switchover outcome, or moving the
-/// token backwards). A field `believed` lacks is tested absent; without any status believed
-/// (none exists yet), the patch tests that there is none.
+/// token backwards). A field `basis` lacks is tested absent; when no status existed (and none
+/// was based on), the patch tests that there is none.
 fn conditional_status_patch(
-    believed: &LeaderElectionStatus,
+    basis: Basis,
     status_exists: bool,
     new: &LeaderElectionStatus,
 ) -> Result<json_patch::Patch, Error> {
-    let mut ops = if status_exists || *believed != LeaderElectionStatus::default() {
+    let mut ops = if status_exists || basis != Basis::default() {
         vec![
-            json!({"op": "test", "path": "/status/fencingToken", "value": believed.fencing_token}),
-            json!({"op": "test", "path": "/status/revision", "value": believed.revision}),
+            json!({"op": "test", "path": "/status/fencingToken", "value": basis.fencing_token}),
+            json!({"op": "test", "path": "/status/revision", "value": basis.revision}),
         ]
     } else {
         vec![json!({"op": "test", "path": "/status", "value": null})]
