@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use testkit::cluster::with_namespace;
-use testkit::kube_faults::{FaultAction, KubeFault, Verb};
+use testkit::kube_faults::{FaultAction, KubeFault, Verb, WatchHold};
 
 /// The `Ready` condition's status and reason.
 fn ready(le: &consul_elector::crd::LeaderElection) -> Option<(String, String)> {
@@ -404,29 +404,11 @@ fn status_write_failures(h: &Harness) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_write_based_on_an_older_status_is_refused() {
     with_namespace("st-stale", |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
-        h.deployment("web", 3).await;
-        let stall = h.election_watch_hold();
-        h.start_operator().await;
-        h.election("web", web()).await;
-        let first = h.wait_elected("web", None).await;
-        h.wait_reconciled().await;
-        stall.hold();
-
+        let (h, stall, first, record) = stalled_with_a_newer_status(admin, ns).await;
         let elections: Api<consul_elector::crd::LeaderElection> =
             Api::namespaced(h.admin.clone(), &h.ns);
-        let record = other_writer_records_a_switchover(&h).await;
-
         // A follower goes: the operator writes the candidates, based on what it last saw.
-        let follower = live_pods(&h)
-            .await
-            .into_iter()
-            .find(|p| *p != first.pod)
-            .expect("a follower");
-        let pods: Api<Pod> = Api::namespaced(h.admin.clone(), &h.ns);
-        pods.delete(&follower, &DeleteParams::default())
-            .await
-            .expect("delete a follower");
+        let follower = delete_a_follower(&h, &first.pod).await;
         let tried = h
             .poll_until(SOON, || status_write_failures(&h) >= 1.0)
             .await;
@@ -437,15 +419,7 @@ async fn a_status_write_based_on_an_older_status_is_refused() {
             after.status.map(|s| s.last_switchover)
         );
 
-        stall.release();
-        let caught_up = h
-            .wait_status("web", |le| without_candidate(le, &follower))
-            .await;
-        assert_eq!(
-            last_switchover(caught_up),
-            record,
-            "the other writer's record was lost"
-        );
+        released_the_record_stays(&h, &stall, &follower, &record).await;
         h.finish().await;
     })
     .await;
@@ -487,6 +461,39 @@ async fn other_writer_records_a_switchover(h: &Harness) -> serde_json::Value {
     }
 }
 
+/// `web` elected with three pods, then the operator's election watch stalled and a newer
+/// status written by another writer ([`other_writer_records_a_switchover`]): the harness, the
+/// stall, the leader elected and the other writer's record.
+async fn stalled_with_a_newer_status(
+    admin: kube::Client,
+    ns: String,
+) -> (Harness, WatchHold, harness::Elected, serde_json::Value) {
+    let mut h = Harness::new(admin, ns).await;
+    h.deployment("web", 3).await;
+    let stall = h.election_watch_hold();
+    h.start_operator().await;
+    h.election("web", web()).await;
+    let first = h.wait_elected("web", None).await;
+    h.wait_reconciled().await;
+    stall.hold();
+    let record = other_writer_records_a_switchover(&h).await;
+    (h, stall, first, record)
+}
+
+/// Deletes a pod of `web` other than `leader`; its name.
+async fn delete_a_follower(h: &Harness, leader: &str) -> String {
+    let follower = live_pods(h)
+        .await
+        .into_iter()
+        .find(|p| p != leader)
+        .expect("a follower");
+    let pods: Api<Pod> = Api::namespaced(h.admin.clone(), &h.ns);
+    pods.delete(&follower, &DeleteParams::default())
+        .await
+        .expect("delete a follower");
+    follower
+}
+
 /// Whether the status no longer lists `pod` among the candidates.
 fn without_candidate(le: &consul_elector::crd::LeaderElection, pod: &str) -> bool {
     le.status
@@ -494,9 +501,24 @@ fn without_candidate(le: &consul_elector::crd::LeaderElection, pod: &str) -> boo
         .is_some_and(|s| s.candidates.iter().all(|c| c.pod != pod))
 }
 
-/// The status's `lastSwitchover`, as JSON.
-fn last_switchover(le: consul_elector::crd::LeaderElection) -> serde_json::Value {
-    serde_json::to_value(le.status.and_then(|s| s.last_switchover)).expect("record as JSON")
+/// Releases the stalled watch, waits until the operator wrote the candidates without
+/// `follower`, and checks that the other writer's `record` is still there.
+async fn released_the_record_stays(
+    h: &Harness,
+    stall: &WatchHold,
+    follower: &str,
+    record: &serde_json::Value,
+) {
+    stall.release();
+    let caught_up = h
+        .wait_status("web", |le| without_candidate(le, follower))
+        .await;
+    let kept = caught_up.status.and_then(|s| s.last_switchover);
+    assert_eq!(
+        &serde_json::to_value(kept).expect("record as JSON"),
+        record,
+        "the other writer's record was lost"
+    );
 }
 
 /// Rule 8 across a reconcile: a reconcile planned on the older status (its watch stalled), and
@@ -506,15 +528,7 @@ fn last_switchover(le: consul_elector::crd::LeaderElection) -> serde_json::Value
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_planned_on_an_older_status_is_refused_after_the_newer_one_arrived() {
     with_namespace("st-planned", |admin, ns| async move {
-        let mut h = Harness::new(admin, ns).await;
-        h.deployment("web", 3).await;
-        let stall = h.election_watch_hold();
-        h.start_operator().await;
-        h.election("web", web()).await;
-        let first = h.wait_elected("web", None).await;
-        h.wait_reconciled().await;
-        stall.hold();
-        let record = other_writer_records_a_switchover(&h).await;
+        let (h, stall, first, record) = stalled_with_a_newer_status(admin, ns).await;
 
         // The operator's pod patches take 3 s from now on.
         let slow = h.kube_faults.add(
@@ -530,28 +544,11 @@ async fn a_status_planned_on_an_older_status_is_refused_after_the_newer_one_arri
                 .count()
         };
         let before = patches();
-        let follower = live_pods(&h)
-            .await
-            .into_iter()
-            .find(|p| *p != first.pod)
-            .expect("a follower");
-        let pods: Api<Pod> = Api::namespaced(h.admin.clone(), &h.ns);
-        pods.delete(&follower, &DeleteParams::default())
-            .await
-            .expect("delete a follower");
+        let follower = delete_a_follower(&h, &first.pod).await;
         // A reconcile planned on the older status labels the replacement pod.
         let patching = h.poll_until(SOON, || patches() > before).await;
         assert!(patching, "the operator labelled the replacement pod");
-        stall.release();
-
-        let caught_up = h
-            .wait_status("web", |le| without_candidate(le, &follower))
-            .await;
-        assert_eq!(
-            last_switchover(caught_up),
-            record,
-            "the other writer's record was lost"
-        );
+        released_the_record_stays(&h, &stall, &follower, &record).await;
         h.kube_faults.remove(slow);
         h.finish().await;
     })
