@@ -680,15 +680,16 @@ async fn a_leader_deleted_right_after_the_standbys_fresh_list_is_replaced_prompt
 /// Rule 8's catch-up under pod churn (issue of a new active replica that never caught up):
 /// pods of four Deployments are deleted every 50 ms while the active replica is killed and the
 /// standby takes over, three times. Each time, once the churn stops, every election has a
-/// live, labelled leader the status names within the Lease duration and a few seconds of the
-/// kill (the catch-up used to wait for its 30 s relist).
+/// live, labelled leader the status names within seconds (the catch-up used to wait for its
+/// 30 s relist).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn takeovers_during_pod_churn_elect_live_leaders_promptly() {
     const APPS: [&str; 4] = ["a", "b", "c", "d"];
     /// Pods deleted around each takeover, one every 50 ms.
     const DELETIONS: usize = 100;
-    /// From the kill until every election has a live leader again.
-    const BOUND: Duration = Duration::from_secs(20);
+    /// From the end of the churn (which lasts longer on a loaded machine) until every election
+    /// has a live leader again; a catch-up waiting for its 30 s relist takes longer.
+    const BOUND: Duration = Duration::from_secs(15);
     with_namespace("ha-churn", |admin, ns| async move {
         let mut h = Harness::new(admin, ns).await;
         for app in APPS {
@@ -739,7 +740,7 @@ async fn takeovers_during_pod_churn_elect_live_leaders_promptly() {
                 )
                 .await;
             churn.await.expect("churn task");
-            let waited = wait_live_leaders(&h, &APPS, BOUND.saturating_sub(killed.elapsed())).await;
+            let waited = wait_live_leaders(&h, &APPS, BOUND).await;
             eprintln!(
                 "takeover {round} under churn: every election led again {:?} after the kill \
                  ({waited:?} after the churn stopped)",
