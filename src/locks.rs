@@ -658,6 +658,8 @@ impl State {
 
 struct Inner {
     changes: UnboundedSender<ElectionKey>,
+    /// Marked at every report, for [`LockWatcher::subscribe`].
+    reported: watch::Sender<()>,
     wait: Duration,
     state: Mutex<State>,
     next_group: AtomicU64,
@@ -669,6 +671,9 @@ impl Inner {
     }
 
     fn report(&self, elections: Vec<ElectionKey>) {
+        if !elections.is_empty() {
+            self.reported.send_replace(());
+        }
         for election in elections {
             // A closed channel means the controller is shutting down; nothing to tell.
             let _ = self.changes.send(election);
@@ -709,6 +714,7 @@ impl LockWatcher {
         LockWatcher {
             inner: Arc::new(Inner {
                 changes,
+                reported: watch::Sender::new(()),
                 wait,
                 state: Mutex::new(State::default()),
                 next_group: AtomicU64::new(0),
@@ -757,6 +763,13 @@ impl LockWatcher {
             group.join(election, key, ttl);
             state.elections.insert(election.clone(), target);
         }
+    }
+
+    /// A receiver marked changed whenever a key (of any election) is reported changed after
+    /// this call: for a task that waits on something else and must look at the locks again
+    /// when they change.
+    pub fn subscribe(&self) -> watch::Receiver<()> {
+        self.inner.reported.subscribe()
     }
 
     /// Stops watching for `election`; the group's query stops when its last election leaves.

@@ -411,3 +411,53 @@ async fn a_secret_read_that_never_answers_does_not_hang_the_election() {
     })
     .await;
 }
+
+/// Rule 2 does not wait for the inputs a reconcile gathers: while every token Secret GET hangs
+/// (each reconcile fails after the read timeout, and the next one hangs again), the key is
+/// deleted from outside, and the leader label goes at once rather than never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_secret_read_does_not_hold_back_the_fence() {
+    let hang = KubeFaultAction::Latency(Duration::from_secs(3600));
+    fenced_while_the_secret_fails("sec-hung-fence", hang).await;
+}
+
+/// As [`a_hung_secret_read_does_not_hold_back_the_fence`], with Secret GETs that fail at once:
+/// each reconcile fails before it plans, and still fences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_secret_read_does_not_hold_back_the_fence() {
+    let fail = KubeFaultAction::Status {
+        code: 500,
+        reason: "InternalError".into(),
+        message: "etcd is unhappy".into(),
+        retry_after: None,
+    };
+    fenced_while_the_secret_fails("sec-fail-fence", fail).await;
+}
+
+/// Elects with a token Secret, makes every Secret GET meet `fault`, deletes the key from
+/// outside and waits for the leader label to go, well within the read timeout.
+async fn fenced_while_the_secret_fails(prefix: &str, fault: KubeFaultAction) {
+    with_namespace(prefix, |admin, ns| async move {
+        let h = harness(admin, ns, Vec::new(), true).await;
+        h.token_secret("tenant-token", TENANT_TOKEN, "web").await;
+        let mut web = json!({"selector": {"matchLabels": {"app": "web"}}});
+        web["consul"] = json!({"tokenSecretRef": {"name": "tenant-token", "key": "token"}});
+        h.election("web", web).await;
+        let first = h.wait_elected("web", None).await;
+        h.kube_faults.add(KubeFault::new(fault).resource("secrets"));
+        // A reconcile now waits on (or fails at) the Secret, as every later one will.
+        h.touch("web").await;
+        let deleted = std::time::Instant::now();
+        h.app_delete_key(&h.key("web")).await;
+        let stayed = h
+            .leader_label_gone_after(&first.pod, deleted, READ_TIMEOUT * 3)
+            .await;
+        eprintln!("Secret reads failing, key deleted: leader label removed after {stayed:?}");
+        assert!(
+            stayed < READ_TIMEOUT,
+            "the label stayed {stayed:?} after the key was deleted, waiting for a Secret read"
+        );
+        h.finish().await;
+    })
+    .await;
+}

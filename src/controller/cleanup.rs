@@ -31,7 +31,7 @@ use crate::consul::{ConsulClient, parse_go_duration};
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
 use crate::election::cleanup_deadline::{Deadline, deadline};
 use crate::election::config::{ElectionKey, LabelConfig, Mode};
-use crate::election::observe::SessionHealth;
+use crate::election::observe::{LockView, SessionHealth, SessionView};
 use crate::election::plan::EventReason;
 use crate::election::unusable::{UnusableLabel, UnusableLock, unusable_label};
 use crate::election::withdrawal::{self, LabelledPod, Step, fence, withdrawal};
@@ -227,22 +227,58 @@ pub async fn fence_unusable(
         ctx.sessions.forget(key);
         ctx.locks.unwatch(key);
     }
+    match judge_label(
+        le,
+        key,
+        ctx,
+        session.as_ref(),
+        in_use_refused,
+        unusable_label,
+    ) {
+        UnusableLabel::Keep(recheck) => Ok(Some(recheck)),
+        UnusableLabel::Fence => {
+            fence_labels(le, ctx).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Takes `le`'s leader label off (rule 2's Fence).
+pub async fn fence_labels(le: &LeaderElection, ctx: &Context) -> Result<(), Error> {
+    // Only labels: fencing plans no Consul step.
+    execute(&Footprint::of(le, ctx), ctx, fence).await?
+}
+
+/// `judge` (a rule 2 judgement of [`crate::election::unusable`]) applied to what this process
+/// knows of `le`'s lock now, `session` being the election's session as this process holds it.
+/// A key this process wrote since it last read it back counts as unread: the cached view may
+/// predate that write.
+pub fn judge_label(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    ctx: &Context,
+    session: Option<&SessionView>,
+    in_use_refused: bool,
+    judge: impl FnOnce(&UnusableLock<'_>, tokio::time::Instant, Duration) -> UnusableLabel,
+) -> UnusableLabel {
     let now = tokio::time::Instant::now();
     let started_at = ctx.caches.written.started_at();
-    let session_unconfirmed_since = match session.as_ref().map(|s| s.health) {
+    let session_unconfirmed_since = match session.map(|s| s.health) {
         Some(SessionHealth::Alive { renewed_at }) if in_use_refused => Some(renewed_at),
         Some(SessionHealth::Alive { .. }) => None,
         Some(SessionHealth::Unconfirmed { renewed_at }) => Some(renewed_at),
         Some(SessionHealth::Lost) | None => Some(started_at),
     };
-    let footprint = Footprint::of(le, ctx);
     let status = ctx.caches.current_status(le);
     let recorded_session = status.leader_or_last().and_then(|l| l.session_id.clone());
-    let lock = ctx.locks.lock(key);
+    let lock = if ctx.caches.written.key_unread(key) {
+        LockView::Unknown
+    } else {
+        ctx.locks.lock(key)
+    };
     let lock = UnusableLock {
         lock: &lock,
         session: session
-            .as_ref()
             .map(|s| s.id.as_str())
             .or(recorded_session.as_deref()),
         read_at: ctx.locks.read_at(key),
@@ -254,16 +290,9 @@ pub async fn fence_unusable(
         .as_ref()
         .and_then(|applied| applied.session.as_ref())
         .and_then(|s| parse_go_duration(&s.ttl).ok())
-        .or(session.as_ref().map(|s| s.ttl))
+        .or(session.map(|s| s.ttl))
         .unwrap_or(DEFAULT_TTL);
-    match unusable_label(&lock, now, ttl) {
-        UnusableLabel::Keep(recheck) => Ok(Some(recheck)),
-        UnusableLabel::Fence => {
-            // Only labels: fencing plans no Consul step.
-            execute(&footprint, ctx, fence).await??;
-            Ok(None)
-        }
-    }
+    judge(&lock, now, ttl)
 }
 
 /// The pods `le` labelled under `label_key` ([`observe::labelled_by`]), as a withdrawal sees

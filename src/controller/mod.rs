@@ -15,6 +15,7 @@ pub(crate) mod applied;
 mod cleanup;
 pub(crate) mod consul_access;
 mod context;
+mod gather;
 mod migrate;
 mod sharing;
 pub(crate) mod status;
@@ -151,11 +152,14 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     // the pods and create others, without end.
     let mut selected = crate::cache::views::selected_pods(&ctx.caches, le, &key.namespace);
     selected.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let owners = ctx
-        .caches
-        .owner_selectors
-        .of_pods(&ctx.client, &selected)
-        .await;
+    let owners = gather::fenced_while(
+        le,
+        &key,
+        &config,
+        ctx,
+        ctx.caches.owner_selectors.of_pods(&ctx.client, &selected),
+    )
+    .await?;
     let spec_valid = check_label_key(&config.labels.key, &owners);
     observed.label_key = Some(spec_valid.clone());
     if let Some(outcome) = decided(&observed, Input::Older, le, &key, ctx).await {
@@ -177,7 +181,8 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     if let Some(outcome) = decided(&observed, Input::Access, le, &key, ctx).await {
         return outcome;
     }
-    let consul = match consul_access::client_for(le, &config.key, ctx).await {
+    let access = consul_access::client_for(le, &config.key, ctx);
+    let consul = match gather::fenced_while(le, &key, &config, ctx, access).await? {
         Ok(client) => {
             observed.access = Some(Access::Usable);
             Some(client)

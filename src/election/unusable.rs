@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::config::{Mode, UnavailablePolicy};
 use super::observe::LockView;
 
 /// What becomes of the leader label of an election the operator cannot act on.
@@ -58,6 +59,54 @@ pub fn unusable_label(lock: &UnusableLock<'_>, now: Instant, ttl: Duration) -> U
         UnusableLabel::Fence
     } else {
         UnusableLabel::Keep(ttl - unconfirmed)
+    }
+}
+
+/// Rule 2 for an election that can act while its reconcile still waits for an input (a token
+/// Secret, the pods' owners): the fence it would meet as an election that cannot act,
+/// with the two differences the planner makes. Under `KeepLeader` a key that cannot be read
+/// keeps the label (only a key read lost fences). In Observe mode the session is the
+/// applications', not the operator's to confirm: the key's reads are the confirmation, and
+/// whichever session holds the key backs the label until the planner compares it with the
+/// labelled pod. A key this process never read is the planner's to read first (after a
+/// takeover, an election's first reconcile may come later than a TTL after the start).
+pub fn waiting_label(
+    lock: &UnusableLock<'_>,
+    now: Instant,
+    ttl: Duration,
+    mode: Mode,
+    policy: UnavailablePolicy,
+) -> UnusableLabel {
+    if lock.read_at.is_none() {
+        return UnusableLabel::Keep(ttl);
+    }
+    let judged = match (mode, lock.lock) {
+        (Mode::Managed, _) => unusable_label(lock, now, ttl),
+        (Mode::Observe, held) => {
+            let holder = match held {
+                LockView::Held { session, .. } => Some(session.as_str()),
+                _ => None,
+            };
+            let mirrored = UnusableLock {
+                session: holder,
+                session_unconfirmed_since: None,
+                ..*lock
+            };
+            unusable_label(&mirrored, now, ttl)
+        }
+    };
+    let read_lost = match lock.lock {
+        LockView::Absent | LockView::Free { .. } => true,
+        LockView::Held { session, .. } => {
+            mode == Mode::Managed && Some(session.as_str()) != lock.session
+        }
+        LockView::Unknown => false,
+    };
+    match (judged, policy) {
+        (UnusableLabel::Fence, UnavailablePolicy::KeepLeader) if !read_lost => {
+            UnusableLabel::Keep(ttl)
+        }
+        (judged, _) => judged,
     }
 }
 
@@ -134,6 +183,90 @@ mod tests {
         assert_eq!(
             unusable_label(&lock(&unknown, None, true), t(15), TTL),
             UnusableLabel::Fence
+        );
+    }
+
+    #[test]
+    fn a_waiting_reconcile_fences_as_an_unusable_election_would() {
+        let unknown = LockView::Unknown;
+        let managed = |view: &LockView, now| {
+            waiting_label(
+                &lock(view, Some(985), true),
+                t(now),
+                TTL,
+                Mode::Managed,
+                UnavailablePolicy::Fence,
+            )
+        };
+        assert_eq!(managed(&unknown, 1000), UnusableLabel::Fence);
+        assert_eq!(
+            managed(&held_by("s1"), 990),
+            UnusableLabel::Keep(Duration::from_secs(10))
+        );
+        assert_eq!(managed(&LockView::Absent, 990), UnusableLabel::Fence);
+        assert_eq!(managed(&held_by("outsider"), 990), UnusableLabel::Fence);
+        // Never read: the planner reads it first, however long ago this process started.
+        assert_eq!(
+            waiting_label(
+                &lock(&unknown, None, true),
+                t(1000),
+                TTL,
+                Mode::Managed,
+                UnavailablePolicy::Fence
+            ),
+            UnusableLabel::Keep(TTL)
+        );
+    }
+
+    #[test]
+    fn keep_leader_keeps_the_label_of_a_waiting_reconcile_only_while_the_key_is_unread() {
+        let keep = |view: &LockView| {
+            waiting_label(
+                &lock(view, Some(985), false),
+                t(1000),
+                TTL,
+                Mode::Managed,
+                UnavailablePolicy::KeepLeader,
+            )
+        };
+        assert_eq!(keep(&LockView::Unknown), UnusableLabel::Keep(TTL));
+        assert_eq!(keep(&held_by("s1")), UnusableLabel::Keep(TTL));
+        assert_eq!(keep(&LockView::Absent), UnusableLabel::Fence);
+        assert_eq!(
+            keep(&LockView::Free { lock_index: 3 }),
+            UnusableLabel::Fence
+        );
+        assert_eq!(keep(&held_by("outsider")), UnusableLabel::Fence);
+    }
+
+    #[test]
+    fn in_observe_mode_the_key_s_reads_alone_confirm_the_applications_lock() {
+        let observe = |view: &LockView, read_at, now| {
+            let unrenewed = UnusableLock {
+                session: None,
+                ..lock(view, Some(read_at), false)
+            };
+            waiting_label(
+                &unrenewed,
+                t(now),
+                TTL,
+                Mode::Observe,
+                UnavailablePolicy::Fence,
+            )
+        };
+        // Held by the applications' session, read recently: the operator renews nothing.
+        assert_eq!(
+            observe(&held_by("app"), 995, 1000),
+            UnusableLabel::Keep(Duration::from_secs(10))
+        );
+        assert_eq!(observe(&held_by("app"), 985, 1000), UnusableLabel::Fence);
+        assert_eq!(
+            observe(&LockView::Free { lock_index: 3 }, 999, 1000),
+            UnusableLabel::Fence
+        );
+        assert_eq!(
+            observe(&LockView::Unknown, 995, 1000),
+            UnusableLabel::Keep(Duration::from_secs(10))
         );
     }
 

@@ -1,0 +1,81 @@
+//! Rule 2 while a reconcile gathers its inputs. Reading a token Secret or the pods' owners
+//! takes a request each (bounded by the read timeout, and retried by the next reconcile when
+//! it fails), and the election's lock may be lost meanwhile: the Fence must not wait for
+//! them. While they are outstanding the leader label is judged as for an election that
+//! cannot act ([`crate::election::unusable::waiting_label`]), again at the deadline that
+//! judgement names and whenever a lock changes, and fenced as soon as it says so.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::cleanup::{fence_labels, judge_label};
+use super::context::Context;
+use crate::Error;
+use crate::crd::LeaderElection;
+use crate::election::config::{ElectionConfig, ElectionKey};
+use crate::election::unusable::{UnusableLabel, waiting_label};
+
+/// `inputs` (reads only, so nothing is lost by waiting on them after a fence), with `le`'s
+/// leader label fenced meanwhile when rule 2 asks for it. A failure of the fence itself ends
+/// the wait: the reconcile fails and is retried.
+pub async fn fenced_while<T>(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    config: &ElectionConfig,
+    ctx: &Context,
+    inputs: impl Future<Output = T>,
+) -> Result<T, Error> {
+    let mut inputs = std::pin::pin!(inputs);
+    let mut locks = ctx.locks.subscribe();
+    loop {
+        let recheck = match verdict(le, key, config, ctx) {
+            UnusableLabel::Keep(recheck) => recheck,
+            UnusableLabel::Fence => Duration::ZERO,
+        };
+        tokio::select! {
+            biased;
+            gathered = &mut inputs => return Ok(gathered),
+            changed = locks.changed() => {
+                if changed.is_err() {
+                    // The lock watcher is gone: the operator is stopping.
+                    return Ok(inputs.await);
+                }
+            }
+            () = tokio::time::sleep(recheck) => {
+                if fence_if_due(le, key, config, ctx).await?.is_none() {
+                    // Nothing more for rule 2 to take away until the planner runs.
+                    return Ok(inputs.await);
+                }
+            }
+        }
+    }
+}
+
+/// Fences `le`'s leader label if rule 2 asks for it now; otherwise returns when to judge
+/// again.
+async fn fence_if_due(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    config: &ElectionConfig,
+    ctx: &Context,
+) -> Result<Option<Duration>, Error> {
+    match verdict(le, key, config, ctx) {
+        UnusableLabel::Keep(recheck) => Ok(Some(recheck)),
+        UnusableLabel::Fence => {
+            fence_labels(le, ctx).await?;
+            Ok(None)
+        }
+    }
+}
+
+fn verdict(
+    le: &LeaderElection,
+    key: &ElectionKey,
+    config: &ElectionConfig,
+    ctx: &Context,
+) -> UnusableLabel {
+    let session = ctx.sessions.view(key);
+    judge_label(le, key, ctx, session.as_ref(), false, |lock, now, ttl| {
+        waiting_label(lock, now, ttl, config.mode, config.on_consul_unavailable)
+    })
+}
