@@ -52,8 +52,9 @@ pub async fn fenced_while<T>(
 }
 
 /// Fences `le`'s leader label if rule 2 asks for it now; otherwise returns when to judge
-/// again.
-async fn fence_if_due(
+/// again. For a reconcile whose inputs failed: a read that fails at once never waits, so
+/// [`fenced_while`] may not have judged at all.
+pub async fn fence_if_due(
     le: &LeaderElection,
     key: &ElectionKey,
     config: &ElectionConfig,

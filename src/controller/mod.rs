@@ -194,7 +194,11 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
             });
             None
         }
-        Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
+        Err(consul_access::AccessProblem::Failed(error)) => {
+            // Retried soon, and perhaps failing as fast again: rule 2 does not wait for it.
+            gather::fence_if_due(le, &key, &config, ctx).await?;
+            return Err(error);
+        }
     };
     let consul = match (admit(&observed), consul) {
         (Admission::Observe(Input::Applied), Some(consul)) => consul,
