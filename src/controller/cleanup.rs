@@ -31,7 +31,7 @@ use crate::consul::{ConsulClient, parse_go_duration};
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
 use crate::election::cleanup_deadline::{Deadline, deadline};
 use crate::election::config::{ElectionKey, LabelConfig, Mode};
-use crate::election::observe::{LockView, SessionHealth, SessionView};
+use crate::election::observe::{SessionHealth, SessionView};
 use crate::election::plan::EventReason;
 use crate::election::unusable::{UnusableLabel, UnusableLock, unusable_label};
 use crate::election::withdrawal::{self, LabelledPod, Step, fence, withdrawal};
@@ -227,32 +227,36 @@ pub async fn fence_unusable(
         ctx.sessions.forget(key);
         ctx.locks.unwatch(key);
     }
-    match judge_label(
+    let verdict = judge_label(
         le,
         key,
         ctx,
         session.as_ref(),
         in_use_refused,
         unusable_label,
-    ) {
+    );
+    fence_when(le, ctx, verdict).await
+}
+
+/// Carries out rule 2's `verdict` on `le`'s leader label: takes it off for
+/// [`UnusableLabel::Fence`] (and returns `None`), else returns when to judge again.
+pub async fn fence_when(
+    le: &LeaderElection,
+    ctx: &Context,
+    verdict: UnusableLabel,
+) -> Result<Option<Duration>, Error> {
+    match verdict {
         UnusableLabel::Keep(recheck) => Ok(Some(recheck)),
         UnusableLabel::Fence => {
-            fence_labels(le, ctx).await?;
+            // Only labels: fencing plans no Consul step.
+            execute(&Footprint::of(le, ctx), ctx, fence).await??;
             Ok(None)
         }
     }
 }
 
-/// Takes `le`'s leader label off (rule 2's Fence).
-pub async fn fence_labels(le: &LeaderElection, ctx: &Context) -> Result<(), Error> {
-    // Only labels: fencing plans no Consul step.
-    execute(&Footprint::of(le, ctx), ctx, fence).await?
-}
-
 /// `judge` (a rule 2 judgement of [`crate::election::unusable`]) applied to what this process
 /// knows of `le`'s lock now, `session` being the election's session as this process holds it.
-/// A key this process wrote since it last read it back counts as unread: the cached view may
-/// predate that write.
 pub fn judge_label(
     le: &LeaderElection,
     key: &ElectionKey,
@@ -271,11 +275,7 @@ pub fn judge_label(
     };
     let status = ctx.caches.current_status(le);
     let recorded_session = status.leader_or_last().and_then(|l| l.session_id.clone());
-    let lock = if ctx.caches.written.key_unread(key) {
-        LockView::Unknown
-    } else {
-        ctx.locks.lock(key)
-    };
+    let lock = ctx.locks.lock(key);
     let lock = UnusableLock {
         lock: &lock,
         session: session
@@ -284,6 +284,7 @@ pub fn judge_label(
         read_at: ctx.locks.read_at(key),
         session_unconfirmed_since,
         started_at,
+        written_since_read: ctx.caches.written.key_unread(key),
     };
     let ttl = status
         .applied

@@ -8,7 +8,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::cleanup::{fence_labels, judge_label};
+use futures::FutureExt;
+
+use super::cleanup::{fence_when, judge_label};
 use super::context::Context;
 use crate::Error;
 use crate::crd::LeaderElection;
@@ -27,6 +29,10 @@ pub async fn fenced_while<T>(
 ) -> Result<T, Error> {
     let mut inputs = std::pin::pin!(inputs);
     let mut locks = ctx.locks.subscribe();
+    // Most inputs are cached and answer at once: judge only while one is awaited.
+    if let Some(gathered) = (&mut inputs).now_or_never() {
+        return Ok(gathered);
+    }
     loop {
         let recheck = match verdict(le, key, config, ctx) {
             UnusableLabel::Keep(recheck) => recheck,
@@ -60,13 +66,7 @@ pub async fn fence_if_due(
     config: &ElectionConfig,
     ctx: &Context,
 ) -> Result<Option<Duration>, Error> {
-    match verdict(le, key, config, ctx) {
-        UnusableLabel::Keep(recheck) => Ok(Some(recheck)),
-        UnusableLabel::Fence => {
-            fence_labels(le, ctx).await?;
-            Ok(None)
-        }
-    }
+    fence_when(le, ctx, verdict(le, key, config, ctx)).await
 }
 
 fn verdict(

@@ -37,12 +37,26 @@ pub struct UnusableLock<'a> {
     pub session_unconfirmed_since: Option<Instant>,
     /// When this process started deciding.
     pub started_at: Instant,
+    /// This process wrote the key (acquire, release, destroying its session) and has not read
+    /// it back since: [`Self::lock`] may predate that write and says nothing (rule 2).
+    pub written_since_read: bool,
+}
+
+impl UnusableLock<'_> {
+    /// The key as far as it can be trusted: [`LockView::Unknown`] while this process's own
+    /// write is unread.
+    fn view(&self) -> &LockView {
+        match self.written_since_read {
+            true => &LockView::Unknown,
+            false => self.lock,
+        }
+    }
 }
 
 /// The fate of the leader label of an election whose lock is `lock`, at `now`, for a session
 /// TTL of `ttl`. Every time is on the monotonic clock.
 pub fn unusable_label(lock: &UnusableLock<'_>, now: Instant, ttl: Duration) -> UnusableLabel {
-    match lock.lock {
+    match lock.view() {
         LockView::Held { session, .. } if Some(session.as_str()) == lock.session => {}
         LockView::Unknown => {}
         // Deleted, free, or held by another session: no lock backs the label.
@@ -80,7 +94,7 @@ pub fn waiting_label(
     if lock.read_at.is_none() {
         return UnusableLabel::Keep(ttl);
     }
-    let judged = match (mode, lock.lock) {
+    let judged = match (mode, lock.view()) {
         (Mode::Managed, _) => unusable_label(lock, now, ttl),
         (Mode::Observe, held) => {
             let holder = match held {
@@ -95,7 +109,7 @@ pub fn waiting_label(
             unusable_label(&mirrored, now, ttl)
         }
     };
-    let read_lost = match lock.lock {
+    let read_lost = match lock.view() {
         LockView::Absent | LockView::Free { .. } => true,
         LockView::Held { session, .. } => {
             mode == Mode::Managed && Some(session.as_str()) != lock.session
@@ -137,6 +151,7 @@ mod tests {
             read_at: read_at.map(t),
             session_unconfirmed_since: (!renewing).then(|| t(100)),
             started_at: t(0),
+            written_since_read: false,
         }
     }
 
@@ -184,6 +199,28 @@ mod tests {
             unusable_label(&lock(&unknown, None, true), t(15), TTL),
             UnusableLabel::Fence
         );
+    }
+
+    #[test]
+    fn a_view_older_than_this_process_s_own_write_says_nothing() {
+        // Read "deleted" before this process acquired it again: no reason to fence at once,
+        // only the Fence clock since the last read.
+        let absent = LockView::Absent;
+        let unread = UnusableLock {
+            written_since_read: true,
+            ..lock(&absent, Some(990), true)
+        };
+        assert_eq!(
+            unusable_label(&unread, t(1000), TTL),
+            UnusableLabel::Keep(Duration::from_secs(5))
+        );
+        // Read "held" before this process released it: the label goes a TTL after that read.
+        let held = held_by("s1");
+        let unread = UnusableLock {
+            written_since_read: true,
+            ..lock(&held, Some(985), true)
+        };
+        assert_eq!(unusable_label(&unread, t(1000), TTL), UnusableLabel::Fence);
     }
 
     #[test]
