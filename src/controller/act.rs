@@ -1,5 +1,6 @@
-//! One reconcile's plan/act loop: observe, ask the planner, execute the actions in order,
-//! stop at the first failure, update the observation from what the actions returned, repeat.
+//! Drives one reconcile's [`PlanLoop`]: observes the world when it plans, executes each action
+//! it hands out, and reports the outcome back. The loop decides when to plan again and when to
+//! stop.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,15 +24,18 @@ use crate::consul::{ConsulClient, ConsulError};
 use crate::crd::LeaderElection;
 use crate::election::adoption::{settings_match, vouched_by_key, vouched_by_status};
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
-use crate::election::observe::{LockView, PodView, Recorded};
+use crate::election::observe::{LockView, PodView};
 use crate::election::plan::{Action, ConditionState, ElectionEvent, EventReason, Plan};
-use crate::election::planner::{Observation, plan};
+use crate::election::plan_loop::{Next, Outcome, PlanLoop, World};
 use crate::election::refusal::ConsulRefusal;
 use crate::k8s::{self, PodRole};
 use crate::sessions::{Found, adoptable_session};
 
 /// Flags written with every acquisition and release: marks the key as an elector lock.
 pub const LOCK_FLAGS: u64 = 0x0065_6c65_6374_6f72;
+/// How many plans with actions one reconcile may make (a move takes three; raising a
+/// re-created key's LockIndex takes one per step).
+const MAX_PLANS: usize = 16;
 /// Retry delay after an acquisition refused although nobody holds the key (a lock-delay
 /// of a session the operator did not own).
 const REFUSED_ACQUIRE_RETRY: Duration = Duration::from_secs(1);
@@ -46,26 +50,19 @@ pub struct Round<'a> {
     pods_api: Api<Pod>,
     pods: BTreeMap<String, (Arc<Pod>, bool)>,
     lock: LockView,
-    recorded: Recorded,
-    last: Option<Plan>,
+    /// The plan/act loop (the decisions of this reconcile).
+    plans: PlanLoop,
     /// When a leader was demoted in this reconcile (for the failover latency metric).
     move_started: Option<Instant>,
-    /// The loop ran out of rounds with work left.
-    unfinished: bool,
-    /// The rest of the current plan is void (the session turned out lost): plan again.
-    replan: bool,
+    /// The loop's last action turned out void: Consul no longer has the session.
+    session_lost: bool,
     /// The pod (UID) this reconcile labelled leader, with the token and since it wrote.
     labelled_leader: Option<(String, u64, Timestamp)>,
-    /// The election's switchover request, until this reconcile removed it.
-    switchover: Option<String>,
     /// Removing a decided switchover request failed: the caller retries soon.
     removal_failed: bool,
     /// The `SpecValid` condition the status reports (True: the round runs on a valid spec).
     spec_valid: ConditionState,
-    /// This reconcile wrote the status (a token record) since its last plan: the next plan
-    /// decides from the status as written, not as read when the reconcile started.
-    status_written: bool,
-    /// The status `recorded` was read from: what the status writes of its plans test.
+    /// The status the plans decide from was read from: what their status writes test.
     basis: Basis,
 }
 
@@ -81,6 +78,17 @@ impl<'a> Round<'a> {
         spec_valid: ConditionState,
     ) -> Round<'a> {
         let status = ctx.caches.current_status(le);
+        let recorded = crate::election::report::recorded(&status);
+        let mut removal_failed = false;
+        let last = recorded.last_switchover.as_ref();
+        let switchover = match super::switchover::pending(ctx, key, le, last).await {
+            Ok(request) => request,
+            Err(error) => {
+                tracing::warn!(election = %key, %error, "cannot remove a decided switchover request");
+                removal_failed = true;
+                None
+            }
+        };
         let mut round = Round {
             le,
             key,
@@ -90,26 +98,14 @@ impl<'a> Round<'a> {
             pods_api: Api::namespaced(ctx.client.clone(), &key.namespace),
             pods: observe::pods_of(&ctx.caches, le),
             lock: LockView::Unknown,
-            recorded: crate::election::report::recorded(&status),
+            plans: PlanLoop::new(recorded, switchover, MAX_PLANS),
             basis: Basis::of(&status),
-            last: None,
             move_started: None,
-            unfinished: false,
-            replan: false,
+            session_lost: false,
             labelled_leader: None,
-            switchover: None,
-            removal_failed: false,
+            removal_failed,
             spec_valid,
-            status_written: false,
         };
-        let last = round.recorded.last_switchover.as_ref();
-        match super::switchover::pending(ctx, key, le, last).await {
-            Ok(request) => round.switchover = request,
-            Err(error) => {
-                tracing::warn!(election = %key, %error, "cannot remove a decided switchover request");
-                round.removal_failed = true;
-            }
-        }
         round.observe_lock().await;
         if round.lock != LockView::Unknown
             && ctx
@@ -165,7 +161,7 @@ impl<'a> Round<'a> {
 
     /// The last plan computed (its status is what the election reports).
     pub fn last_plan(&self) -> Option<&Plan> {
-        self.last.as_ref()
+        self.plans.last_plan()
     }
 
     /// The status the last plan was made from (what its status write tests).
@@ -190,7 +186,7 @@ impl<'a> Round<'a> {
 
     /// Whether the loop stopped with work left (the caller requeues at once).
     pub fn unfinished(&self) -> bool {
-        self.unfinished
+        self.plans.unfinished()
     }
 
     /// Whether removing a decided switchover request failed (the caller retries soon).
@@ -198,48 +194,40 @@ impl<'a> Round<'a> {
         self.removal_failed
     }
 
-    /// Plans and acts until a plan has no actions, an action fails, or `max` rounds ran.
-    pub async fn run(&mut self, max: usize) -> Result<(), Error> {
-        for _ in 0..max {
-            let actions = self.decide();
-            if actions.is_empty() {
-                return Ok(());
-            }
-            for action in actions {
-                let writes_consul = action.writes_consul();
-                match self.execute(action).await {
-                    Ok(()) if writes_consul => {
-                        self.ctx.caches.written.remember_refusal(self.key, None);
-                    }
-                    Ok(()) => {}
-                    Err(error) => {
-                        self.note_refusal(&error).await;
-                        return Err(error);
-                    }
+    /// Plans and acts until a plan has no actions, an action fails, or the loop's plans are
+    /// used up ([`PlanLoop`] decides which).
+    pub async fn run(&mut self) -> Result<(), Error> {
+        let mut failure = None;
+        loop {
+            match self.plans.poll() {
+                Next::Observe => self.decide(),
+                Next::Act(action) => {
+                    let writes_consul = action.writes_consul();
+                    let outcome = match self.execute(action).await {
+                        Ok(outcome) => {
+                            if writes_consul {
+                                self.ctx.caches.written.remember_refusal(self.key, None);
+                            }
+                            match std::mem::take(&mut self.session_lost) {
+                                true => Outcome::SessionGone,
+                                false => outcome,
+                            }
+                        }
+                        Err(error) => {
+                            let refused = self.remember_refusal(&error).await;
+                            failure = Some(error);
+                            Outcome::Failed { refused }
+                        }
+                    };
+                    self.plans.handle(outcome);
                 }
-                if std::mem::take(&mut self.replan) {
-                    // The plan was made for a session that no longer exists.
-                    break;
-                }
+                Next::Done => return failure.map_or(Ok(()), Err),
             }
         }
-        self.unfinished = true;
-        Ok(())
     }
 
-    /// Plans from what is known now, keeps the plan as the last one (its status is what the
-    /// reconcile writes) and returns its actions.
-    fn decide(&mut self) -> Vec<Action> {
-        if std::mem::take(&mut self.status_written) {
-            // A second leader in one reconcile (a switchover, then a failback) must be
-            // recorded against the first one's record, or the final status write would take
-            // the transitions and the token record back to what was read at the start.
-            let carried = self.recorded.last_switchover.take();
-            let status = self.ctx.caches.current_status(self.le);
-            self.recorded = crate::election::report::recorded(&status);
-            self.basis = Basis::of(&status);
-            self.recorded.last_switchover = carried;
-        }
+    /// Observes the world and lets the loop plan from it.
+    fn decide(&mut self) {
         let (now, wall) = (Instant::now(), self.ctx.wall_now());
         let mut views = observe::views(
             &self.ctx.caches,
@@ -253,43 +241,24 @@ impl<'a> Round<'a> {
         let session = self.ctx.sessions.view(self.key);
         let stood_back = self.ctx.caches.written.stood_back(self.key);
         let refusal = self.ctx.caches.written.refusal(self.key);
-        let decided = plan(&Observation {
+        let decided = self.plans.plan(&World {
             config: self.config,
             pods: &views,
             lock: &self.lock,
             session: session.as_ref(),
-            recorded: &self.recorded,
             lock_delay_until: self.ctx.caches.written.lock_delay_until(self.key),
             lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
-            switchover: self.switchover.as_deref(),
             now,
             wall,
             owner: &self.ctx.settings.owner,
             stood_back: stood_back.as_ref(),
             consul_refused: refusal.as_ref(),
         });
-        // The next plans of this reconcile continue the same request (its `from` and
-        // `requestedAt`), as the next reconcile will from the status written at its end.
-        self.recorded
-            .last_switchover
-            .clone_from(&decided.status.last_switchover);
         // The next plan (of this reconcile or the next) knows whether this one stood back.
         self.ctx
             .caches
             .written
             .remember_stood_back(self.key, decided.managed_elsewhere.clone());
-        let actions = decided.actions.clone();
-        self.last = Some(decided);
-        actions
-    }
-
-    /// When Consul refused a write for lack of ACL rights: remembers the refusal, says so in
-    /// an event when it is new, and plans again so that the status written at the end of this
-    /// reconcile reports it (the actions of that plan are not run).
-    async fn note_refusal(&mut self, error: &Error) {
-        if self.remember_refusal(error).await {
-            self.decide();
-        }
     }
 
     /// Remembers the refusal `error` is, if it is one (publishing an event when it is new);
@@ -321,7 +290,7 @@ impl<'a> Round<'a> {
         true
     }
 
-    async fn execute(&mut self, action: Action) -> Result<(), Error> {
+    async fn execute(&mut self, action: Action) -> Result<Outcome, Error> {
         tracing::debug!(election = %self.key, ?action, "executing");
         match action {
             Action::RecordToken {
@@ -330,7 +299,7 @@ impl<'a> Round<'a> {
                 whole,
             } => {
                 // The action comes from this plan; without it nothing may be labelled.
-                let Some(plan) = &self.last else {
+                let Some(plan) = self.plans.last_plan() else {
                     return Err(Error::InvalidStatus(
                         "a fencing token to record without the plan it belongs to".into(),
                     ));
@@ -349,13 +318,19 @@ impl<'a> Round<'a> {
                     self.basis,
                 )
                 .await?;
-                self.status_written = true;
-                Ok(())
+                let status = self.ctx.caches.current_status(self.le);
+                Ok(Outcome::StatusWritten(Box::new(
+                    crate::election::report::recorded(&status),
+                )))
             }
-            Action::LabelFollower { pod, uid } => {
-                self.set_role(&pod, &uid, PodRole::Follower).await
-            }
-            Action::Unlabel { pod, uid } => self.set_role(&pod, &uid, PodRole::None).await,
+            Action::LabelFollower { pod, uid } => self
+                .set_role(&pod, &uid, PodRole::Follower)
+                .await
+                .map(|()| Outcome::Done),
+            Action::Unlabel { pod, uid } => self
+                .set_role(&pod, &uid, PodRole::None)
+                .await
+                .map(|()| Outcome::Done),
             Action::LabelLeader {
                 pod,
                 uid,
@@ -372,13 +347,19 @@ impl<'a> Round<'a> {
                 )
                 .await?;
                 self.labelled_leader = Some((uid.clone(), fencing_token, since));
-                if self.recorded.leader.as_ref().is_some_and(|l| l.uid != uid) {
+                if self
+                    .plans
+                    .recorded()
+                    .leader
+                    .as_ref()
+                    .is_some_and(|l| l.uid != uid)
+                {
                     self.ctx.metrics.leader_transition();
                 }
                 if let Some(started) = self.move_started.take() {
                     self.ctx.metrics.leader_elected(started.elapsed());
                 }
-                Ok(())
+                Ok(Outcome::Done)
             }
             Action::Release { session } => {
                 self.mark_move();
@@ -396,13 +377,13 @@ impl<'a> Round<'a> {
                     Err(ConsulError::InvalidSession { .. }) => self.session_gone(&session),
                     Err(error) => return Err(error.into()),
                 }
-                self.refresh_lock().await
+                self.refresh_lock().await.map(|()| Outcome::Done)
             }
             Action::DestroySession { .. } => {
                 // The session may hold the key: destroying it releases or deletes the key.
                 self.ctx.caches.written.key_writing(self.key);
                 self.ctx.sessions.destroy(self.key, self.consul).await?;
-                Ok(())
+                Ok(Outcome::Done)
             }
             Action::ForgetSession => {
                 self.mark_move();
@@ -412,7 +393,7 @@ impl<'a> Round<'a> {
                     .caches
                     .written
                     .set_lock_delay(self.key, Some(until));
-                Ok(())
+                Ok(Outcome::Done)
             }
             Action::CreateSession { pod, uid } => {
                 self.ctx
@@ -426,35 +407,39 @@ impl<'a> Round<'a> {
                         &self.config.session,
                     )
                     .await?;
-                Ok(())
+                Ok(Outcome::Done)
             }
-            Action::Acquire { session, pod } => self.acquire(&session, &pod).await,
-            Action::AnnotateHandover { pod, uid, deadline } => {
-                self.set_handover(&pod, &uid, Some(&deadline.to_string()))
-                    .await
+            Action::Acquire { session, pod } => {
+                self.acquire(&session, &pod).await.map(|()| Outcome::Done)
             }
-            Action::ClearHandover { pod, uid } => self.set_handover(&pod, &uid, None).await,
+            Action::AnnotateHandover { pod, uid, deadline } => self
+                .set_handover(&pod, &uid, Some(&deadline.to_string()))
+                .await
+                .map(|()| Outcome::Done),
+            Action::ClearHandover { pod, uid } => self
+                .set_handover(&pod, &uid, None)
+                .await
+                .map(|()| Outcome::Done),
             Action::RecordSwitchover(record) => {
                 self.basis =
                     super::status::record_switchover(self.le, self.ctx, &record, self.basis)
                         .await?;
-                Ok(())
+                Ok(Outcome::Done)
             }
             Action::ClearSwitchover { request } => {
                 // Decided from here on, even if the record or the removal below fails.
                 self.ctx.caches.written.request_deciding(self.key, &request);
-                if let Some(record) = &self.recorded.last_switchover {
+                if let Some(record) = self.plans.recorded().last_switchover.clone() {
                     self.basis =
-                        super::status::record_switchover(self.le, self.ctx, record, self.basis)
+                        super::status::record_switchover(self.le, self.ctx, &record, self.basis)
                             .await?;
                 }
                 super::switchover::clear_request(self.ctx, self.key, &request).await?;
-                self.switchover = None;
-                Ok(())
+                Ok(Outcome::RequestCleared)
             }
             Action::Emit(event) => {
                 self.publish(&event);
-                Ok(())
+                Ok(Outcome::Done)
             }
         }
     }
@@ -561,8 +546,9 @@ impl<'a> Round<'a> {
         {
             return Some((*token, *since));
         }
-        let leader = self.recorded.leader.as_ref().filter(|l| l.uid == uid)?;
-        Some((self.recorded.fencing_token?, leader.since))
+        let recorded = self.plans.recorded();
+        let leader = recorded.leader.as_ref().filter(|l| l.uid == uid)?;
+        Some((recorded.fencing_token?, leader.since))
     }
 
     async fn refresh_lock(&mut self) -> Result<(), Error> {
@@ -586,7 +572,8 @@ impl<'a> Round<'a> {
 
     async fn acquire(&mut self, session: &str, pod: &str) -> Result<(), Error> {
         let recorded_session = self
-            .recorded
+            .plans
+            .recorded()
             .leader
             .as_ref()
             .and_then(|l| l.session_id.as_deref());
@@ -641,7 +628,7 @@ impl<'a> Round<'a> {
         if self.ctx.sessions.mark_lost(self.key, session) {
             tracing::info!(election = %self.key, session, "consul no longer has the session");
         }
-        self.replan = true;
+        self.session_lost = true;
     }
 
     /// The key's value: who holds the lock, readable by tools outside Kubernetes.
@@ -744,7 +731,7 @@ impl<'a> Round<'a> {
     /// The session `status.leader.sessionID` names, with the recorded pod and UID, if Consul
     /// still has it under this cluster's name (or an earlier version's) for the recorded pod.
     async fn recorded_session_to_adopt(&self) -> Option<(String, String, String)> {
-        let leader = self.recorded.leader.as_ref()?;
+        let leader = self.plans.recorded().leader.as_ref()?;
         let session = leader.session_id.as_deref()?;
         let pod = self.adoptable(session, Found::InStatus).await?;
         let uid = vouched_by_status(Some(leader), session, &pod)?;

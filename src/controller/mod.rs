@@ -37,9 +37,6 @@ use crate::election::owner_selectors::check_label_key;
 use crate::election::plan::{ConditionState, EventReason};
 pub use context::{Context, Settings};
 
-/// How many plan/act rounds one reconcile may run (a move takes three; raising a re-created
-/// key's LockIndex takes one per step).
-const MAX_ROUNDS: usize = 16;
 /// Requeue after a failed reconcile.
 const ERROR_REQUEUE: Duration = Duration::from_secs(2);
 /// Requeue of an election whose spec cannot be acted on (it is re-read on every change).
@@ -220,7 +217,7 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     ctx.locks
         .watch(&key, &consul, &config.key, config.session.ttl);
     let mut round = act::Round::new(le, &key, &config, &consul, ctx, spec_valid.clone()).await;
-    let outcome = round.run(MAX_ROUNDS).await;
+    let outcome = round.run().await;
     let labelled = round.labelled_leader_uid();
     // Standing back for another install (rule 8): the status is that install's to write.
     let standing_back = round

@@ -14,6 +14,7 @@ pub mod observe;
 pub mod observed_token;
 pub mod owner_selectors;
 pub mod plan;
+pub mod plan_loop;
 pub mod planner;
 pub mod refusal;
 pub mod report;

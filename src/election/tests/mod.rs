@@ -10,6 +10,7 @@ mod installs;
 mod invariants;
 mod observe_mode;
 mod pause;
+mod plan_loop;
 mod priorities;
 mod properties;
 mod rule1_one_leader;

@@ -31,7 +31,8 @@ use crate::election::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverOutcome,
 };
 use crate::election::plan::{Action, Phase, Plan};
-use crate::election::planner::{Observation, holder_from_value, plan};
+use crate::election::plan_loop::{Next, Outcome, PlanLoop, World};
+use crate::election::planner::holder_from_value;
 use crate::election::switchover_request::{RequestSeen, RequestStep, step};
 
 mod lifecycle;
@@ -964,11 +965,9 @@ impl Model {
         })
     }
 
-    /// One reconcile, as `controller::act::Round` runs it: the status is read once (and taken
-    /// again as written after a token record); then observe, plan, execute the actions in
-    /// order, until a plan has no actions, an action fails (the `fail_at`-th action of the
-    /// reconcile, before or after taking effect) or 16 rounds ran; then the status of the last
-    /// plan is written (also after a failure).
+    /// One reconcile: the controller's own [`PlanLoop`] over this world (the model observes
+    /// and executes; the `fail_at`-th action of the reconcile fails, before or after taking
+    /// effect); then the status of the last plan is written (also after a failure).
     ///
     /// The final status write may be lost ([`Event::LoseStatusWrite`]); before a leader
     /// label the status already holds its token ([`Action::RecordToken`]).
@@ -987,76 +986,73 @@ impl Model {
             };
         }
         self.remove_decided_request();
-        let mut recorded = self.recorded.clone();
-        let mut last = None;
-        let mut complete = false;
-        let mut token_recorded = false;
-        'rounds: for _ in 0..16 {
-            if std::mem::take(&mut token_recorded) {
-                // As the controller's round does: after a token record, the next plans
-                // decide from the status as written.
-                let carried = recorded.last_switchover.take();
-                recorded = self.recorded.clone();
-                recorded.last_switchover = carried;
+        // The controller's own loop, over this world.
+        let mut plans = PlanLoop::new(self.recorded.clone(), self.switchover.clone(), 16);
+        let mut told = None;
+        loop {
+            let action = match plans.poll() {
+                Next::Done => break,
+                Next::Observe => {
+                    told = self.told_lock_delay;
+                    self.plan_once(&mut plans);
+                    continue;
+                }
+                Next::Act(action) => action,
+            };
+            let before = self.rule2_violators();
+            let leaders_before = self.leaders().len();
+            if matches!(action, Action::Acquire { .. })
+                && told.is_some_and(|u| u > self.now)
+                && self.consul.lock_delay_active(self.now)
+            {
+                self.fail("Acquire executed during a lock-delay the planner was told about");
             }
-            let plan = self.plan_once(&recorded);
-            // As the controller's round does: the next plans continue the same request.
-            recorded
-                .last_switchover
-                .clone_from(&plan.status.last_switchover);
-            if plan.actions.is_empty() {
-                complete = true;
-                last = Some(plan);
-                break;
+            let (executed, failing) = faults.next();
+            if let Action::ClearSwitchover { request } = &action {
+                self.decided_request = Some(request.clone());
+                self.request_decided = true;
             }
-            let told = self.told_lock_delay;
-            for action in &plan.actions {
-                let before = self.rule2_violators();
-                let leaders_before = self.leaders().len();
-                if matches!(action, Action::Acquire { .. })
-                    && told.is_some_and(|u| u > self.now)
-                    && self.consul.lock_delay_active(self.now)
-                {
-                    self.fail("Acquire executed during a lock-delay the planner was told about");
-                }
-                let (executed, failing) = faults.next();
-                if let Action::ClearSwitchover { request } = action {
-                    self.decided_request = Some(request.clone());
-                    self.request_decided = true;
-                }
-                if matches!(
-                    action,
-                    Action::Release { .. } | Action::Acquire { .. } | Action::DestroySession { .. }
-                ) {
-                    self.key_written = true;
-                }
-                let ok = match action {
-                    Action::RecordToken {
-                        fencing_token,
-                        whole,
-                        ..
-                    } => {
-                        if executed && self.knobs.token_before_label {
-                            self.record_token(&plan, *fencing_token, *whole);
-                            token_recorded = true;
-                        }
-                        executed && !failing
+            if matches!(
+                action,
+                Action::Release { .. } | Action::Acquire { .. } | Action::DestroySession { .. }
+            ) {
+                self.key_written = true;
+            }
+            let mut outcome = Outcome::Done;
+            let ok = match &action {
+                Action::RecordToken {
+                    fencing_token,
+                    whole,
+                    ..
+                } => {
+                    if executed && self.knobs.token_before_label {
+                        let plan = plans.last_plan().cloned().expect("a plan acts");
+                        self.record_token(&plan, *fencing_token, *whole);
+                        outcome = Outcome::StatusWritten(Box::new(self.recorded.clone()));
                     }
-                    _ => executed && self.execute(action) && !failing,
-                };
-                if ok && matches!(action, Action::Release { .. } | Action::Acquire { .. }) {
-                    self.read_back();
+                    executed && !failing
                 }
-                self.count_action(action, ok);
-                self.check_action(action, executed, leaders_before, &before);
-                if !ok {
-                    last = Some(plan);
-                    break 'rounds;
+                Action::ClearSwitchover { .. } => {
+                    let ok = executed && self.execute(&action) && !failing;
+                    if ok {
+                        outcome = Outcome::RequestCleared;
+                    }
+                    ok
                 }
+                _ => executed && self.execute(&action) && !failing,
+            };
+            if ok && matches!(action, Action::Release { .. } | Action::Acquire { .. }) {
+                self.read_back();
             }
-            last = Some(plan);
+            self.count_action(&action, ok);
+            self.check_action(&action, executed, leaders_before, &before);
+            plans.handle(match ok {
+                true => outcome,
+                false => Outcome::Failed { refused: false },
+            });
         }
-        let plan = last.expect("at least one round");
+        let plan = plans.last_plan().cloned().expect("at least one plan");
+        let complete = plan.actions.is_empty();
         if std::mem::take(&mut self.lose_status_write) {
             let _ = writeln!(self.trace, "   status write lost");
             *self.seen.entry("status write lost".into()).or_default() += 1;
@@ -1103,8 +1099,8 @@ impl Model {
         }
     }
 
-    /// Observes the world (with the status read at the start of the reconcile) and plans.
-    fn plan_once(&mut self, recorded: &Recorded) -> Plan {
+    /// Observes the world and lets the loop plan from it.
+    fn plan_once(&mut self, plans: &mut PlanLoop) {
         let pods = self.observed_pods();
         // A stalled watch brings no answer: the cached view stays, however old.
         if !self.consul.kv_stalled {
@@ -1118,23 +1114,24 @@ impl Model {
         };
         let session = self.session_view();
         let owner = Owner::new("model-cluster", "ops.consul-elector");
-        let obs = Observation {
-            config: &self.config,
-            pods: &pods,
-            lock: &lock,
-            session: session.as_ref(),
-            recorded,
-            lock_delay_until: self.told_lock_delay.map(mono),
-            lock_confirmed_at: mono(self.lock_confirmed_at()),
-            switchover: self.switchover.as_deref(),
-            // The model's clocks agree: its processes' wall clocks are never stepped.
-            now: mono(self.now),
-            wall: self.now,
-            owner: &owner,
-            stood_back: None,
-            consul_refused: None,
-        };
-        let plan = plan(&obs);
+        let plan = plans
+            .plan(&World {
+                config: &self.config,
+                pods: &pods,
+                lock: &lock,
+                session: session.as_ref(),
+                lock_delay_until: self.told_lock_delay.map(mono),
+                lock_confirmed_at: mono(self.lock_confirmed_at()),
+                // The model's clocks agree: its processes' wall clocks are never stepped.
+                now: mono(self.now),
+                wall: self.now,
+                owner: &owner,
+                stood_back: None,
+                consul_refused: None,
+            })
+            .clone();
+        // What the plan decided from (the transitions and token it was recorded with).
+        let recorded = plans.recorded().clone();
         let _ = writeln!(
             self.trace,
             "   observe lock={lock:?} session={session:?} recorded={recorded:?} told={:?}\n   pods {:?}\n   plan {:?} phase={:?} requeue={:?}",
@@ -1171,7 +1168,6 @@ impl Model {
         {
             self.fail(&format!("Observe mode planned a Consul action {a:?}"));
         }
-        plan
     }
 
     fn count_action(&mut self, action: &Action, ok: bool) {

@@ -412,9 +412,34 @@ impl Scene {
     pub fn plan(&self) -> Plan {
         plan(&self.observation())
     }
+
+    /// What a [`crate::election::plan_loop::PlanLoop`] plans from: the observation without
+    /// the status and the switchover request, which the loop carries.
+    pub fn world(&self) -> crate::election::plan_loop::World<'_> {
+        let obs = self.observation();
+        crate::election::plan_loop::World {
+            config: obs.config,
+            pods: obs.pods,
+            lock: obs.lock,
+            session: obs.session,
+            lock_delay_until: obs.lock_delay_until,
+            lock_confirmed_at: obs.lock_confirmed_at,
+            now: obs.now,
+            wall: obs.wall,
+            owner: obs.owner,
+            stood_back: obs.stood_back,
+            consul_refused: obs.consul_refused,
+        }
+    }
 }
 
 // ---- Reading plans ----
+
+pub fn clear(request: &str) -> Action {
+    Action::ClearSwitchover {
+        request: request.into(),
+    }
+}
 
 pub fn follower(pod: &str) -> Action {
     Action::LabelFollower {

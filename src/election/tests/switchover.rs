@@ -24,12 +24,6 @@ fn all_actions(world: &World) -> Vec<Action> {
         .collect()
 }
 
-fn clear(request: &str) -> Action {
-    Action::ClearSwitchover {
-        request: request.into(),
-    }
-}
-
 #[test]
 fn a_switchover_to_a_named_pod_moves_leadership_there_and_clears_the_request() {
     let mut world = World::new(Scene::elected("a", &["b", "c"], 5).switchover("b"));

@@ -1,0 +1,241 @@
+//! One reconcile's plan/act loop as a sans-IO machine: plan from what is known, hand out the
+//! plan's actions one at a time, take each outcome back, plan again, until a plan has no
+//! actions, an action fails, or the reconcile's plans are used up.
+//!
+//! The controller drives it against the API server and Consul; the property test drives the
+//! same machine against its simulated world. Neither decides when to plan again, what a
+//! status write changes for the next plan, or what a lost session voids: the loop does.
+//!
+//! ```text
+//! loop {
+//!     match plans.poll() {
+//!         Next::Observe => { plans.plan(&world_now()); }
+//!         Next::Act(action) => plans.handle(execute(action)),
+//!         Next::Done => break,
+//!     }
+//! }
+//! ```
+
+use std::collections::VecDeque;
+
+use jiff::Timestamp;
+use tokio::time::Instant;
+
+use super::config::{ElectionConfig, Owner};
+use super::observe::{LockView, PodView, Recorded, SessionView};
+use super::plan::{Action, Plan, StoodBack};
+use super::planner::{Observation, plan};
+use super::refusal::ConsulRefusal;
+
+/// What the driver does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Observe the world and pass it to [`PlanLoop::plan`].
+    Observe,
+    /// Execute this action and pass its outcome to [`PlanLoop::handle`].
+    Act(Action),
+    /// The reconcile's loop is over: write the status of [`PlanLoop::last_plan`].
+    Done,
+}
+
+/// How an action went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It took effect (or had nothing to do).
+    Done,
+    /// The status was written with the token record of a [`Action::RecordToken`]; the next
+    /// plans decide from this status.
+    StatusWritten(Box<Recorded>),
+    /// The switchover request of an [`Action::ClearSwitchover`] is removed: the next plans
+    /// see none.
+    RequestCleared,
+    /// Consul no longer has the operator's session: the rest of the plan was made for it and
+    /// is void.
+    SessionGone,
+    /// It failed: the loop ends. With `refused`, Consul refused it for lack of rights, so one
+    /// more plan is made (its actions are not run) for the status to report the refusal.
+    Failed {
+        /// Consul refused it for lack of rights.
+        refused: bool,
+    },
+}
+
+/// Everything a plan needs that the loop does not carry itself, as observed just now.
+#[derive(Debug, Clone, Copy)]
+pub struct World<'a> {
+    /// See [`Observation::config`].
+    pub config: &'a ElectionConfig,
+    /// See [`Observation::pods`].
+    pub pods: &'a [PodView],
+    /// See [`Observation::lock`].
+    pub lock: &'a LockView,
+    /// See [`Observation::session`].
+    pub session: Option<&'a SessionView>,
+    /// See [`Observation::lock_delay_until`].
+    pub lock_delay_until: Option<Instant>,
+    /// See [`Observation::lock_confirmed_at`].
+    pub lock_confirmed_at: Instant,
+    /// See [`Observation::now`].
+    pub now: Instant,
+    /// See [`Observation::wall`].
+    pub wall: Timestamp,
+    /// See [`Observation::owner`].
+    pub owner: &'a Owner,
+    /// See [`Observation::stood_back`].
+    pub stood_back: Option<&'a StoodBack>,
+    /// See [`Observation::consul_refused`].
+    pub consul_refused: Option<&'a ConsulRefusal>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// A plan is to be made.
+    Planning,
+    /// The last plan's actions are being handed out.
+    Acting,
+    /// An action is out; its outcome is awaited.
+    Awaiting,
+    /// One more plan, for the status only.
+    Reporting,
+    Done,
+}
+
+/// The plan/act loop of one reconcile (see the module docs).
+#[derive(Debug, Clone)]
+pub struct PlanLoop {
+    /// The status the next plan decides from.
+    recorded: Recorded,
+    /// A status this reconcile wrote, for the next plan.
+    written: Option<Recorded>,
+    /// The election's switchover request, until this reconcile removed it.
+    switchover: Option<String>,
+    last: Option<Plan>,
+    pending: VecDeque<Action>,
+    plans_left: usize,
+    state: State,
+    unfinished: bool,
+}
+
+impl PlanLoop {
+    /// A loop deciding from the status `recorded` and the pending switchover request, making
+    /// at most `max_plans` plans that have actions.
+    pub fn new(recorded: Recorded, switchover: Option<String>, max_plans: usize) -> PlanLoop {
+        PlanLoop {
+            recorded,
+            written: None,
+            switchover,
+            last: None,
+            pending: VecDeque::new(),
+            plans_left: max_plans,
+            state: State::Planning,
+            unfinished: false,
+        }
+    }
+
+    /// What to do next.
+    pub fn poll(&mut self) -> Next {
+        match self.state {
+            State::Planning if self.plans_left == 0 => {
+                self.unfinished = true;
+                self.state = State::Done;
+                Next::Done
+            }
+            State::Planning | State::Reporting => Next::Observe,
+            State::Acting => match self.pending.pop_front() {
+                Some(action) => {
+                    self.state = State::Awaiting;
+                    Next::Act(action)
+                }
+                None => {
+                    self.state = State::Planning;
+                    self.poll()
+                }
+            },
+            // An outcome is owed: the driver asked twice without executing.
+            State::Awaiting | State::Done => Next::Done,
+        }
+    }
+
+    /// Plans from `world` and what the loop carries (the status as recorded or written, the
+    /// switchover request); returns the plan.
+    pub fn plan(&mut self, world: &World<'_>) -> &Plan {
+        if let Some(written) = self.written.take() {
+            // A second leader in one reconcile (a switchover, then a failback) must be
+            // recorded against the first one's record, or the final status write would take
+            // the transitions and the token record back to what was read at the start.
+            let carried = self.recorded.last_switchover.take();
+            self.recorded = written;
+            self.recorded.last_switchover = carried;
+        }
+        let decided = plan(&Observation {
+            config: world.config,
+            pods: world.pods,
+            lock: world.lock,
+            session: world.session,
+            recorded: &self.recorded,
+            lock_delay_until: world.lock_delay_until,
+            lock_confirmed_at: world.lock_confirmed_at,
+            switchover: self.switchover.as_deref(),
+            now: world.now,
+            wall: world.wall,
+            owner: world.owner,
+            stood_back: world.stood_back,
+            consul_refused: world.consul_refused,
+        });
+        // The next plans of this reconcile continue the same request (its `from` and
+        // `requestedAt`), as the next reconcile will from the status written at its end.
+        self.recorded
+            .last_switchover
+            .clone_from(&decided.status.last_switchover);
+        self.state = match self.state {
+            State::Reporting => State::Done,
+            _ if decided.actions.is_empty() => State::Done,
+            _ => {
+                self.plans_left -= 1;
+                self.pending = decided.actions.iter().cloned().collect();
+                State::Acting
+            }
+        };
+        self.last.insert(decided)
+    }
+
+    /// Takes the outcome of the action [`Self::poll`] handed out last.
+    pub fn handle(&mut self, outcome: Outcome) {
+        if self.state != State::Awaiting {
+            return;
+        }
+        self.state = State::Acting;
+        match outcome {
+            Outcome::Done => {}
+            Outcome::StatusWritten(recorded) => self.written = Some(*recorded),
+            Outcome::RequestCleared => self.switchover = None,
+            Outcome::SessionGone => {
+                self.pending.clear();
+                self.state = State::Planning;
+            }
+            Outcome::Failed { refused } => {
+                self.pending.clear();
+                self.state = if refused {
+                    State::Reporting
+                } else {
+                    State::Done
+                };
+            }
+        }
+    }
+
+    /// The last plan made (its status is what the reconcile writes).
+    pub fn last_plan(&self) -> Option<&Plan> {
+        self.last.as_ref()
+    }
+
+    /// The status the next plan decides from.
+    pub fn recorded(&self) -> &Recorded {
+        &self.recorded
+    }
+
+    /// Whether the loop stopped with work left (the driver looks again at once).
+    pub fn unfinished(&self) -> bool {
+        self.unfinished
+    }
+}
