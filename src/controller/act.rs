@@ -409,6 +409,14 @@ impl<'a> Round<'a> {
                     .await?;
                 Ok(Outcome::Done)
             }
+            Action::ConfirmSession { session } => {
+                match self.consul.renew_session(&session).await {
+                    Ok(_) => {}
+                    Err(ConsulError::SessionNotFound { .. }) => self.session_gone(&session),
+                    Err(error) => return Err(error.into()),
+                }
+                Ok(Outcome::Done)
+            }
             Action::Acquire { session, pod } => {
                 self.acquire(&session, &pod).await.map(|()| Outcome::Done)
             }
@@ -571,27 +579,6 @@ impl<'a> Round<'a> {
     }
 
     async fn acquire(&mut self, session: &str, pod: &str) -> Result<(), Error> {
-        let recorded_session = self
-            .plans
-            .recorded()
-            .leader
-            .as_ref()
-            .and_then(|l| l.session_id.as_deref());
-        if recorded_session == Some(session) {
-            // The session that held the lock is acquiring it again: the lock was lost without
-            // the operator releasing it, most often because Consul invalidated the session,
-            // and Consul refuses an acquire during the lock-delay before it even checks the
-            // session. Ask first, so that a lost session is handled as lost (SessionLost, the
-            // lock-delay waited out) instead of racing the lock-delay with a dead session.
-            match self.consul.renew_session(session).await {
-                Ok(_) => {}
-                Err(ConsulError::SessionNotFound { .. }) => {
-                    self.session_gone(session);
-                    return Ok(());
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
         let value = self.lock_value(pod);
         self.ctx.caches.written.key_writing(self.key);
         let acquired = match self

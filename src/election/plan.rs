@@ -49,6 +49,15 @@ pub enum Action {
         /// Pod UID.
         uid: String,
     },
+    /// Renew the session before it acquires again the key it held, as the status records:
+    /// that lock was lost without the operator releasing it, most often because Consul
+    /// invalidated the session, and Consul refuses an acquisition during the lock-delay before
+    /// it even checks the session. Asking first lets a lost session be handled as lost (the
+    /// lock-delay waited out, a new session) instead of racing the lock-delay with a dead one.
+    ConfirmSession {
+        /// The session.
+        session: String,
+    },
     /// Acquire the key with the election's current session.
     Acquire {
         /// The session (created for `pod`).

@@ -745,16 +745,28 @@ impl<'a> Builder<'a> {
         self.actions.push(Action::Release {
             session: session.id.clone(),
         });
-        self.actions.push(Action::Acquire {
-            session: session.id.clone(),
-            pod: pod.name.clone(),
-        });
+        self.acquire(&session.id, &pod.name);
         self.settle_followers(None);
         self.phase = Phase::Electing;
         self.elected_reason = (
             "RaisingFencingToken",
             "the key was re-created; raising its lock index above the last fencing token".into(),
         );
+    }
+
+    /// Acquires the key with `session` for `pod`; a session the status records as the
+    /// leader's is confirmed first ([`Action::ConfirmSession`]).
+    fn acquire(&mut self, session: &str, pod: &str) {
+        let recorded = self.obs.recorded.leader.as_ref();
+        if recorded.is_some_and(|l| l.session_id.as_deref() == Some(session)) {
+            self.actions.push(Action::ConfirmSession {
+                session: session.to_owned(),
+            });
+        }
+        self.actions.push(Action::Acquire {
+            session: session.to_owned(),
+            pod: pod.to_owned(),
+        });
     }
 
     /// The leader must go: demote, release, destroy, then start the successor.
@@ -816,10 +828,7 @@ impl<'a> Builder<'a> {
                     );
                     return;
                 }
-                self.actions.push(Action::Acquire {
-                    session: s.id.clone(),
-                    pod: next.name.clone(),
-                });
+                self.acquire(&s.id, &next.name);
             }
             Some(s) => {
                 self.actions.push(Action::DestroySession {

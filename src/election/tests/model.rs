@@ -1039,6 +1039,28 @@ impl Model {
                     }
                     ok
                 }
+                Action::ConfirmSession { session } => match executed {
+                    true => match self.consul.renew(session, self.now) {
+                        Ok(alive) => {
+                            if !alive {
+                                *self
+                                    .seen
+                                    .entry("session gone at its confirmation".into())
+                                    .or_default() += 1;
+                                // As the controller's executor: Consul no longer has it.
+                                if let Some(r) =
+                                    self.registered.as_mut().filter(|r| r.id == *session)
+                                {
+                                    r.health = SessionHealth::Lost;
+                                }
+                                outcome = Outcome::SessionGone;
+                            }
+                            !failing
+                        }
+                        Err(Failed) => false,
+                    },
+                    false => false,
+                },
                 _ => executed && self.execute(&action) && !failing,
             };
             if ok && matches!(action, Action::Release { .. } | Action::Acquire { .. }) {
@@ -1351,7 +1373,7 @@ impl Model {
                 let value = serde_json::json!({"pod": pod, "uid": uid}).to_string();
                 self.consul.acquire(session, now, value.into_bytes()) == Ok(true)
             }
-            Action::Emit(_) | Action::RecordToken { .. } => true,
+            Action::Emit(_) | Action::RecordToken { .. } | Action::ConfirmSession { .. } => true,
         }
     }
 

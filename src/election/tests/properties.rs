@@ -214,6 +214,8 @@ fn the_generator_reaches_every_interesting_situation() {
         "failed Release",
         "ok Acquire",
         "failed Acquire",
+        "ok ConfirmSession",
+        "session gone at its confirmation",
         "ok DestroySession",
         "ok ForgetSession",
         "ok Unlabel",

@@ -170,7 +170,10 @@ fn a_session_consul_invalidated_is_replaced_after_the_lock_delay_by_the_same_pod
 fn a_deleted_key_takes_the_label_before_the_key_is_acquired_again() {
     let scene = Scene::elected("a", &["b"], 5).lock(LockView::Absent);
     let plan = scene.plan();
-    assert_eq!(steps(&plan), vec![follower("a"), acquire("s1", "a")]);
+    assert_eq!(
+        steps(&plan),
+        vec![follower("a"), confirm("s1"), acquire("s1", "a")]
+    );
     assert_demotions_first(&scene, &plan);
 }
 
@@ -510,7 +513,10 @@ fn a_fenced_stale_view_waits_for_a_confirming_answer() {
     assert_eq!(still_stale.status.phase, Phase::Fenced);
 
     let confirmed = fenced.lock_confirmed_at(t(100)).plan();
-    assert_eq!(steps(&confirmed), vec![release("s1"), acquire("s1", "a")]);
+    assert_eq!(
+        steps(&confirmed),
+        vec![release("s1"), confirm("s1"), acquire("s1", "a")]
+    );
 }
 
 /// Rule 8: no decision reads a wall clock. Fifteen seconds after the key was last read, in a

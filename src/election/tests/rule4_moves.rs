@@ -5,6 +5,7 @@
 
 use super::support::*;
 use crate::election::config::ElectionConfig;
+use crate::election::observe::LockView;
 use crate::election::plan::{Action, EventReason, Phase};
 use crate::election::planner::LEADER_ELECTED;
 
@@ -257,4 +258,21 @@ fn a_failed_step_stops_the_move_and_the_next_plan_resumes_it() {
         .lock(free(5))
         .session(None);
     assert_eq!(steps(&scene.plan()), vec![create("c")]);
+}
+
+#[test]
+fn a_session_acquiring_again_the_key_it_held_is_confirmed_first() {
+    // The key went without a release (deleted from outside): if Consul invalidated the
+    // session, an acquisition would meet the lock-delay before Consul even looks at the
+    // session, so the session is asked for first.
+    let lost = Scene::elected("a", &["b"], 5).lock(LockView::Absent);
+    assert_eq!(
+        consul_steps(&lost.plan()),
+        vec![confirm("s1"), acquire("s1", "a")]
+    );
+    // A session that never held the key acquires at once.
+    let fresh = Scene::new(vec![pod("a").follower()])
+        .lock(free(2))
+        .session(Some(session("s2", "a")));
+    assert_eq!(consul_steps(&fresh.plan()), vec![acquire("s2", "a")]);
 }

@@ -28,7 +28,10 @@ fn a_recreated_key_is_bumped_above_the_recorded_token_before_labelling() {
         .with_pod(pod("a").follower())
         .lock(held("s1", 1, "a"));
     let plan = scene.plan();
-    assert_eq!(steps(&plan), vec![release("s1"), acquire("s1", "a")]);
+    assert_eq!(
+        steps(&plan),
+        vec![release("s1"), confirm("s1"), acquire("s1", "a")]
+    );
     assert_eq!(plan.status.phase, Phase::Electing);
     assert_eq!(
         condition(&plan.status, LEADER_ELECTED).reason,
@@ -47,7 +50,7 @@ fn a_recreated_key_is_bumped_above_the_recorded_token_before_labelling() {
     // Every acquisition in between was released again: 1 -> 2 -> ... -> 6.
     let bumps = plans
         .iter()
-        .filter(|p| steps(p) == vec![release("s1"), acquire("s1", "a")])
+        .filter(|p| steps(p) == vec![release("s1"), confirm("s1"), acquire("s1", "a")])
         .count();
     assert_eq!(bumps, 5);
 }
@@ -62,7 +65,7 @@ fn a_recreated_key_reaching_exactly_the_recorded_token_is_bumped_past_it() {
         .lock(held("s1", 5, "a"));
     assert_eq!(
         steps(&scene.plan()),
-        vec![release("s1"), acquire("s1", "a")]
+        vec![release("s1"), confirm("s1"), acquire("s1", "a")]
     );
 }
 
@@ -71,7 +74,10 @@ fn the_deleted_key_sequence_end_to_end() {
     let mut world = World::new(Scene::elected("a", &["b"], 3));
     world.edit(|s| s.lock(LockView::Absent));
     let plans = world.settle();
-    assert_eq!(steps(&plans[0]), vec![follower("a"), acquire("s1", "a")]);
+    assert_eq!(
+        steps(&plans[0]),
+        vec![follower("a"), confirm("s1"), acquire("s1", "a")]
+    );
     assert_eq!(labels(&plans), vec![("a".into(), 4)]);
     assert_eq!(world.scene.recorded.transitions, 0);
 }
@@ -146,7 +152,12 @@ fn a_labelled_holder_is_demoted_before_its_key_is_bumped() {
     let plan = scene.plan();
     assert_eq!(
         steps(&plan),
-        vec![follower("a"), release("s1"), acquire("s1", "a")]
+        vec![
+            follower("a"),
+            release("s1"),
+            confirm("s1"),
+            acquire("s1", "a")
+        ]
     );
     assert_demotions_first(&scene, &plan);
     let mut world = World::new(scene);

@@ -469,6 +469,12 @@ pub fn create(pod: &str) -> Action {
         uid: uid(pod),
     }
 }
+pub fn confirm(session: &str) -> Action {
+    Action::ConfirmSession {
+        session: session.into(),
+    }
+}
+
 pub fn acquire(session: &str, pod: &str) -> Action {
     Action::Acquire {
         session: session.into(),
@@ -523,6 +529,7 @@ pub fn is_consul(action: &Action) -> bool {
             | Action::DestroySession { .. }
             | Action::ForgetSession
             | Action::CreateSession { .. }
+            | Action::ConfirmSession { .. }
             | Action::Acquire { .. }
     )
 }
@@ -805,7 +812,7 @@ impl World {
                     value: Some(value_for(pod, &s.pod_uid)),
                 };
             }
-            Action::Emit(_) => {}
+            Action::Emit(_) | Action::ConfirmSession { .. } => {}
         }
     }
 }
