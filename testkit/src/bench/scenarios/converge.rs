@@ -1,7 +1,7 @@
 //! `converge`: N elections x P pods from cold. [`Running::launch`] measured the time and
 //! the cost; this adds them per election and what shows that no session went unconfirmed.
 
-use super::Running;
+use super::running::Running;
 use crate::bench::report::ScenarioReport;
 
 /// Reports the cold start per election and the signs of unconfirmed sessions.

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::Running;
+use super::running::Running;
 use crate::bench::report::ScenarioReport;
 use crate::bench::usage::Baseline;
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::Running;
+use super::running::Running;
 use crate::bench::environment::Environment;
 use crate::bench::population::{self, Population};
 use crate::bench::report::ScenarioReport;

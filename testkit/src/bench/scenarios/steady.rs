@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::Running;
+use super::running::Running;
 use crate::bench::options::Sizes;
 use crate::bench::population::SESSION_TTL;
 use crate::bench::report::ScenarioReport;

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::Running;
+use super::running::Running;
 use crate::bench::options::Sizes;
 use crate::bench::population;
 use crate::bench::report::Latencies;
