@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::ClusterError;
+use super::error::ClusterError;
 use crate::version::Version;
 
 /// The build script; it prints the bin dir as the last line of stdout, progress on stderr.

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use rand::Rng;
 
-use super::ClusterError;
+use super::error::ClusterError;
 
 /// The files and token a cluster is started with.
 #[derive(Debug)]

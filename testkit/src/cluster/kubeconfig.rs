@@ -5,7 +5,7 @@ use std::path::Path;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
-use super::ClusterError;
+use super::error::ClusterError;
 
 /// Name of the cluster, user and context in the kubeconfig.
 const NAME: &str = "testkit";

@@ -9,9 +9,12 @@ use rustls::pki_types::pem::PemObject;
 
 use super::binaries::Binaries;
 use super::credentials::Credentials;
+use super::error::ClusterError;
+use super::options::ClusterOptions;
 use super::processes::ManagedProcess;
+use super::test_cluster::TestCluster;
 use super::workdir::ClusterDir;
-use super::{ClusterError, ClusterOptions, TestCluster, kubeconfig, ports, readiness};
+use super::{kubeconfig, ports, readiness};
 
 /// The ClusterIP range of Services.
 pub(crate) const SERVICE_CIDR: &str = "10.0.0.0/24";

@@ -14,7 +14,7 @@ use kube::{Api, Client, ResourceExt};
 use rand::Rng;
 use rand::distr::Alphanumeric;
 
-use super::TestCluster;
+use super::test_cluster::TestCluster;
 
 /// Label on every namespace made here.
 pub const TEST_NAMESPACE_LABEL: &str = "testkit.elector.dev/test";

@@ -3,7 +3,7 @@
 
 use std::net::TcpListener;
 
-use super::ClusterError;
+use super::error::ClusterError;
 
 /// `N` distinct ports that were free a moment ago. Another process may still take one before
 /// our child binds it; the cluster start retries on "address already in use".

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::ClusterError;
+use super::error::ClusterError;
 
 /// How many log lines a startup error quotes.
 const LOG_TAIL_LINES: usize = 40;

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use std::path::{Path, PathBuf};
 
-use super::ClusterError;
+use super::error::ClusterError;
 use super::processes::ManagedProcess;
 
 /// Spawns `program` (output to `log`) and waits until `GET <url><health_path>` answers 2xx.

@@ -10,7 +10,7 @@ use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use super::TestCluster;
+use super::test_cluster::TestCluster;
 
 /// How long the serviceaccount-token controller gets to fill in the token Secret.
 const TOKEN_TIMEOUT: Duration = Duration::from_secs(60);

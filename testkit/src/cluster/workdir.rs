@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use rand::Rng;
 use rand::distr::Alphanumeric;
 
-use super::ClusterError;
+use super::error::ClusterError;
 
 /// Prefix of every cluster directory under [`std::env::temp_dir`].
 const DIR_PREFIX: &str = "testkit-cluster-";
