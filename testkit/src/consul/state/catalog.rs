@@ -3,24 +3,12 @@
 use std::time::Duration;
 
 use super::State;
-
-/// Consul's `structs.SerfCheckID`, every node's default health check.
-pub(crate) const SERF_HEALTH: &str = "serfHealth";
-
-/// Health of a catalog check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckStatus {
-    /// `passing`.
-    Passing,
-    /// `warning` (does not invalidate sessions).
-    Warning,
-    /// `critical`: sessions bound to the check are invalidated, new ones refused.
-    Critical,
-}
+use super::check::{CheckStatus, SERF_HEALTH};
+use super::session_types::Session;
 
 impl State {
     /// Lowercased keys of the sessions on `node` selected by `pred`.
-    fn sessions_on(&self, node: &str, pred: impl Fn(&super::Session) -> bool) -> Vec<String> {
+    fn sessions_on(&self, node: &str, pred: impl Fn(&Session) -> bool) -> Vec<String> {
         self.sessions
             .iter()
             .filter(|(_, s)| s.node == node && pred(s))

@@ -3,15 +3,19 @@
 //! `now` (time since the emulator started) as an argument.
 
 mod catalog;
+mod check;
 mod kv;
 mod session;
+mod session_types;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-pub use catalog::CheckStatus;
-pub(crate) use session::{ServiceCheck, Session, SessionSpec};
-pub use session::{SessionBehavior, SessionInfo};
+pub use check::CheckStatus;
+pub(crate) use session_types::{ServiceCheck, Session, SessionSpec};
+pub use session_types::{SessionBehavior, SessionInfo};
+
+use check::SERF_HEALTH;
 
 /// A KV entry as stored (Consul's `DirEntry`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,12 +101,7 @@ impl State {
             changed_keys: Vec::new(),
         };
         let node = state.cfg.node_name.clone();
-        state.set_check(
-            &node,
-            catalog::SERF_HEALTH,
-            CheckStatus::Passing,
-            Duration::ZERO,
-        );
+        state.set_check(&node, SERF_HEALTH, CheckStatus::Passing, Duration::ZERO);
         state
     }
 
