@@ -21,8 +21,9 @@
 //! - `state`: the pure state machine (indexes, sessions, KV, tombstones, lock-delays,
 //!   catalog); every operation takes `now`.
 //! - `clock`: manual (virtual) or tokio time; `duration`: Go duration parsing/formatting.
-//! - `blocking`: `?index`/`?wait`, the wait loop and the registry of parked queries.
-//! - `api`: hyper handlers; `server`: listener, connections, TTL reaper, test hooks.
+//! - `blocking`: `?index`/`?wait` and the wait loop; `parked`: the registry of parked queries.
+//! - `api`: hyper handlers; `server`: listener, connections, TTL reaper, test hooks;
+//!   `inner`: the internals they share.
 //! - `faults`, `stats`, `acl`: fault injection, counters, the ACL model.
 //!
 //! One `std::sync::Mutex<State>` (never held across `.await`) plus `watch` version
@@ -100,16 +101,18 @@ mod config;
 mod duration;
 mod error;
 mod faults;
+mod inner;
 mod json;
+mod mutex;
 mod notify;
+mod parked;
 mod query;
 mod routes;
 mod server;
 mod session_request;
 mod state;
 mod stats;
-
-use std::sync::{Mutex, MutexGuard, PoisonError};
+mod version;
 
 pub use acl::{AclConfig, AclPolicy};
 pub use clock::ClockMode;
@@ -119,11 +122,7 @@ pub use faults::{Endpoint, Fault, FaultAction, FaultId};
 pub use server::Emulator;
 pub use state::{CheckStatus, KvEntry, SessionBehavior, SessionInfo};
 pub use stats::Stats;
-
-/// The Consul version whose behaviour the emulator follows, reported as `Config.Version` by
-/// `GET /v1/agent/self`. Where Consul's answers changed across versions (`docs/consul.md`,
-/// section 13, "Versions"), the emulator answers like this one.
-pub const EMULATED_VERSION: &str = "1.22.0";
+pub use version::EMULATED_VERSION;
 
 // What the real-Consul meter (`crate::real_consul::Meter`) shares with the emulator, so both
 // classify and count requests the same way.
@@ -132,7 +131,5 @@ pub(crate) use query::Query;
 pub(crate) use routes::Route;
 pub(crate) use stats::StatsCollector;
 
-/// Locks a mutex, ignoring poisoning (state stays usable after a panicking test thread).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+// The real-Consul meter locks its shared state as the emulator does.
+pub(crate) use mutex::lock;

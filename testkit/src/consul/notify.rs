@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use tokio::sync::watch;
 
-use super::lock;
+use super::mutex::lock;
 
 /// What a blocking query watches.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::lock;
+use super::mutex::lock;
 
 /// A snapshot of the emulator's counters.
 ///

@@ -25,7 +25,8 @@ use super::super::duration::{format_go_duration, nanos_to_duration, parse_go_dur
 use super::super::faults::{Endpoint, Fault, FaultAction, FaultId};
 use super::super::query::parse_uint;
 use super::super::state::CheckStatus;
-use super::{Ctx, Resp, json_response, text};
+use super::ctx::Ctx;
+use super::response::{Resp, json_response, text};
 
 /// JSON body of `PUT /_emu/faults`.
 ///

@@ -7,7 +7,8 @@ use super::super::json::DirEntryJson;
 use super::super::notify::Topic;
 use super::super::query::{Query, parse_uint};
 use super::super::state::KvEntry;
-use super::{BodyError, Ctx, Resp, json_response, response, set_filtered, set_header, set_meta};
+use super::ctx::{BodyError, Ctx};
+use super::response::{Resp, json_response, response, set_filtered, set_header, set_meta};
 
 /// Where the 413 text points (`kv_max_value_size`).
 const MAX_VALUE_SIZE_DOCS: &str =

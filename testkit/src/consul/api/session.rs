@@ -10,7 +10,8 @@ use super::super::json::SessionJson;
 use super::super::notify::Topic;
 use super::super::session_request::decode_session_create;
 use super::super::state::{Session, State};
-use super::{BodyError, Ctx, DEFAULT_BODY_LIMIT, Resp, json_response, set_filtered, set_meta};
+use super::ctx::{BodyError, Ctx, DEFAULT_BODY_LIMIT};
+use super::response::{Resp, json_response, set_filtered, set_meta};
 
 #[derive(Serialize)]
 struct CreatedJson {
