@@ -11,9 +11,10 @@ use http::{Request, Response, header};
 use tower::{BoxError, Layer, Service, ServiceExt};
 
 use super::{
-    FaultAction, KubeFaults,
     body::{FaultBody, WatchEnd, status_json},
     request::RequestInfo,
+    rule::FaultAction,
+    table::KubeFaults,
 };
 
 /// Wraps a service stack so that requests go through a [`KubeFaults`] table.
@@ -35,6 +36,28 @@ impl<S> Layer<S> for KubeFaultLayer {
         KubeFaultService {
             inner: Arc::new(tokio::sync::Mutex::new(inner)),
             faults: self.faults.clone(),
+        }
+    }
+}
+
+impl KubeFaults {
+    /// A tower layer that applies this table to a service stack, e.g.
+    /// `ClientBuilder::try_from(config)?.with_layer(&faults.layer()).build()`.
+    pub fn layer(&self) -> KubeFaultLayer {
+        KubeFaultLayer::new(self.clone())
+    }
+
+    /// kube's default client stack for `config` (with rustls' ring provider installed),
+    /// wrapped in this table's layer.
+    ///
+    /// # Panics
+    /// When kube cannot build a client from `config` (an invalid TLS configuration).
+    pub async fn client(&self, config: kube::Config) -> kube::Client {
+        crate::cluster::install_crypto_provider();
+        let url = config.cluster_url.clone();
+        match kube::client::ClientBuilder::try_from(config) {
+            Ok(builder) => builder.with_layer(&self.layer()).build(),
+            Err(err) => panic!("testkit: cannot build a faulty client for {url}: {err}"),
         }
     }
 }
