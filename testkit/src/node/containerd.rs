@@ -17,6 +17,9 @@ const CNI_BIN_DIR: &str = "/usr/lib/cni";
 /// How long one `ctr` command may take (an image import included).
 const CTR_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The image the pod sandboxes run (its archive must be among the imported ones).
+pub const PAUSE_IMAGE: &str = "docker.io/consul-elector-e2e/pause:3.2";
+
 /// A running containerd.
 #[derive(Debug)]
 pub(super) struct Containerd {
@@ -145,7 +148,7 @@ fn parse_tasks(listing: &str) -> Vec<(String, u32)> {
 /// containerd's configuration: everything under `root`, the CRI plugin with runc through
 /// cgroupfs, the bridge CNI, and the locally imported pause image.
 fn config(root: &Path, socket: &Path, cni_conf: &Path) -> String {
-    let pause = super::PAUSE_IMAGE;
+    let pause = PAUSE_IMAGE;
     let root = root.display();
     format!(
         r#"version = 2

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+pub use containerd::PAUSE_IMAGE;
 pub use network::{CLUSTER_POD_CIDR, host_address};
 
 use crate::cluster::processes::ManagedProcess;
@@ -36,8 +37,6 @@ use crate::cluster::{ClusterError, TestCluster};
 const PACKAGES_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/node-packages.sh");
 /// How long a process gets to exit after SIGTERM when the nodes stop.
 const STOP_GRACE: Duration = Duration::from_secs(5);
-/// The image the pod sandboxes run (its archive must be among the imported ones).
-pub const PAUSE_IMAGE: &str = "docker.io/consul-elector-e2e/pause:3.2";
 
 /// How to start the host's [`RealNodes`].
 #[derive(Debug, Clone)]
