@@ -8,9 +8,12 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 
-use super::{RELEASE, SuiteError, SuiteOptions};
+use super::error::SuiteError;
+use super::options::SuiteOptions;
 use crate::cluster::TestCluster;
 
+/// The namespace and release of the installed chart.
+pub const RELEASE: &str = "consul-elector";
 /// The repository root (testkit's parent).
 const REPOSITORY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 

@@ -6,6 +6,8 @@
 //! `make demo` and `make e2e` are on kind.
 
 mod chart;
+mod error;
+mod options;
 
 use std::path::PathBuf;
 use std::process::ExitStatus;
@@ -14,11 +16,13 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 
-use crate::cluster::{ClusterError, ClusterOptions, TestCluster};
+pub use chart::RELEASE;
+pub use error::SuiteError;
+pub use options::SuiteOptions;
+
+use crate::cluster::{ClusterOptions, TestCluster};
 use crate::node::{NodeOptions, NodesOptions, RealNodes};
 
-/// The namespace and release of the installed chart.
-pub const RELEASE: &str = "consul-elector";
 /// The node the suite's pods run on.
 pub const NODE: &str = "node-1";
 /// The spare node: tainted with [`SPARE_TAINT`], so that only pods tolerating it run there, and
@@ -28,41 +32,6 @@ pub const SPARE_NODE: &str = "node-2";
 pub const SPARE_TAINT: &str = "e2e.elector.dev/spare=true:NoSchedule";
 /// How long the installed operator and dev Consul get to become available.
 const INSTALL_READY: Duration = Duration::from_secs(180);
-
-/// What to run the suite with.
-#[derive(Debug, Clone)]
-pub struct SuiteOptions {
-    /// Image archives to import (every `*.tar` of a directory, see [`archives_in`]).
-    pub images: Vec<PathBuf>,
-    /// The operator's image, as the chart's `image.repository` and `image.tag`.
-    pub operator_image: (String, String),
-    /// The dev Consul's image, as the chart's `consulDev.image.repository` and `.tag`.
-    pub consul_image: (String, String),
-    /// Where the cluster's and the node's logs go (kept after the run).
-    pub log_dir: PathBuf,
-    /// kube-proxy's `iptables.minSyncPeriod`; `None`: its default.
-    pub proxy_min_sync_period: Option<Duration>,
-}
-
-/// Why the environment could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum SuiteError {
-    /// The cluster or the node did not start.
-    #[error(transparent)]
-    Cluster(#[from] ClusterError),
-    /// The chart did not install, or its workloads did not become available.
-    #[error("the chart: {0}")]
-    Chart(String),
-    /// The command could not be run.
-    #[error("cannot run {command}: {source}")]
-    Command {
-        /// The program.
-        command: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// Every `*.tar` file in `dir`, sorted.
 pub fn archives_in(dir: &std::path::Path) -> std::io::Result<Vec<PathBuf>> {
