@@ -40,7 +40,8 @@
 //! # Architecture
 //! - `simulator`: [`PodSimulator`], the watcher that dispatches pod events to one worker
 //!   task per pod UID, and the commands, which change the shared desired state, wake the
-//!   workers and wait for their acknowledgement.
+//!   workers and wait for their acknowledgement; `shared`: that state; `options`: how the
+//!   simulator behaves.
 //! - `worker`: one pod's level-triggered loop (bind, write status, terminate) and its API
 //!   calls; `status`: pure rendering and comparison of pod status; `nodes`: node names,
 //!   addresses, the round-robin pool and the Node objects; `retry`: the bounded retry
@@ -49,13 +50,16 @@
 //!   resource). They return [`WorkloadError`] rather than panicking; tests unwrap.
 
 pub(crate) mod nodes;
+mod options;
 mod retry;
+mod shared;
 mod simulator;
 pub(crate) mod status;
 mod worker;
 mod workloads;
 
-pub use simulator::{PodSimulator, SimulatorOptions};
+pub use options::SimulatorOptions;
+pub use simulator::PodSimulator;
 pub use workloads::{
     RESTARTED_AT_ANNOTATION, SIM_IMAGE, WorkloadError, create_deployment, deployment_manifest,
     is_pod_ready, rolling_update, wait_deployment_ready, wait_for, wait_for_pods,

@@ -1,9 +1,8 @@
-//! [`PodSimulator`]: the pod watcher, the registry of per-pod workers, the state the
-//! workers decide from (node pool, readiness overrides, pod IPs) and the test commands.
+//! [`PodSimulator`]: the pod watcher, the registry of per-pod workers and the test commands.
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -17,40 +16,14 @@ use tokio::{sync::watch, task::JoinHandle};
 
 use super::{
     nodes::{self, NodePool},
+    options::SimulatorOptions,
+    shared::{PodRecord, Shared, State},
     worker::Worker,
 };
 
 /// How long [`PodSimulator::start`] waits for the Nodes to be created before it goes on
 /// and leaves them to the background task that keeps trying.
 const NODES_WAIT: Duration = Duration::from_secs(5);
-
-/// How a [`PodSimulator`] behaves.
-#[derive(Debug, Clone)]
-pub struct SimulatorOptions {
-    /// How many nodes (`sim-node-0..nodes`) pods are bound to round-robin; clamped to
-    /// `1..=100`. Default 3.
-    pub nodes: usize,
-    /// Whether pods become Ready once running (else they stay NotReady until
-    /// [`PodSimulator::set_ready`]). Default true.
-    pub start_ready: bool,
-    /// A cap on the grace period honoured for terminating pods. Default `None`: the pod's
-    /// own `deletionGracePeriodSeconds`.
-    pub max_grace: Option<Duration>,
-    /// How long a running pod stays NotReady before it may become Ready (a readiness
-    /// probe's initial delay). Default zero.
-    pub ready_delay: Duration,
-}
-
-impl Default for SimulatorOptions {
-    fn default() -> Self {
-        Self {
-            nodes: 3,
-            start_ready: true,
-            max_grace: None,
-            ready_delay: Duration::ZERO,
-        }
-    }
-}
 
 /// Plays the scheduler's binding and the kubelet for every pod of one namespace, until
 /// stopped or dropped. See the [module docs](super) for what it does to each pod.
@@ -262,50 +235,7 @@ async fn dispatch(shared: Arc<Shared>) {
     );
 }
 
-/// What the dispatcher, the workers and the commands share.
-pub(super) struct Shared {
-    namespace: String,
-    pub(super) api: Api<Pod>,
-    pub(super) options: SimulatorOptions,
-    state: Mutex<State>,
-    /// Bumped after every command; workers re-decide on each bump and acknowledge it.
-    changes: watch::Sender<u64>,
-}
-
-struct State {
-    pool: NodePool,
-    /// Every pod the watcher reported and that still exists, by UID.
-    pods: HashMap<String, PodRecord>,
-    /// Set when the simulator stops; no worker starts afterwards.
-    stopped: bool,
-}
-
-/// One pod: its worker's plumbing and the simulator's decisions about it.
-struct PodRecord {
-    name: String,
-    /// The newest version of the pod, for its worker.
-    pod: watch::Sender<Pod>,
-    /// The last command epoch the worker acted on.
-    applied: watch::Receiver<u64>,
-    task: JoinHandle<()>,
-    ip: Option<String>,
-    /// Set by [`PodSimulator::set_ready`]; `None` means [`SimulatorOptions::start_ready`].
-    ready: Option<bool>,
-}
-
-impl PodRecord {
-    fn node(&self) -> Option<String> {
-        self.pod.borrow().spec.as_ref()?.node_name.clone()
-    }
-}
-
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A worker that panicked cannot leave the state half-updated: every critical
-        // section is a single insert or lookup.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Hands a new version of a pod to its worker, starting the worker for a new UID.
     fn upsert(self: &Arc<Self>, pod: Pod) {
         let Some(uid) = pod.metadata.uid.clone() else {
@@ -350,37 +280,5 @@ impl Shared {
             }
             kept
         });
-    }
-
-    /// The next node to bind a pod to, `None` while every node is failed.
-    pub(super) fn pick_node(&self) -> Option<usize> {
-        self.lock().pool.pick()
-    }
-
-    /// Whether the pod may be Ready on node `index` (its override, or `start_ready`, and
-    /// a healthy node).
-    pub(super) fn wants_ready(&self, uid: &str, index: usize) -> bool {
-        let state = self.lock();
-        let ready = state.pods.get(uid).and_then(|record| record.ready);
-        ready.unwrap_or(self.options.start_ready) && !state.pool.is_failed(index)
-    }
-
-    /// The pod's IP: the one it already reports, else the one given before, else a new
-    /// one on node `index`.
-    pub(super) fn pod_ip(&self, uid: &str, index: usize, reported: Option<&str>) -> String {
-        let mut state = self.lock();
-        let record = state.pods.get_mut(uid);
-        let ip = reported
-            .map(str::to_owned)
-            .or_else(|| record.as_ref().and_then(|record| record.ip.clone()))
-            .unwrap_or_else(|| nodes::allocate_pod_ip(index));
-        if let Some(record) = record {
-            record.ip = Some(ip.clone());
-        }
-        ip
-    }
-
-    pub(super) fn namespace(&self) -> &str {
-        &self.namespace
     }
 }

@@ -16,7 +16,7 @@ use tokio::{sync::watch, time::Instant};
 use super::{
     nodes,
     retry::{Backoff, api_code},
-    simulator::Shared,
+    shared::Shared,
     status::{self, Target},
 };
 
