@@ -2,30 +2,24 @@
 //! Consul 1.4 and later, where the legacy API (`/v1/acl/create`) is deprecated and, from 1.11
 //! on, gone; legacy tokens only on a server that has nothing else.
 
-use super::{RealConsul, RealConsulError};
+use super::RealConsul;
+use super::error::RealConsulError;
+use super::rules::AclRules;
 
-/// A token's rules, in the current syntax (`key_prefix`, `session_prefix`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AclRules(pub String);
-
-/// The operator's minimal rules with its default key prefix: write on the keys under
-/// `elector/`, write on sessions of any node (the operator creates its sessions on the node of
-/// the agent it talks to, and lists and renews them).
-pub const OPERATOR_RULES: &str = r#"key_prefix "elector/" { policy = "write" }
-session_prefix "" { policy = "write" }"#;
-
-impl AclRules {
-    /// The operator's minimal rules ([`OPERATOR_RULES`]).
-    pub fn operator() -> Self {
-        Self(OPERATOR_RULES.to_string())
+impl RealConsul {
+    /// Creates a token with `rules` (needs [`Options::acl`](super::Options::acl)) and returns its
+    /// secret.
+    pub async fn create_token(
+        &self,
+        name: &str,
+        rules: &AclRules,
+    ) -> Result<String, RealConsulError> {
+        create_token(self, name, rules).await
     }
 
-    /// The same rules for the legacy ACL system, whose `key` and `session` rules match by
-    /// prefix as `key_prefix` and `session_prefix` do now.
-    fn legacy(&self) -> String {
-        self.0
-            .replace("key_prefix ", "key ")
-            .replace("session_prefix ", "session ")
+    /// Deletes the token whose secret is `secret`.
+    pub async fn destroy_token(&self, secret: &str) -> Result<(), RealConsulError> {
+        destroy_token(self, secret).await
     }
 }
 
@@ -34,7 +28,7 @@ fn has_policies(consul: &RealConsul) -> bool {
     consul.version().at_least(1, 4)
 }
 
-pub(super) async fn create_token(
+async fn create_token(
     consul: &RealConsul,
     name: &str,
     rules: &AclRules,
@@ -57,10 +51,7 @@ pub(super) async fn create_token(
 
 /// Deletes the token whose secret is `secret`, as an admin would: by its accessor, which the
 /// token's own `/v1/acl/token/self` names.
-pub(super) async fn destroy_token(
-    consul: &RealConsul,
-    secret: &str,
-) -> Result<(), RealConsulError> {
+async fn destroy_token(consul: &RealConsul, secret: &str) -> Result<(), RealConsulError> {
     if !has_policies(consul) {
         let path = format!("/v1/acl/destroy/{secret}");
         return acl_call(consul, reqwest::Method::PUT, &path, None)

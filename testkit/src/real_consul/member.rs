@@ -6,10 +6,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use super::error::RealConsulError;
+use super::options::{Shape, Tls};
 use super::proxy::Proxy;
-use super::{RealConsulError, Shape, Tls, Version};
 use crate::cluster::ports::stable_ports;
 use crate::cluster::processes::ManagedProcess;
+use crate::version::Version;
 
 /// How long a graceful stop waits for the process before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);

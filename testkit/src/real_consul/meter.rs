@@ -23,7 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::RealConsulError;
+use super::error::RealConsulError;
 use crate::consul::{Query, Route, Stats, StatsCollector, lock, request_token};
 
 /// The proxy; it stops accepting and closes every connection when dropped.

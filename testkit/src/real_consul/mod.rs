@@ -29,18 +29,23 @@
 //! a member: a test changes the server certificate by rewriting them and restarting the member.
 
 mod acl;
+mod error;
 mod member;
 mod meter;
+mod options;
 mod proxy;
+mod rules;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub use crate::version::Version;
-pub use acl::{AclRules, OPERATOR_RULES};
+pub use error::RealConsulError;
 pub use member::Member;
 pub use meter::Meter;
+pub use options::{Options, Shape, Tls};
 pub use proxy::Proxy;
+pub use rules::{AclRules, OPERATOR_RULES};
 
 use crate::cluster::workdir::ClusterDir;
 
@@ -55,88 +60,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long the harness waits for one of its own reads (a paused member never answers).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Which Consul to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    /// One `consul agent -dev`.
-    Dev,
-    /// Three servers forming one Raft cluster, and a client agent joined to them.
-    Cluster,
-}
-
-/// Options of a start.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Options {
-    /// ACLs on, denying by default; [`RealConsul::master_token`] is set.
-    pub acl: bool,
-    /// An HTTPS port on every member besides its HTTP port; `None` (the default): HTTP only.
-    pub tls: Option<Tls>,
-}
-
-/// The HTTPS listener of every member: Consul's `ports { https }`, `cert_file`, `key_file`,
-/// `ca_file` and `verify_incoming_https`. Only the HTTP API uses TLS: the members' RPC and
-/// gossip between themselves stay plain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tls {
-    /// The server certificate chain (PEM), valid for `127.0.0.1`.
-    pub cert_file: PathBuf,
-    /// The server certificate's private key (PEM).
-    pub key_file: PathBuf,
-    /// The CA certificates (PEM, one file) that client certificates are checked against.
-    pub ca_file: PathBuf,
-    /// Refuse HTTPS clients without a valid certificate from `ca_file` (Consul checks it at
-    /// the TLS handshake only: a connection open before the certificate expired goes on).
-    pub require_client_cert: bool,
-}
-
-/// Why a real Consul could not be started.
-#[derive(Debug, thiserror::Error)]
-pub enum RealConsulError {
-    /// `CONSUL_BIN` is unset on CI, or names no executable.
-    #[error("no Consul binary: {0}")]
-    Binary(String),
-    /// A process could not be spawned, or the harness' own I/O failed.
-    #[error("{context}: {source}")]
-    Io {
-        /// What was being done.
-        context: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The cluster did not become usable in time.
-    #[error("consul did not become ready: {reason}\n--- last lines of its log ---\n{log_tail}")]
-    NotReady {
-        /// What was awaited.
-        reason: String,
-        /// The last lines of the members' logs.
-        log_tail: String,
-    },
-    /// A member's process exited while the cluster was starting.
-    #[error("consul {node} exited while starting\n--- last lines of its log ---\n{log_tail}")]
-    MemberExited {
-        /// Its node name.
-        node: String,
-        /// The last lines of its log.
-        log_tail: String,
-    },
-    /// An HTTP call of the harness to Consul failed.
-    #[error("consul {what}: {detail}")]
-    Http {
-        /// The call.
-        what: String,
-        /// Status and body, or the transport error.
-        detail: String,
-    },
-}
-
-impl RealConsulError {
-    fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
-        let context = context.into();
-        move |source| Self::Io { context, source }
-    }
-}
 
 /// The Consul binary `CONSUL_BIN` names: `None` when it is unset or empty, an error when it
 /// names no file. For a command the user asked to run on a real Consul (the sandbox's and
@@ -440,20 +363,6 @@ impl RealConsul {
         let sessions: Vec<serde_json::Value> =
             serde_json::from_str(&body).map_err(|e| http(e.to_string()))?;
         Ok(sessions.len())
-    }
-
-    /// Creates a token with `rules` (needs [`Options::acl`]) and returns its secret.
-    pub async fn create_token(
-        &self,
-        name: &str,
-        rules: &AclRules,
-    ) -> Result<String, RealConsulError> {
-        acl::create_token(self, name, rules).await
-    }
-
-    /// Deletes the token whose secret is `secret`.
-    pub async fn destroy_token(&self, secret: &str) -> Result<(), RealConsulError> {
-        acl::destroy_token(self, secret).await
     }
 
     async fn get_text(&self, base: &str, path: &str) -> Result<String, String> {

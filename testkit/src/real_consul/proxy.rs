@@ -9,7 +9,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::RealConsulError;
+use super::error::RealConsulError;
 
 /// The proxy; its accept loop and connections stop when it is dropped.
 #[derive(Debug)]
