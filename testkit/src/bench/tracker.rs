@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::sandbox::objects::{LEADER, ROLE_LABEL, election_resource};
-use crate::sandbox::observer::{ElectionState, LastSwitchover, SwitchoverState};
+use crate::sandbox::snapshot::{ElectionState, LastSwitchover, SwitchoverState};
 
 /// The pod label naming the election a bench pod is a candidate of (its selector).
 pub(crate) const ELECTION_LABEL: &str = "app";

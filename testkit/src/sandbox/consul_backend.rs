@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::SandboxError;
+use super::error::SandboxError;
 use crate::consul::Stats;
 use crate::consul::{ClockMode, Emulator, EmulatorConfig, Endpoint, Fault, FaultAction, FaultId};
 use crate::real_consul::{self, CONSUL_BIN_ENV, Meter, Options, RealConsul, Shape};

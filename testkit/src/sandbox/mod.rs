@@ -15,26 +15,27 @@
 //! - `consul_backend`: the emulator or a real Consul (`--consul real`), behind one interface;
 //! - `operator_process`: the operator binary (build, `crd`, start, SIGKILL, restart);
 //! - `objects`: the CRD, the namespace and the `LeaderElection`;
-//! - `observer`: watches of the pods and the election, snapshots and waits;
+//! - `observer`: watches of the pods and the election, and waits; `snapshot`: what they show;
 //! - `timeline`: the printed rows and colours;
 //! - `scenario`: the six steps; `report`: the measurements and the summary.
 
 pub(crate) mod consul_backend;
+mod error;
 pub(crate) mod objects;
 pub(crate) mod observer;
 pub(crate) mod operator_process;
 mod report;
 mod scenario;
 pub(crate) mod setup;
+pub(crate) mod snapshot;
 mod timeline;
 
 use std::future::Future;
 use std::pin::pin;
 
 pub use consul_backend::ConsulKind;
+pub use error::SandboxError;
 
-use crate::cluster::ClusterError;
-use crate::pods::WorkloadError;
 use setup::Sandbox;
 use timeline::Style;
 
@@ -56,52 +57,6 @@ pub enum Outcome {
     Failed,
     /// The user stopped the run before it ended.
     Interrupted,
-}
-
-/// Why the sandbox could not run its scenario at all.
-#[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
-    /// The operator binary could not be built.
-    #[error("cannot build the operator: {0}")]
-    Build(String),
-    /// The test cluster did not start.
-    #[error(transparent)]
-    Cluster(#[from] ClusterError),
-    /// The CRD or the LeaderElection could not be made.
-    #[error("{0}")]
-    Crd(String),
-    /// A Kubernetes API request failed.
-    #[error("{context}: {source}")]
-    Kube {
-        /// What was being done.
-        context: String,
-        /// Why it failed.
-        #[source]
-        source: kube::Error,
-    },
-    /// The Deployment did not come up.
-    #[error("the Deployment: {0}")]
-    Workload(#[from] WorkloadError),
-    /// A local file, process or socket operation failed.
-    #[error("{context}: {source}")]
-    Io {
-        /// What was being done.
-        context: String,
-        /// Why it failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Anything else that kept the sandbox from starting.
-    #[error("{0}")]
-    Setup(String),
-}
-
-impl SandboxError {
-    /// A `map_err` adapter turning an I/O error into [`SandboxError::Io`] with `context`.
-    pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
-        let context = context.into();
-        move |source| Self::Io { context, source }
-    }
 }
 
 /// Sets up the sandbox, runs the scenario and prints the summary; with [`Options::keep`],

@@ -13,7 +13,7 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use super::SandboxError;
+use super::error::SandboxError;
 
 /// The namespace the sandbox works in (the operator watches only this one).
 pub(crate) const NAMESPACE: &str = "sandbox";

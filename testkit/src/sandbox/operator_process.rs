@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use super::SandboxError;
+use super::error::SandboxError;
 use crate::cluster::spawn_tied;
 
 /// The operator's package and binary name.

@@ -13,9 +13,9 @@ use super::objects::{
     self, ANY_OTHER_POD, APP, FOLLOWER, NAMESPACE, OPERATOR_ANNOTATION_PREFIX, ROLE_LABEL,
     SESSION_TTL, SWITCHOVER_ANNOTATION, SWITCHOVER_COMPLETED,
 };
-use super::observer::Snapshot;
 use super::report::{Report, StepFailure};
 use super::setup::Sandbox;
+use super::snapshot::Snapshot;
 use super::timeline::{describe, duration, short};
 use crate::recorder::PodVersion;
 

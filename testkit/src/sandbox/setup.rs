@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 
-use super::SandboxError;
 use super::consul_backend::{ConsulBackend, ConsulKind, ConsulPlan};
+use super::error::SandboxError;
 use super::objects::{self, APP, NAMESPACE, REPLICAS};
 use super::observer::Observer;
 use super::operator_process::{OperatorBinary, OperatorConfig, OperatorProcess};

@@ -11,7 +11,7 @@
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use super::observer::{PodState, Snapshot};
+use super::snapshot::{PodState, Snapshot};
 
 /// Widths of the fixed columns.
 const TIME_WIDTH: usize = 9;
@@ -221,7 +221,7 @@ fn pod_cell(pod: &PodState, style: Style) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::objects::{FOLLOWER, LEADER};
-    use super::super::observer::tests::{pod, snapshot};
+    use super::super::snapshot::tests::{pod, snapshot};
     use super::*;
 
     #[test]

@@ -14,7 +14,7 @@ use crate::bench::report::Latencies;
 use crate::bench::report::ScenarioReport;
 use crate::bench::tracker::{Key, SwitchoverChange};
 use crate::sandbox::objects::{self, ANY_OTHER_POD, SWITCHOVER_COMPLETED, SWITCHOVER_REFUSED};
-use crate::sandbox::observer::LastSwitchover;
+use crate::sandbox::snapshot::LastSwitchover;
 
 /// Request -> new leader labelled, at most.
 const SWITCHOVER_TIMEOUT: Duration = Duration::from_secs(30);
