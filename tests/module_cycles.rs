@@ -1,6 +1,7 @@
 //! No import cycle between the modules of `src/` (issue 21): the library's modules form a
 //! directed acyclic graph, so each one can be read, tested and changed from its dependencies
-//! up, never "everything at once".
+//! up, never "everything at once". The same holds for testkit's library (`testkit/src/`, from
+//! its `lib.rs`; its binaries in `src/bin/` are other crates).
 //!
 //! The module tree is followed from `src/lib.rs` through its `mod` declarations, so every file
 //! has the module path the compiler gives it (`src/controller/act.rs` is `controller::act`, a
@@ -44,6 +45,22 @@ type Module = Vec<String>;
 
 /// One place that makes a module depend on another: `file:line` and the path written there.
 type Place = (String, String);
+
+#[test]
+fn the_modules_of_testkit_form_no_cycle() {
+    let graph = Graph::of_crate(&Path::new(ROOT).join("testkit/src"));
+    assert!(
+        graph.modules.len() > 20,
+        "the module tree was not followed: {:?}",
+        graph.modules
+    );
+    let cycles = graph.cycles();
+    assert!(
+        cycles.is_empty(),
+        "module cycles in testkit/src/:\n{}",
+        graph.describe(&cycles)
+    );
+}
 
 #[test]
 fn the_modules_of_src_form_no_cycle() {
