@@ -3,8 +3,8 @@
 
 pub mod bounded_read;
 pub mod cache;
+pub mod cli;
 pub mod cluster_identity;
-pub mod config;
 pub mod consul;
 pub mod controller;
 pub mod crd;

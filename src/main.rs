@@ -5,8 +5,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use consul_elector::cli::{Cli, Command, DeleteElectionsArgs, LogFormat, RunArgs, init_tracing};
 use consul_elector::cluster_identity;
-use consul_elector::config::{Cli, Command, DeleteElectionsArgs, LogFormat, RunArgs, init_tracing};
 use consul_elector::consul::{ConsulClient, ConsulSettings};
 use consul_elector::controller::{self, Settings};
 use consul_elector::election::config::Owner;

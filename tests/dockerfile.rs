@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap::CommandFactory;
-use consul_elector::config::Cli;
+use consul_elector::cli::Cli;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 

@@ -1,7 +1,7 @@
 //! `config::init_tracing` installs the process-wide subscriber, so it is tested in its own
 //! test binary (one process) rather than among the library's unit tests.
 
-use consul_elector::config::{LogFormat, TracingError, init_tracing};
+use consul_elector::cli::{LogFormat, TracingError, init_tracing};
 
 #[test]
 fn installs_the_json_subscriber_once() {

@@ -15,7 +15,7 @@
 //! start with `crate::`, `super::` or `self::`, and paths whose first segment is a child
 //! module of the current one (`status::write` in `controller/mod.rs`), are resolved relative
 //! to the module they are written in; a path counts as a dependency on the deepest module it
-//! goes through (`crate::controller::status::write` is `controller::status`,
+//! goes through (`crate::controller::status_write::write` is `controller::status_write`,
 //! `crate::controller::Context` is `controller`). Single-segment paths are not module paths
 //! (a local `status` is a variable), and paths into other crates are not part of the graph.
 //!

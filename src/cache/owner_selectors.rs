@@ -1,5 +1,5 @@
 //! The label keys the selectors of the candidate pods' controllers use, read for
-//! [`crate::election::owner_selectors::check_label_key`]: one GET of each controller
+//! [`crate::election::label_key_check::check_label_key`]: one GET of each controller
 //! (ReplicaSet, StatefulSet, DaemonSet in `apps/v1`, Job in `batch/v1`), never a watch of
 //! them. The selectors of these kinds are immutable, so what was read is kept by the owner's
 //! UID; an entry no reconcile used for `UNUSED_FOR` is dropped (every election is
@@ -20,7 +20,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::election::owner_selectors::{OwnedPod, SelectedKeys};
+use crate::election::label_key_check::{OwnedPod, SelectedKeys};
 use crate::k8s::Pod;
 
 /// How long a selector the API server refused to show (403) stays unknown before it is read

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::applied::recorded_session;
 use super::context::Context;
 use super::sharing::{self, Annotations};
-use super::status::Basis;
+use super::status_write::Basis;
 use crate::Error;
 use crate::cache::views as observe;
 use crate::consul::{ConsulClient, ConsulError};
@@ -304,12 +304,12 @@ impl<'a> Round<'a> {
                         "a fencing token to record without the plan it belongs to".into(),
                     ));
                 };
-                self.basis = super::status::record_token(
+                self.basis = super::status_write::record_token(
                     self.le,
                     self.ctx,
                     self.config,
                     plan,
-                    super::status::TokenRecord {
+                    super::status_write::TokenRecord {
                         uid: &uid,
                         token: fencing_token,
                         whole,
@@ -430,7 +430,7 @@ impl<'a> Round<'a> {
                 .map(|()| Outcome::Done),
             Action::RecordSwitchover(record) => {
                 self.basis =
-                    super::status::record_switchover(self.le, self.ctx, &record, self.basis)
+                    super::status_write::record_switchover(self.le, self.ctx, &record, self.basis)
                         .await?;
                 Ok(Outcome::Done)
             }
@@ -438,9 +438,10 @@ impl<'a> Round<'a> {
                 // Decided from here on, even if the record or the removal below fails.
                 self.ctx.caches.written.request_deciding(self.key, &request);
                 if let Some(record) = self.plans.recorded().last_switchover.clone() {
-                    self.basis =
-                        super::status::record_switchover(self.le, self.ctx, &record, self.basis)
-                            .await?;
+                    self.basis = super::status_write::record_switchover(
+                        self.le, self.ctx, &record, self.basis,
+                    )
+                    .await?;
                 }
                 super::switchover::clear_request(self.ctx, self.key, &request).await?;
                 Ok(Outcome::RequestCleared)

@@ -23,12 +23,12 @@
 
 use super::applied::applied_of;
 use super::context::Context;
-use super::{cleanup, status};
+use super::{cleanup, status_write};
 use crate::Error;
 use crate::cache::keys::election_key;
 use crate::crd::{AppliedSpec, LeaderElection};
-use crate::election::applied::{needs_withdrawal, same_access};
 use crate::election::config::ElectionConfig;
+use crate::election::spec_edits::{needs_withdrawal, same_access};
 
 /// Whether the Consul access the spec of `le` names (address, datacenter, token Secret) is
 /// the one the operator acts with (`status.applied`): then a refusal of it means the access in
@@ -77,7 +77,7 @@ pub async fn withdraw(le: &LeaderElection, ctx: &Context) -> Result<(), Error> {
 
 /// Records the values of `edit` as the ones the operator acts with.
 pub async fn record(le: &LeaderElection, ctx: &Context, edit: &Edit) -> Result<(), Error> {
-    status::record_applied(le, ctx, &edit.now).await
+    status_write::record_applied(le, ctx, &edit.now).await
 }
 
 #[cfg(test)]
@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn session_settings_are_recorded_in_canonical_form() {
-        // `needs_withdrawal` (election::applied) compares records: the same durations
+        // `needs_withdrawal` (election::spec_edits) compares records: the same durations
         // written differently must make the same record, other settings another one.
         let web = |session: serde_json::Value| {
             applied(&election(serde_json::json!({

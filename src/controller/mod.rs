@@ -18,7 +18,7 @@ mod context;
 mod gather;
 mod migrate;
 mod sharing;
-pub(crate) mod status;
+pub(crate) mod status_write;
 mod switchover;
 
 use std::sync::Arc;
@@ -33,7 +33,7 @@ use crate::cache::keys::election_key;
 use crate::crd::{FINALIZER, LeaderElection};
 use crate::election::admission::{Access, Admission, Input, Observed, admit, served_elsewhere};
 use crate::election::config::ElectionKey;
-use crate::election::owner_selectors::check_label_key;
+use crate::election::label_key_check::check_label_key;
 use crate::election::plan::{ConditionState, EventReason};
 pub use context::{Context, Settings};
 
@@ -226,7 +226,7 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     if !standing_back {
         let plan = round.last_plan();
         let basis = round.basis();
-        status::write(
+        status_write::write(
             le,
             ctx,
             &config,
@@ -294,7 +294,7 @@ async fn stand_back(
             Ok(Action::requeue(recheck.map_or(wait, |d| d.min(wait))))
         }
         Admission::AccessInvalid { spec_valid, in_use } => {
-            status::invalid(le, ctx, spec_valid, EventReason::InvalidSpec).await?;
+            status_write::invalid(le, ctx, spec_valid, EventReason::InvalidSpec).await?;
             let recheck = cleanup::fence_unusable(le, key, ctx, in_use).await?;
             Ok(Action::requeue(
                 recheck.map_or(SECRET_REQUEUE, |d| d.min(SECRET_REQUEUE)),
@@ -335,7 +335,7 @@ async fn yield_to(
     older: String,
 ) -> Result<Action, Error> {
     ctx.locks.unwatch(key);
-    status::conflict(le, ctx, &older).await?;
+    status_write::conflict(le, ctx, &older).await?;
     let withdrawal = cleanup::withdraw(&cleanup::Footprint::of(le, ctx), ctx).await?;
     cleanup::settle_consul(le, key, ctx, withdrawal).await?;
     // The older election may be waiting for this withdrawal (it is not woken by the patches
@@ -372,7 +372,7 @@ async fn refuse(
     spec_valid: ConditionState,
     event: EventReason,
 ) -> Result<Action, Error> {
-    status::invalid(le, ctx, spec_valid, event).await?;
+    status_write::invalid(le, ctx, spec_valid, event).await?;
     let recheck = cleanup::fence_unusable(le, key, ctx, false).await?;
     Ok(Action::requeue(
         recheck.map_or(INVALID_REQUEUE, |d| d.min(INVALID_REQUEUE)),

@@ -1,5 +1,5 @@
 //! Pods shared by elections with different label keys: the controller's side of
-//! [`crate::election::sharing`] (which election writes a pod's annotations), reading the
+//! [`crate::election::annotation_owner`] (which election writes a pod's annotations), reading the
 //! caches for what it needs, and the patch that follows its answer.
 
 use crate::k8s::Pod;
@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 
 use super::context::Context;
 use crate::cache::views;
+pub use crate::election::annotation_owner::Annotations;
+use crate::election::annotation_owner::{SharedPod, annotations};
 use crate::election::config::LabelConfig;
-pub use crate::election::sharing::Annotations;
-use crate::election::sharing::{SharedPod, annotations};
 use crate::k8s::{self, PodRole};
 
 /// What a patch giving `pod` the `role` in election `me` (writing label key `key`) does with

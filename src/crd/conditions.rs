@@ -13,7 +13,7 @@ pub const CONSUL_AVAILABLE: &str = "ConsulAvailable";
 /// candidate pod's controller).
 pub const SPEC_VALID: &str = "SpecValid";
 /// The `SpecValid` reason (and the event's) of a label key the pods' controller selects on
-/// (see [`crate::election::owner_selectors`]).
+/// (see [`crate::election::label_key_check`]).
 pub const SELECTED_BY_OWNER: &str = "LabelKeySelectedByOwner";
 /// No older election selects this one's pods with the same label key (`True`, reason
 /// `Exclusive`); `False` (reason `Conflict`, the older election named in the message) when one

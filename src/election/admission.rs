@@ -36,7 +36,7 @@ pub struct Observed {
     /// The spec's validation: `Err` with the `SpecValid` condition saying what is wrong.
     pub spec: Option<Result<(), ConditionState>>,
     /// The `SpecValid` condition of the label-key check against the pods' controllers
-    /// (`status` false: the key is refused), see [`super::owner_selectors::check_label_key`].
+    /// (`status` false: the key is refused), see [`super::label_key_check::check_label_key`].
     pub label_key: Option<ConditionState>,
     /// The oldest older election that conflicts with this one, if any
     /// ([`super::conflict::yields_to`]).
@@ -47,7 +47,7 @@ pub struct Observed {
     /// How the election's Consul access checked out.
     pub access: Option<Access>,
     /// Whether the values recorded in `status.applied` differ from the spec's so that they
-    /// must be withdrawn first ([`super::applied::needs_withdrawal`]; false when nothing is
+    /// must be withdrawn first ([`super::spec_edits::needs_withdrawal`]; false when nothing is
     /// recorded).
     pub needs_withdrawal: Option<bool>,
     /// Another install that the status names as serving the election ([`served_elsewhere`]);
@@ -75,7 +75,7 @@ pub enum Access {
         /// The `SpecValid` condition saying what.
         spec_valid: ConditionState,
         /// The refused access is the one the operator acts with (`status.applied`, or nothing
-        /// recorded): it is not used any more, see [`super::applied::same_access`].
+        /// recorded): it is not used any more, see [`super::spec_edits::same_access`].
         in_use: bool,
     },
 }

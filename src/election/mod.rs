@@ -3,22 +3,22 @@
 
 pub mod admission;
 pub mod adoption;
-pub mod applied;
+pub mod annotation_owner;
 pub mod cleanup_deadline;
 pub mod config;
 pub mod conflict;
 pub mod consul_policy;
 pub mod eligibility;
 pub mod invariants;
+pub mod label_key_check;
 pub mod observe;
 pub mod observed_token;
-pub mod owner_selectors;
 pub mod plan;
 pub mod plan_loop;
 pub mod planner;
 pub mod refusal;
 pub mod report;
-pub mod sharing;
+pub mod spec_edits;
 pub mod switchover_request;
 pub mod unusable;
 pub mod withdrawal;

@@ -2,7 +2,7 @@
 //! elections: which one yields ([`conflict::yields_to`]), which one waits for a younger one's
 //! leader label to go ([`conflict::yielding_to_me`]), in [`admit`]'s precedence; the order of
 //! a withdrawal ([`withdrawal::withdrawal`]); and which election writes the annotations of a
-//! pod that elections with different label keys share ([`sharing::annotations`]), and so which
+//! pod that elections with different label keys share ([`annotation_owner::annotations`]), and so which
 //! election a label on such a pod belongs to ([`conflict::labelled_by`]).
 //!
 //! Election `a` writes `K1`, `c` writes `K2` and `b` one of the two; a run has two or all
@@ -32,9 +32,9 @@ use jiff::Timestamp;
 use proptest::prelude::*;
 
 use crate::election::admission::{Access, Admission, Observed, admit};
+use crate::election::annotation_owner::{self, Annotations, SharedPod};
 use crate::election::conflict::{self, Claim, Writer};
-use crate::election::owner_selectors::check_label_key;
-use crate::election::sharing::{self, Annotations, SharedPod};
+use crate::election::label_key_check::check_label_key;
 use crate::election::withdrawal::{self, Footprint, LabelledPod, Step};
 
 const K1: &str = "elector.dev/role";
@@ -414,7 +414,7 @@ impl World {
     }
 
     /// Gives `pod` the role `role` (`None`: no label) under `name`'s key, with the annotations
-    /// [`sharing::annotations`] decides, when that changes anything; then checks the oracle.
+    /// [`annotation_owner::annotations`] decides, when that changes anything; then checks the oracle.
     fn patch(
         &mut self,
         name: &'static str,
@@ -454,7 +454,7 @@ impl World {
                 next.labels.remove(key);
             }
         }
-        match sharing::annotations(shared, to_leader) {
+        match annotation_owner::annotations(shared, to_leader) {
             Annotations::Write if role.is_some() => {
                 next.owner = Some(name);
                 next.token = to_leader.then_some(name);

@@ -10,10 +10,10 @@ use std::time::Duration;
 use super::{Action, Mode, Model, PodView, SessionHealth, record};
 use crate::crd::{AppliedSession, AppliedSpec};
 use crate::election::admission::{Access, Admission, Observed, admit};
-use crate::election::applied::needs_withdrawal;
 use crate::election::cleanup_deadline::{Deadline, deadline};
 use crate::election::config::Behavior;
 use crate::election::plan::{ConditionState, Plan};
+use crate::election::spec_edits::needs_withdrawal;
 use crate::election::withdrawal::{Footprint, LabelledPod, Step, withdrawal};
 
 /// How long a deleted election's cleanup waits for Consul (the controller's
@@ -275,7 +275,7 @@ impl Model {
         true
     }
 
-    /// Executes [`Action::RecordToken`] as `controller::status::record_token` does: the
+    /// Executes [`Action::RecordToken`] as `controller::status_write::record_token` does: the
     /// token, and for a `whole` record the status the plan decides with its pod labelled.
     pub(super) fn record_token(&mut self, plan: &Plan, token: u64, whole: bool) {
         if self.recorded.fencing_token >= Some(token) {

@@ -823,7 +823,7 @@ mod tests {
         let output = process::Command::new(std::env::current_exe().expect("the test binary"))
             .args([
                 "--exact",
-                "config::tests::environment_variables_set_every_option",
+                "cli::tests::environment_variables_set_every_option",
                 "--nocapture",
                 "--test-threads=1",
             ])
