@@ -79,7 +79,7 @@ async fn crash_and_restart(backend: Backend) {
             "the key is untouched"
         );
         assert!(
-            h.reconciles() > 0,
+            h.poll_until(SOON, || h.reconciles() > 0).await,
             "the new process reconciled the election"
         );
 
