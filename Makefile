@@ -126,7 +126,7 @@ lint: ## cargo fmt --check, clippy -D warnings, chart lint (charts/tests/check_c
 	@if command -v hadolint >/dev/null 2>&1; then \
 	  echo "hadolint Dockerfile" && hadolint Dockerfile; \
 	else \
-	  echo "note: hadolint is not installed; skipped (tests/dockerfile.rs still checks the Dockerfile)"; \
+	  echo "note: hadolint is not installed; skipped (tests/repo/dockerfile.rs still checks the Dockerfile)"; \
 	fi
 
 test: ## Run every test (the README's test command)

@@ -2,7 +2,12 @@
 //! every error path (403s, transport errors, retries); and the running operator never shows
 //! its own token, a tenant's token or a wrong token in its logs, events, status or metrics.
 
+// The integration tests' helpers (tests/it/), of which this binary uses a part.
+#[allow(dead_code, unused_imports)]
+#[path = "it/common/mod.rs"]
 mod common;
+#[allow(dead_code, unused_imports)]
+#[path = "it/harness/mod.rs"]
 mod harness;
 
 use std::collections::HashMap;

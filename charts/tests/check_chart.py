@@ -20,7 +20,7 @@ library), since no helm CLI exists here.
         on the objects the API server stored, and the default view/edit/admin ClusterRoles must
         have aggregated the chart's LeaderElection rules. admissionPolicy.enabled must render
         the ValidatingAdmissionPolicy (a cluster before 1.30 refuses the install naming it; its
-        CEL is tested by tests/admission_policy.rs). The namespaces must exist.
+        CEL is tested by tests/repo/admission_policy.rs). The namespaces must exist.
 
     check_chart.py install --kubeconfig PATH --namespace NS --release NAME --values FILE
         Installs the chart as a user would (`helm install --create-namespace -f FILE`), for the

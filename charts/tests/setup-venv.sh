@@ -4,7 +4,7 @@
 #   charts/tests/setup-venv.sh [VENV_DIR]
 #
 # VENV_DIR defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/consul-elector/venv, the path
-# tests/chart_install.rs looks in (or set ELECTOR_HELM_PYTHON to the printed path).
+# tests/it/chart_install.rs looks in (or set ELECTOR_HELM_PYTHON to the printed path).
 # Reinstalls only when requirements.txt changed. Progress goes to stderr.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -1,6 +1,6 @@
 //! The patterns of [`rules`](super::rules) as plain Rust predicates, for the validation of
 //! specs the API server did not check (clusters without CEL, objects built in code). Each
-//! predicate accepts exactly what its regular expression accepts; `tests/crd_cel.rs` checks
+//! predicate accepts exactly what its regular expression accepts; `tests/it/crd_cel.rs` checks
 //! both on the same samples.
 
 /// `LABEL_KEY_PATTERN` and `LABEL_KEY_PREFIX_PATTERN`: `[prefix/]name`.

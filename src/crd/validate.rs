@@ -386,7 +386,7 @@ fn count(limit: u32) -> usize {
 
 /// The JSON specs of the integration tests, shared with the unit tests below.
 #[cfg(test)]
-#[path = "../../tests/common/spec.rs"]
+#[path = "../../tests/it/common/spec.rs"]
 mod test_specs;
 
 #[cfg(test)]
