@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use crate::cache::keys::election_key;
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::ElectionKey;
+use crate::election::key_memory::KeyMemory;
 use crate::election::observe::NotReadySince;
 use crate::election::plan::StoodBack;
 use crate::election::refusal::ConsulRefusal;
@@ -72,11 +73,8 @@ struct Memo {
     /// Consul's last refusal (for lack of ACL rights) of the election's writes, until a write
     /// of the election succeeds.
     refusal: Option<ConsulRefusal>,
-    /// Until when an acquisition of the election's key is probably refused by a lock-delay.
-    lock_delay_until: Option<Instant>,
-    /// This process wrote the election's Consul key, or tried to (an acquire, a release, the
-    /// destruction of its session), and has not read the key back since.
-    key_unread: bool,
+    /// What the election's decisions remember of its Consul key.
+    key: KeyMemory,
     /// The switchover request this process last decided, until the cache shows it removed.
     decided_request: Option<DecidedRequest>,
     /// The election's NotReady pods as first seen: UID, the Ready change's wall-clock time,
@@ -90,8 +88,7 @@ impl Memo {
             && self.status_failures.is_none()
             && self.stood_back.is_none()
             && self.refusal.is_none()
-            && self.lock_delay_until.is_none()
-            && !self.key_unread
+            && self.key.is_empty()
             && self.decided_request.is_none()
             && self.not_ready.is_empty()
     }
@@ -221,36 +218,9 @@ impl Memory {
         })
     }
 
-    /// Until when an acquisition of `key` is probably refused by a lock-delay.
-    pub fn lock_delay_until(&self, key: &ElectionKey) -> Option<Instant> {
-        self.read(key, |memo| memo.lock_delay_until)
-    }
-
-    /// Records (`Some`) or forgets the end of a lock-delay of `key`.
-    pub fn set_lock_delay(&self, key: &ElectionKey, until: Option<Instant>) {
-        self.memo(key, |memo| memo.lock_delay_until = until);
-    }
-
-    /// Records that this process is about to write the Consul key of `key` (acquire or release
-    /// it, or destroy the session that may hold it). Until [`Self::key_read_back`], the lock
-    /// watch's cached view of the key may predate the write, a view this process itself made
-    /// false: a release whose answer was lost, or a destroyed session, leaves the cache saying
-    /// "held" for as long as the watch stalls. Call it before sending: a write whose answer
-    /// never came may still have taken effect.
-    pub fn key_writing(&self, key: &ElectionKey) {
-        self.memo(key, |memo| memo.key_unread = true);
-    }
-
-    /// A read of the Consul key of `key` that started after its last write succeeded: the
-    /// cached view shows the write.
-    pub fn key_read_back(&self, key: &ElectionKey) {
-        self.memo(key, |memo| memo.key_unread = false);
-    }
-
-    /// Whether this process wrote the Consul key of `key` and has not read it back since (see
-    /// [`Self::key_writing`]).
-    pub fn key_unread(&self, key: &ElectionKey) -> bool {
-        self.read(key, |memo| memo.key_unread)
+    /// Reads or changes what the decisions of `key` remember of its Consul key.
+    pub fn key<T>(&self, key: &ElectionKey, f: impl FnOnce(&mut KeyMemory) -> T) -> T {
+        self.memo(key, |memo| f(&mut memo.key))
     }
 
     /// Records that this process decided `request` and is about to remove it from the
@@ -512,6 +482,7 @@ fn version(pod: &Pod) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::election::observe::LockView;
     use std::time::Duration;
 
     fn key(name: &str) -> ElectionKey {
@@ -575,12 +546,16 @@ mod tests {
     #[test]
     fn an_election_with_nothing_left_to_remember_costs_no_entry() {
         let memory = Memory::new(Instant::now());
-        memory.set_lock_delay(&key("a"), Some(Instant::now()));
+        memory.key(&key("a"), |k| {
+            k.session_forgotten(Duration::ZERO, Instant::now())
+        });
         assert_eq!(memory.status_written(&key("a"), Err("kube")), 1);
         assert_eq!(memory.status_written(&key("a"), Err("kube")), 2);
         assert_eq!(enter(&memory.elections).len(), 1);
         memory.status_written(&key("a"), Ok(()));
-        memory.set_lock_delay(&key("a"), None);
+        memory.key(&key("a"), |k| {
+            k.acquire_answered(true, &LockView::Absent, Instant::now())
+        });
         assert!(enter(&memory.elections).is_empty());
         // Reading creates nothing.
         assert_eq!(memory.refusal(&key("b")), None);
@@ -623,12 +598,12 @@ mod tests {
     #[test]
     fn a_written_key_stays_unread_until_read_back_and_then_costs_nothing() {
         let memory = Memory::new(Instant::now());
-        assert!(!memory.key_unread(&key("a")));
-        memory.key_writing(&key("a"));
-        assert!(memory.key_unread(&key("a")));
-        assert!(!memory.key_unread(&key("b")));
-        memory.key_read_back(&key("a"));
-        assert!(!memory.key_unread(&key("a")));
+        let unread = |name| memory.key(&key(name), |k| k.written_since_read());
+        memory.key(&key("a"), KeyMemory::writing);
+        assert!(unread("a"));
+        assert!(!unread("b"));
+        memory.key(&key("a"), KeyMemory::read_back);
+        assert!(!unread("a"));
         assert!(enter(&memory.elections).is_empty());
     }
 
@@ -680,7 +655,7 @@ mod tests {
     fn a_poisoned_lock_is_entered_as_it_is() {
         let origin = Instant::now();
         let memory = Arc::new(Memory::new(origin));
-        memory.set_lock_delay(&key("a"), Some(origin));
+        memory.key(&key("a"), KeyMemory::writing);
         let poisoner = memory.clone();
         let _ = std::thread::spawn(move || {
             let _guard = poisoner.elections.lock();
@@ -688,7 +663,7 @@ mod tests {
         })
         .join();
         assert!(memory.elections.is_poisoned());
-        assert_eq!(memory.lock_delay_until(&key("a")), Some(origin));
+        assert!(memory.key(&key("a"), |k| k.written_since_read()));
     }
 
     #[test]

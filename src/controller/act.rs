@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::k8s::Pod;
 use jiff::Timestamp;
@@ -24,6 +23,7 @@ use crate::consul::{ConsulClient, ConsulError};
 use crate::crd::LeaderElection;
 use crate::election::adoption::{settings_match, vouched_by_key, vouched_by_status};
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
+use crate::election::key_memory::KeyMemory;
 use crate::election::observe::{LockView, PodView};
 use crate::election::plan::{Action, ConditionState, ElectionEvent, EventReason, Plan};
 use crate::election::plan_loop::{Next, Outcome, PlanLoop, World};
@@ -36,9 +36,6 @@ pub const LOCK_FLAGS: u64 = 0x0065_6c65_6374_6f72;
 /// How many plans with actions one reconcile may make (a move takes three; raising a
 /// re-created key's LockIndex takes one per step).
 const MAX_PLANS: usize = 16;
-/// Retry delay after an acquisition refused although nobody holds the key (a lock-delay
-/// of a session the operator did not own).
-const REFUSED_ACQUIRE_RETRY: Duration = Duration::from_secs(1);
 
 /// The state of one reconcile's loop.
 pub struct Round<'a> {
@@ -128,7 +125,7 @@ impl<'a> Round<'a> {
     /// Consul unreachable).
     async fn observe_lock(&mut self) {
         let (ctx, key, config) = (self.ctx, self.key, self.config);
-        let read = if ctx.caches.written.key_unread(key) {
+        let read = if ctx.caches.written.key(key, |k| k.written_since_read()) {
             // The cached answer may predate this process's own write, and a stalled watch
             // keeps it: only a read of its own counts. Without retries, as below.
             let read = ctx
@@ -136,7 +133,7 @@ impl<'a> Round<'a> {
                 .refresh(key, &self.consul.without_retries(), &config.key)
                 .await;
             if read.is_ok() {
-                ctx.caches.written.key_read_back(key);
+                ctx.caches.written.key(key, KeyMemory::read_back);
             }
             read
         } else {
@@ -246,7 +243,11 @@ impl<'a> Round<'a> {
             pods: &views,
             lock: &self.lock,
             session: session.as_ref(),
-            lock_delay_until: self.ctx.caches.written.lock_delay_until(self.key),
+            lock_delay_until: self
+                .ctx
+                .caches
+                .written
+                .key(self.key, |k| k.lock_delay_until()),
             lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
             now,
             wall,
@@ -363,7 +364,7 @@ impl<'a> Round<'a> {
             }
             Action::Release { session } => {
                 self.mark_move();
-                self.ctx.caches.written.key_writing(self.key);
+                self.ctx.caches.written.key(self.key, KeyMemory::writing);
                 let value = match &self.lock {
                     LockView::Held { value, .. } => value.clone().unwrap_or_default(),
                     _ => Vec::new(),
@@ -381,18 +382,17 @@ impl<'a> Round<'a> {
             }
             Action::DestroySession { .. } => {
                 // The session may hold the key: destroying it releases or deletes the key.
-                self.ctx.caches.written.key_writing(self.key);
+                self.ctx.caches.written.key(self.key, KeyMemory::writing);
                 self.ctx.sessions.destroy(self.key, self.consul).await?;
                 Ok(Outcome::Done)
             }
             Action::ForgetSession => {
                 self.mark_move();
                 self.ctx.sessions.forget(self.key);
-                let until = Instant::now() + self.config.session.lock_delay;
-                self.ctx
-                    .caches
-                    .written
-                    .set_lock_delay(self.key, Some(until));
+                let lock_delay = self.config.session.lock_delay;
+                self.ctx.caches.written.key(self.key, |k| {
+                    k.session_forgotten(lock_delay, Instant::now());
+                });
                 Ok(Outcome::Done)
             }
             Action::CreateSession { pod, uid } => {
@@ -569,7 +569,7 @@ impl<'a> Round<'a> {
         {
             Ok(lock) => {
                 self.lock = lock;
-                self.ctx.caches.written.key_read_back(self.key);
+                self.ctx.caches.written.key(self.key, KeyMemory::read_back);
                 Ok(())
             }
             Err(error) => {
@@ -581,7 +581,7 @@ impl<'a> Round<'a> {
 
     async fn acquire(&mut self, session: &str, pod: &str) -> Result<(), Error> {
         let value = self.lock_value(pod);
-        self.ctx.caches.written.key_writing(self.key);
+        self.ctx.caches.written.key(self.key, KeyMemory::writing);
         let acquired = match self
             .consul
             .kv_acquire(&self.config.key, session, &value, LOCK_FLAGS)
@@ -595,15 +595,10 @@ impl<'a> Round<'a> {
             Err(error) => return Err(error.into()),
         };
         self.refresh_lock().await?;
-        if acquired {
-            self.ctx.caches.written.set_lock_delay(self.key, None);
-        } else if !matches!(self.lock, LockView::Held { .. }) {
-            let until = Instant::now() + REFUSED_ACQUIRE_RETRY;
-            self.ctx
-                .caches
-                .written
-                .set_lock_delay(self.key, Some(until));
-        }
+        let after = &self.lock;
+        self.ctx.caches.written.key(self.key, |k| {
+            k.acquire_answered(acquired, after, Instant::now());
+        });
         Ok(())
     }
 

@@ -10,6 +10,7 @@ pub mod conflict;
 pub mod consul_policy;
 pub mod eligibility;
 pub mod invariants;
+pub mod key_memory;
 pub mod label_key_check;
 pub mod observe;
 pub mod observed_token;

@@ -27,6 +27,7 @@ use super::support::{mono, not_ready_from, record, t};
 use crate::crd::AppliedSpec;
 use crate::election::config::{Behavior, ElectionConfig, Mode, Owner, UnavailablePolicy};
 use crate::election::eligibility::{elapsed, eligibility};
+use crate::election::key_memory::KeyMemory;
 use crate::election::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverOutcome,
 };
@@ -475,10 +476,9 @@ pub struct Model {
     kv_read_at: Option<Timestamp>,
     /// The key as this controller process last read it (its lock watch's cache).
     cached_lock: LockView,
-    /// The operator wrote the key (or tried to) since it last read it: the cache may predate
-    /// the write, so the controller reads the key directly instead
-    /// (`cache::written::Memory::key_written`).
-    key_written: bool,
+    /// What the operator remembers of its writes of the key: after one, the cache may predate
+    /// the write, so the controller reads the key directly instead.
+    key: KeyMemory,
     /// When this controller process started.
     started_at: Timestamp,
     /// The election's `elector.dev/switchover-to` annotation.
@@ -530,7 +530,7 @@ impl Model {
             told_lock_delay: None,
             kv_read_at: None,
             cached_lock: LockView::Unknown,
-            key_written: false,
+            key: KeyMemory::default(),
             started_at: t(1000),
             switchover: None,
             decided_request: None,
@@ -806,7 +806,7 @@ impl Model {
                 self.registered = None;
                 self.kv_read_at = None;
                 self.cached_lock = LockView::Unknown;
-                self.key_written = false;
+                self.key = KeyMemory::default();
                 self.started_at = now;
                 self.told_lock_delay = None;
                 // The new process adopts the sessions of the elections that exist
@@ -1016,7 +1016,7 @@ impl Model {
                 action,
                 Action::Release { .. } | Action::Acquire { .. } | Action::DestroySession { .. }
             ) {
-                self.key_written = true;
+                self.key.writing();
             }
             let mut outcome = Outcome::Done;
             let ok = match &action {
@@ -1117,7 +1117,7 @@ impl Model {
         self.cached_lock = self.consul.lock_view();
         if self.cached_lock != LockView::Unknown {
             self.kv_read_at = Some(self.now);
-            self.key_written = false;
+            self.key.read_back();
         }
     }
 
@@ -1130,7 +1130,7 @@ impl Model {
         }
         // After its own write the controller does not plan on the cache: it reads the key
         // directly, which fails while the KV stalls.
-        let lock = match self.key_written {
+        let lock = match self.key.written_since_read() {
             true => LockView::Unknown,
             false => self.cached_lock.clone(),
         };
@@ -1467,7 +1467,7 @@ impl Model {
     fn mirrors_a_confirmed_answer(&self, pod: &PodView) -> bool {
         self.config.mode == Mode::Observe
             && self.consul.kv_stalled
-            && !self.key_written
+            && !self.key.written_since_read()
             && elapsed(self.lock_confirmed_at(), self.now) < self.config.session.ttl
             && match &self.cached_lock {
                 LockView::Held { value, .. } => value
