@@ -35,6 +35,7 @@ use crate::election::admission::{Access, Admission, Input, Observed, admit, serv
 use crate::election::config::ElectionKey;
 use crate::election::label_key_check::check_label_key;
 use crate::election::plan::{ConditionState, EventReason};
+use crate::election::report::StandBack;
 pub use context::{Context, Settings};
 
 /// Requeue after a failed reconcile.
@@ -294,7 +295,12 @@ async fn stand_back(
             Ok(Action::requeue(recheck.map_or(wait, |d| d.min(wait))))
         }
         Admission::AccessInvalid { spec_valid, in_use } => {
-            status_write::invalid(le, ctx, spec_valid, EventReason::InvalidSpec).await?;
+            status_write::stand_back(
+                le,
+                ctx,
+                &StandBack::invalid(spec_valid, EventReason::InvalidSpec),
+            )
+            .await?;
             let recheck = cleanup::fence_unusable(le, key, ctx, in_use).await?;
             Ok(Action::requeue(
                 recheck.map_or(SECRET_REQUEUE, |d| d.min(SECRET_REQUEUE)),
@@ -335,7 +341,7 @@ async fn yield_to(
     older: String,
 ) -> Result<Action, Error> {
     ctx.locks.unwatch(key);
-    status_write::conflict(le, ctx, &older).await?;
+    status_write::stand_back(le, ctx, &StandBack::conflict(&older)).await?;
     let withdrawal = cleanup::withdraw(&cleanup::Footprint::of(le, ctx), ctx).await?;
     cleanup::settle_consul(le, key, ctx, withdrawal).await?;
     // The older election may be waiting for this withdrawal (it is not woken by the patches
@@ -372,7 +378,7 @@ async fn refuse(
     spec_valid: ConditionState,
     event: EventReason,
 ) -> Result<Action, Error> {
-    status_write::invalid(le, ctx, spec_valid, event).await?;
+    status_write::stand_back(le, ctx, &StandBack::invalid(spec_valid, event)).await?;
     let recheck = cleanup::fence_unusable(le, key, ctx, false).await?;
     Ok(Action::requeue(
         recheck.map_or(INVALID_REQUEUE, |d| d.min(INVALID_REQUEUE)),

@@ -11,12 +11,11 @@ use serde_json::json;
 use super::context::Context;
 use crate::Error;
 use crate::cache::keys::election_key;
-use crate::crd::conditions::EXCLUSIVE;
-use crate::crd::{AppliedSpec, LeaderElection, LeaderElectionStatus, Phase, ReadElection};
+use crate::crd::{AppliedSpec, LeaderElection, LeaderElectionStatus, ReadElection};
 use crate::election::config::{ElectionConfig, Mode};
 use crate::election::observe::SwitchoverRecord;
-use crate::election::plan::{self, ConditionState, Plan};
-use crate::election::report::{self, Rendering, truncate};
+use crate::election::plan::{ConditionState, Plan};
+use crate::election::report::{self, Rendering, StandBack, truncate};
 
 /// What a status write is based on: the revision and fencing token of the status read when
 /// the write was decided. The write is sent only if the status still has both, so a plan
@@ -165,53 +164,17 @@ fn applied(
         .unwrap_or_else(|| super::applied::applied_of(le, config))
 }
 
-/// Reports a spec that cannot be acted on: phase Invalid, the `SpecValid` condition
-/// `spec_valid` (False), and a Warning event of `reason` when this is news (not on every
-/// requeue).
-pub async fn invalid(
-    le: &LeaderElection,
-    ctx: &Context,
-    spec_valid: ConditionState,
-    reason: plan::EventReason,
-) -> Result<(), Error> {
-    stand_back(le, ctx, Phase::Invalid, spec_valid, reason).await
-}
-
-/// Reports that an older election claims the same pods: phase Conflict, Exclusive False.
-pub async fn conflict(le: &LeaderElection, ctx: &Context, older: &str) -> Result<(), Error> {
-    stand_back(
-        le,
-        ctx,
-        Phase::Conflict,
-        ConditionState {
-            type_: EXCLUSIVE,
-            status: false,
-            reason: "Conflict",
-            message: format!(
-                "election {older} is older and selects the same pods with the same label key; this one writes nothing"
-            ),
-        },
-        plan::EventReason::Conflict,
-    )
-    .await
-}
-
-async fn stand_back(
-    le: &LeaderElection,
-    ctx: &Context,
-    phase: Phase,
-    state: ConditionState,
-    reason: plan::EventReason,
-) -> Result<(), Error> {
+/// Reports that the election stands back (an invalid spec, an older election claiming the
+/// same pods), with a Warning event when its condition is news (not on every requeue).
+pub async fn stand_back(le: &LeaderElection, ctx: &Context, back: &StandBack) -> Result<(), Error> {
     let old = ctx.caches.current_status(le);
-    let (new, news) =
-        report::standing_back(&old, le.metadata.generation, phase, &state, ctx.wall_now());
+    let (new, news) = report::standing_back(&old, le.metadata.generation, back, ctx.wall_now());
     patch_if_changed(le, ctx, &old, new, Write::Whole, Basis::of(&old)).await?;
     if news {
         let event = Event {
             type_: EventType::Warning,
-            reason: reason.as_str().to_owned(),
-            note: Some(truncate(&state.message, 1024)),
+            reason: back.reason.as_str().to_owned(),
+            note: Some(truncate(&back.condition.message, 1024)),
             action: "Validate".to_owned(),
             secondary: None,
         };

@@ -6,6 +6,7 @@ pub mod adoption;
 pub mod annotation_owner;
 pub mod cleanup_deadline;
 pub mod config;
+pub mod confirmation_pace;
 pub mod conflict;
 pub mod consul_policy;
 pub mod eligibility;

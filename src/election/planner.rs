@@ -693,7 +693,7 @@ impl<'a> Builder<'a> {
 
     /// With `Fence`, plans the next look for the moment a held view would go a whole `ttl`
     /// unconfirmed, once its last confirmation is older than half of it: a healthy watch
-    /// confirms every key well within `ttl / 2` (see [`crate::locks::effective_wait`]), so
+    /// confirms every key well within `ttl / 2` (see [`super::confirmation_pace::effective_wait`]), so
     /// this costs nothing in steady state, and it catches a watch that stalls after a
     /// direct read confirmed the key.
     fn look_again_if_confirmations_lag(&mut self, ttl: Duration) {

@@ -126,22 +126,61 @@ pub fn decided(plan: &Plan, r: Rendering<'_>) -> LeaderElectionStatus {
     new
 }
 
-/// The status of an election that stands back (phase Invalid or Conflict) with `state` as
-/// its one changed condition, and whether that condition is news (worth an event).
+/// Why an election stands back instead of acting, as its status and event say it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StandBack {
+    /// Invalid or Conflict.
+    pub phase: Phase,
+    /// The one condition that changes.
+    pub condition: ConditionState,
+    /// The reason of the Warning event, when the condition is news.
+    pub reason: plan::EventReason,
+}
+
+impl StandBack {
+    /// A spec that cannot be acted on: the `SpecValid` condition `spec_valid` (False).
+    pub fn invalid(spec_valid: ConditionState, reason: plan::EventReason) -> StandBack {
+        StandBack {
+            phase: Phase::Invalid,
+            condition: spec_valid,
+            reason,
+        }
+    }
+
+    /// An older election, `older`, claims the same pods under the same label key: this one
+    /// writes nothing (rule 1).
+    pub fn conflict(older: &str) -> StandBack {
+        StandBack {
+            phase: Phase::Conflict,
+            condition: ConditionState {
+                type_: EXCLUSIVE,
+                status: false,
+                reason: "Conflict",
+                message: format!(
+                    "election {older} is older and selects the same pods with the same label key; this one writes nothing"
+                ),
+            },
+            reason: plan::EventReason::Conflict,
+        }
+    }
+}
+
+/// The status of an election that stands back, and whether its condition is news (worth an
+/// event).
 pub fn standing_back(
     old: &LeaderElectionStatus,
     generation: Option<i64>,
-    phase: Phase,
-    state: &ConditionState,
+    back: &StandBack,
     now: Timestamp,
 ) -> (LeaderElectionStatus, bool) {
+    let state = &back.condition;
     let news = !old.conditions.iter().any(|c| {
         c.type_ == state.type_
             && c.status == bool_status(state.status)
             && c.message == state.message
     });
     let mut new = LeaderElectionStatus {
-        phase: Some(phase),
+        phase: Some(back.phase),
         observed_generation: generation,
         ..old.clone()
     };
@@ -295,25 +334,32 @@ mod tests {
 
     #[test]
     fn a_condition_standing_back_is_news_only_when_its_message_changes() {
-        let state = ConditionState {
-            type_: SPEC_VALID,
-            status: false,
-            reason: "InvalidSpec",
-            message: "spec.key: empty".into(),
-        };
-        let now = Timestamp::UNIX_EPOCH;
-        let (first, news) = standing_back(
-            &LeaderElectionStatus::default(),
-            Some(2),
-            Phase::Invalid,
-            &state,
-            now,
+        let invalid = StandBack::invalid(
+            ConditionState {
+                type_: SPEC_VALID,
+                status: false,
+                reason: "InvalidSpec",
+                message: "spec.key: empty".into(),
+            },
+            plan::EventReason::InvalidSpec,
         );
+        let now = Timestamp::UNIX_EPOCH;
+        let (first, news) = standing_back(&LeaderElectionStatus::default(), Some(2), &invalid, now);
         assert!(news);
         assert_eq!(first.phase, Some(Phase::Invalid));
         assert_eq!(first.observed_generation, Some(2));
-        let (again, news) = standing_back(&first, Some(2), Phase::Invalid, &state, now);
+        let (again, news) = standing_back(&first, Some(2), &invalid, now);
         assert!(!news);
         assert_eq!(again, first);
+        // Another election, older, taking the pods: Conflict, with the new condition.
+        let (conflict, news) = standing_back(&first, Some(2), &StandBack::conflict("a"), now);
+        assert!(news);
+        assert_eq!(conflict.phase, Some(Phase::Conflict));
+        assert!(
+            conflict
+                .conditions
+                .iter()
+                .any(|c| c.type_ == EXCLUSIVE && c.status == "False" && c.message.contains("a"))
+        );
     }
 }

@@ -13,8 +13,9 @@ use consul_elector::consul::{
     ConsulClient, ConsulSettings, SessionBehavior, SessionRequest, WatchPacing,
 };
 use consul_elector::election::config::ElectionKey;
+use consul_elector::election::confirmation_pace::answer_pause;
 use consul_elector::election::observe::LockView;
-use consul_elector::locks::{LONG_POLLS_PER_ADDRESS, LockWatcher, answer_pause};
+use consul_elector::locks::{LONG_POLLS_PER_ADDRESS, LockWatcher};
 use testkit::consul::{Emulator, Endpoint, Fault, FaultAction};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
