@@ -109,7 +109,7 @@ pub fn pods_of(caches: &Caches, le: &LeaderElection) -> BTreeMap<String, (Arc<Po
 /// The planner's view of those pods, pods of the election `key`, at `now` (monotonic) when
 /// the wall clock reads `wall`. Since when a NotReady pod is NotReady is kept in this
 /// process' memory from the moment it first saw the change
-/// ([`super::written::Memory::not_ready_since`]).
+/// ([`crate::election::not_ready::NotReadyMemory`]).
 pub fn views(
     caches: &Caches,
     key: &ElectionKey,
@@ -127,17 +127,12 @@ pub fn views(
         .filter(|view| !view.ready)
         .filter_map(|view| {
             let pod = &pods.get(&view.name)?.0;
-            // A condition's lastTransitionTime has one-second resolution (metav1.Time drops
-            // the fraction), so the change happened somewhere in the second after it. Count
-            // from the end of that second: a leader is then never replaced before it has
-            // certainly been NotReady for `failover.delay` (at worst a second later).
-            let changed_at = k8s::ready_changed_at(pod)?
-                .checked_add(jiff::SignedDuration::from_secs(1))
-                .ok()?;
-            Some((view.uid.clone(), changed_at))
+            Some((view.uid.clone(), k8s::ready_changed_at(pod)?))
         })
         .collect();
-    let since = caches.written.not_ready_since(key, not_ready, now, wall);
+    let since = caches
+        .written
+        .not_ready(key, |memory| memory.observe(not_ready, now, wall));
     for view in &mut views {
         view.not_ready_since = since.get(&view.uid).copied();
     }

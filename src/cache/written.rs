@@ -15,7 +15,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::time::Instant;
@@ -24,7 +23,7 @@ use crate::cache::keys::election_key;
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::ElectionKey;
 use crate::election::key_memory::KeyMemory;
-use crate::election::observe::NotReadySince;
+use crate::election::not_ready::NotReadyMemory;
 use crate::election::plan::StoodBack;
 use crate::election::refusal::ConsulRefusal;
 use crate::election::switchover_request::RequestSeen;
@@ -77,9 +76,8 @@ struct Memo {
     key: KeyMemory,
     /// The switchover request this process last decided, until the cache shows it removed.
     decided_request: Option<DecidedRequest>,
-    /// The election's NotReady pods as first seen: UID, the Ready change's wall-clock time,
-    /// and since when (monotonic) the pod is NotReady.
-    not_ready: Vec<(String, Timestamp, NotReadySince)>,
+    /// Since when the election's NotReady pods are NotReady.
+    not_ready: NotReadyMemory,
 }
 
 impl Memo {
@@ -184,38 +182,9 @@ impl Memory {
         })
     }
 
-    /// Since when each of `not_ready` (a NotReady pod's UID and its Ready condition's last
-    /// change, on the kubelet's wall clock) has been NotReady, on the monotonic clock: the
-    /// change is converted once, when first seen at `now` with the wall clock at `wall`, and
-    /// kept while it stays the same, so a wall clock stepped later moves nothing. Pods of `key`
-    /// not in `not_ready` are forgotten.
-    pub fn not_ready_since(
-        &self,
-        key: &ElectionKey,
-        not_ready: Vec<(String, Timestamp)>,
-        now: Instant,
-        wall: Timestamp,
-    ) -> HashMap<String, NotReadySince> {
-        self.memo(key, |memo| {
-            let seen = std::mem::take(&mut memo.not_ready);
-            memo.not_ready = not_ready
-                .into_iter()
-                .map(|(uid, changed_at)| {
-                    let since = seen
-                        .iter()
-                        .find(|(u, c, _)| *u == uid && *c == changed_at)
-                        .map_or_else(
-                            || NotReadySince::first_seen(changed_at, now, wall),
-                            |(_, _, since)| *since,
-                        );
-                    (uid, changed_at, since)
-                })
-                .collect();
-            memo.not_ready
-                .iter()
-                .map(|(uid, _, since)| (uid.clone(), *since))
-                .collect()
-        })
+    /// Reads or changes what the decisions of `key` remember of its NotReady pods.
+    pub fn not_ready<T>(&self, key: &ElectionKey, f: impl FnOnce(&mut NotReadyMemory) -> T) -> T {
+        self.memo(key, |memo| f(&mut memo.not_ready))
     }
 
     /// Reads or changes what the decisions of `key` remember of its Consul key.
@@ -664,32 +633,5 @@ mod tests {
         .join();
         assert!(memory.elections.is_poisoned());
         assert!(memory.key(&key("a"), |k| k.written_since_read()));
-    }
-
-    #[test]
-    fn a_not_ready_change_is_converted_once_and_forgotten_when_it_ends() {
-        let memory = Memory::new(Instant::now());
-        let changed: Timestamp = "2026-11-29T10:00:00Z".parse().unwrap();
-        let seen = Instant::now();
-        let wall = changed + jiff::SignedDuration::from_secs(4);
-        let first = memory.not_ready_since(&key("a"), vec![("p1".into(), changed)], seen, wall);
-        assert_eq!(first["p1"].before, Duration::from_secs(4));
-        assert_eq!(first["p1"].seen_at, seen);
-        // The wall clock stepped an hour forward: the same change keeps its first sight.
-        let later = seen + Duration::from_secs(2);
-        let stepped = wall + jiff::SignedDuration::from_secs(3600);
-        let again = memory.not_ready_since(&key("a"), vec![("p1".into(), changed)], later, stepped);
-        assert_eq!(again["p1"], first["p1"]);
-        assert_eq!(again["p1"].elapsed(later), Duration::from_secs(6));
-        // A new change is seen anew; a pod Ready again is forgotten, and so is the memo.
-        let next = changed + jiff::SignedDuration::from_secs(60);
-        let renewed = memory.not_ready_since(&key("a"), vec![("p1".into(), next)], later, stepped);
-        assert_eq!(renewed["p1"].before, Duration::from_secs(3600 + 4 - 60));
-        assert!(
-            memory
-                .not_ready_since(&key("a"), Vec::new(), later, stepped)
-                .is_empty()
-        );
-        assert!(enter(&memory.elections).is_empty());
     }
 }
