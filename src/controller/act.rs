@@ -428,21 +428,19 @@ impl<'a> Round<'a> {
                 .set_handover(&pod, &uid, None)
                 .await
                 .map(|()| Outcome::Done),
-            Action::RecordSwitchover(record) => {
+            Action::RecordSwitchover { record, decides } => {
+                if let Some(request) = &decides {
+                    // Decided from here on, even if this write or the removal fails.
+                    self.ctx.caches.written.request_deciding(self.key, request);
+                }
                 self.basis =
                     super::status_write::record_switchover(self.le, self.ctx, &record, self.basis)
                         .await?;
                 Ok(Outcome::Done)
             }
             Action::ClearSwitchover { request } => {
-                // Decided from here on, even if the record or the removal below fails.
+                // Decided from here on, even if the removal fails.
                 self.ctx.caches.written.request_deciding(self.key, &request);
-                if let Some(record) = self.plans.recorded().last_switchover.clone() {
-                    self.basis = super::status_write::record_switchover(
-                        self.le, self.ctx, &record, self.basis,
-                    )
-                    .await?;
-                }
                 super::switchover::clear_request(self.ctx, self.key, &request).await?;
                 Ok(Outcome::RequestCleared)
             }

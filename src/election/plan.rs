@@ -108,12 +108,22 @@ pub enum Action {
         /// Pod UID.
         uid: String,
     },
-    /// Write a switchover's record (`status.lastSwitchover`) before the move it starts: the
+    /// Write a switchover's record (`status.lastSwitchover`): before the move it starts (the
     /// pod it moves away from must survive a lost end-of-reconcile status write, or a `*`
-    /// request would move leadership again from the pod it just moved to.
-    RecordSwitchover(SwitchoverRecord),
+    /// request would move leadership again from the pod it just moved to), and with its
+    /// outcome before the request is removed (whoever waits for the annotation to go finds
+    /// the outcome at the same moment, never the previous request's).
+    RecordSwitchover {
+        /// The record.
+        record: SwitchoverRecord,
+        /// The request whose outcome this is. It counts as decided from before the write on,
+        /// so that neither a write whose answer was lost nor a removal that never came lets a
+        /// later reconcile decide it again.
+        decides: Option<String>,
+    },
     /// Remove the election's `elector.dev/switchover-to` annotation, if it still has this
-    /// value (a newer request is left alone).
+    /// value (a newer request is left alone). The request counts as decided from before the
+    /// removal on.
     ClearSwitchover {
         /// The request decided.
         request: String,

@@ -277,7 +277,10 @@ impl<'a> Builder<'a> {
         if let Some(record) = &self.switchover
             && self.obs.recorded.last_switchover.as_ref() != Some(record)
         {
-            self.actions.push(Action::RecordSwitchover(record.clone()));
+            self.actions.push(Action::RecordSwitchover {
+                record: record.clone(),
+                decides: None,
+            });
         }
     }
 
@@ -315,6 +318,10 @@ impl<'a> Builder<'a> {
             record.leader = leader.map(|p| p.name.clone());
             record.completed_at = Some(self.obs.wall);
             record.message = message.to_owned();
+            self.actions.push(Action::RecordSwitchover {
+                record: record.clone(),
+                decides: Some(request.to_owned()),
+            });
         }
         self.actions.push(Action::ClearSwitchover {
             request: request.to_owned(),

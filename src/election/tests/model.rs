@@ -1008,7 +1008,12 @@ impl Model {
                 self.fail("Acquire executed during a lock-delay the planner was told about");
             }
             let (executed, failing) = faults.next();
-            if let Action::ClearSwitchover { request } = &action {
+            if let Action::ClearSwitchover { request }
+            | Action::RecordSwitchover {
+                decides: Some(request),
+                ..
+            } = &action
+            {
                 self.decided_request = Some(request.clone());
                 self.request_decided = true;
             }
@@ -1292,7 +1297,7 @@ impl Model {
                 }
                 _ => false,
             },
-            Action::RecordSwitchover(record) => {
+            Action::RecordSwitchover { record, .. } => {
                 let outcome_recorded = self.recorded.last_switchover.as_ref().is_some_and(|r| {
                     r.to == record.to && r.outcome != SwitchoverOutcome::InProgress
                 });

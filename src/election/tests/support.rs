@@ -441,6 +441,19 @@ pub fn clear(request: &str) -> Action {
     }
 }
 
+/// The steps that decide `request`: its outcome written as the plan records it, then its
+/// removal.
+pub fn decide(plan: &Plan, request: &str) -> Vec<Action> {
+    let record = plan.status.last_switchover.clone().expect("a record");
+    vec![
+        Action::RecordSwitchover {
+            record,
+            decides: Some(request.into()),
+        },
+        clear(request),
+    ]
+}
+
 pub fn follower(pod: &str) -> Action {
     Action::LabelFollower {
         pod: pod.into(),
@@ -762,7 +775,7 @@ impl World {
                 self.pod_mut(uid).handover = Some(deadline.to_string());
             }
             Action::ClearHandover { uid, .. } => self.pod_mut(uid).handover = None,
-            Action::RecordSwitchover(record) => {
+            Action::RecordSwitchover { record, .. } => {
                 self.scene.recorded.last_switchover = Some(record.clone());
             }
             Action::RecordToken { fencing_token, .. } => {

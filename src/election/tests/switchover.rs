@@ -28,8 +28,7 @@ fn all_actions(world: &World) -> Vec<Action> {
 fn a_switchover_to_a_named_pod_moves_leadership_there_and_clears_the_request() {
     let mut world = World::new(Scene::elected("a", &["b", "c"], 5).switchover("b"));
     let first = world.step();
-    let record =
-        |r: &Action| matches!(r, Action::RecordSwitchover(r) if r.from.as_deref() == Some("a"));
+    let record = |r: &Action| matches!(r, Action::RecordSwitchover { record, .. } if record.from.as_deref() == Some("a"));
     assert!(
         record(&first.actions[0]),
         "the record is written first: {first:#?}"
@@ -98,7 +97,7 @@ fn a_switchover_that_cannot_be_honoured_is_refused_and_nothing_moves() {
             .with_pod(pod("c").follower().priority(Some(-1)))
             .switchover(request);
         let plan = scene.plan();
-        assert_eq!(steps(&plan), vec![clear(request)], "{request}: {plan:#?}");
+        assert_eq!(steps(&plan), decide(&plan, request), "{request}: {plan:#?}");
         assert_eq!(events(&plan), vec![(EventReason::SwitchoverRefused, None)]);
         let record = plan.status.last_switchover.expect("recorded");
         assert_eq!(record.outcome, SwitchoverOutcome::Refused);
@@ -106,7 +105,7 @@ fn a_switchover_that_cannot_be_honoured_is_refused_and_nothing_moves() {
         assert_eq!(plan.status.leader.map(|l| l.pod).as_deref(), Some("a"));
     }
     let alone = Scene::elected("a", &[], 5).switchover("*").plan();
-    assert_eq!(steps(&alone), vec![clear("*")]);
+    assert_eq!(steps(&alone), decide(&alone, "*"));
     assert_eq!(
         alone.status.last_switchover.map(|r| r.message).as_deref(),
         Some("no pod other than a is eligible")
@@ -116,7 +115,7 @@ fn a_switchover_that_cannot_be_honoured_is_refused_and_nothing_moves() {
 #[test]
 fn a_switchover_to_the_leader_completes_without_a_move() {
     let plan = Scene::elected("a", &["b"], 5).switchover("a").plan();
-    assert_eq!(steps(&plan), vec![clear("a")]);
+    assert_eq!(steps(&plan), decide(&plan, "a"));
     let record = plan.status.last_switchover.expect("recorded");
     assert_eq!(record.outcome, SwitchoverOutcome::Completed);
 }
@@ -240,7 +239,7 @@ fn a_lost_status_write_does_not_move_a_star_switchover_twice() {
         if plan
             .actions
             .iter()
-            .any(|a| matches!(a, Action::RecordSwitchover(_)))
+            .any(|a| matches!(a, Action::RecordSwitchover { .. }))
         {
             world.scene.recorded.last_switchover = written;
         }
