@@ -78,7 +78,7 @@
 //! were read at, so an older answer of the group query never overwrites a newer direct read.
 //! A reconcile that follows a write of the operator it could not read back (the answer was
 //! lost, or the read after it failed) reads the key directly too, rather than take a cached
-//! answer from before the write ([`crate::cache::written::Memory::key_writing`]).
+//! answer from before the write ([`crate::election::key_memory::KeyMemory::writing`]).
 //!
 //! # Cost
 //! Processing an answer costs O(entries and elections of its group); [`LockWatcher::lock`],

@@ -34,10 +34,11 @@ use crate::election::config::{ElectionKey, LabelConfig, Mode};
 use crate::election::key_memory::KeyMemory;
 use crate::election::observe::{SessionHealth, SessionView};
 use crate::election::plan::EventReason;
+use crate::election::session_names::Found;
 use crate::election::unusable::{UnusableLabel, UnusableLock, unusable_label};
 use crate::election::withdrawal::{self, LabelledPod, Step, fence, withdrawal};
 use crate::k8s::{self, Pod, PodRole};
-use crate::sessions::{Found, adoptable_session};
+use crate::sessions::adoptable_session;
 
 /// `id`, a session the status names but this process has not adopted, when Consul still has
 /// it and its name says this cluster's operator created it for this election: only such a

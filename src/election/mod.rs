@@ -21,6 +21,7 @@ pub mod plan_loop;
 pub mod planner;
 pub mod refusal;
 pub mod report;
+pub mod session_names;
 pub mod spec_edits;
 pub mod switchover_request;
 pub mod unusable;

@@ -20,7 +20,7 @@
 //! record, is left to the reconcile's own adoption, which reads the key to see which session
 //! holds it and for whom.
 //!
-//! [`session_name`]: crate::sessions::session_name
+//! [`session_name`]: crate::election::session_names::session_name
 
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
@@ -36,7 +36,8 @@ use crate::controller::consul_access;
 use crate::crd::LeaderElection;
 use crate::election::adoption::{FoundSettings, settings_match, vouched_by_status};
 use crate::election::config::{ElectionKey, Mode, Owner};
-use crate::sessions::{Found, SESSION_NAME_PREFIX, adoptable_pod, found_settings};
+use crate::election::session_names::{Found, SESSION_NAME_PREFIX, adoptable_pod};
+use crate::sessions::found_settings;
 
 /// Adoptions (each one renewal, plus a Secret read for elections with their own token) in
 /// flight at once.
