@@ -132,7 +132,7 @@ pub fn views(
         .collect();
     let since = caches
         .written
-        .not_ready(key, |memory| memory.observe(not_ready, now, wall));
+        .election(key, |e| e.not_ready.observe(not_ready, now, wall));
     for view in &mut views {
         view.not_ready_since = since.get(&view.uid).copied();
     }

@@ -1,8 +1,7 @@
 //! What this process remembers between reconciles, beside the caches: its own writes that the
 //! caches may not show yet (statuses, patched pods, switchover requests it removed), and per
-//! election what its last decision passes to the next (standing back for another install,
-//! Consul's refusal of its writes, a lock-delay seen starting, status writes failing in a
-//! row).
+//! election the memory its decisions carry from one reconcile to the next
+//! ([`ElectionMemory`], which decides what each report means).
 //!
 //! Only reconciles of the active replica write here, each for its own election (the
 //! controller never runs two reconciles of one election at once). One map holds everything of
@@ -22,10 +21,7 @@ use tokio::time::Instant;
 use crate::cache::keys::election_key;
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::ElectionKey;
-use crate::election::key_memory::KeyMemory;
-use crate::election::not_ready::NotReadyMemory;
-use crate::election::plan::StoodBack;
-use crate::election::refusal::ConsulRefusal;
+use crate::election::memory::ElectionMemory;
 use crate::election::switchover_request::RequestSeen;
 use crate::k8s::Pod;
 
@@ -65,30 +61,15 @@ struct Memo {
     /// its capacity after a cold start's burst of writes, and a memo without a status then
     /// costs a pointer rather than a whole status.
     status: Option<Box<WrittenStatus>>,
-    /// Status writes that failed in a row, with the last error's category.
-    status_failures: Option<(u32, &'static str)>,
-    /// What the last plan said about standing back, passed to the next.
-    stood_back: Option<StoodBack>,
-    /// Consul's last refusal (for lack of ACL rights) of the election's writes, until a write
-    /// of the election succeeds.
-    refusal: Option<ConsulRefusal>,
-    /// What the election's decisions remember of its Consul key.
-    key: KeyMemory,
+    /// What the election's decisions carry from one reconcile to the next.
+    decisions: ElectionMemory,
     /// The switchover request this process last decided, until the cache shows it removed.
     decided_request: Option<DecidedRequest>,
-    /// Since when the election's NotReady pods are NotReady.
-    not_ready: NotReadyMemory,
 }
 
 impl Memo {
     fn is_empty(&self) -> bool {
-        self.status.is_none()
-            && self.status_failures.is_none()
-            && self.stood_back.is_none()
-            && self.refusal.is_none()
-            && self.key.is_empty()
-            && self.decided_request.is_none()
-            && self.not_ready.is_empty()
+        self.status.is_none() && self.decisions.is_empty() && self.decided_request.is_none()
     }
 }
 
@@ -162,34 +143,9 @@ impl Memory {
         *enter(&self.started_at)
     }
 
-    /// Status writes of `key` that failed in a row, with the last error's category.
-    pub fn status_failures(&self, key: &ElectionKey) -> Option<(u32, &'static str)> {
-        self.read(key, |memo| memo.status_failures)
-    }
-
-    /// Records how a status write of `key` went; returns how many failed in a row now.
-    pub fn status_written(&self, key: &ElectionKey, result: Result<(), &'static str>) -> u32 {
-        self.memo(key, |memo| match result {
-            Ok(()) => {
-                memo.status_failures = None;
-                0
-            }
-            Err(category) => {
-                let count = memo.status_failures.map_or(0, |(n, _)| n).saturating_add(1);
-                memo.status_failures = Some((count, category));
-                count
-            }
-        })
-    }
-
-    /// Reads or changes what the decisions of `key` remember of its NotReady pods.
-    pub fn not_ready<T>(&self, key: &ElectionKey, f: impl FnOnce(&mut NotReadyMemory) -> T) -> T {
-        self.memo(key, |memo| f(&mut memo.not_ready))
-    }
-
-    /// Reads or changes what the decisions of `key` remember of its Consul key.
-    pub fn key<T>(&self, key: &ElectionKey, f: impl FnOnce(&mut KeyMemory) -> T) -> T {
-        self.memo(key, |memo| f(&mut memo.key))
+    /// Reads or changes what the decisions of `key` carry from one reconcile to the next.
+    pub fn election<T>(&self, key: &ElectionKey, f: impl FnOnce(&mut ElectionMemory) -> T) -> T {
+        self.memo(key, |memo| f(&mut memo.decisions))
     }
 
     /// Records that this process decided `request` and is about to remove it from the
@@ -297,31 +253,6 @@ impl Memory {
                 })
             });
         });
-    }
-
-    /// What this install's last decision for `key` said about standing back.
-    pub fn stood_back(&self, key: &ElectionKey) -> Option<StoodBack> {
-        self.read(key, |memo| memo.stood_back.clone())
-    }
-
-    /// Remembers what a decision for `key` said about standing back.
-    pub fn remember_stood_back(&self, key: &ElectionKey, stood: Option<StoodBack>) {
-        self.memo(key, |memo| memo.stood_back = stood);
-    }
-
-    /// Consul's standing refusal of `key`'s writes, if any.
-    pub fn refusal(&self, key: &ElectionKey) -> Option<ConsulRefusal> {
-        self.read(key, |memo| memo.refusal.clone())
-    }
-
-    /// Records (`Some`) or clears (`None`) Consul's refusal of `key`'s writes; true when the
-    /// refusal is new or differs from the one recorded (worth an event).
-    pub fn remember_refusal(&self, key: &ElectionKey, refusal: Option<ConsulRefusal>) -> bool {
-        self.memo(key, |memo| {
-            let news = refusal.is_some() && memo.refusal != refusal;
-            memo.refusal = refusal;
-            news
-        })
     }
 
     /// Records `pod` as this process just wrote it; `by` is the election (of the pod's
@@ -515,19 +446,26 @@ mod tests {
     #[test]
     fn an_election_with_nothing_left_to_remember_costs_no_entry() {
         let memory = Memory::new(Instant::now());
-        memory.key(&key("a"), |k| {
-            k.session_forgotten(Duration::ZERO, Instant::now())
+        memory.election(&key("a"), |e| {
+            e.key.session_forgotten(Duration::ZERO, Instant::now())
         });
-        assert_eq!(memory.status_written(&key("a"), Err("kube")), 1);
-        assert_eq!(memory.status_written(&key("a"), Err("kube")), 2);
+        assert_eq!(
+            memory.election(&key("a"), |e| e.status_write_answered(Err("kube"))),
+            1
+        );
+        assert_eq!(
+            memory.election(&key("a"), |e| e.status_write_answered(Err("kube"))),
+            2
+        );
         assert_eq!(enter(&memory.elections).len(), 1);
-        memory.status_written(&key("a"), Ok(()));
-        memory.key(&key("a"), |k| {
-            k.acquire_answered(true, &LockView::Absent, Instant::now())
+        memory.election(&key("a"), |e| e.status_write_answered(Ok(())));
+        memory.election(&key("a"), |e| {
+            e.key
+                .acquire_answered(true, &LockView::Absent, Instant::now())
         });
         assert!(enter(&memory.elections).is_empty());
         // Reading creates nothing.
-        assert_eq!(memory.refusal(&key("b")), None);
+        assert_eq!(memory.election(&key("b"), |e| e.refusal().cloned()), None);
         assert!(enter(&memory.elections).is_empty());
     }
 
@@ -567,11 +505,11 @@ mod tests {
     #[test]
     fn a_written_key_stays_unread_until_read_back_and_then_costs_nothing() {
         let memory = Memory::new(Instant::now());
-        let unread = |name| memory.key(&key(name), |k| k.written_since_read());
-        memory.key(&key("a"), KeyMemory::writing);
+        let unread = |name| memory.election(&key(name), |e| e.key.written_since_read());
+        memory.election(&key("a"), |e| e.key.writing());
         assert!(unread("a"));
         assert!(!unread("b"));
-        memory.key(&key("a"), KeyMemory::read_back);
+        memory.election(&key("a"), |e| e.key.read_back());
         assert!(!unread("a"));
         assert!(enter(&memory.elections).is_empty());
     }
@@ -611,20 +549,10 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_is_news_once() {
-        let memory = Memory::new(Instant::now());
-        let refusal = ConsulRefusal::permission_denied("kv put", "elector/ns/a");
-        assert!(memory.remember_refusal(&key("a"), Some(refusal.clone())));
-        assert!(!memory.remember_refusal(&key("a"), Some(refusal)));
-        assert!(!memory.remember_refusal(&key("a"), None));
-        assert_eq!(memory.refusal(&key("a")), None);
-    }
-
-    #[test]
     fn a_poisoned_lock_is_entered_as_it_is() {
         let origin = Instant::now();
         let memory = Arc::new(Memory::new(origin));
-        memory.key(&key("a"), KeyMemory::writing);
+        memory.election(&key("a"), |e| e.key.writing());
         let poisoner = memory.clone();
         let _ = std::thread::spawn(move || {
             let _guard = poisoner.elections.lock();
@@ -632,6 +560,6 @@ mod tests {
         })
         .join();
         assert!(memory.elections.is_poisoned());
-        assert!(memory.key(&key("a"), |k| k.written_since_read()));
+        assert!(memory.election(&key("a"), |e| e.key.written_since_read()));
     }
 }

@@ -23,7 +23,6 @@ use crate::consul::{ConsulClient, ConsulError};
 use crate::crd::LeaderElection;
 use crate::election::adoption::{settings_match, vouched_by_key, vouched_by_status};
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
-use crate::election::key_memory::KeyMemory;
 use crate::election::observe::{LockView, PodView};
 use crate::election::plan::{Action, ConditionState, ElectionEvent, EventReason, Plan};
 use crate::election::plan_loop::{Next, Outcome, PlanLoop, World};
@@ -105,15 +104,8 @@ impl<'a> Round<'a> {
             spec_valid,
         };
         round.observe_lock().await;
-        if round.lock != LockView::Unknown
-            && ctx
-                .caches
-                .written
-                .refusal(key)
-                .is_some_and(|refusal| refusal.on_read)
-        {
-            // The key is readable again.
-            ctx.caches.written.remember_refusal(key, None);
+        if round.lock != LockView::Unknown {
+            ctx.caches.written.election(key, |e| e.key_read());
         }
         if config.mode == Mode::Managed && ctx.sessions.view(key).is_none() {
             round.adopt().await;
@@ -126,7 +118,11 @@ impl<'a> Round<'a> {
     /// Consul unreachable).
     async fn observe_lock(&mut self) {
         let (ctx, key, config) = (self.ctx, self.key, self.config);
-        let read = if ctx.caches.written.key(key, |k| k.written_since_read()) {
+        let read = if ctx
+            .caches
+            .written
+            .election(key, |e| e.key.written_since_read())
+        {
             // The cached answer may predate this process's own write, and a stalled watch
             // keeps it: only a read of its own counts. Without retries, as below.
             let read = ctx
@@ -134,7 +130,7 @@ impl<'a> Round<'a> {
                 .refresh(key, &self.consul.without_retries(), &config.key)
                 .await;
             if read.is_ok() {
-                ctx.caches.written.key(key, KeyMemory::read_back);
+                ctx.caches.written.election(key, |e| e.key.read_back());
             }
             read
         } else {
@@ -204,7 +200,10 @@ impl<'a> Round<'a> {
                     let outcome = match self.execute(action).await {
                         Ok(outcome) => {
                             if writes_consul {
-                                self.ctx.caches.written.remember_refusal(self.key, None);
+                                self.ctx
+                                    .caches
+                                    .written
+                                    .election(self.key, |e| e.consul_wrote());
                             }
                             match std::mem::take(&mut self.session_lost) {
                                 true => Outcome::SessionGone,
@@ -237,18 +236,17 @@ impl<'a> Round<'a> {
         );
         self.shared_views(&mut views);
         let session = self.ctx.sessions.view(self.key);
-        let stood_back = self.ctx.caches.written.stood_back(self.key);
-        let refusal = self.ctx.caches.written.refusal(self.key);
+        let (lock_delay_until, stood_back, refusal) =
+            self.ctx.caches.written.election(self.key, |e| {
+                let stood_back = e.stood_back().cloned();
+                (e.key.lock_delay_until(), stood_back, e.refusal().cloned())
+            });
         let decided = self.plans.plan(&World {
             config: self.config,
             pods: &views,
             lock: &self.lock,
             session: session.as_ref(),
-            lock_delay_until: self
-                .ctx
-                .caches
-                .written
-                .key(self.key, |k| k.lock_delay_until()),
+            lock_delay_until,
             lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
             now,
             wall,
@@ -256,11 +254,11 @@ impl<'a> Round<'a> {
             stood_back: stood_back.as_ref(),
             consul_refused: refusal.as_ref(),
         });
-        // The next plan (of this reconcile or the next) knows whether this one stood back.
+        let stood_back = decided.managed_elsewhere.as_ref();
         self.ctx
             .caches
             .written
-            .remember_stood_back(self.key, decided.managed_elsewhere.clone());
+            .election(self.key, |e| e.planned(stood_back));
     }
 
     /// Remembers the refusal `error` is, if it is one (publishing an event when it is new);
@@ -275,12 +273,12 @@ impl<'a> Round<'a> {
             }
             _ => return false,
         };
-        if self
+        let news = self
             .ctx
             .caches
             .written
-            .remember_refusal(self.key, Some(refusal.clone()))
-        {
+            .election(self.key, |e| e.refused(refusal.clone()));
+        if news {
             self.publish(&ElectionEvent {
                 reason: EventReason::ConsulRefused,
                 pod: None,
@@ -365,7 +363,10 @@ impl<'a> Round<'a> {
             }
             Action::Release { session } => {
                 self.mark_move();
-                self.ctx.caches.written.key(self.key, KeyMemory::writing);
+                self.ctx
+                    .caches
+                    .written
+                    .election(self.key, |e| e.key.writing());
                 let value = match &self.lock {
                     LockView::Held { value, .. } => value.clone().unwrap_or_default(),
                     _ => Vec::new(),
@@ -383,7 +384,10 @@ impl<'a> Round<'a> {
             }
             Action::DestroySession { .. } => {
                 // The session may hold the key: destroying it releases or deletes the key.
-                self.ctx.caches.written.key(self.key, KeyMemory::writing);
+                self.ctx
+                    .caches
+                    .written
+                    .election(self.key, |e| e.key.writing());
                 self.ctx.sessions.destroy(self.key, self.consul).await?;
                 Ok(Outcome::Done)
             }
@@ -391,8 +395,8 @@ impl<'a> Round<'a> {
                 self.mark_move();
                 self.ctx.sessions.forget(self.key);
                 let lock_delay = self.config.session.lock_delay;
-                self.ctx.caches.written.key(self.key, |k| {
-                    k.session_forgotten(lock_delay, Instant::now());
+                self.ctx.caches.written.election(self.key, |e| {
+                    e.key.session_forgotten(lock_delay, Instant::now());
                 });
                 Ok(Outcome::Done)
             }
@@ -568,7 +572,10 @@ impl<'a> Round<'a> {
         {
             Ok(lock) => {
                 self.lock = lock;
-                self.ctx.caches.written.key(self.key, KeyMemory::read_back);
+                self.ctx
+                    .caches
+                    .written
+                    .election(self.key, |e| e.key.read_back());
                 Ok(())
             }
             Err(error) => {
@@ -580,7 +587,10 @@ impl<'a> Round<'a> {
 
     async fn acquire(&mut self, session: &str, pod: &str) -> Result<(), Error> {
         let value = self.lock_value(pod);
-        self.ctx.caches.written.key(self.key, KeyMemory::writing);
+        self.ctx
+            .caches
+            .written
+            .election(self.key, |e| e.key.writing());
         let acquired = match self
             .consul
             .kv_acquire(&self.config.key, session, &value, LOCK_FLAGS)
@@ -595,8 +605,8 @@ impl<'a> Round<'a> {
         };
         self.refresh_lock().await?;
         let after = &self.lock;
-        self.ctx.caches.written.key(self.key, |k| {
-            k.acquire_answered(acquired, after, Instant::now());
+        self.ctx.caches.written.election(self.key, |e| {
+            e.key.acquire_answered(acquired, after, Instant::now());
         });
         Ok(())
     }

@@ -31,7 +31,6 @@ use crate::consul::{ConsulClient, parse_go_duration};
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
 use crate::election::cleanup_deadline::{Deadline, deadline};
 use crate::election::config::{ElectionKey, LabelConfig, Mode};
-use crate::election::key_memory::KeyMemory;
 use crate::election::observe::{SessionHealth, SessionView};
 use crate::election::plan::EventReason;
 use crate::election::session_names::Found;
@@ -201,7 +200,7 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
     settle_consul(le, &key, ctx, withdrawal).await?;
     ctx.caches.written.remember_status(le, None);
     // Gone: nothing reads its key again.
-    ctx.caches.written.key(&key, KeyMemory::read_back);
+    ctx.caches.written.election(&key, |e| e.key.read_back());
     Ok(Action::await_change())
 }
 
@@ -286,7 +285,10 @@ pub fn judge_label(
         read_at: ctx.locks.read_at(key),
         session_unconfirmed_since,
         started_at,
-        written_since_read: ctx.caches.written.key(key, |k| k.written_since_read()),
+        written_since_read: ctx
+            .caches
+            .written
+            .election(key, |e| e.key.written_since_read()),
     };
     let ttl = status
         .applied
@@ -399,7 +401,7 @@ async fn release_and_destroy(
     };
     if let Some(session) = session {
         // An election that goes on (after a withdrawal) reads its key back before it plans.
-        ctx.caches.written.key(key, KeyMemory::writing);
+        ctx.caches.written.election(key, |e| e.key.writing());
         consul
             .kv_release(consul_key, &session, &[], LOCK_FLAGS)
             .await?;

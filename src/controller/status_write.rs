@@ -72,7 +72,7 @@ fn decided(
     let old = ctx.caches.current_status(le);
     let failed_writes = election_key(le)
         .ok()
-        .and_then(|key| ctx.caches.written.status_failures(&key));
+        .and_then(|key| ctx.caches.written.election(&key, |e| e.status_failures()));
     let new = report::decided(
         plan,
         Rendering {
@@ -266,7 +266,9 @@ async fn patch_if_changed(
         Ok(written) => {
             // A record keeps the count: the whole status written next reports it.
             if write == Write::Whole {
-                ctx.caches.written.status_written(&key, Ok(()));
+                ctx.caches
+                    .written
+                    .election(&key, |e| e.status_write_answered(Ok(())));
             }
             let version = written.0.metadata.resource_version.as_deref();
             let basis = Basis::of(&new);
@@ -274,10 +276,11 @@ async fn patch_if_changed(
             Ok(basis)
         }
         Err(error) => {
+            let category = error.category();
             let failed = ctx
                 .caches
                 .written
-                .status_written(&key, Err(error.category()));
+                .election(&key, |e| e.status_write_answered(Err(category)));
             ctx.metrics.status_write_failed();
             if failed == STATUS_FAILURES_REPORTED {
                 report_status_failures(le, ctx, failed, &error);

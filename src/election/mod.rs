@@ -13,6 +13,7 @@ pub mod eligibility;
 pub mod invariants;
 pub mod key_memory;
 pub mod label_key_check;
+pub mod memory;
 pub mod not_ready;
 pub mod observe;
 pub mod observed_token;

@@ -1,0 +1,145 @@
+//! What one election's decisions carry from one reconcile to the next, in this process: its
+//! key as last written and read ([`KeyMemory`]), its NotReady pods as first seen
+//! ([`NotReadyMemory`]), whether it stands back for another install, Consul's standing
+//! refusal of its requests, and its status writes failing in a row.
+//!
+//! The executor reports what happened (a plan made, a Consul request refused or accepted, a
+//! status write answered); what follows from it is decided here.
+
+use super::key_memory::KeyMemory;
+use super::not_ready::NotReadyMemory;
+use super::plan::StoodBack;
+use super::refusal::ConsulRefusal;
+
+/// One election's memory (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ElectionMemory {
+    /// Its Consul key as last written and read.
+    pub key: KeyMemory,
+    /// Since when its NotReady pods are NotReady.
+    pub not_ready: NotReadyMemory,
+    stood_back: Option<StoodBack>,
+    refusal: Option<ConsulRefusal>,
+    status_failures: Option<(u32, &'static str)>,
+}
+
+impl ElectionMemory {
+    /// A plan was made with `managed_elsewhere` ([`super::plan::Plan::managed_elsewhere`]): the next plan
+    /// (of this reconcile or the next) knows whether it stood back for another install, and
+    /// since when the key looked free while it did.
+    pub fn planned(&mut self, managed_elsewhere: Option<&StoodBack>) {
+        self.stood_back = managed_elsewhere.cloned();
+    }
+
+    /// What the last plan said about standing back.
+    pub fn stood_back(&self) -> Option<&StoodBack> {
+        self.stood_back.as_ref()
+    }
+
+    /// Consul refused a request of the election for lack of rights; whether that is news (a
+    /// refusal not standing already, worth an event).
+    pub fn refused(&mut self, refusal: ConsulRefusal) -> bool {
+        let news = self.refusal.as_ref() != Some(&refusal);
+        self.refusal = Some(refusal);
+        news
+    }
+
+    /// A Consul write of the election succeeded: no refusal stands any more.
+    pub fn consul_wrote(&mut self) {
+        self.refusal = None;
+    }
+
+    /// The election's key was read: a refusal of reads no longer stands (a refused write
+    /// stands until a write succeeds).
+    pub fn key_read(&mut self) {
+        if self.refusal.as_ref().is_some_and(|r| r.on_read) {
+            self.refusal = None;
+        }
+    }
+
+    /// Consul's standing refusal of the election's requests, if any.
+    pub fn refusal(&self) -> Option<&ConsulRefusal> {
+        self.refusal.as_ref()
+    }
+
+    /// A status write was answered (`Err` with the error's category); returns how many
+    /// failed in a row now.
+    pub fn status_write_answered(&mut self, result: Result<(), &'static str>) -> u32 {
+        match result {
+            Ok(()) => {
+                self.status_failures = None;
+                0
+            }
+            Err(category) => {
+                let count = self.status_failures.map_or(0, |(n, _)| n).saturating_add(1);
+                self.status_failures = Some((count, category));
+                count
+            }
+        }
+    }
+
+    /// Status writes that failed in a row, with the last error's category.
+    pub fn status_failures(&self) -> Option<(u32, &'static str)> {
+        self.status_failures
+    }
+
+    /// Whether nothing is remembered (the memory can go).
+    pub fn is_empty(&self) -> bool {
+        self.key.is_empty()
+            && self.not_ready.is_empty()
+            && self.stood_back.is_none()
+            && self.refusal.is_none()
+            && self.status_failures.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_news_once_and_stands_until_what_it_refused_succeeds() {
+        let mut memory = ElectionMemory::default();
+        let write = ConsulRefusal::permission_denied("kv put", "elector/ns/a");
+        assert!(memory.refused(write.clone()));
+        assert!(!memory.refused(write.clone()));
+        memory.key_read();
+        assert_eq!(
+            memory.refusal(),
+            Some(&write),
+            "a read ends no refused write"
+        );
+        memory.consul_wrote();
+        assert_eq!(memory.refusal(), None);
+        assert!(memory.is_empty());
+
+        let read = ConsulRefusal::permission_denied("kv get", "elector/ns/a");
+        assert!(read.on_read);
+        assert!(memory.refused(read));
+        memory.key_read();
+        assert_eq!(memory.refusal(), None);
+    }
+
+    #[test]
+    fn failed_status_writes_count_until_one_succeeds() {
+        let mut memory = ElectionMemory::default();
+        assert_eq!(memory.status_write_answered(Err("kube")), 1);
+        assert_eq!(memory.status_write_answered(Err("conflict")), 2);
+        assert_eq!(memory.status_failures(), Some((2, "conflict")));
+        assert_eq!(memory.status_write_answered(Ok(())), 0);
+        assert!(memory.is_empty());
+    }
+
+    #[test]
+    fn standing_back_is_carried_from_one_plan_to_the_next() {
+        let mut memory = ElectionMemory::default();
+        let stood = StoodBack {
+            other: "east/b".into(),
+            key_free_since: None,
+        };
+        memory.planned(Some(&stood));
+        assert_eq!(memory.stood_back(), Some(&stood));
+        memory.planned(None);
+        assert!(memory.is_empty());
+    }
+}
