@@ -236,29 +236,22 @@ impl<'a> Round<'a> {
         );
         self.shared_views(&mut views);
         let session = self.ctx.sessions.view(self.key);
-        let (lock_delay_until, stood_back, refusal) =
-            self.ctx.caches.written.election(self.key, |e| {
-                let stood_back = e.stood_back().cloned();
-                (e.key.lock_delay_until(), stood_back, e.refusal().cloned())
-            });
-        let decided = self.plans.plan(&World {
-            config: self.config,
-            pods: &views,
-            lock: &self.lock,
-            session: session.as_ref(),
-            lock_delay_until,
-            lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
-            now,
-            wall,
-            owner: &self.ctx.settings.owner,
-            stood_back: stood_back.as_ref(),
-            consul_refused: refusal.as_ref(),
-        });
-        let stood_back = decided.managed_elsewhere.as_ref();
-        self.ctx
-            .caches
-            .written
-            .election(self.key, |e| e.planned(stood_back));
+        // Only this reconcile changes the election's memory while it runs.
+        let mut memory = self.ctx.caches.written.election(self.key, |e| e.clone());
+        self.plans.plan(
+            &World {
+                config: self.config,
+                pods: &views,
+                lock: &self.lock,
+                session: session.as_ref(),
+                lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
+                now,
+                wall,
+                owner: &self.ctx.settings.owner,
+            },
+            &mut memory,
+        );
+        self.ctx.caches.written.election(self.key, |e| *e = memory);
     }
 
     /// Remembers the refusal `error` is, if it is one (publishing an event when it is new);

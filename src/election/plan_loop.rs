@@ -9,7 +9,7 @@
 //! ```text
 //! loop {
 //!     match plans.poll() {
-//!         Next::Observe => { plans.plan(&world_now()); }
+//!         Next::Observe => { plans.plan(&world_now(), &mut memory); }
 //!         Next::Act(action) => plans.handle(execute(action)),
 //!         Next::Done => break,
 //!     }
@@ -22,10 +22,10 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::config::{ElectionConfig, Owner};
+use super::memory::ElectionMemory;
 use super::observe::{LockView, PodView, Recorded, SessionView};
-use super::plan::{Action, Plan, StoodBack};
+use super::plan::{Action, Plan};
 use super::planner::{Observation, plan};
-use super::refusal::ConsulRefusal;
 
 /// What the driver does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +60,8 @@ pub enum Outcome {
     },
 }
 
-/// Everything a plan needs that the loop does not carry itself, as observed just now.
+/// Everything a plan needs that neither the loop nor the election's memory carries, as
+/// observed just now.
 #[derive(Debug, Clone, Copy)]
 pub struct World<'a> {
     /// See [`Observation::config`].
@@ -71,8 +72,6 @@ pub struct World<'a> {
     pub lock: &'a LockView,
     /// See [`Observation::session`].
     pub session: Option<&'a SessionView>,
-    /// See [`Observation::lock_delay_until`].
-    pub lock_delay_until: Option<Instant>,
     /// See [`Observation::lock_confirmed_at`].
     pub lock_confirmed_at: Instant,
     /// See [`Observation::now`].
@@ -81,10 +80,6 @@ pub struct World<'a> {
     pub wall: Timestamp,
     /// See [`Observation::owner`].
     pub owner: &'a Owner,
-    /// See [`Observation::stood_back`].
-    pub stood_back: Option<&'a StoodBack>,
-    /// See [`Observation::consul_refused`].
-    pub consul_refused: Option<&'a ConsulRefusal>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,9 +151,10 @@ impl PlanLoop {
         }
     }
 
-    /// Plans from `world` and what the loop carries (the status as recorded or written, the
-    /// switchover request); returns the plan.
-    pub fn plan(&mut self, world: &World<'_>) -> &Plan {
+    /// Plans from `world`, what the loop carries (the status as recorded or written, the
+    /// switchover request) and what the election remembers (`memory`: a lock-delay, standing
+    /// back, Consul's refusal), which the plan then updates; returns the plan.
+    pub fn plan(&mut self, world: &World<'_>, memory: &mut ElectionMemory) -> &Plan {
         if let Some(written) = self.written.take() {
             // A second leader in one reconcile (a switchover, then a failback) must be
             // recorded against the first one's record, or the final status write would take
@@ -173,15 +169,16 @@ impl PlanLoop {
             lock: world.lock,
             session: world.session,
             recorded: &self.recorded,
-            lock_delay_until: world.lock_delay_until,
+            lock_delay_until: memory.key.lock_delay_until(),
             lock_confirmed_at: world.lock_confirmed_at,
             switchover: self.switchover.as_deref(),
             now: world.now,
             wall: world.wall,
             owner: world.owner,
-            stood_back: world.stood_back,
-            consul_refused: world.consul_refused,
+            stood_back: memory.stood_back(),
+            consul_refused: memory.refusal(),
         });
+        memory.planned(decided.managed_elsewhere.as_ref());
         // The next plans of this reconcile continue the same request (its `from` and
         // `requestedAt`), as the next reconcile will from the status written at its end.
         self.recorded

@@ -27,7 +27,7 @@ use super::support::{mono, not_ready_from, record, t};
 use crate::crd::AppliedSpec;
 use crate::election::config::{Behavior, ElectionConfig, Mode, Owner, UnavailablePolicy};
 use crate::election::eligibility::{elapsed, eligibility};
-use crate::election::key_memory::KeyMemory;
+use crate::election::memory::ElectionMemory;
 use crate::election::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverOutcome,
 };
@@ -88,6 +88,8 @@ pub struct Consul {
     pub sessions: BTreeMap<String, ConsulSession>,
     /// When the key's lock-delay ends.
     pub lock_delay_until: Option<Timestamp>,
+    /// The session whose invalidation started the key's lock-delay.
+    lock_delay_of: Option<String>,
     /// The other keys of the election's Consul (of earlier specs), by name, with their
     /// lock-delays: Consul keeps them when the operator moves to another key.
     stashed: BTreeMap<String, (Option<Key>, Option<Timestamp>)>,
@@ -109,6 +111,7 @@ impl Consul {
             key: None,
             sessions: BTreeMap::new(),
             lock_delay_until: None,
+            lock_delay_of: None,
             stashed: BTreeMap::new(),
             next_session: 0,
             acquisitions: 0,
@@ -192,9 +195,11 @@ impl Consul {
     }
 
     /// Session destroy or expiry: the key is released or deleted per the session's behavior
-    /// and gets the session's lock-delay. Returns the end of the lock-delay it started.
-    fn invalidate(&mut self, id: &str, now: Timestamp) -> Option<Timestamp> {
-        let session = self.sessions.remove(id)?;
+    /// and gets the session's lock-delay.
+    fn invalidate(&mut self, id: &str, now: Timestamp) {
+        let Some(session) = self.sessions.remove(id) else {
+            return;
+        };
         for (key, delay) in self.stashed.values_mut() {
             if key
                 .as_ref()
@@ -216,7 +221,7 @@ impl Consul {
             .as_ref()
             .is_some_and(|k| k.session.as_deref() == Some(id));
         if !holds {
-            return None;
+            return;
         }
         match session.behavior {
             Behavior::Release => {
@@ -227,12 +232,16 @@ impl Consul {
             Behavior::Delete => self.key = None,
         }
         let d = session.lock_delay.min(MAX_LOCK_DELAY);
-        if d.is_zero() {
-            return None;
+        if !d.is_zero() {
+            self.lock_delay_until = Some(now.checked_add(d).expect("time"));
+            self.lock_delay_of = Some(id.to_owned());
         }
-        let until = now.checked_add(d).expect("time");
-        self.lock_delay_until = Some(until);
-        Some(until)
+    }
+
+    /// Whether an acquisition now is refused by the lock-delay that `session`'s invalidation
+    /// started.
+    fn lock_delay_of(&self, session: &str, now: Timestamp) -> bool {
+        self.lock_delay_active(now) && self.lock_delay_of.as_deref() == Some(session)
     }
 
     /// `?acquire=`: `Ok(false)` when refused (lock-delay, held by another session).
@@ -284,16 +293,16 @@ impl Consul {
     }
 
     /// Expires the operator's sessions 2×TTL after their last renewal.
-    fn expire(&mut self, now: Timestamp) -> Vec<Timestamp> {
+    fn expire(&mut self, now: Timestamp) {
         let due: Vec<String> = self
             .sessions
             .iter()
             .filter(|(_, s)| !s.foreign && elapsed(s.renewed_at, now) >= 2 * s.ttl)
             .map(|(id, _)| id.clone())
             .collect();
-        due.iter()
-            .filter_map(|id| self.invalidate(id, now))
-            .collect()
+        for id in &due {
+            self.invalidate(id, now);
+        }
     }
 
     fn lock_view(&self) -> LockView {
@@ -343,6 +352,7 @@ impl Consul {
             std::mem::replace(&mut self.key, key),
             std::mem::replace(&mut self.lock_delay_until, delay),
         );
+        self.lock_delay_of = None;
         self.stashed.insert(from.to_owned(), old);
     }
 }
@@ -470,15 +480,16 @@ pub struct Model {
     /// A status leader whose session must be adopted when Consul answers.
     adopt: Option<LeaderRecord>,
     pub recorded: Recorded,
-    /// The controller's lock-delay estimate.
-    told_lock_delay: Option<Timestamp>,
     /// When this controller process last read the key (the lock watch's last answer).
     kv_read_at: Option<Timestamp>,
     /// The key as this controller process last read it (its lock watch's cache).
     cached_lock: LockView,
-    /// What the operator remembers of its writes of the key: after one, the cache may predate
-    /// the write, so the controller reads the key directly instead.
-    key: KeyMemory,
+    /// What the operator's decisions carry from one reconcile to the next (as the controller
+    /// keeps it): after a write of the key, the cache may predate the write, so the
+    /// controller reads the key directly instead; the lock-delay it saw starting.
+    memory: ElectionMemory,
+    /// The lost session this controller process last let go of ([`Action::ForgetSession`]).
+    forgotten: Option<String>,
     /// When this controller process started.
     started_at: Timestamp,
     /// The election's `elector.dev/switchover-to` annotation.
@@ -527,10 +538,10 @@ impl Model {
             registered: None,
             adopt: None,
             recorded: Recorded::default(),
-            told_lock_delay: None,
             kv_read_at: None,
             cached_lock: LockView::Unknown,
-            key: KeyMemory::default(),
+            memory: ElectionMemory::default(),
+            forgotten: None,
             started_at: t(1000),
             switchover: None,
             decided_request: None,
@@ -693,9 +704,8 @@ impl Model {
                     && let Some(r) = &self.registered
                 {
                     let id = r.id.clone();
-                    if let Some(until) = self.consul.invalidate(&id, now) {
-                        self.saw_lock_delay(until);
-                    }
+                    // The operator learns of it from the renewal loop, not from Consul.
+                    self.consul.invalidate(&id, now);
                 }
             }
             Event::DeleteKey => {
@@ -742,9 +752,10 @@ impl Model {
             Event::ForeignExpire => {
                 if let Some(h) = self.consul.holder().map(str::to_owned)
                     && self.consul.sessions.get(&h).is_some_and(|s| s.foreign)
-                    && let Some(until) = self.consul.invalidate(&h, now)
                 {
-                    self.saw_lock_delay(until);
+                    // Another client's lock-delay: the operator learns of it only from a
+                    // refused acquisition.
+                    self.consul.invalidate(&h, now);
                 }
             }
             // Once the election is gone, a label put by hand is nobody's business here.
@@ -806,9 +817,9 @@ impl Model {
                 self.registered = None;
                 self.kv_read_at = None;
                 self.cached_lock = LockView::Unknown;
-                self.key = KeyMemory::default();
+                self.memory = ElectionMemory::default();
+                self.forgotten = None;
                 self.started_at = now;
-                self.told_lock_delay = None;
                 // The new process adopts the sessions of the elections that exist
                 // (`operator::takeover::adopt_all`); a finalized election is gone.
                 self.adopt = self
@@ -870,20 +881,12 @@ impl Model {
         self.now.as_second() - t(1000).as_second()
     }
 
-    fn saw_lock_delay(&mut self, until: Timestamp) {
-        if self.knobs.tell_lock_delay {
-            self.told_lock_delay = Some(until);
-        }
-    }
-
     /// Moves the clock in 1 s ticks: Consul expires sessions, the manager renews.
     pub fn advance(&mut self, d: Duration) {
         let ticks = d.as_secs().max(1);
         for _ in 0..ticks {
             self.now = self.now.checked_add(Duration::from_secs(1)).expect("time");
-            for until in self.consul.expire(self.now) {
-                self.saw_lock_delay(until);
-            }
+            self.consul.expire(self.now);
             self.tick_sessions();
         }
     }
@@ -993,7 +996,7 @@ impl Model {
             let action = match plans.poll() {
                 Next::Done => break,
                 Next::Observe => {
-                    told = self.told_lock_delay;
+                    told = self.memory.key.lock_delay_until();
                     self.plan_once(&mut plans);
                     continue;
                 }
@@ -1002,7 +1005,7 @@ impl Model {
             let before = self.rule2_violators();
             let leaders_before = self.leaders().len();
             if matches!(action, Action::Acquire { .. })
-                && told.is_some_and(|u| u > self.now)
+                && told.is_some_and(|u| u > mono(self.now))
                 && self.consul.lock_delay_active(self.now)
             {
                 self.fail("Acquire executed during a lock-delay the planner was told about");
@@ -1021,7 +1024,7 @@ impl Model {
                 action,
                 Action::Release { .. } | Action::Acquire { .. } | Action::DestroySession { .. }
             ) {
-                self.key.writing();
+                self.memory.key.writing();
             }
             let mut outcome = Outcome::Done;
             let ok = match &action {
@@ -1122,7 +1125,7 @@ impl Model {
         self.cached_lock = self.consul.lock_view();
         if self.cached_lock != LockView::Unknown {
             self.kv_read_at = Some(self.now);
-            self.key.read_back();
+            self.memory.key.read_back();
         }
     }
 
@@ -1135,34 +1138,37 @@ impl Model {
         }
         // After its own write the controller does not plan on the cache: it reads the key
         // directly, which fails while the KV stalls.
-        let lock = match self.key.written_since_read() {
+        let lock = match self.memory.key.written_since_read() {
             true => LockView::Unknown,
             false => self.cached_lock.clone(),
         };
         let session = self.session_view();
         let owner = Owner::new("model-cluster", "ops.consul-elector");
         let plan = plans
-            .plan(&World {
-                config: &self.config,
-                pods: &pods,
-                lock: &lock,
-                session: session.as_ref(),
-                lock_delay_until: self.told_lock_delay.map(mono),
-                lock_confirmed_at: mono(self.lock_confirmed_at()),
-                // The model's clocks agree: its processes' wall clocks are never stepped.
-                now: mono(self.now),
-                wall: self.now,
-                owner: &owner,
-                stood_back: None,
-                consul_refused: None,
-            })
+            .plan(
+                &World {
+                    config: &self.config,
+                    pods: &pods,
+                    lock: &lock,
+                    session: session.as_ref(),
+                    lock_confirmed_at: mono(self.lock_confirmed_at()),
+                    // The model's clocks agree: its processes' wall clocks are never stepped.
+                    now: mono(self.now),
+                    wall: self.now,
+                    owner: &owner,
+                },
+                &mut self.memory,
+            )
             .clone();
         // What the plan decided from (the transitions and token it was recorded with).
         let recorded = plans.recorded().clone();
         let _ = writeln!(
             self.trace,
-            "   observe lock={lock:?} session={session:?} recorded={recorded:?} told={:?}\n   pods {:?}\n   plan {:?} phase={:?} requeue={:?}",
-            self.told_lock_delay,
+            "   observe lock={lock:?} session={session:?} recorded={recorded:?} lock_delay_for={:?}\n   pods {:?}\n   plan {:?} phase={:?} requeue={:?}",
+            self.memory
+                .key
+                .lock_delay_until()
+                .map(|u| u.saturating_duration_since(mono(self.now))),
             self.pod_summary(),
             plan.actions,
             plan.status.phase,
@@ -1335,7 +1341,12 @@ impl Model {
                 }
             }
             Action::ForgetSession => {
-                self.registered = None;
+                self.forgotten = self.registered.take().map(|r| r.id);
+                // As the executor: Consul refuses the key for the lost session's lock-delay.
+                if self.knobs.tell_lock_delay {
+                    let lock_delay = self.config.session.lock_delay;
+                    self.memory.key.session_forgotten(lock_delay, mono(now));
+                }
                 true
             }
             Action::CreateSession { pod, uid } => {
@@ -1376,7 +1387,32 @@ impl Model {
                     )),
                 };
                 let value = serde_json::json!({"pod": pod, "uid": uid}).to_string();
-                self.consul.acquire(session, now, value.into_bytes()) == Ok(true)
+                // As the executor: a refusal is an answer, not a failure; what it means for
+                // the next acquisition is the memory's to decide.
+                match self.consul.acquire(session, now, value.into_bytes()) {
+                    Ok(false)
+                        if self.knobs.tell_lock_delay
+                            && self
+                                .forgotten
+                                .as_ref()
+                                .is_some_and(|lost| self.consul.lock_delay_of(lost, now)) =>
+                    {
+                        self.fail(
+                            "an acquisition refused by the lock-delay of the session the \
+                             operator itself let go of: it knew when that delay ends",
+                        )
+                    }
+                    Ok(acquired) => {
+                        if self.knobs.tell_lock_delay {
+                            let after = self.consul.lock_view();
+                            self.memory
+                                .key
+                                .acquire_answered(acquired, &after, mono(now));
+                        }
+                        true
+                    }
+                    Err(Failed) => false,
+                }
             }
             Action::Emit(_) | Action::RecordToken { .. } | Action::ConfirmSession { .. } => true,
         }
@@ -1472,7 +1508,7 @@ impl Model {
     fn mirrors_a_confirmed_answer(&self, pod: &PodView) -> bool {
         self.config.mode == Mode::Observe
             && self.consul.kv_stalled
-            && !self.key.written_since_read()
+            && !self.memory.key.written_since_read()
             && elapsed(self.lock_confirmed_at(), self.now) < self.config.session.ttl
             && match &self.cached_lock {
                 LockView::Held { value, .. } => value

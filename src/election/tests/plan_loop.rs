@@ -26,7 +26,12 @@ fn a_plan_without_actions_ends_the_loop_complete() {
     let scene = Scene::elected("a", &["b"], 5);
     let mut plans = plans_of(&scene, 16);
     assert_eq!(plans.poll(), Next::Observe);
-    assert!(plans.plan(&scene.world()).actions.is_empty());
+    assert!(
+        plans
+            .plan(&scene.world(), &mut scene.memory())
+            .actions
+            .is_empty()
+    );
     assert_eq!(plans.poll(), Next::Done);
     assert!(!plans.unfinished());
 }
@@ -36,7 +41,10 @@ fn actions_are_handed_out_one_at_a_time_in_order_then_the_world_is_observed_agai
     let scene = Scene::new(vec![pod("a").created(0), pod("b").created(10)]);
     let mut plans = plans_of(&scene, 16);
     assert_eq!(plans.poll(), Next::Observe);
-    let planned = plans.plan(&scene.world()).actions.clone();
+    let planned = plans
+        .plan(&scene.world(), &mut scene.memory())
+        .actions
+        .clone();
     assert_eq!(planned, vec![follower("a"), create("b")]);
     assert_eq!(plans.poll(), Next::Act(follower("a")));
     // No second action before the first one's outcome.
@@ -54,7 +62,7 @@ fn a_world_that_never_settles_ends_the_loop_unfinished_after_its_plans() {
     let mut plans = plans_of(&scene, 3);
     let mut made = 0;
     while plans.poll() == Next::Observe {
-        plans.plan(&scene.world());
+        plans.plan(&scene.world(), &mut scene.memory());
         made += 1;
         act_all(&mut plans);
     }
@@ -68,7 +76,7 @@ fn a_failed_action_ends_the_loop_and_voids_the_rest_of_its_plan() {
     let scene = Scene::new(vec![pod("a").created(0), pod("b").created(10)]);
     let mut plans = plans_of(&scene, 16);
     plans.poll();
-    plans.plan(&scene.world());
+    plans.plan(&scene.world(), &mut scene.memory());
     assert_eq!(plans.poll(), Next::Act(follower("a")));
     plans.handle(Outcome::Failed { refused: false });
     assert_eq!(plans.poll(), Next::Done);
@@ -80,11 +88,16 @@ fn a_refusal_is_planned_once_more_for_the_status_and_nothing_of_that_plan_runs()
     let scene = Scene::new(vec![pod("a").created(0), pod("b").created(10)]);
     let mut plans = plans_of(&scene, 16);
     plans.poll();
-    plans.plan(&scene.world());
+    plans.plan(&scene.world(), &mut scene.memory());
     plans.poll();
     plans.handle(Outcome::Failed { refused: true });
     assert_eq!(plans.poll(), Next::Observe);
-    assert!(!plans.plan(&scene.world()).actions.is_empty());
+    assert!(
+        !plans
+            .plan(&scene.world(), &mut scene.memory())
+            .actions
+            .is_empty()
+    );
     assert_eq!(plans.poll(), Next::Done);
 }
 
@@ -93,7 +106,7 @@ fn a_lost_session_voids_the_rest_of_the_plan_and_the_world_is_observed_again() {
     let scene = Scene::new(vec![pod("a").created(0), pod("b").created(10)]);
     let mut plans = plans_of(&scene, 16);
     plans.poll();
-    plans.plan(&scene.world());
+    plans.plan(&scene.world(), &mut scene.memory());
     plans.poll();
     plans.handle(Outcome::SessionGone);
     assert_eq!(plans.poll(), Next::Observe);
@@ -104,14 +117,14 @@ fn an_outcome_owed_to_no_action_changes_nothing() {
     let scene = Scene::elected("a", &["b"], 5);
     let mut plans = plans_of(&scene, 16);
     plans.poll();
-    plans.plan(&scene.world());
+    plans.plan(&scene.world(), &mut scene.memory());
     let written = Recorded {
         fencing_token: Some(9),
         ..scene.recorded.clone()
     };
     plans.handle(Outcome::StatusWritten(Box::new(written)));
     plans.poll();
-    plans.plan(&scene.world());
+    plans.plan(&scene.world(), &mut scene.memory());
     assert_eq!(plans.recorded().fencing_token, Some(5));
 }
 
@@ -121,7 +134,11 @@ fn after_a_status_write_the_next_plan_decides_from_it_continuing_the_request_in_
     let scene = Scene::elected("a", &["b"], 5).switchover("b");
     let mut plans = plans_of(&scene, 16);
     plans.poll();
-    let started = plans.plan(&scene.world()).status.last_switchover.clone();
+    let started = plans
+        .plan(&scene.world(), &mut scene.memory())
+        .status
+        .last_switchover
+        .clone();
     let started = started.expect("the request is recorded");
     assert_eq!(
         (started.requested_at, started.from.as_deref()),
@@ -141,7 +158,11 @@ fn after_a_status_write_the_next_plan_decides_from_it_continuing_the_request_in_
     // Five seconds later, the next plan decides from the written status and the same request.
     let later = scene.clone().now(t(105));
     assert_eq!(plans.poll(), Next::Observe);
-    let next = plans.plan(&later.world()).status.last_switchover.clone();
+    let next = plans
+        .plan(&later.world(), &mut later.memory())
+        .status
+        .last_switchover
+        .clone();
     assert_eq!(plans.recorded().fencing_token, Some(9));
     assert_eq!(plans.recorded().transitions, 4);
     let next = next.expect("still recorded");
@@ -157,7 +178,10 @@ fn a_removed_request_is_not_seen_by_the_next_plans() {
     let scene = Scene::elected("a", &["b"], 5).switchover("nope");
     let mut plans = plans_of(&scene, 16);
     plans.poll();
-    let first = plans.plan(&scene.world()).actions.clone();
+    let first = plans
+        .plan(&scene.world(), &mut scene.memory())
+        .actions
+        .clone();
     assert!(first.contains(&clear("nope")), "{first:?}");
     while let Next::Act(action) = plans.poll() {
         let cleared = action == clear("nope");
@@ -167,6 +191,6 @@ fn a_removed_request_is_not_seen_by_the_next_plans() {
         });
     }
     assert_eq!(plans.poll(), Next::Observe);
-    let next = plans.plan(&scene.world());
+    let next = plans.plan(&scene.world(), &mut scene.memory());
     assert!(!next.actions.contains(&clear("nope")), "{next:#?}");
 }

@@ -11,6 +11,7 @@ use crate::election::config::{
     Behavior, ElectionConfig, LabelConfig, Mode, Owner, SessionConfig, UnavailablePolicy,
     ValueFormat,
 };
+use crate::election::memory::ElectionMemory;
 use crate::election::observe::{
     LeaderRecord, LockView, NotReadySince, PodView, Recorded, SessionHealth, SessionView,
 };
@@ -414,7 +415,8 @@ impl Scene {
     }
 
     /// What a [`crate::election::plan_loop::PlanLoop`] plans from: the observation without
-    /// the status and the switchover request, which the loop carries.
+    /// the status and the switchover request, which the loop carries, and without what the
+    /// election remembers ([`Self::memory`]).
     pub fn world(&self) -> crate::election::plan_loop::World<'_> {
         let obs = self.observation();
         crate::election::plan_loop::World {
@@ -422,14 +424,28 @@ impl Scene {
             pods: obs.pods,
             lock: obs.lock,
             session: obs.session,
-            lock_delay_until: obs.lock_delay_until,
             lock_confirmed_at: obs.lock_confirmed_at,
             now: obs.now,
             wall: obs.wall,
             owner: obs.owner,
-            stood_back: obs.stood_back,
-            consul_refused: obs.consul_refused,
         }
+    }
+
+    /// What the election remembers in this scene: its lock-delay, standing back, Consul's
+    /// refusal.
+    pub fn memory(&self) -> ElectionMemory {
+        let mut memory = ElectionMemory::default();
+        if let Some(until) = self.lock_delay_until {
+            let now = mono(self.now);
+            memory
+                .key
+                .session_forgotten(mono(until).saturating_duration_since(now), now);
+        }
+        memory.planned(self.stood_back.as_ref());
+        if let Some(refusal) = &self.consul_refused {
+            memory.refused(refusal.clone());
+        }
+        memory
     }
 }
 

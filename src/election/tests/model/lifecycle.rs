@@ -210,7 +210,7 @@ impl Model {
                     (executed && !failing, action)
                 }
                 Step::ReleaseAndDestroy => {
-                    self.key.writing();
+                    self.memory.key.writing();
                     let session = self.session_to_clean_up();
                     let ok = executed && self.release_and_destroy(session.as_deref()) && !failing;
                     let action = Action::Release {
