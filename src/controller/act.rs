@@ -24,8 +24,8 @@ use crate::crd::LeaderElection;
 use crate::election::adoption::{settings_match, vouched_by_key, vouched_by_status};
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
 use crate::election::observe::{LockView, PodView};
-use crate::election::plan::{Action, ConditionState, ElectionEvent, EventReason, Plan};
-use crate::election::plan_loop::{Next, Outcome, PlanLoop, World};
+use crate::election::plan::{Action, ConditionState, ElectionEvent, Plan};
+use crate::election::plan_loop::{Answer, Next, PlanLoop, World};
 use crate::election::refusal::ConsulRefusal;
 use crate::election::session_names::Found;
 use crate::k8s::{self, PodRole};
@@ -51,8 +51,6 @@ pub struct Round<'a> {
     plans: PlanLoop,
     /// When a leader was demoted in this reconcile (for the failover latency metric).
     move_started: Option<Instant>,
-    /// The loop's last action turned out void: Consul no longer has the session.
-    session_lost: bool,
     /// The pod (UID) this reconcile labelled leader, with the token and since it wrote.
     labelled_leader: Option<(String, u64, Timestamp)>,
     /// Removing a decided switchover request failed: the caller retries soon.
@@ -98,7 +96,6 @@ impl<'a> Round<'a> {
             plans: PlanLoop::new(recorded, switchover, MAX_PLANS),
             basis: Basis::of(&status),
             move_started: None,
-            session_lost: false,
             labelled_leader: None,
             removal_failed,
             spec_valid,
@@ -148,7 +145,12 @@ impl<'a> Round<'a> {
             Ok(lock) => self.lock = lock,
             // Unknown stays; a refusal of the read is what the status reports.
             Err(error) => {
-                self.remember_refusal(&error.into()).await;
+                if let Some(refusal) = refusal_of(&error.into()) {
+                    let event = ctx.caches.written.election(key, |m| m.refused(refusal));
+                    if let Some(event) = event {
+                        self.publish(&event);
+                    }
+                }
             }
         }
     }
@@ -189,34 +191,36 @@ impl<'a> Round<'a> {
     }
 
     /// Plans and acts until a plan has no actions, an action fails, or the loop's plans are
-    /// used up ([`PlanLoop`] decides which).
+    /// used up ([`PlanLoop`] decides which, and what each answer means for the election).
     pub async fn run(&mut self) -> Result<(), Error> {
         let mut failure = None;
         loop {
-            match self.plans.poll() {
+            let plans = &mut self.plans;
+            match self
+                .ctx
+                .caches
+                .written
+                .election(self.key, |m| plans.poll(m))
+            {
                 Next::Observe => self.decide(),
                 Next::Act(action) => {
-                    let writes_consul = action.writes_consul();
-                    let outcome = match self.execute(action).await {
-                        Ok(outcome) => {
-                            if writes_consul {
-                                self.ctx
-                                    .caches
-                                    .written
-                                    .election(self.key, |e| e.consul_wrote());
-                            }
-                            match std::mem::take(&mut self.session_lost) {
-                                true => Outcome::SessionGone,
-                                false => outcome,
-                            }
-                        }
+                    let answer = match self.execute(action).await {
+                        Ok(answer) => answer,
                         Err(error) => {
-                            let refused = self.remember_refusal(&error).await;
+                            let answer = refusal_of(&error).map_or(Answer::Failed, Answer::Refused);
                             failure = Some(error);
-                            Outcome::Failed { refused }
+                            answer
                         }
                     };
-                    self.plans.handle(outcome);
+                    let (plans, now) = (&mut self.plans, Instant::now());
+                    let event = self
+                        .ctx
+                        .caches
+                        .written
+                        .election(self.key, |m| plans.handle(answer, m, now));
+                    if let Some(event) = event {
+                        self.publish(&event);
+                    }
                 }
                 Next::Done => return failure.map_or(Ok(()), Err),
             }
@@ -236,54 +240,23 @@ impl<'a> Round<'a> {
         );
         self.shared_views(&mut views);
         let session = self.ctx.sessions.view(self.key);
-        // Only this reconcile changes the election's memory while it runs.
-        let mut memory = self.ctx.caches.written.election(self.key, |e| e.clone());
-        self.plans.plan(
-            &World {
-                config: self.config,
-                pods: &views,
-                lock: &self.lock,
-                session: session.as_ref(),
-                lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
-                now,
-                wall,
-                owner: &self.ctx.settings.owner,
-            },
-            &mut memory,
-        );
-        self.ctx.caches.written.election(self.key, |e| *e = memory);
-    }
-
-    /// Remembers the refusal `error` is, if it is one (publishing an event when it is new);
-    /// whether it was one.
-    async fn remember_refusal(&self, error: &Error) -> bool {
-        let refusal = match error {
-            Error::Consul(ConsulError::PermissionDenied { context, .. }) => {
-                ConsulRefusal::permission_denied(context.operation, &context.target)
-            }
-            Error::Consul(ConsulError::AclNotFound { context }) => {
-                ConsulRefusal::token_not_found(context.operation, &context.target)
-            }
-            _ => return false,
+        let world = World {
+            config: self.config,
+            pods: &views,
+            lock: &self.lock,
+            session: session.as_ref(),
+            lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
+            now,
+            wall,
+            owner: &self.ctx.settings.owner,
         };
-        let news = self
-            .ctx
-            .caches
-            .written
-            .election(self.key, |e| e.refused(refusal.clone()));
-        if news {
-            self.publish(&ElectionEvent {
-                reason: EventReason::ConsulRefused,
-                pod: None,
-                note: refusal.message,
-                warning: EventReason::ConsulRefused.is_warning(),
-                fenced: None,
-            });
-        }
-        true
+        let plans = &mut self.plans;
+        self.ctx.caches.written.election(self.key, |memory| {
+            plans.plan(&world, memory);
+        });
     }
 
-    async fn execute(&mut self, action: Action) -> Result<Outcome, Error> {
+    async fn execute(&mut self, action: Action) -> Result<Answer, Error> {
         tracing::debug!(election = %self.key, ?action, "executing");
         match action {
             Action::RecordToken {
@@ -312,18 +285,18 @@ impl<'a> Round<'a> {
                 )
                 .await?;
                 let status = self.ctx.caches.current_status(self.le);
-                Ok(Outcome::StatusWritten(Box::new(
+                Ok(Answer::StatusWritten(Box::new(
                     crate::election::report::recorded(&status),
                 )))
             }
             Action::LabelFollower { pod, uid } => self
                 .set_role(&pod, &uid, PodRole::Follower)
                 .await
-                .map(|()| Outcome::Done),
+                .map(|()| Answer::Done),
             Action::Unlabel { pod, uid } => self
                 .set_role(&pod, &uid, PodRole::None)
                 .await
-                .map(|()| Outcome::Done),
+                .map(|()| Answer::Done),
             Action::LabelLeader {
                 pod,
                 uid,
@@ -352,14 +325,10 @@ impl<'a> Round<'a> {
                 if let Some(started) = self.move_started.take() {
                     self.ctx.metrics.leader_elected(started.elapsed());
                 }
-                Ok(Outcome::Done)
+                Ok(Answer::Done)
             }
             Action::Release { session } => {
                 self.mark_move();
-                self.ctx
-                    .caches
-                    .written
-                    .election(self.key, |e| e.key.writing());
                 let value = match &self.lock {
                     LockView::Held { value, .. } => value.clone().unwrap_or_default(),
                     _ => Vec::new(),
@@ -369,29 +338,26 @@ impl<'a> Round<'a> {
                     .kv_release(&self.config.key, &session, &value, LOCK_FLAGS)
                     .await
                 {
-                    Ok(_) => {}
-                    Err(ConsulError::InvalidSession { .. }) => self.session_gone(&session),
-                    Err(error) => return Err(error.into()),
+                    Ok(_) => {
+                        self.refresh_lock().await?;
+                        Ok(Answer::Released)
+                    }
+                    Err(ConsulError::InvalidSession { .. }) => {
+                        self.session_gone(&session);
+                        self.refresh_lock().await?;
+                        Ok(Answer::SessionGone { read_back: true })
+                    }
+                    Err(error) => Err(error.into()),
                 }
-                self.refresh_lock().await.map(|()| Outcome::Done)
             }
             Action::DestroySession { .. } => {
-                // The session may hold the key: destroying it releases or deletes the key.
-                self.ctx
-                    .caches
-                    .written
-                    .election(self.key, |e| e.key.writing());
                 self.ctx.sessions.destroy(self.key, self.consul).await?;
-                Ok(Outcome::Done)
+                Ok(Answer::Done)
             }
             Action::ForgetSession => {
                 self.mark_move();
                 self.ctx.sessions.forget(self.key);
-                let lock_delay = self.config.session.lock_delay;
-                self.ctx.caches.written.election(self.key, |e| {
-                    e.key.session_forgotten(lock_delay, Instant::now());
-                });
-                Ok(Outcome::Done)
+                Ok(Answer::Done)
             }
             Action::CreateSession { pod, uid } => {
                 self.ctx
@@ -405,27 +371,25 @@ impl<'a> Round<'a> {
                         &self.config.session,
                     )
                     .await?;
-                Ok(Outcome::Done)
+                Ok(Answer::Done)
             }
-            Action::ConfirmSession { session } => {
-                match self.consul.renew_session(&session).await {
-                    Ok(_) => {}
-                    Err(ConsulError::SessionNotFound { .. }) => self.session_gone(&session),
-                    Err(error) => return Err(error.into()),
+            Action::ConfirmSession { session } => match self.consul.renew_session(&session).await {
+                Ok(_) => Ok(Answer::Done),
+                Err(ConsulError::SessionNotFound { .. }) => {
+                    self.session_gone(&session);
+                    Ok(Answer::SessionGone { read_back: false })
                 }
-                Ok(Outcome::Done)
-            }
-            Action::Acquire { session, pod } => {
-                self.acquire(&session, &pod).await.map(|()| Outcome::Done)
-            }
+                Err(error) => Err(error.into()),
+            },
+            Action::Acquire { session, pod } => self.acquire(&session, &pod).await,
             Action::AnnotateHandover { pod, uid, deadline } => self
                 .set_handover(&pod, &uid, Some(&deadline.to_string()))
                 .await
-                .map(|()| Outcome::Done),
+                .map(|()| Answer::Done),
             Action::ClearHandover { pod, uid } => self
                 .set_handover(&pod, &uid, None)
                 .await
-                .map(|()| Outcome::Done),
+                .map(|()| Answer::Done),
             Action::RecordSwitchover { record, decides } => {
                 if let Some(request) = &decides {
                     // Decided from here on, even if this write or the removal fails.
@@ -434,17 +398,17 @@ impl<'a> Round<'a> {
                 self.basis =
                     super::status_write::record_switchover(self.le, self.ctx, &record, self.basis)
                         .await?;
-                Ok(Outcome::Done)
+                Ok(Answer::Done)
             }
             Action::ClearSwitchover { request } => {
                 // Decided from here on, even if the removal fails.
                 self.ctx.caches.written.request_deciding(self.key, &request);
                 super::switchover::clear_request(self.ctx, self.key, &request).await?;
-                Ok(Outcome::RequestCleared)
+                Ok(Answer::RequestCleared)
             }
             Action::Emit(event) => {
                 self.publish(&event);
-                Ok(Outcome::Done)
+                Ok(Answer::Done)
             }
         }
     }
@@ -565,10 +529,6 @@ impl<'a> Round<'a> {
         {
             Ok(lock) => {
                 self.lock = lock;
-                self.ctx
-                    .caches
-                    .written
-                    .election(self.key, |e| e.key.read_back());
                 Ok(())
             }
             Err(error) => {
@@ -578,30 +538,27 @@ impl<'a> Round<'a> {
         }
     }
 
-    async fn acquire(&mut self, session: &str, pod: &str) -> Result<(), Error> {
+    async fn acquire(&mut self, session: &str, pod: &str) -> Result<Answer, Error> {
         let value = self.lock_value(pod);
-        self.ctx
-            .caches
-            .written
-            .election(self.key, |e| e.key.writing());
-        let acquired = match self
+        match self
             .consul
             .kv_acquire(&self.config.key, session, &value, LOCK_FLAGS)
             .await
         {
-            Ok(acquired) => acquired,
+            Ok(acquired) => {
+                self.refresh_lock().await?;
+                Ok(Answer::Acquired {
+                    acquired,
+                    after: self.lock.clone(),
+                })
+            }
             Err(ConsulError::InvalidSession { .. }) => {
                 self.session_gone(session);
-                return self.refresh_lock().await;
+                self.refresh_lock().await?;
+                Ok(Answer::SessionGone { read_back: true })
             }
-            Err(error) => return Err(error.into()),
-        };
-        self.refresh_lock().await?;
-        let after = &self.lock;
-        self.ctx.caches.written.election(self.key, |e| {
-            e.key.acquire_answered(acquired, after, Instant::now());
-        });
-        Ok(())
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// Consul answered `invalid session` for the operator's session: it was invalidated
@@ -613,7 +570,6 @@ impl<'a> Round<'a> {
         if self.ctx.sessions.mark_lost(self.key, session) {
             tracing::info!(election = %self.key, session, "consul no longer has the session");
         }
-        self.session_lost = true;
     }
 
     /// The key's value: who holds the lock, readable by tools outside Kubernetes.
@@ -758,5 +714,18 @@ fn pod_reference(pod: &Pod) -> ObjectReference {
         namespace: pod.metadata.namespace.clone(),
         uid: pod.metadata.uid.clone(),
         ..ObjectReference::default()
+    }
+}
+
+/// The refusal `error` is, if Consul refused a request for lack of rights.
+fn refusal_of(error: &Error) -> Option<ConsulRefusal> {
+    match error {
+        Error::Consul(ConsulError::PermissionDenied { context, .. }) => Some(
+            ConsulRefusal::permission_denied(context.operation, &context.target),
+        ),
+        Error::Consul(ConsulError::AclNotFound { context }) => Some(
+            ConsulRefusal::token_not_found(context.operation, &context.target),
+        ),
+        _ => None,
     }
 }

@@ -8,7 +8,7 @@
 
 use super::key_memory::KeyMemory;
 use super::not_ready::NotReadyMemory;
-use super::plan::StoodBack;
+use super::plan::{ElectionEvent, EventReason, StoodBack};
 use super::refusal::ConsulRefusal;
 
 /// One election's memory (see the module docs).
@@ -36,12 +36,19 @@ impl ElectionMemory {
         self.stood_back.as_ref()
     }
 
-    /// Consul refused a request of the election for lack of rights; whether that is news (a
-    /// refusal not standing already, worth an event).
-    pub fn refused(&mut self, refusal: ConsulRefusal) -> bool {
+    /// Consul refused a request of the election for lack of rights. Returns the event that
+    /// says so when the refusal is news (not standing already).
+    pub fn refused(&mut self, refusal: ConsulRefusal) -> Option<ElectionEvent> {
         let news = self.refusal.as_ref() != Some(&refusal);
+        let event = news.then(|| ElectionEvent {
+            reason: EventReason::ConsulRefused,
+            pod: None,
+            note: refusal.message.clone(),
+            warning: EventReason::ConsulRefused.is_warning(),
+            fenced: None,
+        });
         self.refusal = Some(refusal);
-        news
+        event
     }
 
     /// A Consul write of the election succeeded: no refusal stands any more.
@@ -101,8 +108,10 @@ mod tests {
     fn a_refusal_is_news_once_and_stands_until_what_it_refused_succeeds() {
         let mut memory = ElectionMemory::default();
         let write = ConsulRefusal::permission_denied("kv put", "elector/ns/a");
-        assert!(memory.refused(write.clone()));
-        assert!(!memory.refused(write.clone()));
+        let event = memory.refused(write.clone()).expect("news");
+        assert_eq!(event.reason, EventReason::ConsulRefused);
+        assert_eq!(event.note, write.message);
+        assert_eq!(memory.refused(write.clone()), None);
         memory.key_read();
         assert_eq!(
             memory.refusal(),
@@ -115,7 +124,7 @@ mod tests {
 
         let read = ConsulRefusal::permission_denied("kv get", "elector/ns/a");
         assert!(read.on_read);
-        assert!(memory.refused(read));
+        assert!(memory.refused(read).is_some());
         memory.key_read();
         assert_eq!(memory.refusal(), None);
     }

@@ -1,22 +1,25 @@
 //! One reconcile's plan/act loop as a sans-IO machine: plan from what is known, hand out the
-//! plan's actions one at a time, take each outcome back, plan again, until a plan has no
+//! plan's actions one at a time, take each answer back, plan again, until a plan has no
 //! actions, an action fails, or the reconcile's plans are used up.
 //!
 //! The controller drives it against the API server and Consul; the property test drives the
 //! same machine against its simulated world. Neither decides when to plan again, what a
-//! status write changes for the next plan, or what a lost session voids: the loop does.
+//! status write changes for the next plan, what a lost session voids, or what an answer means
+//! for the election's memory (a key written and read back, a lock-delay, Consul's refusal):
+//! the loop does.
 //!
 //! ```text
 //! loop {
-//!     match plans.poll() {
+//!     match plans.poll(&mut memory) {
 //!         Next::Observe => { plans.plan(&world_now(), &mut memory); }
-//!         Next::Act(action) => plans.handle(execute(action)),
+//!         Next::Act(action) => publish(plans.handle(execute(action), &mut memory, now())),
 //!         Next::Done => break,
 //!     }
 //! }
 //! ```
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use tokio::time::Instant;
@@ -24,40 +27,53 @@ use tokio::time::Instant;
 use super::config::{ElectionConfig, Owner};
 use super::memory::ElectionMemory;
 use super::observe::{LockView, PodView, Recorded, SessionView};
-use super::plan::{Action, Plan};
+use super::plan::{Action, ElectionEvent, Plan};
 use super::planner::{Observation, plan};
+use super::refusal::ConsulRefusal;
 
 /// What the driver does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
     /// Observe the world and pass it to [`PlanLoop::plan`].
     Observe,
-    /// Execute this action and pass its outcome to [`PlanLoop::handle`].
+    /// Execute this action and pass its answer to [`PlanLoop::handle`].
     Act(Action),
     /// The reconcile's loop is over: write the status of [`PlanLoop::last_plan`].
     Done,
 }
 
-/// How an action went.
+/// What the executor reports after performing the action [`PlanLoop::poll`] handed out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Answer {
     /// It took effect (or had nothing to do).
     Done,
-    /// The status was written with the token record of a [`Action::RecordToken`]; the next
+    /// Consul answered an [`Action::Acquire`] (`acquired`), and `after` is the key as read
+    /// right after it.
+    Acquired {
+        /// Consul gave the lock.
+        acquired: bool,
+        /// The key as read after the answer.
+        after: LockView,
+    },
+    /// Consul released the key of an [`Action::Release`], and the key was read right after.
+    Released,
+    /// The status was written with the token record of an [`Action::RecordToken`]; the next
     /// plans decide from this status.
     StatusWritten(Box<Recorded>),
     /// The switchover request of an [`Action::ClearSwitchover`] is removed: the next plans
     /// see none.
     RequestCleared,
     /// Consul no longer has the operator's session: the rest of the plan was made for it and
-    /// is void.
-    SessionGone,
-    /// It failed: the loop ends. With `refused`, Consul refused it for lack of rights, so one
-    /// more plan is made (its actions are not run) for the status to report the refusal.
-    Failed {
-        /// Consul refused it for lack of rights.
-        refused: bool,
+    /// is void. `read_back`: the key was read after the answer.
+    SessionGone {
+        /// The key was read after the answer.
+        read_back: bool,
     },
+    /// Consul refused it for lack of rights: the loop ends with one more plan (its actions
+    /// are not run) for the status to report the refusal.
+    Refused(ConsulRefusal),
+    /// It failed otherwise: the loop ends.
+    Failed,
 }
 
 /// Everything a plan needs that neither the loop nor the election's memory carries, as
@@ -106,6 +122,10 @@ pub struct PlanLoop {
     switchover: Option<String>,
     last: Option<Plan>,
     pending: VecDeque<Action>,
+    /// The action handed out, until its answer comes.
+    in_flight: Option<Action>,
+    /// The lock-delay of the election's sessions (as last planned with).
+    lock_delay: Duration,
     plans_left: usize,
     state: State,
     unfinished: bool,
@@ -121,14 +141,18 @@ impl PlanLoop {
             switchover,
             last: None,
             pending: VecDeque::new(),
+            in_flight: None,
+            lock_delay: Duration::ZERO,
             plans_left: max_plans,
             state: State::Planning,
             unfinished: false,
         }
     }
 
-    /// What to do next.
-    pub fn poll(&mut self) -> Next {
+    /// What to do next. An action that writes the election's key is recorded in `memory`
+    /// as written from the moment it is handed out: a write whose answer never comes may
+    /// still have taken effect.
+    pub fn poll(&mut self, memory: &mut ElectionMemory) -> Next {
         match self.state {
             State::Planning if self.plans_left == 0 => {
                 self.unfinished = true;
@@ -138,15 +162,24 @@ impl PlanLoop {
             State::Planning | State::Reporting => Next::Observe,
             State::Acting => match self.pending.pop_front() {
                 Some(action) => {
+                    if matches!(
+                        action,
+                        Action::Acquire { .. }
+                            | Action::Release { .. }
+                            | Action::DestroySession { .. }
+                    ) {
+                        memory.key.writing();
+                    }
                     self.state = State::Awaiting;
+                    self.in_flight = Some(action.clone());
                     Next::Act(action)
                 }
                 None => {
                     self.state = State::Planning;
-                    self.poll()
+                    self.poll(memory)
                 }
             },
-            // An outcome is owed: the driver asked twice without executing.
+            // An answer is owed: the driver asked twice without executing.
             State::Awaiting | State::Done => Next::Done,
         }
     }
@@ -155,6 +188,7 @@ impl PlanLoop {
     /// switchover request) and what the election remembers (`memory`: a lock-delay, standing
     /// back, Consul's refusal), which the plan then updates; returns the plan.
     pub fn plan(&mut self, world: &World<'_>, memory: &mut ElectionMemory) -> &Plan {
+        self.lock_delay = world.config.session.lock_delay;
         if let Some(written) = self.written.take() {
             // A second leader in one reconcile (a switchover, then a failback) must be
             // recorded against the first one's record, or the final status write would take
@@ -196,27 +230,54 @@ impl PlanLoop {
         self.last.insert(decided)
     }
 
-    /// Takes the outcome of the action [`Self::poll`] handed out last.
-    pub fn handle(&mut self, outcome: Outcome) {
-        if self.state != State::Awaiting {
-            return;
-        }
+    /// Takes the answer to the action [`Self::poll`] handed out last, at `now`, and records
+    /// in `memory` what it means for the election. Returns an event to publish: a refusal
+    /// by Consul that is news.
+    pub fn handle(
+        &mut self,
+        answer: Answer,
+        memory: &mut ElectionMemory,
+        now: Instant,
+    ) -> Option<ElectionEvent> {
+        let action = self.in_flight.take()?;
         self.state = State::Acting;
-        match outcome {
-            Outcome::Done => {}
-            Outcome::StatusWritten(recorded) => self.written = Some(*recorded),
-            Outcome::RequestCleared => self.switchover = None,
-            Outcome::SessionGone => {
+        match answer {
+            Answer::Failed => {
+                self.pending.clear();
+                self.state = State::Done;
+                None
+            }
+            Answer::Refused(refusal) => {
+                self.pending.clear();
+                self.state = State::Reporting;
+                memory.refused(refusal)
+            }
+            Answer::SessionGone { read_back } => {
+                if read_back {
+                    memory.key.read_back();
+                }
                 self.pending.clear();
                 self.state = State::Planning;
+                None
             }
-            Outcome::Failed { refused } => {
-                self.pending.clear();
-                self.state = if refused {
-                    State::Reporting
-                } else {
-                    State::Done
-                };
+            answer => {
+                if action.writes_consul() {
+                    memory.consul_wrote();
+                }
+                match answer {
+                    Answer::Acquired { acquired, after } => {
+                        memory.key.read_back();
+                        memory.key.acquire_answered(acquired, &after, now);
+                    }
+                    Answer::Released => memory.key.read_back(),
+                    Answer::StatusWritten(recorded) => self.written = Some(*recorded),
+                    Answer::RequestCleared => self.switchover = None,
+                    _ if action == Action::ForgetSession => {
+                        memory.key.session_forgotten(self.lock_delay, now);
+                    }
+                    _ => {}
+                }
+                None
             }
         }
     }

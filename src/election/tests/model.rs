@@ -27,12 +27,13 @@ use super::support::{mono, not_ready_from, record, t};
 use crate::crd::AppliedSpec;
 use crate::election::config::{Behavior, ElectionConfig, Mode, Owner, UnavailablePolicy};
 use crate::election::eligibility::{elapsed, eligibility};
+use crate::election::key_memory::KeyMemory;
 use crate::election::memory::ElectionMemory;
 use crate::election::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverOutcome,
 };
 use crate::election::plan::{Action, Phase, Plan};
-use crate::election::plan_loop::{Next, Outcome, PlanLoop, World};
+use crate::election::plan_loop::{Answer, Next, PlanLoop, World};
 use crate::election::planner::holder_from_value;
 use crate::election::switchover_request::{RequestSeen, RequestStep, step};
 
@@ -993,7 +994,7 @@ impl Model {
         let mut plans = PlanLoop::new(self.recorded.clone(), self.switchover.clone(), 16);
         let mut told = None;
         loop {
-            let action = match plans.poll() {
+            let action = match plans.poll(&mut self.memory) {
                 Next::Done => break,
                 Next::Observe => {
                     told = self.memory.key.lock_delay_until();
@@ -1020,13 +1021,7 @@ impl Model {
                 self.decided_request = Some(request.clone());
                 self.request_decided = true;
             }
-            if matches!(
-                action,
-                Action::Release { .. } | Action::Acquire { .. } | Action::DestroySession { .. }
-            ) {
-                self.memory.key.writing();
-            }
-            let mut outcome = Outcome::Done;
+            let mut answer = Answer::Done;
             let ok = match &action {
                 Action::RecordToken {
                     fencing_token,
@@ -1036,14 +1031,14 @@ impl Model {
                     if executed && self.knobs.token_before_label {
                         let plan = plans.last_plan().cloned().expect("a plan acts");
                         self.record_token(&plan, *fencing_token, *whole);
-                        outcome = Outcome::StatusWritten(Box::new(self.recorded.clone()));
+                        answer = Answer::StatusWritten(Box::new(self.recorded.clone()));
                     }
                     executed && !failing
                 }
                 Action::ClearSwitchover { .. } => {
                     let ok = executed && self.execute(&action) && !failing;
                     if ok {
-                        outcome = Outcome::RequestCleared;
+                        answer = Answer::RequestCleared;
                     }
                     ok
                 }
@@ -1061,7 +1056,7 @@ impl Model {
                                 {
                                     r.health = SessionHealth::Lost;
                                 }
-                                outcome = Outcome::SessionGone;
+                                answer = Answer::SessionGone { read_back: false };
                             }
                             !failing
                         }
@@ -1069,17 +1064,39 @@ impl Model {
                     },
                     false => false,
                 },
+                // As the executor: a refusal is an answer, not a failure, and the key is read
+                // right after the answer.
+                Action::Acquire { session, pod } => {
+                    match executed.then(|| self.acquire(session, pod)) {
+                        Some(Ok(acquired)) if !failing && self.read_back() => {
+                            let after = self.cached_lock.clone();
+                            answer = Answer::Acquired { acquired, after };
+                            true
+                        }
+                        _ => false,
+                    }
+                }
+                Action::Release { .. } => {
+                    let ok = executed && self.execute(&action) && !failing && self.read_back();
+                    if ok {
+                        answer = Answer::Released;
+                    }
+                    ok
+                }
                 _ => executed && self.execute(&action) && !failing,
             };
-            if ok && matches!(action, Action::Release { .. } | Action::Acquire { .. }) {
-                self.read_back();
-            }
             self.count_action(&action, ok);
             self.check_action(&action, executed, leaders_before, &before);
-            plans.handle(match ok {
-                true => outcome,
-                false => Outcome::Failed { refused: false },
-            });
+            let answer = if ok { answer } else { Answer::Failed };
+            plans.handle(answer, &mut self.memory, mono(self.now));
+            if !self.knobs.tell_lock_delay {
+                // The controller as it would be if it learned of no lock-delay.
+                let written = self.memory.key.written_since_read();
+                self.memory.key = KeyMemory::default();
+                if written {
+                    self.memory.key.writing();
+                }
+            }
         }
         let plan = plans.last_plan().cloned().expect("at least one plan");
         let complete = plan.actions.is_empty();
@@ -1121,20 +1138,24 @@ impl Model {
     /// A read of the key: the watch's answer, or the direct read after the operator's own
     /// acquire or release (`controller::act::Round::refresh_lock`). When it succeeds the cache
     /// takes the answer, which shows the operator's writes before it.
-    fn read_back(&mut self) {
+    /// Whether the read succeeded.
+    fn read_back(&mut self) -> bool {
         self.cached_lock = self.consul.lock_view();
-        if self.cached_lock != LockView::Unknown {
+        let read = self.cached_lock != LockView::Unknown;
+        if read {
             self.kv_read_at = Some(self.now);
-            self.memory.key.read_back();
         }
+        read
     }
 
     /// Observes the world and lets the loop plan from it.
     fn plan_once(&mut self, plans: &mut PlanLoop) {
         let pods = self.observed_pods();
-        // A stalled watch brings no answer: the cached view stays, however old.
-        if !self.consul.kv_stalled {
-            self.read_back();
+        // A stalled watch brings no answer: the cached view stays, however old. An answer is
+        // a read that started after the operator's writes (as the controller's own read at
+        // the start of a reconcile after one).
+        if !self.consul.kv_stalled && self.read_back() {
+            self.memory.key.read_back();
         }
         // After its own write the controller does not plan on the cache: it reads the key
         // directly, which fails while the KV stalls.
@@ -1342,11 +1363,6 @@ impl Model {
             }
             Action::ForgetSession => {
                 self.forgotten = self.registered.take().map(|r| r.id);
-                // As the executor: Consul refuses the key for the lost session's lock-delay.
-                if self.knobs.tell_lock_delay {
-                    let lock_delay = self.config.session.lock_delay;
-                    self.memory.key.session_forgotten(lock_delay, mono(now));
-                }
                 true
             }
             Action::CreateSession { pod, uid } => {
@@ -1379,43 +1395,35 @@ impl Model {
                     Err(Failed) => false,
                 }
             }
-            Action::Acquire { session, pod } => {
-                let uid = match &self.registered {
-                    Some(r) if r.id == *session => r.pod_uid.clone(),
-                    _ => self.fail(&format!(
-                        "acquire with {session}, not the registered session"
-                    )),
-                };
-                let value = serde_json::json!({"pod": pod, "uid": uid}).to_string();
-                // As the executor: a refusal is an answer, not a failure; what it means for
-                // the next acquisition is the memory's to decide.
-                match self.consul.acquire(session, now, value.into_bytes()) {
-                    Ok(false)
-                        if self.knobs.tell_lock_delay
-                            && self
-                                .forgotten
-                                .as_ref()
-                                .is_some_and(|lost| self.consul.lock_delay_of(lost, now)) =>
-                    {
-                        self.fail(
-                            "an acquisition refused by the lock-delay of the session the \
-                             operator itself let go of: it knew when that delay ends",
-                        )
-                    }
-                    Ok(acquired) => {
-                        if self.knobs.tell_lock_delay {
-                            let after = self.consul.lock_view();
-                            self.memory
-                                .key
-                                .acquire_answered(acquired, &after, mono(now));
-                        }
-                        true
-                    }
-                    Err(Failed) => false,
-                }
-            }
+            Action::Acquire { session, pod } => self.acquire(session, pod).is_ok(),
             Action::Emit(_) | Action::RecordToken { .. } | Action::ConfirmSession { .. } => true,
         }
+    }
+
+    /// Sends an acquisition of the key with `session` for `pod`: Consul's answer.
+    fn acquire(&mut self, session: &str, pod: &str) -> Result<bool, Failed> {
+        let now = self.now;
+        let uid = match &self.registered {
+            Some(r) if r.id == *session => r.pod_uid.clone(),
+            _ => self.fail(&format!(
+                "acquire with {session}, not the registered session"
+            )),
+        };
+        let value = serde_json::json!({"pod": pod, "uid": uid}).to_string();
+        let answer = self.consul.acquire(session, now, value.into_bytes());
+        if answer == Ok(false)
+            && self.knobs.tell_lock_delay
+            && self
+                .forgotten
+                .as_ref()
+                .is_some_and(|lost| self.consul.lock_delay_of(lost, now))
+        {
+            self.fail(
+                "an acquisition refused by the lock-delay of the session the operator itself \
+                 let go of: it knew when that delay ends",
+            );
+        }
+        answer
     }
 
     // ---- Invariants ----

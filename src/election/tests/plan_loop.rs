@@ -1,10 +1,13 @@
-//! The plan/act loop of a reconcile ([`PlanLoop`]): when it plans again, what an outcome
-//! changes for the next plan, and when it stops. The controller and the model both drive it.
+//! The plan/act loop of a reconcile ([`PlanLoop`]): when it plans again, what an answer
+//! changes for the next plan and for the election's memory, and when it stops. The controller
+//! and the model both drive it.
 
 use super::support::*;
-use crate::election::observe::Recorded;
+use crate::election::memory::ElectionMemory;
+use crate::election::observe::{LockView, Recorded};
 use crate::election::plan::Action;
-use crate::election::plan_loop::{Next, Outcome, PlanLoop};
+use crate::election::plan_loop::{Answer, Next, PlanLoop};
+use crate::election::refusal::ConsulRefusal;
 
 /// A loop over `scene`'s status and switchover request.
 fn plans_of(scene: &Scene, max_plans: usize) -> PlanLoop {
@@ -12,11 +15,11 @@ fn plans_of(scene: &Scene, max_plans: usize) -> PlanLoop {
 }
 
 /// Hands out every action of the current plan, reporting each as done; returns them.
-fn act_all(plans: &mut PlanLoop) -> Vec<Action> {
+fn act_all(plans: &mut PlanLoop, memory: &mut ElectionMemory) -> Vec<Action> {
     let mut done = Vec::new();
-    while let Next::Act(action) = plans.poll() {
+    while let Next::Act(action) = plans.poll(memory) {
         done.push(action);
-        plans.handle(Outcome::Done);
+        plans.handle(Answer::Done, memory, mono(t(100)));
     }
     done
 }
@@ -25,14 +28,10 @@ fn act_all(plans: &mut PlanLoop) -> Vec<Action> {
 fn a_plan_without_actions_ends_the_loop_complete() {
     let scene = Scene::elected("a", &["b"], 5);
     let mut plans = plans_of(&scene, 16);
-    assert_eq!(plans.poll(), Next::Observe);
-    assert!(
-        plans
-            .plan(&scene.world(), &mut scene.memory())
-            .actions
-            .is_empty()
-    );
-    assert_eq!(plans.poll(), Next::Done);
+    let mut memory = scene.memory();
+    assert_eq!(plans.poll(&mut memory), Next::Observe);
+    assert!(plans.plan(&scene.world(), &mut memory).actions.is_empty());
+    assert_eq!(plans.poll(&mut memory), Next::Done);
     assert!(!plans.unfinished());
 }
 
@@ -40,19 +39,17 @@ fn a_plan_without_actions_ends_the_loop_complete() {
 fn actions_are_handed_out_one_at_a_time_in_order_then_the_world_is_observed_again() {
     let scene = Scene::new(vec![pod("a").created(0), pod("b").created(10)]);
     let mut plans = plans_of(&scene, 16);
-    assert_eq!(plans.poll(), Next::Observe);
-    let planned = plans
-        .plan(&scene.world(), &mut scene.memory())
-        .actions
-        .clone();
+    let mut memory = scene.memory();
+    assert_eq!(plans.poll(&mut memory), Next::Observe);
+    let planned = plans.plan(&scene.world(), &mut memory).actions.clone();
     assert_eq!(planned, vec![follower("a"), create("b")]);
-    assert_eq!(plans.poll(), Next::Act(follower("a")));
+    assert_eq!(plans.poll(&mut memory), Next::Act(follower("a")));
     // No second action before the first one's outcome.
-    assert_eq!(plans.poll(), Next::Done);
-    plans.handle(Outcome::Done);
-    assert_eq!(plans.poll(), Next::Act(create("b")));
-    plans.handle(Outcome::Done);
-    assert_eq!(plans.poll(), Next::Observe);
+    assert_eq!(plans.poll(&mut memory), Next::Done);
+    plans.handle(Answer::Done, &mut memory, mono(t(100)));
+    assert_eq!(plans.poll(&mut memory), Next::Act(create("b")));
+    plans.handle(Answer::Done, &mut memory, mono(t(100)));
+    assert_eq!(plans.poll(&mut memory), Next::Observe);
 }
 
 #[test]
@@ -60,14 +57,15 @@ fn a_world_that_never_settles_ends_the_loop_unfinished_after_its_plans() {
     // Nothing the loop hands out changes this world: every plan repeats the first.
     let scene = Scene::new(vec![pod("a").created(0), pod("b").created(10)]);
     let mut plans = plans_of(&scene, 3);
+    let mut memory = scene.memory();
     let mut made = 0;
-    while plans.poll() == Next::Observe {
-        plans.plan(&scene.world(), &mut scene.memory());
+    while plans.poll(&mut memory) == Next::Observe {
+        plans.plan(&scene.world(), &mut memory);
         made += 1;
-        act_all(&mut plans);
+        act_all(&mut plans, &mut memory);
     }
     assert_eq!(made, 3);
-    assert_eq!(plans.poll(), Next::Done);
+    assert_eq!(plans.poll(&mut memory), Next::Done);
     assert!(plans.unfinished());
 }
 
@@ -75,11 +73,12 @@ fn a_world_that_never_settles_ends_the_loop_unfinished_after_its_plans() {
 fn a_failed_action_ends_the_loop_and_voids_the_rest_of_its_plan() {
     let scene = Scene::new(vec![pod("a").created(0), pod("b").created(10)]);
     let mut plans = plans_of(&scene, 16);
-    plans.poll();
-    plans.plan(&scene.world(), &mut scene.memory());
-    assert_eq!(plans.poll(), Next::Act(follower("a")));
-    plans.handle(Outcome::Failed { refused: false });
-    assert_eq!(plans.poll(), Next::Done);
+    let mut memory = scene.memory();
+    plans.poll(&mut memory);
+    plans.plan(&scene.world(), &mut memory);
+    assert_eq!(plans.poll(&mut memory), Next::Act(follower("a")));
+    plans.handle(Answer::Failed, &mut memory, mono(t(100)));
+    assert_eq!(plans.poll(&mut memory), Next::Done);
     assert!(!plans.unfinished());
 }
 
@@ -87,44 +86,50 @@ fn a_failed_action_ends_the_loop_and_voids_the_rest_of_its_plan() {
 fn a_refusal_is_planned_once_more_for_the_status_and_nothing_of_that_plan_runs() {
     let scene = Scene::new(vec![pod("a").created(0), pod("b").created(10)]);
     let mut plans = plans_of(&scene, 16);
-    plans.poll();
-    plans.plan(&scene.world(), &mut scene.memory());
-    plans.poll();
-    plans.handle(Outcome::Failed { refused: true });
-    assert_eq!(plans.poll(), Next::Observe);
-    assert!(
-        !plans
-            .plan(&scene.world(), &mut scene.memory())
-            .actions
-            .is_empty()
-    );
-    assert_eq!(plans.poll(), Next::Done);
+    let mut memory = scene.memory();
+    plans.poll(&mut memory);
+    plans.plan(&scene.world(), &mut memory);
+    plans.poll(&mut memory);
+    plans.handle(Answer::Refused(refusal()), &mut memory, mono(t(100)));
+    assert_eq!(plans.poll(&mut memory), Next::Observe);
+    assert!(!plans.plan(&scene.world(), &mut memory).actions.is_empty());
+    assert_eq!(plans.poll(&mut memory), Next::Done);
 }
 
 #[test]
 fn a_lost_session_voids_the_rest_of_the_plan_and_the_world_is_observed_again() {
     let scene = Scene::new(vec![pod("a").created(0), pod("b").created(10)]);
     let mut plans = plans_of(&scene, 16);
-    plans.poll();
-    plans.plan(&scene.world(), &mut scene.memory());
-    plans.poll();
-    plans.handle(Outcome::SessionGone);
-    assert_eq!(plans.poll(), Next::Observe);
+    let mut memory = scene.memory();
+    plans.poll(&mut memory);
+    plans.plan(&scene.world(), &mut memory);
+    plans.poll(&mut memory);
+    plans.handle(
+        Answer::SessionGone { read_back: false },
+        &mut memory,
+        mono(t(100)),
+    );
+    assert_eq!(plans.poll(&mut memory), Next::Observe);
 }
 
 #[test]
-fn an_outcome_owed_to_no_action_changes_nothing() {
+fn an_answer_owed_to_no_action_changes_nothing() {
     let scene = Scene::elected("a", &["b"], 5);
     let mut plans = plans_of(&scene, 16);
-    plans.poll();
-    plans.plan(&scene.world(), &mut scene.memory());
+    let mut memory = scene.memory();
+    plans.poll(&mut memory);
+    plans.plan(&scene.world(), &mut memory);
     let written = Recorded {
         fencing_token: Some(9),
         ..scene.recorded.clone()
     };
-    plans.handle(Outcome::StatusWritten(Box::new(written)));
-    plans.poll();
-    plans.plan(&scene.world(), &mut scene.memory());
+    plans.handle(
+        Answer::StatusWritten(Box::new(written)),
+        &mut memory,
+        mono(t(100)),
+    );
+    plans.poll(&mut memory);
+    plans.plan(&scene.world(), &mut memory);
     assert_eq!(plans.recorded().fencing_token, Some(5));
 }
 
@@ -133,9 +138,10 @@ fn after_a_status_write_the_next_plan_decides_from_it_continuing_the_request_in_
     // A switchover to `b` starts at t(100): its record says since when and from whom.
     let scene = Scene::elected("a", &["b"], 5).switchover("b");
     let mut plans = plans_of(&scene, 16);
-    plans.poll();
+    let mut memory = scene.memory();
+    plans.poll(&mut memory);
     let started = plans
-        .plan(&scene.world(), &mut scene.memory())
+        .plan(&scene.world(), &mut memory)
         .status
         .last_switchover
         .clone();
@@ -150,16 +156,20 @@ fn after_a_status_write_the_next_plan_decides_from_it_continuing_the_request_in_
         transitions: 4,
         ..scene.recorded.clone()
     };
-    let Next::Act(_) = plans.poll() else {
+    let Next::Act(_) = plans.poll(&mut memory) else {
         panic!("the move has actions");
     };
-    plans.handle(Outcome::StatusWritten(Box::new(written)));
-    act_all(&mut plans);
+    plans.handle(
+        Answer::StatusWritten(Box::new(written)),
+        &mut memory,
+        mono(t(100)),
+    );
+    act_all(&mut plans, &mut memory);
     // Five seconds later, the next plan decides from the written status and the same request.
     let later = scene.clone().now(t(105));
-    assert_eq!(plans.poll(), Next::Observe);
+    assert_eq!(plans.poll(&mut memory), Next::Observe);
     let next = plans
-        .plan(&later.world(), &mut later.memory())
+        .plan(&later.world(), &mut memory)
         .status
         .last_switchover
         .clone();
@@ -177,20 +187,108 @@ fn after_a_status_write_the_next_plan_decides_from_it_continuing_the_request_in_
 fn a_removed_request_is_not_seen_by_the_next_plans() {
     let scene = Scene::elected("a", &["b"], 5).switchover("nope");
     let mut plans = plans_of(&scene, 16);
-    plans.poll();
-    let first = plans
-        .plan(&scene.world(), &mut scene.memory())
-        .actions
-        .clone();
+    let mut memory = scene.memory();
+    plans.poll(&mut memory);
+    let first = plans.plan(&scene.world(), &mut memory).actions.clone();
     assert!(first.contains(&clear("nope")), "{first:?}");
-    while let Next::Act(action) = plans.poll() {
+    while let Next::Act(action) = plans.poll(&mut memory) {
         let cleared = action == clear("nope");
-        plans.handle(match cleared {
-            true => Outcome::RequestCleared,
-            false => Outcome::Done,
-        });
+        let answer = match cleared {
+            true => Answer::RequestCleared,
+            false => Answer::Done,
+        };
+        plans.handle(answer, &mut memory, mono(t(100)));
     }
-    assert_eq!(plans.poll(), Next::Observe);
-    let next = plans.plan(&scene.world(), &mut scene.memory());
+    assert_eq!(plans.poll(&mut memory), Next::Observe);
+    let next = plans.plan(&scene.world(), &mut memory);
     assert!(!next.actions.contains(&clear("nope")), "{next:#?}");
+}
+
+fn refusal() -> ConsulRefusal {
+    ConsulRefusal::permission_denied("kv put", "elector/ns/web")
+}
+
+/// Hands out actions, answering each `Done`, until `wanted` is handed out (and returned
+/// unanswered); re-plans from `scene` when a plan runs out.
+fn act_until(
+    plans: &mut PlanLoop,
+    memory: &mut ElectionMemory,
+    scene: &Scene,
+    wanted: impl Fn(&Action) -> bool,
+) -> Action {
+    for _ in 0..64 {
+        match plans.poll(memory) {
+            Next::Act(action) if wanted(&action) => return action,
+            Next::Act(_) => {
+                plans.handle(Answer::Done, memory, mono(scene.now));
+            }
+            Next::Observe => {
+                plans.plan(&scene.world(), memory);
+            }
+            Next::Done => break,
+        }
+    }
+    panic!("never handed out");
+}
+
+#[test]
+fn a_key_write_counts_from_when_it_is_handed_out_until_the_key_is_read_after_it() {
+    let scene = Scene::new(vec![pod("a").created(0)]).session(Some(session("s1", "a")));
+    let mut plans = plans_of(&scene, 16);
+    let mut memory = scene.memory();
+    let acquire = act_until(&mut plans, &mut memory, &scene, |a| {
+        matches!(a, Action::Acquire { .. })
+    });
+    assert!(
+        memory.key.written_since_read(),
+        "before its answer: {acquire:?}"
+    );
+    let after = scene.lock.clone();
+    let answer = Answer::Acquired {
+        acquired: false,
+        after,
+    };
+    plans.handle(answer, &mut memory, mono(scene.now));
+    assert!(!memory.key.written_since_read());
+    // Refused although nobody holds the key: a lock-delay the operator did not know of.
+    assert!(memory.key.lock_delay_until().is_some());
+}
+
+#[test]
+fn a_forgotten_session_is_followed_by_its_lock_delay() {
+    let scene = Scene::elected("a", &["b"], 5)
+        .session(Some(session("s1", "a").lost()))
+        .lock(LockView::Free { lock_index: 5 });
+    let mut plans = plans_of(&scene, 16);
+    let mut memory = scene.memory();
+    act_until(&mut plans, &mut memory, &scene, |a| {
+        *a == Action::ForgetSession
+    });
+    let now = mono(scene.now);
+    plans.handle(Answer::Done, &mut memory, now);
+    assert_eq!(
+        memory.key.lock_delay_until(),
+        Some(now + scene.config.session.lock_delay)
+    );
+}
+
+#[test]
+fn a_refusal_is_said_once_and_a_consul_write_that_succeeds_ends_it() {
+    let scene = Scene::new(vec![pod("a").created(0), pod("b").created(10)]);
+    let mut memory = scene.memory();
+    for (round, news) in [(1, true), (2, false)] {
+        let mut plans = plans_of(&scene, 16);
+        let create = act_until(&mut plans, &mut memory, &scene, |a| {
+            matches!(a, Action::CreateSession { .. })
+        });
+        let event = plans.handle(Answer::Refused(refusal()), &mut memory, mono(scene.now));
+        assert_eq!(event.is_some(), news, "round {round}: {create:?}");
+        assert_eq!(memory.refusal(), Some(&refusal()));
+    }
+    let mut plans = plans_of(&scene, 16);
+    act_until(&mut plans, &mut memory, &scene, |a| {
+        matches!(a, Action::CreateSession { .. })
+    });
+    plans.handle(Answer::Done, &mut memory, mono(scene.now));
+    assert_eq!(memory.refusal(), None);
 }
