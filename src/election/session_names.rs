@@ -3,6 +3,8 @@
 //! (rule 8). A name says who created the session for which pod:
 //! `consul-elector/<cluster>/<install>/<namespace>/<election>/<pod>`.
 
+use std::collections::HashMap;
+
 use super::config::{ElectionKey, Owner};
 
 /// First segment of every session name the operator writes.
@@ -62,6 +64,55 @@ pub fn adoptable_pod<'n>(
         None => return None,
     };
     (!pod.is_empty() && !pod.contains('/')).then_some(pod)
+}
+
+/// `consul-elector/<cluster>/<install>/` for each identity of `owner`.
+fn name_prefixes(owner: &Owner) -> Vec<String> {
+    owner
+        .identities()
+        .map(|(cluster, install)| format!("{SESSION_NAME_PREFIX}/{cluster}/{install}/"))
+        .collect()
+}
+
+/// Whether `name` is one `owner` gives its sessions, now or before a rename of its cluster
+/// or install (names of earlier versions, without an install, are not: such a session is
+/// adopted only from the status that records it).
+pub fn named_by(name: &str, owner: &Owner) -> bool {
+    name_prefixes(owner).iter().any(|p| name.starts_with(p))
+}
+
+/// The sessions a new active replica of `owner` adopts from a listing of `(name, entry)`
+/// before its first reconcile: for each election, its only session named by `owner`, with
+/// the election and the pod it was created for. An election with two such sessions is left
+/// to its reconcile, which adopts the one its key or its status names.
+pub fn sole_sessions<'n, T>(
+    owner: &Owner,
+    sessions: impl IntoIterator<Item = (&'n str, T)>,
+) -> Vec<(ElectionKey, &'n str, T)> {
+    let prefixes = name_prefixes(owner);
+    let mut by_election: HashMap<ElectionKey, Vec<(&'n str, T)>> = HashMap::new();
+    for (name, entry) in sessions {
+        let Some(rest) = prefixes.iter().find_map(|p| name.strip_prefix(p.as_str())) else {
+            continue;
+        };
+        let mut parts = rest.splitn(3, '/');
+        let (Some(namespace), Some(election)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let key = ElectionKey {
+            namespace: namespace.to_owned(),
+            name: election.to_owned(),
+        };
+        by_election.entry(key).or_default().push((name, entry));
+    }
+    by_election
+        .into_iter()
+        .filter_map(|(key, mut found)| {
+            let (name, entry) = found.pop().filter(|_| found.is_empty())?;
+            let pod = adoptable_pod(name, owner, &key, Found::HoldingKey)?;
+            Some((key, pod, entry))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -187,6 +238,38 @@ mod tests {
         assert_eq!(
             adoptable_pod(&current, &owner("shop"), &web(), Found::HoldingKey),
             Some("web-0")
+        );
+    }
+
+    #[test]
+    fn a_restart_adopts_each_elections_only_session_of_this_install() {
+        let names = [
+            "consul-elector/blue/ops.ce/shop/web/web-0",
+            "consul-elector/green/ops.ce/shop/web/web-1",
+            "consul-elector/blue/ops.ce/shop/api/api-0",
+            "consul-elector/blue/ops.ce/shop/api/api-1",
+            "consul-elector/shop/web/web-2",
+            "consul-elector/blue/ops.ce/shop/db/a/b",
+            "someone-else",
+            // Another install in the same cluster: never renewed, never adopted.
+            "consul-elector/blue/team.ce/shop/queue/queue-0",
+            // This cluster's name of an earlier version: adopted only from the status.
+            "consul-elector/blue/shop/queue/queue-1",
+        ];
+        let owner = Owner::new("blue", "ops.ce");
+        let named: Vec<usize> = (0..names.len())
+            .filter(|&i| named_by(names[i], &owner))
+            .collect();
+        assert_eq!(named, vec![0, 2, 3, 5]);
+        let found = sole_sessions(&owner, names.iter().copied().zip(0..));
+        let found: Vec<(String, &str, usize)> = found
+            .into_iter()
+            .map(|(key, pod, i)| (key.to_string(), pod, i))
+            .collect();
+        assert_eq!(
+            found,
+            vec![("shop/web".to_owned(), "web-0", 0)],
+            "only shop/web has exactly one valid session"
         );
     }
 }

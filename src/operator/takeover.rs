@@ -36,7 +36,7 @@ use crate::controller::consul_access;
 use crate::crd::LeaderElection;
 use crate::election::adoption::{FoundSettings, settings_match, vouched_by_status};
 use crate::election::config::{ElectionKey, Mode, Owner};
-use crate::election::session_names::{Found, SESSION_NAME_PREFIX, adoptable_pod};
+use crate::election::session_names::{Found, adoptable_pod, named_by, sole_sessions};
 use crate::sessions::found_settings;
 
 /// Adoptions (each one renewal, plus a Secret read for elections with their own token) in
@@ -111,23 +111,12 @@ pub async fn keep_alive(ctx: &Context) -> usize {
     renewed
 }
 
-/// The IDs of the sessions named for `owner`, now or before a rename (sessions of earlier
-/// versions, named without an install, are adopted from the statuses by [`adopt_all`], never
-/// renewed on their name alone).
+/// The IDs of the sessions named for `owner` ([`named_by`]).
 fn this_installs<'s>(owner: &Owner, sessions: &'s [SessionEntry]) -> Vec<&'s str> {
-    let prefixes = name_prefixes(owner);
     sessions
         .iter()
-        .filter(|s| prefixes.iter().any(|p| s.name.starts_with(p)))
+        .filter(|s| named_by(&s.name, owner))
         .map(|s| s.id.as_str())
-        .collect()
-}
-
-/// `consul-elector/<cluster>/<install>/` for each identity of `owner`.
-fn name_prefixes(owner: &Owner) -> Vec<String> {
-    owner
-        .identities()
-        .map(|(cluster, install)| format!("{SESSION_NAME_PREFIX}/{cluster}/{install}/"))
         .collect()
 }
 
@@ -210,37 +199,16 @@ async fn accesses(ctx: &Context) -> Vec<(ConsulClient, HashSet<ElectionKey>)> {
     groups.into_values().collect()
 }
 
-/// The sessions named for this install, one per election that has exactly one.
+/// The sessions to adopt before the first reconcile ([`sole_sessions`]).
 fn candidates(owner: &Owner, sessions: &[SessionEntry]) -> Vec<Candidate> {
-    let prefixes = name_prefixes(owner);
-    let mut by_election: HashMap<ElectionKey, Vec<&SessionEntry>> = HashMap::new();
-    for session in sessions {
-        let Some(rest) = prefixes.iter().find_map(|p| session.name.strip_prefix(p)) else {
-            continue;
-        };
-        let mut parts = rest.splitn(3, '/');
-        let (Some(namespace), Some(name)) = (parts.next(), parts.next()) else {
-            continue;
-        };
-        let key = ElectionKey {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-        };
-        by_election.entry(key).or_default().push(session);
-    }
-    by_election
+    let named = sessions.iter().map(|s| (s.name.as_str(), s));
+    sole_sessions(owner, named)
         .into_iter()
-        .filter_map(|(key, found)| {
-            let [session] = found.as_slice() else {
-                return None;
-            };
-            let pod = adoptable_pod(&session.name, owner, &key, Found::HoldingKey)?.to_owned();
-            Some(Candidate {
-                session: session.id.clone(),
-                key,
-                pod,
-                settings: found_settings(session),
-            })
+        .map(|(key, pod, session)| Candidate {
+            session: session.id.clone(),
+            key,
+            pod: pod.to_owned(),
+            settings: found_settings(session),
         })
         .collect()
 }
@@ -335,30 +303,19 @@ mod tests {
     }
 
     #[test]
-    fn only_this_installs_unambiguous_sessions_are_candidates() {
+    fn the_candidates_carry_the_listed_session_and_its_settings() {
+        let owner = Owner::new("blue", "ops.ce");
         let sessions = [
             entry("1", "consul-elector/blue/ops.ce/shop/web/web-0"),
-            entry("2", "consul-elector/green/ops.ce/shop/web/web-1"),
-            entry("3", "consul-elector/blue/ops.ce/shop/api/api-0"),
-            entry("4", "consul-elector/blue/ops.ce/shop/api/api-1"),
-            entry("5", "consul-elector/shop/web/web-2"),
-            entry("6", "consul-elector/blue/ops.ce/shop/db/a/b"),
-            entry("7", "someone-else"),
-            // Another install in the same cluster: never renewed, never adopted.
-            entry("8", "consul-elector/blue/team.ce/shop/queue/queue-0"),
-            // This cluster's name of an earlier version: adopted only from the status.
-            entry("9", "consul-elector/blue/shop/queue/queue-1"),
+            entry("2", "consul-elector/blue/ops.ce/shop/api/api-0"),
+            entry("3", "consul-elector/blue/ops.ce/shop/api/api-1"),
         ];
-        let owner = Owner::new("blue", "ops.ce");
-        assert_eq!(this_installs(&owner, &sessions), vec!["1", "3", "4", "6"]);
+        assert_eq!(this_installs(&owner, &sessions), vec!["1", "2", "3"]);
         let found = candidates(&owner, &sessions);
-        assert_eq!(
-            found.len(),
-            1,
-            "only shop/web has exactly one valid session"
-        );
+        assert_eq!(found.len(), 1, "shop/api has two sessions");
         let only = &found[0];
         assert_eq!((only.session.as_str(), only.pod.as_str()), ("1", "web-0"));
         assert_eq!(only.key.to_string(), "shop/web");
+        assert_eq!(only.settings, found_settings(&sessions[0]));
     }
 }
