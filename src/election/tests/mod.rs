@@ -6,7 +6,6 @@ mod support;
 
 mod conflicts;
 mod fencing_causes;
-mod installs;
 mod invariants;
 mod observe_mode;
 mod pause;
@@ -19,5 +18,7 @@ mod rule3_restart;
 mod rule4_moves;
 mod rule5_stickiness;
 mod rule6_token;
+mod rule7_cleanup;
+mod rule8_one_writer;
 mod status;
 mod switchover;

@@ -1,4 +1,5 @@
-//! Two installs of the operator in one cluster (rule 8: one writer). The key held by another
+//! Rule 8, one writer: two installs of the operator in one cluster (the Lease that lets one
+//! replica of an install write is `leadership::elector`, tested there). The key held by another
 //! install's session, for a pod of this cluster, means that install serves the election: this
 //! one writes nothing (no pod, no status) and takes over only once that session is gone. Any
 //! other holder (an application, an earlier version, another cluster) is handled as before:

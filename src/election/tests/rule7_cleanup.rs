@@ -1,0 +1,134 @@
+//! Rule 7: deleting a LeaderElection (or withdrawing it: yielding to an older election,
+//! acting with edited labels, key or Consul access) cleans up in order: the labels that may
+//! lead, then the key and session, then the rest; and the wait for Consul is bounded.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::crd::SKIP_CONSUL_CLEANUP_ANNOTATION;
+use crate::election::cleanup_deadline::{Deadline, deadline};
+use crate::election::withdrawal::{Footprint, LabelledPod, Step, fence, withdrawal};
+
+// ---- The order of a withdrawal (`withdrawal::withdrawal`, `withdrawal::fence`) ----
+
+fn pod(name: &str, value: Option<&str>) -> LabelledPod {
+    LabelledPod {
+        pod: name.to_owned(),
+        uid: format!("uid-{name}"),
+        value: value.map(str::to_owned),
+    }
+}
+
+fn unlabel(name: &str) -> Step {
+    Step::Unlabel {
+        pod: name.to_owned(),
+        uid: format!("uid-{name}"),
+    }
+}
+
+const MANAGED: Footprint<'static> = Footprint {
+    follower: Some("follower"),
+    managed: true,
+};
+
+#[test]
+fn the_leader_label_goes_before_the_key_and_the_followers_after_it() {
+    let pods = [
+        pod("a", Some("follower")),
+        pod("b", Some("leader")),
+        pod("c", Some("follower")),
+    ];
+    assert_eq!(
+        withdrawal(MANAGED, &pods),
+        vec![
+            unlabel("b"),
+            Step::ReleaseAndDestroy,
+            unlabel("a"),
+            unlabel("c")
+        ]
+    );
+}
+
+#[test]
+fn any_value_but_the_follower_counts_as_a_leader() {
+    // A leader value the spec has since replaced, or no value at all (the pod kept only
+    // the annotations), is still taken off before the key is released.
+    let pods = [pod("a", Some("primary")), pod("b", None)];
+    assert_eq!(
+        withdrawal(MANAGED, &pods),
+        vec![unlabel("a"), unlabel("b"), Step::ReleaseAndDestroy]
+    );
+}
+
+#[test]
+fn without_a_readable_spec_every_labelled_pod_counts_as_a_leader() {
+    let unknown = Footprint {
+        follower: None,
+        managed: true,
+    };
+    let pods = [pod("a", Some("follower"))];
+    assert_eq!(
+        withdrawal(unknown, &pods),
+        vec![unlabel("a"), Step::ReleaseAndDestroy]
+    );
+}
+
+#[test]
+fn observe_mode_never_touches_consul() {
+    let observed = Footprint {
+        follower: Some("follower"),
+        managed: false,
+    };
+    let pods = [pod("a", Some("leader")), pod("b", Some("follower"))];
+    assert_eq!(
+        withdrawal(observed, &pods),
+        vec![unlabel("a"), unlabel("b")]
+    );
+}
+
+#[test]
+fn fencing_takes_only_the_leader_labels() {
+    let pods = [pod("a", Some("follower")), pod("b", Some("leader"))];
+    assert_eq!(fence(MANAGED, &pods), vec![unlabel("b")]);
+}
+
+// ---- Consul's bound (`cleanup_deadline::deadline`) ----
+
+const BOUND: Duration = Duration::from_secs(300);
+
+fn at(secs: i64) -> Timestamp {
+    Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+#[test]
+fn the_retry_delay_grows_and_never_passes_the_bound() {
+    let retry = |elapsed: i64| deadline(None, Some(at(1_000)), at(1_000 + elapsed), BOUND);
+    assert_eq!(retry(0), Deadline::RetryIn(Duration::from_secs(1)));
+    assert_eq!(retry(20), Deadline::RetryIn(Duration::from_secs(5)));
+    assert_eq!(retry(200), Deadline::RetryIn(Duration::from_secs(30)));
+    assert_eq!(retry(290), Deadline::RetryIn(Duration::from_secs(10)));
+    assert!(matches!(retry(300), Deadline::GiveUp(_)));
+    assert!(matches!(retry(10_000), Deadline::GiveUp(_)));
+}
+
+#[test]
+fn the_annotation_gives_up_at_once() {
+    assert!(matches!(
+        deadline(Some("true"), Some(at(1_000)), at(1_000), BOUND),
+        Deadline::GiveUp(why) if why.contains(SKIP_CONSUL_CLEANUP_ANNOTATION)
+    ));
+    // Only "true" skips.
+    assert_eq!(
+        deadline(Some("yes"), Some(at(1_000)), at(1_000), BOUND),
+        Deadline::RetryIn(Duration::from_secs(1))
+    );
+}
+
+#[test]
+fn an_election_not_deleted_retries_from_the_shortest_delay() {
+    assert_eq!(
+        deadline(None, None, at(1_000), BOUND),
+        Deadline::RetryIn(Duration::from_secs(1))
+    );
+}
