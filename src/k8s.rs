@@ -140,6 +140,8 @@ pub fn pod_view(pod: &Pod, selected: bool, label_key: &str) -> Option<PodView> {
             Some(text) => text.trim().parse().ok(),
         },
         handover: annotation(HANDOVER_ANNOTATION),
+        // Decided with the other elections in view (`annotation_owner::shared_view`).
+        reclaim: false,
     })
 }
 

@@ -22,6 +22,7 @@ use crate::cache::views as observe;
 use crate::consul::{ConsulClient, ConsulError};
 use crate::crd::LeaderElection;
 use crate::election::adoption::{settings_match, vouched_by_key, vouched_by_status};
+use crate::election::annotation_owner::{Owner as AnnotationOwner, shared_view};
 use crate::election::config::{ElectionConfig, ElectionKey, Mode};
 use crate::election::observe::{LockView, PodView};
 use crate::election::plan::{Action, ConditionState, ElectionEvent, Plan};
@@ -472,38 +473,30 @@ impl<'a> Round<'a> {
         Ok(())
     }
 
-    /// The planner reads the operator's annotations of a pod as this election's. On a pod
-    /// whose annotations another election owns (see [`sharing`]), it sees instead what this
-    /// election wrote or would write: for its leader, the token and since of this leadership
-    /// (since left unknown when nobody owns the annotations, so that the leader is labelled
-    /// again and takes them), for any other pod none.
+    /// The planner reads the operator's annotations of a pod as this election's; on a pod
+    /// shared with elections of other label keys, it sees what this election wrote or would
+    /// write ([`shared_view`]).
     fn shared_views(&self, views: &mut [PodView]) {
         let me = self.key.name.as_str();
         for view in views {
             let Some((pod, _)) = self.pods.get(&view.name) else {
                 continue;
             };
-            if k8s::labelled_by(pod) == Some(me) {
-                continue;
-            }
-            let foreign = observe::foreign_owner(&self.ctx.caches, me, pod).is_some();
-            if view.role.as_deref() == Some(self.config.labels.leader.as_str()) {
-                let expected = self.leadership_of(&view.uid);
-                view.fencing_token = expected.map(|(token, _)| token.to_string());
-                view.leader_since = expected
-                    .filter(|_| foreign)
-                    .map(|(_, since)| since.to_string());
-            } else if foreign {
-                view.fencing_token = None;
-                view.leader_since = None;
-            } else if view.role.as_deref() == Some(self.config.labels.follower.as_str())
-                && k8s::labelled_by(pod).is_none()
-                && !observe::led_by_another(&self.ctx.caches, me, &self.config.labels.key, pod)
-            {
-                // Our follower, with nobody's annotations (another election that owned them
-                // went away): label it again, which claims them.
-                view.leader_since = Some(String::new());
-            }
+            let owner = match k8s::labelled_by(pod) {
+                Some(owner) if owner == me => AnnotationOwner::Me,
+                Some(_) if observe::foreign_owner(&self.ctx.caches, me, pod).is_some() => {
+                    AnnotationOwner::Another
+                }
+                Some(_) => AnnotationOwner::Gone,
+                None => AnnotationOwner::Nobody,
+            };
+            let labels = &self.config.labels;
+            // Asked only where the answer matters (a follower nobody's annotations name).
+            let led_by_another = owner == AnnotationOwner::Nobody
+                && view.role.as_deref() == Some(labels.follower.as_str())
+                && observe::led_by_another(&self.ctx.caches, me, &labels.key, pod);
+            let leadership = self.leadership_of(&view.uid);
+            shared_view(view, owner, led_by_another, labels, leadership);
         }
     }
 

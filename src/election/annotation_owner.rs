@@ -14,6 +14,11 @@
 //! one strips the leader annotations of the other, which labels its leader again (and, the
 //! label looking like a new acquisition, raises its token by releasing and re-acquiring).
 
+use jiff::Timestamp;
+
+use super::config::LabelConfig;
+use super::observe::PodView;
+
 /// How a patch of a pod by one election treats the operator's annotations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Annotations {
@@ -47,6 +52,54 @@ pub fn annotations(pod: SharedPod, to_leader: bool) -> Annotations {
         None if pod.led_by_another && pod.owned_by_me => Annotations::GiveUp,
         None if pod.led_by_another => Annotations::Keep,
         None => Annotations::Write,
+    }
+}
+
+/// Who owns a pod's operator annotations, as one election sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// This election.
+    Me,
+    /// Another existing election.
+    Another,
+    /// An election that no longer exists (or is being deleted).
+    Gone,
+    /// Nobody: the annotations name no election.
+    Nobody,
+}
+
+/// Rewrites `view`, a pod as read, into what this election itself wrote or would write, so
+/// that its planner decides as if the pod's annotations were its own:
+/// - its leader (labelled `labels.leader` under its key) carries the token and since of its
+///   leadership (`leadership`: as labelled by this reconcile or recorded), the since only
+///   while another election owns the annotations (else it is left unknown, so that the leader
+///   is labelled again and takes them);
+/// - any other pod whose annotations another election owns carries none;
+/// - its follower whose annotations nobody owns, led by no other election, is marked
+///   [`PodView::reclaim`]: labelling it again claims them.
+pub fn shared_view(
+    view: &mut PodView,
+    owner: Owner,
+    led_by_another: bool,
+    labels: &LabelConfig,
+    leadership: Option<(u64, Timestamp)>,
+) {
+    if owner == Owner::Me {
+        return;
+    }
+    if view.role.as_deref() == Some(labels.leader.as_str()) {
+        view.fencing_token = leadership.map(|(token, _)| token.to_string());
+        view.leader_since = leadership
+            .filter(|_| owner == Owner::Another)
+            .map(|(_, since)| since.to_string());
+    } else if owner == Owner::Another {
+        view.fencing_token = None;
+        view.leader_since = None;
+    } else if view.role.as_deref() == Some(labels.follower.as_str())
+        && owner == Owner::Nobody
+        && !led_by_another
+    {
+        view.reclaim = true;
     }
 }
 
@@ -91,5 +144,69 @@ mod tests {
             ..led
         };
         assert_eq!(annotations(not_mine, false), Annotations::Keep);
+    }
+
+    fn labels() -> LabelConfig {
+        LabelConfig {
+            key: "elector.dev/role".into(),
+            leader: "leader".into(),
+            follower: "follower".into(),
+        }
+    }
+
+    fn view(role: &str) -> PodView {
+        PodView {
+            name: "web-0".into(),
+            uid: "u0".into(),
+            selected: true,
+            ready: true,
+            not_ready_since: None,
+            deleting: false,
+            finished: false,
+            created_at: Timestamp::UNIX_EPOCH,
+            pod_ip: None,
+            node: None,
+            role: Some(role.into()),
+            fencing_token: Some("3".into()),
+            leader_since: Some("2026-11-29T10:00:00Z".into()),
+            priority: Some(0),
+            handover: None,
+            reclaim: false,
+        }
+    }
+
+    #[test]
+    fn a_shared_pod_is_planned_on_as_this_election_wrote_it() {
+        let since: Timestamp = "2026-11-29T11:00:00Z".parse().unwrap();
+        let ours = Some((7, since));
+        let shared = |role: &str, owner: Owner, led_by_another: bool| {
+            let mut v = view(role);
+            shared_view(&mut v, owner, led_by_another, &labels(), ours);
+            v
+        };
+        // Its own annotations are read as they are.
+        assert_eq!(shared("leader", Owner::Me, false), view("leader"));
+        // Its leader: its own token; its since only while another election owns them.
+        let leader = shared("leader", Owner::Another, false);
+        assert_eq!(leader.fencing_token.as_deref(), Some("7"));
+        assert_eq!(leader.leader_since, Some(since.to_string()));
+        for owner in [Owner::Gone, Owner::Nobody] {
+            let leader = shared("leader", owner, false);
+            assert_eq!(leader.fencing_token.as_deref(), Some("7"));
+            assert_eq!(
+                leader.leader_since, None,
+                "{owner:?}: labelled again to take them"
+            );
+        }
+        // Another election's annotations on any other pod: none of its own.
+        let follower = shared("follower", Owner::Another, false);
+        assert_eq!(
+            (follower.fencing_token, follower.leader_since),
+            (None, None)
+        );
+        // Its follower with nobody's annotations is claimed again, unless another leads it.
+        assert!(shared("follower", Owner::Nobody, false).reclaim);
+        assert!(!shared("follower", Owner::Nobody, true).reclaim);
+        assert!(!shared("follower", Owner::Gone, false).reclaim);
     }
 }

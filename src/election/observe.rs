@@ -40,6 +40,9 @@ pub struct PodView {
     pub priority: Option<i32>,
     /// Current `elector.dev/handover` annotation (a planned move's deadline, or `done`).
     pub handover: Option<String>,
+    /// A follower of this election whose operator annotations no election owns (their owner
+    /// went away): labelling it again claims them ([`super::annotation_owner::shared_view`]).
+    pub reclaim: bool,
 }
 
 /// The Consul lock (the election's key) as last read.

@@ -261,7 +261,7 @@ impl<'a> Builder<'a> {
             }
             let has_leader_annotations = pod.fencing_token.is_some() || pod.leader_since.is_some();
             if pod.selected {
-                if pod.role.as_deref() != Some(follower) || has_leader_annotations {
+                if pod.role.as_deref() != Some(follower) || has_leader_annotations || pod.reclaim {
                     self.actions.push(Action::LabelFollower {
                         pod: pod.name.clone(),
                         uid: pod.uid.clone(),

@@ -619,6 +619,7 @@ impl Model {
             leader_since: None,
             priority: Some(0),
             handover: None,
+            reclaim: false,
         });
     }
 

@@ -216,3 +216,13 @@ fn while_consul_is_unknown_a_second_leader_label_still_goes() {
     let plan = two.config(observe).recorded(Default::default()).plan();
     assert_eq!(steps(&plan), vec![follower("a"), follower("b")]);
 }
+
+#[test]
+fn a_follower_whose_annotations_nobody_owns_is_labelled_again_to_claim_them() {
+    let mut unowned = pod("b").follower();
+    unowned.reclaim = true;
+    let plan = Scene::elected("a", &["c"], 5).with_pod(unowned).plan();
+    assert_eq!(steps(&plan), vec![follower("b")], "{plan:#?}");
+    let settled = Scene::elected("a", &["b", "c"], 5).plan();
+    assert!(steps(&settled).is_empty(), "{settled:#?}");
+}

@@ -101,6 +101,7 @@ pub fn pod(name: &str) -> PodView {
         leader_since: None,
         priority: Some(0),
         handover: None,
+        reclaim: false,
     }
 }
 
