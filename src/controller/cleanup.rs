@@ -30,7 +30,7 @@ use crate::cache::views as observe;
 use crate::consul::{ConsulClient, parse_go_duration};
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
 use crate::election::cleanup_deadline::{Deadline, deadline};
-use crate::election::config::{ElectionKey, LabelConfig, Mode};
+use crate::election::config::{ElectionKey, LabelConfig};
 use crate::election::observe::{SessionHealth, SessionView};
 use crate::election::plan::EventReason;
 use crate::election::session_names::Found;
@@ -85,40 +85,30 @@ impl Footprint {
         }
     }
 
-    /// The footprint of `le`.
+    /// The footprint of `le` ([`withdrawal::acted_with`]).
     pub fn of(le: &LeaderElection, ctx: &Context) -> Footprint {
         let config = crate::crd::validate(le).ok();
-        // A session this process holds for the election is the operator's whatever the mode
-        // says now (one left from Managed mode that Observe mode did not hand over yet).
         let holds_session = election_key(le).is_ok_and(|key| ctx.sessions.view(&key).is_some());
-        let managed = holds_session || config.as_ref().is_none_or(|c| c.mode == Mode::Managed);
-        if let Some(applied) = ctx.caches.current_status(le).applied {
-            let mut acted_on = le.clone();
-            acted_on.spec = super::applied::with_applied(&le.spec, &applied);
-            return Footprint {
-                le: acted_on,
-                labelled: Labelled {
-                    key: applied.label_key,
-                    follower: Some(applied.follower),
-                },
-                consul_key: applied.key,
-                managed,
-            };
-        }
+        let applied = ctx.caches.current_status(le).applied;
         let (namespace, name) = (le.namespace().unwrap_or_default(), le.name_any());
+        let acted = withdrawal::acted_with(
+            applied.as_ref(),
+            config.as_ref(),
+            holds_session,
+            default_key(&namespace, &name),
+        );
+        let mut acted_on = le.clone();
+        if let Some(applied) = &applied {
+            acted_on.spec = super::applied::with_applied(&le.spec, applied);
+        }
         Footprint {
-            le: le.clone(),
+            le: acted_on,
             labelled: Labelled {
-                key: config.as_ref().map_or_else(
-                    || crate::crd::DEFAULT_ROLE_LABEL.to_owned(),
-                    |c| c.labels.key.clone(),
-                ),
-                follower: config.as_ref().map(|c| c.labels.follower.clone()),
+                key: acted.label_key,
+                follower: acted.follower,
             },
-            consul_key: config
-                .as_ref()
-                .map_or_else(|| default_key(&namespace, &name), |c| c.key.clone()),
-            managed,
+            consul_key: acted.consul_key,
+            managed: acted.managed,
         }
     }
 }

@@ -9,6 +9,9 @@
 //! still carries the leader label. Consul failing does not stop the labels after it: the
 //! outcome of the Consul step is reported with the rest (see `cleanup_deadline`).
 
+use super::config::{ElectionConfig, Mode};
+use crate::crd::{AppliedSpec, DEFAULT_ROLE_LABEL};
+
 /// A pod the election labelled, as a withdrawal sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabelledPod {
@@ -29,6 +32,53 @@ pub struct Footprint<'a> {
     /// The operator may hold a session for the election (it is not in Observe mode, or it is
     /// moving away from the values it held a session with).
     pub managed: bool,
+}
+
+/// What the operator acted with for an election, as far as a withdrawal needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acted {
+    /// The label key of its labels.
+    pub label_key: String,
+    /// The follower value (`None`: cannot be told, see [`Footprint::follower`]).
+    pub follower: Option<String>,
+    /// Its Consul key.
+    pub consul_key: String,
+    /// See [`Footprint::managed`].
+    pub managed: bool,
+}
+
+/// What the operator acted with for an election: the record of its status (`applied`) when
+/// there is one, else its spec as it reads now (`config`; `None` when the spec is invalid:
+/// then the default label key and `default_key`, the follower value unknown). A session the
+/// operator holds (`holds_session`) counts whatever the mode says now: one left from Managed
+/// mode that Observe mode did not hand over yet is still released and destroyed.
+pub fn acted_with(
+    applied: Option<&AppliedSpec>,
+    config: Option<&ElectionConfig>,
+    holds_session: bool,
+    default_key: String,
+) -> Acted {
+    let managed = holds_session || config.is_none_or(|c| c.mode == Mode::Managed);
+    match (applied, config) {
+        (Some(applied), _) => Acted {
+            label_key: applied.label_key.clone(),
+            follower: Some(applied.follower.clone()),
+            consul_key: applied.key.clone(),
+            managed,
+        },
+        (None, Some(config)) => Acted {
+            label_key: config.labels.key.clone(),
+            follower: Some(config.labels.follower.clone()),
+            consul_key: config.key.clone(),
+            managed,
+        },
+        (None, None) => Acted {
+            label_key: DEFAULT_ROLE_LABEL.to_owned(),
+            follower: None,
+            consul_key: default_key,
+            managed,
+        },
+    }
 }
 
 /// One step of a withdrawal.

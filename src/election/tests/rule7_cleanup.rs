@@ -132,3 +132,50 @@ fn an_election_not_deleted_retries_from_the_shortest_delay() {
         Deadline::RetryIn(Duration::from_secs(1))
     );
 }
+
+// ---- What a withdrawal takes off (`withdrawal::acted_with`) ----
+
+#[test]
+fn a_withdrawal_takes_off_what_the_operator_acted_with() {
+    use crate::crd::{AppliedSpec, DEFAULT_ROLE_LABEL};
+    use crate::election::config::Mode;
+    use crate::election::tests::support::config;
+    use crate::election::withdrawal::{Acted, acted_with};
+
+    let spec = config();
+    let applied = AppliedSpec {
+        label_key: "old/role".into(),
+        follower: "standby".into(),
+        key: "elector/shop/old".into(),
+        ..AppliedSpec::default()
+    };
+    // The status's record wins over the spec as it reads now.
+    assert_eq!(
+        acted_with(Some(&applied), Some(&spec), false, "default".into()),
+        Acted {
+            label_key: "old/role".into(),
+            follower: Some("standby".into()),
+            consul_key: "elector/shop/old".into(),
+            managed: true,
+        }
+    );
+    // Without a record: the spec.
+    let from_spec = acted_with(None, Some(&spec), false, "default".into());
+    assert_eq!(
+        (from_spec.label_key, from_spec.consul_key),
+        (spec.labels.key.clone(), spec.key.clone())
+    );
+    // An invalid spec: the defaults, and every labelled pod may lead.
+    let unknown = acted_with(None, None, false, "default".into());
+    assert_eq!(unknown.label_key, DEFAULT_ROLE_LABEL);
+    assert_eq!(unknown.follower, None);
+    assert_eq!(unknown.consul_key, "default");
+    assert!(unknown.managed);
+    // Observe mode: no session of the operator's, unless it still holds one.
+    let observe = crate::election::config::ElectionConfig {
+        mode: Mode::Observe,
+        ..spec
+    };
+    assert!(!acted_with(None, Some(&observe), false, "default".into()).managed);
+    assert!(acted_with(None, Some(&observe), true, "default".into()).managed);
+}
