@@ -143,7 +143,7 @@ impl ConsulClient {
     }
 
     /// A root client whose session requests (create, renew, destroy), and the renewal tasks
-    /// of [`crate::sessions::SessionManager`], run on `session_runtime`: give it a runtime of
+    /// of [`crate::observers::sessions::SessionManager`], run on `session_runtime`: give it a runtime of
     /// its own (its own OS thread), and CPU-bound work on the caller's runtime can never
     /// delay a renewal. Other requests run on the caller's runtime.
     pub fn with_session_runtime(

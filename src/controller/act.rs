@@ -30,7 +30,7 @@ use crate::election::plan_loop::{Answer, Next, PlanLoop, World};
 use crate::election::refusal::ConsulRefusal;
 use crate::election::session_names::Found;
 use crate::k8s::{self, PodRole};
-use crate::sessions::adoptable_session;
+use crate::observers::sessions::adoptable_session;
 
 /// Flags written with every acquisition and release: marks the key as an elector lock.
 pub const LOCK_FLAGS: u64 = 0x0065_6c65_6374_6f72;

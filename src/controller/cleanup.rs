@@ -37,7 +37,7 @@ use crate::election::session_names::Found;
 use crate::election::unusable::{UnusableLabel, UnusableLock, unusable_label};
 use crate::election::withdrawal::{self, LabelledPod, Step, fence, withdrawal};
 use crate::k8s::{self, Pod, PodRole};
-use crate::sessions::adoptable_session;
+use crate::observers::sessions::adoptable_session;
 
 /// `id`, a session the status names but this process has not adopted, when Consul still has
 /// it and its name says this cluster's operator created it for this election: only such a

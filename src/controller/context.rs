@@ -16,9 +16,9 @@ use crate::election::config::{ElectionKey, Owner};
 use crate::event_queue::EventQueue;
 use crate::http::Health;
 use crate::leadership::LeaseSettings;
-use crate::locks::LockWatcher;
 use crate::metrics::Metrics;
-use crate::sessions::SessionManager;
+use crate::observers::locks::LockWatcher;
+use crate::observers::sessions::SessionManager;
 
 /// Operator-wide settings of the controller.
 #[derive(Debug, Clone)]

@@ -52,9 +52,9 @@ use crate::event_queue::EventQueue;
 use crate::http::Health;
 use crate::k8s::Pod;
 use crate::leadership::{Leadership, LeadershipError};
-use crate::locks::LockWatcher;
 use crate::metrics::Metrics;
-use crate::sessions::SessionManager;
+use crate::observers::locks::LockWatcher;
+use crate::observers::sessions::SessionManager;
 use crate::write_gate::{self, WriteGate};
 
 /// The operator's event rate limit: a burst of 100 events, then one every 50 ms (20 per

@@ -37,7 +37,7 @@ use crate::crd::LeaderElection;
 use crate::election::adoption::{FoundSettings, settings_match, vouched_by_status};
 use crate::election::config::{ElectionKey, Mode, Owner};
 use crate::election::session_names::{Found, adoptable_pod, named_by, sole_sessions};
-use crate::sessions::found_settings;
+use crate::observers::sessions::found_settings;
 
 /// Adoptions (each one renewal, plus a Secret read for elections with their own token) in
 /// flight at once.

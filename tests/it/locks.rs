@@ -15,7 +15,7 @@ use consul_elector::consul::{
 use consul_elector::election::config::ElectionKey;
 use consul_elector::election::confirmation_pace::answer_pause;
 use consul_elector::election::observe::LockView;
-use consul_elector::locks::{LONG_POLLS_PER_ADDRESS, LockWatcher};
+use consul_elector::observers::locks::{LONG_POLLS_PER_ADDRESS, LockWatcher};
 use testkit::consul::{Emulator, Endpoint, Fault, FaultAction};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 

@@ -11,7 +11,7 @@ use consul_elector::consul::{ConsulClient, ConsulSettings, RetryPolicy, SessionR
 use consul_elector::election::config::{Behavior, ElectionKey, Owner, SessionConfig};
 use consul_elector::election::observe::{SessionHealth, SessionView};
 use consul_elector::election::session_names::session_name;
-use consul_elector::sessions::SessionManager;
+use consul_elector::observers::sessions::SessionManager;
 use consul_elector::write_gate::WriteGate;
 use testkit::consul::{Emulator, Endpoint, Fault, FaultAction, SessionBehavior};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
