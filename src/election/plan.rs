@@ -133,6 +133,15 @@ pub enum Action {
 }
 
 impl Action {
+    /// Whether the action may change the election's key: an acquisition, a release, or the
+    /// destruction of the session that may hold it.
+    pub fn writes_key(&self) -> bool {
+        matches!(
+            self,
+            Self::Acquire { .. } | Self::Release { .. } | Self::DestroySession { .. }
+        )
+    }
+
     /// Whether the action writes to Consul (and so needs the token's write rights).
     pub fn writes_consul(&self) -> bool {
         matches!(

@@ -162,12 +162,7 @@ impl PlanLoop {
             State::Planning | State::Reporting => Next::Observe,
             State::Acting => match self.pending.pop_front() {
                 Some(action) => {
-                    if matches!(
-                        action,
-                        Action::Acquire { .. }
-                            | Action::Release { .. }
-                            | Action::DestroySession { .. }
-                    ) {
+                    if action.writes_key() {
                         memory.key.writing();
                     }
                     self.state = State::Awaiting;
