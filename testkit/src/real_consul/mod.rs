@@ -296,6 +296,19 @@ impl RealConsul {
                 ));
             }
         }
+        let servers = self.servers();
+        if servers.len() > 1 && servers.iter().all(Member::is_running) {
+            // A server restarted after a kill answers with the leader before Raft counts it
+            // healthy again: a fault injected meanwhile may leave no quorum.
+            let health = self
+                .get_text(&probe.direct_url(), "/v1/operator/autopilot/health")
+                .await?;
+            if !every_server_a_healthy_voter(&health, servers.len()) {
+                return Err(format!(
+                    "not every server is a healthy Raft voter yet: {health}"
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -408,9 +421,47 @@ fn serf_health_passing(body: &str) -> bool {
         .any(|c| c["CheckID"] == "serfHealth" && c["Status"] == "passing")
 }
 
+/// Whether autopilot's health report `body` counts `servers` servers, each a healthy voter.
+fn every_server_a_healthy_voter(body: &str, servers: usize) -> bool {
+    let Ok(health) = serde_json::from_str::<serde_json::Value>(body) else {
+        return false;
+    };
+    let Some(reported) = health["Servers"].as_array() else {
+        return false;
+    };
+    health["Healthy"] == true
+        && reported.len() == servers
+        && reported
+            .iter()
+            .all(|s| s["Healthy"] == true && s["Voter"] == true)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::serf_health_passing;
+    use super::{every_server_a_healthy_voter, serf_health_passing};
+
+    #[test]
+    fn a_cluster_is_whole_only_with_every_server_a_healthy_voter() {
+        let server = |healthy: bool, voter: bool| serde_json::json!({"Name": "s", "Healthy": healthy, "Voter": voter});
+        let report = |healthy: bool, servers: Vec<serde_json::Value>| {
+            serde_json::json!({"Healthy": healthy, "FailureTolerance": 1, "Servers": servers})
+                .to_string()
+        };
+        let whole = report(true, vec![server(true, true); 3]);
+        assert!(every_server_a_healthy_voter(&whole, 3));
+        assert!(!every_server_a_healthy_voter(&whole, 4));
+        let rejoining = report(
+            true,
+            vec![server(true, true), server(true, true), server(true, false)],
+        );
+        assert!(!every_server_a_healthy_voter(&rejoining, 3));
+        let lagging = report(
+            false,
+            vec![server(true, true), server(true, true), server(false, true)],
+        );
+        assert!(!every_server_a_healthy_voter(&lagging, 3));
+        assert!(!every_server_a_healthy_voter("null", 3));
+    }
 
     #[test]
     fn only_a_passing_serf_health_check_makes_a_node_ready() {
