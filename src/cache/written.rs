@@ -449,16 +449,13 @@ mod tests {
         memory.election(&key("a"), |e| {
             e.key.session_forgotten(Duration::ZERO, Instant::now())
         });
+        memory.election(&key("a"), |e| e.status_write_failed("kube", "refused"));
         assert_eq!(
-            memory.election(&key("a"), |e| e.status_write_answered(Err("kube"))),
-            1
-        );
-        assert_eq!(
-            memory.election(&key("a"), |e| e.status_write_answered(Err("kube"))),
-            2
+            memory.election(&key("a"), |e| e.status_failures()),
+            Some((1, "kube"))
         );
         assert_eq!(enter(&memory.elections).len(), 1);
-        memory.election(&key("a"), |e| e.status_write_answered(Ok(())));
+        memory.election(&key("a"), |e| e.status_written());
         memory.election(&key("a"), |e| {
             e.key
                 .acquire_answered(true, &LockView::Absent, Instant::now())

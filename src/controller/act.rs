@@ -6,10 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::k8s::Pod;
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::Api;
-use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
@@ -21,14 +19,13 @@ use crate::Error;
 use crate::cache::views as observe;
 use crate::consul::{ConsulClient, ConsulError};
 use crate::crd::LeaderElection;
-use crate::election::adoption::{settings_match, vouched_by_key, vouched_by_status};
 use crate::election::annotation_owner::{Owner as AnnotationOwner, shared_view};
-use crate::election::config::{ElectionConfig, ElectionKey, Mode};
+use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::observe::{LockView, PodView};
 use crate::election::plan::{Action, ConditionState, ElectionEvent, Plan};
 use crate::election::plan_loop::{Answer, Next, PlanLoop, World};
 use crate::election::refusal::ConsulRefusal;
-use crate::election::session_names::Found;
+use crate::election::{adoption, key_value};
 use crate::k8s::{self, PodRole};
 use crate::observers::sessions::adoptable_session;
 
@@ -52,8 +49,6 @@ pub struct Round<'a> {
     plans: PlanLoop,
     /// When a leader was demoted in this reconcile (for the failover latency metric).
     move_started: Option<Instant>,
-    /// The pod (UID) this reconcile labelled leader, with the token and since it wrote.
-    labelled_leader: Option<(String, u64, Timestamp)>,
     /// Removing a decided switchover request failed: the caller retries soon.
     removal_failed: bool,
     /// The `SpecValid` condition the status reports (True: the round runs on a valid spec).
@@ -97,7 +92,6 @@ impl<'a> Round<'a> {
             plans: PlanLoop::new(recorded, switchover, MAX_PLANS),
             basis: Basis::of(&status),
             move_started: None,
-            labelled_leader: None,
             removal_failed,
             spec_valid,
         };
@@ -105,9 +99,7 @@ impl<'a> Round<'a> {
         if round.lock != LockView::Unknown {
             ctx.caches.written.election(key, |e| e.key_read());
         }
-        if config.mode == Mode::Managed && ctx.sessions.view(key).is_none() {
-            round.adopt().await;
-        }
+        round.adopt().await;
         round
     }
 
@@ -313,7 +305,6 @@ impl<'a> Round<'a> {
                     },
                 )
                 .await?;
-                self.labelled_leader = Some((uid.clone(), fencing_token, since));
                 if self
                     .plans
                     .recorded()
@@ -495,22 +486,9 @@ impl<'a> Round<'a> {
             let led_by_another = owner == AnnotationOwner::Nobody
                 && view.role.as_deref() == Some(labels.follower.as_str())
                 && observe::led_by_another(&self.ctx.caches, me, &labels.key, pod);
-            let leadership = self.leadership_of(&view.uid);
+            let leadership = self.plans.leadership_of(&view.uid);
             shared_view(view, owner, led_by_another, labels, leadership);
         }
-    }
-
-    /// The token and since of this election's leadership of pod `uid`: as labelled by this
-    /// reconcile, else as the status recorded.
-    fn leadership_of(&self, uid: &str) -> Option<(u64, Timestamp)> {
-        if let Some((labelled, token, since)) = &self.labelled_leader
-            && labelled == uid
-        {
-            return Some((*token, *since));
-        }
-        let recorded = self.plans.recorded();
-        let leader = recorded.leader.as_ref().filter(|l| l.uid == uid)?;
-        Some((recorded.fencing_token?, leader.since))
     }
 
     async fn refresh_lock(&mut self) -> Result<(), Error> {
@@ -565,38 +543,27 @@ impl<'a> Round<'a> {
         }
     }
 
-    /// The key's value: who holds the lock, readable by tools outside Kubernetes.
+    /// The key's value for `pod` ([`key_value::value_for`]).
     fn lock_value(&self, pod: &str) -> Vec<u8> {
-        let found = self.pods.get(pod).map(|(p, _)| p.clone());
-        let value = serde_json::json!({
-            "pod": pod,
-            "namespace": self.key.namespace,
-            "uid": found.as_ref().and_then(|p| p.metadata.uid.clone()),
-            "podIP": found.as_ref().and_then(|p| p.status.as_ref()?.pod_ip.clone()),
-            "node": found.as_ref().and_then(|p| p.spec.as_ref()?.node_name.clone()),
-            "election": self.key.name,
-            "cluster": self.ctx.settings.owner.cluster,
-            "install": self.ctx.settings.owner.install,
-            "since": self.ctx.wall_now().to_string(),
-        });
-        serde_json::to_vec(&value).unwrap_or_default()
+        let found = self.pods.get(pod).map(|(p, _)| p.as_ref());
+        let holding = key_value::Holding {
+            pod,
+            uid: found.and_then(|p| p.metadata.uid.as_deref()),
+            pod_ip: found.and_then(|p| p.status.as_ref()?.pod_ip.as_deref()),
+            node: found.and_then(|p| p.spec.as_ref()?.node_name.as_deref()),
+        };
+        key_value::value_for(
+            holding,
+            self.key,
+            &self.ctx.settings.owner,
+            self.ctx.wall_now(),
+        )
     }
 
     fn publish(&self, event: &ElectionEvent) {
         if let Some(cause) = event.fenced {
             self.ctx.metrics.fenced(cause);
         }
-        let ev = |related: Option<ObjectReference>| Event {
-            type_: if event.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: event.reason.as_str().to_owned(),
-            note: Some(event.note.clone()),
-            action: "Elect".to_owned(),
-            secondary: related,
-        };
         let election = self.le.object_ref(&());
         let pod = event
             .pod
@@ -607,33 +574,31 @@ impl<'a> Round<'a> {
         // one series by type, reason and objects, not by note: without the pod, "pod B is
         // leader" on the election would count as a repeat of an earlier "pod A is leader"
         // and show A's note.
-        self.ctx.publish(&ev(pod.clone()), &election);
+        self.ctx
+            .publish_election_event(event, "Elect", &election, pod.clone());
         if let Some(pod) = pod {
-            self.ctx.publish(&ev(Some(election)), &pod);
+            self.ctx
+                .publish_election_event(event, "Elect", &pod, Some(election));
         }
     }
 
     /// After an operator restart: take over the session an earlier process of this cluster
     /// created, holding the key or named in the status, so that no label, token or transition
-    /// changes (rule 3). Each candidate's name is read before anything renews it (a renewal
-    /// alone keeps a session alive): another cluster's session, or anybody's, is left alone,
-    /// and the planner then sees a key held elsewhere.
+    /// changes (rule 3; [`adoption::candidates`], [`adoption::vouched_for`]). Each candidate's
+    /// name is read before anything renews it (a renewal alone keeps a session alive).
     async fn adopt(&mut self) {
-        let from_key = match &self.lock {
-            LockView::Held { session, value, .. } => {
-                self.key_holder_to_adopt(session, value.as_deref()).await
-            }
-            _ => None,
-        };
-        let from_status = match from_key {
-            Some(_) => None,
-            None => self.recorded_session_to_adopt().await,
-        };
-        for (session, pod, uid) in from_key.into_iter().chain(from_status) {
+        let holds = self.ctx.sessions.view(self.key).is_some();
+        let candidates =
+            adoption::candidates(self.config.mode, holds, &self.lock, self.plans.recorded());
+        for candidate in candidates {
+            let Some((pod, uid)) = self.vouched(&candidate).await else {
+                continue;
+            };
+            let session = &candidate.session;
             match self
                 .ctx
                 .sessions
-                .adopt(self.key, self.consul, &session, &pod, &uid)
+                .adopt(self.key, self.consul, session, &pod, &uid)
                 .await
             {
                 Ok(true) => {
@@ -649,53 +614,34 @@ impl<'a> Round<'a> {
         }
     }
 
-    /// If `session`, holding the key, is this install's session of this election (its name
-    /// says so, and the key's value names this install and the pod:
-    /// [`vouched_by_key`]), the session, the pod it was created for and that pod's UID.
-    async fn key_holder_to_adopt(
-        &self,
-        session: &str,
-        value: Option<&[u8]>,
-    ) -> Option<(String, String, String)> {
-        let pod = self.adoptable(session, Found::HoldingKey).await?;
-        let uid = vouched_by_key(value, &self.ctx.settings.owner, &pod)?;
-        Some((session.to_owned(), pod, uid))
-    }
-
-    /// The session `status.leader.sessionID` names, with the recorded pod and UID, if Consul
-    /// still has it under this cluster's name (or an earlier version's) for the recorded pod.
-    async fn recorded_session_to_adopt(&self) -> Option<(String, String, String)> {
-        let leader = self.plans.recorded().leader.as_ref()?;
-        let session = leader.session_id.as_deref()?;
-        let pod = self.adoptable(session, Found::InStatus).await?;
-        let uid = vouched_by_status(Some(leader), session, &pod)?;
-        Some((session.to_owned(), pod, uid))
-    }
-
-    /// The pod `session` was created for, if its name is one this operator may adopt when
-    /// found as `found` ([`adoptable_session`]) and its settings are the election's
-    /// ([`settings_match`]). Reads the session without renewing it; `None` when Consul does not
-    /// have it or cannot be asked.
-    async fn adoptable(&self, session: &str, found: Found) -> Option<String> {
-        let owner = &self.ctx.settings.owner;
-        let adoptable = adoptable_session(self.consul, session, owner, self.key, found)
+    /// Reads `candidate` without renewing it; the pod and UID to adopt it for when its name
+    /// ([`adoptable_session`]) and its witness ([`adoption::vouched_for`]) allow it.
+    async fn vouched(&self, candidate: &adoption::Candidate) -> Option<(String, String)> {
+        let (owner, session) = (&self.ctx.settings.owner, candidate.session.as_str());
+        let found = adoptable_session(self.consul, session, owner, self.key, candidate.found)
             .await
             .unwrap_or_else(|error| {
                 tracing::warn!(election = %self.key, session, %error, "reading a session to adopt failed");
                 None
             })?;
         let status = self.ctx.caches.current_status(self.le);
-        let recorded = recorded_session(status.applied.as_ref());
-        if !settings_match(&adoptable.settings, recorded.as_ref(), &self.config.session) {
-            tracing::info!(
-                election = %self.key,
-                session,
-                settings = ?adoptable.settings,
-                "leaving alone a session whose settings are not the ones the operator gives this election"
-            );
-            return None;
+        let recorded_settings = recorded_session(status.applied.as_ref());
+        let uid = adoption::vouched_for(
+            candidate,
+            &adoption::Vouching {
+                pod: &found.pod,
+                settings: &found.settings,
+                lock: &self.lock,
+                recorded: self.plans.recorded(),
+                recorded_settings: recorded_settings.as_ref(),
+                spec_settings: &self.config.session,
+                owner,
+            },
+        );
+        if uid.is_none() {
+            tracing::info!(election = %self.key, session, settings = ?found.settings, "leaving alone a session nothing of this install vouches for");
         }
-        Some(adoptable.pod)
+        Some((found.pod, uid?))
     }
 }
 

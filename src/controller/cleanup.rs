@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
 use super::act::LOCK_FLAGS;
@@ -29,12 +28,13 @@ use crate::cache::keys::election_key;
 use crate::cache::views as observe;
 use crate::consul::{ConsulClient, parse_go_duration};
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
-use crate::election::cleanup_deadline::{Deadline, deadline};
+use crate::election::cleanup_deadline::{Deadline, deadline, gave_up};
 use crate::election::config::{ElectionKey, LabelConfig};
-use crate::election::observe::{SessionHealth, SessionView};
-use crate::election::plan::EventReason;
+use crate::election::observe::SessionView;
 use crate::election::session_names::Found;
-use crate::election::unusable::{UnusableLabel, UnusableLock, unusable_label};
+use crate::election::unusable::{
+    UnusableLabel, UnusableLock, judged_ttl, session_unconfirmed_since, unusable_label,
+};
 use crate::election::withdrawal::{self, LabelledPod, Step, fence, withdrawal};
 use crate::k8s::{self, Pod, PodRole};
 use crate::observers::sessions::adoptable_session;
@@ -194,10 +194,6 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
     Ok(Action::await_change())
 }
 
-/// The session TTL an election's lock is held with when the operator cannot act on the
-/// election: the one recorded in `status.applied`, else the session's, else the default.
-const DEFAULT_TTL: Duration = Duration::from_secs(15);
-
 /// Rule 2 for an election the operator cannot act on (invalid spec, unusable Consul access,
 /// waiting for a younger election; see [`crate::election::unusable`]): its leader label goes
 /// once the key is read lost, or went unconfirmed for a TTL. Returns when to look again, if
@@ -258,12 +254,8 @@ pub fn judge_label(
 ) -> UnusableLabel {
     let now = tokio::time::Instant::now();
     let started_at = ctx.caches.written.started_at();
-    let session_unconfirmed_since = match session.map(|s| s.health) {
-        Some(SessionHealth::Alive { renewed_at }) if in_use_refused => Some(renewed_at),
-        Some(SessionHealth::Alive { .. }) => None,
-        Some(SessionHealth::Unconfirmed { renewed_at }) => Some(renewed_at),
-        Some(SessionHealth::Lost) | None => Some(started_at),
-    };
+    let session_unconfirmed_since =
+        session_unconfirmed_since(session.map(|s| s.health), in_use_refused, started_at);
     let status = ctx.caches.current_status(le);
     let recorded_session = status.leader_or_last().and_then(|l| l.session_id.clone());
     let lock = ctx.locks.lock(key);
@@ -280,13 +272,12 @@ pub fn judge_label(
             .written
             .election(key, |e| e.key.written_since_read()),
     };
-    let ttl = status
+    let applied_ttl = status
         .applied
         .as_ref()
         .and_then(|applied| applied.session.as_ref())
-        .and_then(|s| parse_go_duration(&s.ttl).ok())
-        .or(session.map(|s| s.ttl))
-        .unwrap_or(DEFAULT_TTL);
+        .and_then(|s| parse_go_duration(&s.ttl).ok());
+    let ttl = judged_ttl(applied_ttl, session.map(|s| s.ttl));
     judge(&lock, now, ttl)
 }
 
@@ -434,21 +425,7 @@ fn give_up(
             .and_then(|l| l.session_id.clone())
     });
     ctx.sessions.forget(key);
-    let left = match &session {
-        Some(session) => format!(
-            "the key {consul_key} may still be held by session {session}, which is no longer renewed and expires after its TTL"
-        ),
-        None => format!("the key {consul_key} may still exist"),
-    };
-    let note = format!("gave up cleaning up in Consul ({why}; last error: {error}): {left}");
-    tracing::warn!(election = %key, "{note}");
-    let reason = EventReason::ConsulCleanupSkipped;
-    let event = Event {
-        type_: EventType::Warning,
-        reason: reason.as_str().to_owned(),
-        note: Some(note),
-        action: "Cleanup".to_owned(),
-        secondary: None,
-    };
-    ctx.publish(&event, &le.object_ref(&()));
+    let event = gave_up(consul_key, session.as_deref(), &why, &error.to_string());
+    tracing::warn!(election = %key, "{}", event.note);
+    ctx.publish_election_event(&event, "Cleanup", &le.object_ref(&()), None);
 }

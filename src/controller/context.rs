@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::Event;
+use kube::runtime::events::{Event, EventType};
 use tokio::sync::{mpsc, watch};
 
 use crate::cache::caches::Caches;
 use crate::consul::{ConsulClient, TokenBucket};
 use crate::election::config::{ElectionKey, Owner};
+use crate::election::plan::ElectionEvent;
 use crate::event_queue::EventQueue;
 use crate::http::Health;
 use crate::leadership::LeaseSettings;
@@ -63,11 +64,9 @@ pub struct Context {
     pub health: Health,
     /// Settings.
     pub settings: Settings,
-    /// Queues a reconcile of another election (one this election waits for).
-    pub(crate) wake: mpsc::UnboundedSender<ElectionKey>,
     /// Becomes true once the pod and election caches hold their first complete list.
     pub(crate) caches_ready: watch::Receiver<bool>,
-    /// Elections to reconcile soon (the same channel Consul-side changes arrive on).
+    /// Elections to reconcile soon: Consul-side changes, and another election one waits on.
     pub(crate) changes: mpsc::UnboundedSender<ElectionKey>,
     /// Becomes true once this replica holds the Lease and adopted this cluster's sessions:
     /// until then reconciles write nothing.
@@ -95,6 +94,29 @@ impl Context {
     pub(crate) fn reconcile_soon(&self, key: &ElectionKey) {
         // A closed channel means the controller is shutting down.
         let _ = self.changes.send(key.clone());
+    }
+
+    /// Queues the election's `event` about `target` for writing ([`Self::publish`]), as a
+    /// Kubernetes event of `action` naming `related`.
+    pub(crate) fn publish_election_event(
+        &self,
+        event: &ElectionEvent,
+        action: &str,
+        target: &ObjectReference,
+        related: Option<ObjectReference>,
+    ) {
+        let event = Event {
+            type_: if event.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: event.reason.as_str().to_owned(),
+            note: Some(event.note.clone()),
+            action: action.to_owned(),
+            secondary: related,
+        };
+        self.publish(&event, target);
     }
 
     /// Queues `event` about `target` for writing, without waiting for the write, unless the

@@ -23,9 +23,8 @@
 
 use super::applied::applied_of;
 use super::context::Context;
-use super::{cleanup, status_write};
+use super::status_write;
 use crate::Error;
-use crate::cache::keys::election_key;
 use crate::crd::{AppliedSpec, LeaderElection};
 use crate::election::config::ElectionConfig;
 use crate::election::spec_edits::{needs_withdrawal, same_access};
@@ -59,20 +58,6 @@ pub fn edit(le: &LeaderElection, ctx: &Context, config: &ElectionConfig) -> Opti
         needs_withdrawal: needs_withdrawal(&recorded, &now),
         now,
     })
-}
-
-/// Withdraws what was done with the labels, key and Consul access the status records, in
-/// rule 7's order, before the operator acts with other ones.
-pub async fn withdraw(le: &LeaderElection, ctx: &Context) -> Result<(), Error> {
-    let key = election_key(le)?;
-    tracing::info!(election = %key, "labels, key or Consul access changed: withdrawing the old ones first");
-    ctx.locks.unwatch(&key);
-    let mut footprint = cleanup::Footprint::of(le, ctx);
-    // Whatever the mode is now, the operator's own session of the old values goes (in
-    // Observe mode it has none, or one left from Managed mode).
-    footprint.managed = true;
-    let withdrawal = cleanup::withdraw(&footprint, ctx).await?;
-    cleanup::settle_consul(le, &key, ctx, withdrawal).await
 }
 
 /// Records the values of `edit` as the ones the operator acts with.

@@ -1,5 +1,5 @@
-//! The `LeaderElection` reconcile: observe -> decide (`election::admission`,
-//! `election::planner`) -> act, in the order of docs/design.md rule 1.
+//! The `LeaderElection` reconcile: observe -> decide (`election::reconcile`,
+//! `election::plan_loop`) -> act, in the order of docs/design.md rule 1.
 //!
 //! [`crate::operator`] runs it: one kube-runtime `Controller` over LeaderElections, woken by
 //! pod events, Consul-side changes and the takeover. A reconcile first waits until this
@@ -30,28 +30,17 @@ use kube::{Api, ResourceExt};
 
 use crate::Error;
 use crate::cache::keys::election_key;
+use crate::cache::views;
+use crate::consul::ConsulClient;
 use crate::crd::{FINALIZER, LeaderElection};
-use crate::election::admission::{Access, Admission, Input, Observed, admit, served_elsewhere};
-use crate::election::config::ElectionKey;
+use crate::election::admission::{Access, Input, served_elsewhere};
+use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::label_key_check::check_label_key;
-use crate::election::plan::{ConditionState, EventReason};
-use crate::election::report::StandBack;
+use crate::election::look_again;
+use crate::election::plan::Plan;
+use crate::election::reconcile::{Found, Next, Reconcile, Step};
 pub use context::{Context, Settings};
 
-/// Requeue after a failed reconcile.
-const ERROR_REQUEUE: Duration = Duration::from_secs(2);
-/// Requeue of an election whose spec cannot be acted on (it is re-read on every change).
-const INVALID_REQUEUE: Duration = Duration::from_secs(300);
-/// Requeue of an election whose token Secret is missing or unreadable: Secrets are not
-/// watched (the operator may only `get` the one it needs), so look again soon, but calmly.
-const SECRET_REQUEUE: Duration = Duration::from_secs(30);
-/// The longest an election using a token Secret goes without a look at that Secret: the
-/// operator stops using a token within this long of its Secret withdrawing the opt-in.
-const SECRET_RECHECK: Duration = Duration::from_secs(60);
-/// Requeue of an election waiting for a younger conflicting one to take its leader label off.
-const YIELD_WAIT: Duration = Duration::from_secs(1);
-/// Periodic re-check of a healthy election (Consul and pod changes trigger it anyway).
-const RESYNC: Duration = Duration::from_secs(600);
 /// How long after a LeaderElection's deletion (its `metadata.deletionTimestamp`) the operator
 /// keeps retrying to release its key and destroy its session in Consul before it gives up,
 /// removes the finalizer anyway and says in a Warning event what was left behind: a
@@ -118,271 +107,192 @@ pub(crate) fn error_policy(le: Arc<LeaderElection>, error: &Error, _ctx: Arc<Con
         category = error.category(),
         "reconcile failed: {error}"
     );
-    Action::requeue(error.retry_after().unwrap_or(ERROR_REQUEUE))
+    Action::requeue(error.retry_after().unwrap_or(look_again::ERROR_REQUEUE))
 }
 
-/// Brings one election's pods, session and lock in line with its spec.
-///
-/// First whether it may act at all ([`admit`], the pure precedence): the inputs
-/// are gathered one at a time, in the order the precedence asks for them, and none once a
-/// step decided (the pods' controllers are read only for a valid spec, the Consul access is
-/// built only when nothing earlier stood in the way).
+/// Brings one election's pods, session and lock in line with its spec: drives the election's
+/// [`Reconcile`] (gathering the inputs it asks for, performing the steps it hands out), then,
+/// when it plans, the plan loop ([`act::Round`]) and the status write.
 async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let key = election_key(le)?;
-    let mut observed = Observed {
-        served_elsewhere: served_elsewhere(
+    let validation = ctx.caches.validated.of(&key, le);
+    let mut reconcile = Reconcile::new(
+        validation
+            .as_ref()
+            .map(|_| ())
+            .map_err(|problems| crate::election::report::spec_problems(problems)),
+        served_elsewhere(
             ctx.caches.current_status(le).served_by.as_deref(),
             &ctx.settings.owner,
         ),
-        paused: le.spec.paused,
-        ..Observed::default()
-    };
-    let validation = ctx.caches.validated.of(&key, le);
-    observed.spec = Some(match &validation {
-        Ok(_) => Ok(()),
-        Err(problems) => Err(crate::election::report::spec_problems(problems)),
-    });
-    let config = match (admit(&observed), validation) {
-        (Admission::Observe(Input::LabelKey), Ok(config)) => config,
-        (decision, _) => return stand_back(le, &key, ctx, decision).await,
-    };
-    // A label key the pods' controller selects: writing it would make the controller disown
-    // the pods and create others, without end.
-    let mut selected = crate::cache::views::selected_pods(&ctx.caches, le, &key.namespace);
-    selected.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let owners = gather::fenced_while(
+        le.spec.paused,
+    );
+    let mut inputs = Inputs {
         le,
-        &key,
-        &config,
+        key: &key,
         ctx,
-        ctx.caches.owner_selectors.of_pods(&ctx.client, &selected),
-    )
-    .await?;
-    let spec_valid = check_label_key(&config.labels.key, &owners);
-    observed.label_key = Some(spec_valid.clone());
-    if let Some(outcome) = decided(&observed, Input::Older, le, &key, ctx).await {
-        return outcome;
-    }
-    observed.older = Some(crate::cache::views::conflicting_election(
-        &ctx.caches,
-        le,
-        &config,
-    ));
-    if let Some(outcome) = decided(&observed, Input::YieldingLeader, le, &key, ctx).await {
-        return outcome;
-    }
-    observed.yielding_leader = Some(crate::cache::views::yielding_leader(
-        &ctx.caches,
-        le,
-        &config,
-    ));
-    if let Some(outcome) = decided(&observed, Input::Access, le, &key, ctx).await {
-        return outcome;
-    }
-    let access = consul_access::client_for(le, &config.key, ctx);
-    let consul = match gather::fenced_while(le, &key, &config, ctx, access).await? {
-        Ok(client) => {
-            observed.access = Some(Access::Usable);
-            Some(client)
-        }
-        Err(consul_access::AccessProblem::Invalid(problem)) => {
-            observed.access = Some(Access::Invalid {
-                spec_valid: crate::election::report::spec_problems(&[problem]),
-                in_use: migrate::access_in_use(le, ctx, &config),
-            });
-            None
-        }
-        Err(consul_access::AccessProblem::Failed(error)) => {
-            // Retried soon, and perhaps failing as fast again: rule 2 does not wait for it.
-            gather::fence_if_due(le, &key, &config, ctx).await?;
-            return Err(error);
-        }
+        config: validation.ok(),
+        consul: None,
+        edit: None,
     };
-    let consul = match (admit(&observed), consul) {
-        (Admission::Observe(Input::Applied), Some(consul)) => consul,
-        (decision, _) => return stand_back(le, &key, ctx, decision).await,
+    loop {
+        match reconcile.poll() {
+            Next::Gather(input) => reconcile.gathered(inputs.gather(input).await?),
+            Next::Do(step) => {
+                if matches!(step, Step::Withdraw { .. }) {
+                    tracing::info!(election = %key, "{}", reconcile.why());
+                } else {
+                    tracing::debug!(election = %key, ?step, why = reconcile.why(), "step");
+                }
+                let recheck = inputs.perform(step).await?;
+                reconcile.done(recheck);
+            }
+            Next::Stop(look_again) => return Ok(Action::requeue(look_again)),
+            Next::Plan => break,
+        }
+    }
+    let (Some(config), Some(consul), Some(spec_valid)) =
+        (&inputs.config, &inputs.consul, reconcile.spec_valid())
+    else {
+        tracing::error!(election = %key, "planning without a valid spec, a Consul access or a label-key check");
+        return Ok(Action::requeue(look_again::ERROR_REQUEUE));
     };
-    // Changed labels, key or Consul access: undo what was done with the old ones first (only
-    // once the new access is known to be usable, so that a mistyped Secret name does not
-    // take the leader away).
-    let edit = migrate::edit(le, ctx, &config);
-    observed.needs_withdrawal = Some(edit.as_ref().is_some_and(|e| e.needs_withdrawal));
-    match admit(&observed) {
-        Admission::Withdraw => migrate::withdraw(le, ctx).await?,
-        Admission::Proceed => {}
-        decision => return stand_back(le, &key, ctx, decision).await,
-    }
-    if let Some(edit) = &edit {
-        migrate::record(le, ctx, edit).await?;
-    }
-    ctx.locks
-        .watch(&key, &consul, &config.key, config.session.ttl);
-    let mut round = act::Round::new(le, &key, &config, &consul, ctx, spec_valid.clone()).await;
+    let mut round = act::Round::new(le, &key, config, consul, ctx, spec_valid.clone()).await;
     let outcome = round.run().await;
     let labelled = round.labelled_leader_uid();
     // Standing back for another install (rule 8): the status is that install's to write.
-    let standing_back = round
+    if !round
         .last_plan()
-        .is_some_and(|plan| plan.managed_elsewhere.is_some());
-    if !standing_back {
-        let plan = round.last_plan();
-        let basis = round.basis();
+        .is_some_and(Plan::leaves_status_to_another_install)
+    {
         status_write::write(
             le,
             ctx,
-            &config,
+            config,
             labelled.as_deref(),
-            plan,
-            spec_valid,
-            basis,
+            round.last_plan(),
+            spec_valid.clone(),
+            round.basis(),
         )
         .await?;
     }
     outcome?;
-    if round.unfinished() {
-        return Ok(Action::requeue(Duration::ZERO));
-    }
-    let mut requeue = round
-        .last_plan()
-        .and_then(|p| p.requeue_after)
-        .map_or(RESYNC, |d| d.min(RESYNC));
-    if round.removal_failed() {
-        requeue = requeue.min(ERROR_REQUEUE);
-    }
-    if le
-        .spec
-        .consul
-        .as_ref()
-        .is_some_and(|c| c.token_secret_ref.is_some())
-    {
-        // Secrets are not watched: a withdrawn opt-in is seen at the next look.
-        requeue = requeue.min(SECRET_RECHECK);
-    }
-    Ok(Action::requeue(requeue))
+    Ok(Action::requeue(look_again::after(look_again::Round {
+        planned: round.last_plan().and_then(|p| p.requeue_after),
+        unfinished: round.unfinished(),
+        removal_failed: round.removal_failed(),
+        token_secret: le
+            .spec
+            .consul
+            .as_ref()
+            .is_some_and(|c| c.token_secret_ref.is_some()),
+    })))
 }
 
-/// `None` when the admission so far asks for `next` (gather it); otherwise executes the
-/// decision and returns the reconcile's outcome.
-async fn decided(
-    observed: &Observed,
-    next: Input,
-    le: &LeaderElection,
-    key: &ElectionKey,
-    ctx: &Context,
-) -> Option<Result<Action, Error>> {
-    match admit(observed) {
-        Admission::Observe(input) if input == next => None,
-        decision => Some(stand_back(le, key, ctx, decision).await),
+/// What a reconcile reads and opens for its [`Reconcile`]: the validated spec, the Consul
+/// client, the spec edit.
+struct Inputs<'a> {
+    le: &'a LeaderElection,
+    key: &'a ElectionKey,
+    ctx: &'a Context,
+    config: Option<Arc<ElectionConfig>>,
+    consul: Option<ConsulClient>,
+    edit: Option<migrate::Edit>,
+}
+
+impl Inputs<'_> {
+    /// Gathers `input`. Reads that wait for the API server or a Secret are
+    /// [`gather::fenced_while`]: rule 2 does not wait for them.
+    async fn gather(&mut self, input: Input) -> Result<Found, Error> {
+        let (le, key, ctx) = (self.le, self.key, self.ctx);
+        let Some(config) = &self.config else {
+            return Err(Error::InvalidStatus(format!(
+                "{input:?} asked for an election whose spec is invalid"
+            )));
+        };
+        Ok(match input {
+            Input::Spec => {
+                return Err(Error::InvalidStatus(
+                    "the spec's validation asked for twice".into(),
+                ));
+            }
+            Input::LabelKey => {
+                // A label key the pods' controller selects: writing it would make the
+                // controller disown the pods and create others, without end.
+                let mut selected = views::selected_pods(&ctx.caches, le, &key.namespace);
+                selected.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+                let owners = ctx.caches.owner_selectors.of_pods(&ctx.client, &selected);
+                let owners = gather::fenced_while(le, key, config, ctx, owners).await?;
+                Found::LabelKey(check_label_key(&config.labels.key, &owners))
+            }
+            Input::Older => Found::Older(views::conflicting_election(&ctx.caches, le, config)),
+            Input::YieldingLeader => {
+                Found::YieldingLeader(views::yielding_leader(&ctx.caches, le, config))
+            }
+            Input::Access => {
+                let access = consul_access::client_for(le, &config.key, ctx);
+                Found::Access(
+                    match gather::fenced_while(le, key, config, ctx, access).await? {
+                        Ok(client) => {
+                            self.consul = Some(client);
+                            Access::Usable
+                        }
+                        Err(consul_access::AccessProblem::Invalid(problem)) => Access::Invalid {
+                            spec_valid: crate::election::report::spec_problems(&[problem]),
+                            in_use: migrate::access_in_use(le, ctx, config),
+                        },
+                        Err(consul_access::AccessProblem::Failed(error)) => {
+                            // Retried soon, and perhaps failing as fast again: rule 2 does not
+                            // wait for it.
+                            gather::fence_if_due(le, key, config, ctx).await?;
+                            return Err(error);
+                        }
+                    },
+                )
+            }
+            Input::Applied => {
+                self.edit = migrate::edit(le, ctx, config);
+                Found::Applied {
+                    edited: self.edit.is_some(),
+                    needs_withdrawal: self.edit.as_ref().is_some_and(|e| e.needs_withdrawal),
+                }
+            }
+        })
     }
-}
 
-/// Executes an admission that keeps the election from acting (refused, yielding, waiting,
-/// unusable Consul access).
-async fn stand_back(
-    le: &LeaderElection,
-    key: &ElectionKey,
-    ctx: &Context,
-    decision: Admission,
-) -> Result<Action, Error> {
-    match decision {
-        Admission::Refuse { spec_valid, event } => refuse(le, key, ctx, spec_valid, event).await,
-        Admission::Yield { older } => yield_to(le, key, ctx, older).await,
-        Admission::WaitFor { younger, pod } => {
-            // This election cannot plan meanwhile: a leader label of its own stays only as
-            // long as rule 2 allows.
-            let recheck = cleanup::fence_unusable(le, key, ctx, false).await?;
-            let wait = wait_for(key, ctx, younger, &pod);
-            Ok(Action::requeue(recheck.map_or(wait, |d| d.min(wait))))
+    /// Performs `step`; a fence returns when to judge again.
+    async fn perform(&mut self, step: Step) -> Result<Option<Duration>, Error> {
+        let (le, key, ctx) = (self.le, self.key, self.ctx);
+        match step {
+            Step::Unwatch => ctx.locks.unwatch(key),
+            Step::Watch => {
+                if let (Some(config), Some(consul)) = (&self.config, &self.consul) {
+                    ctx.locks
+                        .watch(key, consul, &config.key, config.session.ttl);
+                }
+            }
+            Step::Report(back) => status_write::stand_back(le, ctx, &back).await?,
+            Step::Withdraw { whatever_mode } => {
+                let mut footprint = cleanup::Footprint::of(le, ctx);
+                footprint.managed |= whatever_mode;
+                let withdrawal = cleanup::withdraw(&footprint, ctx).await?;
+                cleanup::settle_consul(le, key, ctx, withdrawal).await?;
+            }
+            Step::Fence { in_use_refused } => {
+                return cleanup::fence_unusable(le, key, ctx, in_use_refused).await;
+            }
+            Step::Wake(name) => ctx.reconcile_soon(&ElectionKey {
+                namespace: key.namespace.clone(),
+                name,
+            }),
+            Step::RecordApplied => {
+                if let Some(edit) = &self.edit {
+                    migrate::record(le, ctx, edit).await?;
+                }
+            }
         }
-        Admission::AccessInvalid { spec_valid, in_use } => {
-            status_write::stand_back(
-                le,
-                ctx,
-                &StandBack::invalid(spec_valid, EventReason::InvalidSpec),
-            )
-            .await?;
-            let recheck = cleanup::fence_unusable(le, key, ctx, in_use).await?;
-            Ok(Action::requeue(
-                recheck.map_or(SECRET_REQUEUE, |d| d.min(SECRET_REQUEUE)),
-            ))
-        }
-        Admission::EditWaits => {
-            // Nothing moves while paused: the edit is carried out once resumed (a spec
-            // change, which wakes the election).
-            tracing::debug!(election = %key, "an edit of a paused election waits for the resume");
-            let recheck = cleanup::fence_unusable(le, key, ctx, false).await?;
-            Ok(Action::requeue(
-                recheck.map_or(INVALID_REQUEUE, |d| d.min(INVALID_REQUEUE)),
-            ))
-        }
-        Admission::StandBack { other } => {
-            // Rule 8: nothing is written; a status change (the other install's writes, or its
-            // claim going) wakes this election, the requeue is a fallback.
-            tracing::debug!(election = %key, other, "another install serves this election");
-            ctx.locks.unwatch(key);
-            Ok(Action::requeue(INVALID_REQUEUE))
-        }
-        Admission::Observe(_) | Admission::Withdraw | Admission::Proceed => {
-            // The inputs were gathered out of the admission's order: a bug, not the
-            // election's fault. Look again soon rather than act on half an observation.
-            tracing::error!(election = %key, ?decision, "admission out of step with its inputs");
-            Ok(Action::requeue(ERROR_REQUEUE))
-        }
+        Ok(None)
     }
-}
-
-/// Yields to the `older` election that claims the same pods: whatever this election labelled
-/// or held (it may have led before the older one came to select its pods) goes, in rule 7's
-/// order.
-async fn yield_to(
-    le: &LeaderElection,
-    key: &ElectionKey,
-    ctx: &Context,
-    older: String,
-) -> Result<Action, Error> {
-    ctx.locks.unwatch(key);
-    status_write::stand_back(le, ctx, &StandBack::conflict(&older)).await?;
-    let withdrawal = cleanup::withdraw(&cleanup::Footprint::of(le, ctx), ctx).await?;
-    cleanup::settle_consul(le, key, ctx, withdrawal).await?;
-    // The older election may be waiting for this withdrawal (it is not woken by the patches
-    // of pods it does not select).
-    ctx.reconcile_soon(&ElectionKey {
-        namespace: key.namespace.clone(),
-        name: older,
-    });
-    Ok(Action::requeue(INVALID_REQUEUE))
-}
-
-/// Waits for the `younger` election, which yields to this one, to take its leader label off
-/// `pod`. Nothing else may wake it (this one writes nothing meanwhile): queue it. Its
-/// withdrawal (a pod patch) wakes this one; the returned requeue is a fallback.
-fn wait_for(key: &ElectionKey, ctx: &Context, younger: String, pod: &str) -> Duration {
-    tracing::debug!(election = %key, pod, younger, "waiting for a younger conflicting election to withdraw its leader label");
-    let younger = ElectionKey {
-        namespace: key.namespace.clone(),
-        name: younger,
-    };
-    if ctx.wake.send(younger).is_err() {
-        tracing::debug!(election = %key, "the controller is stopping");
-    }
-    YIELD_WAIT
-}
-
-/// Stands back from an election whose spec cannot be acted on: phase Invalid with the
-/// `SpecValid` condition `spec_valid` and an `event` when that is news; the leader label it
-/// left stays only as long as rule 2 allows ([`cleanup::fence_unusable`]).
-async fn refuse(
-    le: &LeaderElection,
-    key: &ElectionKey,
-    ctx: &Context,
-    spec_valid: ConditionState,
-    event: EventReason,
-) -> Result<Action, Error> {
-    status_write::stand_back(le, ctx, &StandBack::invalid(spec_valid, event)).await?;
-    let recheck = cleanup::fence_unusable(le, key, ctx, false).await?;
-    Ok(Action::requeue(
-        recheck.map_or(INVALID_REQUEUE, |d| d.min(INVALID_REQUEUE)),
-    ))
 }
 
 #[cfg(test)]

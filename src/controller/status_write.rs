@@ -4,7 +4,6 @@
 //! of elections that cannot act.
 
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -13,9 +12,10 @@ use crate::Error;
 use crate::cache::keys::election_key;
 use crate::crd::{AppliedSpec, LeaderElection, LeaderElectionStatus, ReadElection};
 use crate::election::config::{ElectionConfig, Mode};
+use crate::election::memory::ElectionMemory;
 use crate::election::observe::SwitchoverRecord;
 use crate::election::plan::{ConditionState, Plan};
-use crate::election::report::{self, Rendering, StandBack, truncate};
+use crate::election::report::{self, Rendering, StandBack};
 
 /// What a status write is based on: the revision and fencing token of the status read when
 /// the write was decided. The write is sent only if the status still has both, so a plan
@@ -123,11 +123,7 @@ pub async fn record_token(
     // request from moving the token backwards.
     let current = ctx.caches.current_status(le);
     if !record.whole {
-        let new = LeaderElectionStatus {
-            fencing_token: current.fencing_token.max(Some(record.token)),
-            applied: Some(applied(le, config, &current)),
-            ..current.clone()
-        };
+        let new = report::token_recorded(&current, record.token, applied(le, config, &current));
         return patch_if_changed(le, ctx, &current, new, Write::Record, basis).await;
     }
     let (old, mut new) = decided(le, ctx, config, Some(record.uid), plan, spec_valid);
@@ -146,10 +142,7 @@ pub async fn record_switchover(
     basis: Basis,
 ) -> Result<Basis, Error> {
     let current = ctx.caches.current_status(le);
-    let new = LeaderElectionStatus {
-        last_switchover: Some(report::switchover_status(record)),
-        ..current.clone()
-    };
+    let new = report::switchover_recorded(&current, record);
     patch_if_changed(le, ctx, &current, new, Write::Record, basis).await
 }
 
@@ -170,15 +163,8 @@ pub async fn stand_back(le: &LeaderElection, ctx: &Context, back: &StandBack) ->
     let old = ctx.caches.current_status(le);
     let (new, news) = report::standing_back(&old, le.metadata.generation, back, ctx.wall_now());
     patch_if_changed(le, ctx, &old, new, Write::Whole, Basis::of(&old)).await?;
-    if news {
-        let event = Event {
-            type_: EventType::Warning,
-            reason: back.reason.as_str().to_owned(),
-            note: Some(truncate(&back.condition.message, 1024)),
-            action: "Validate".to_owned(),
-            secondary: None,
-        };
-        ctx.publish(&event, &le.object_ref(&()));
+    if let Some(event) = news {
+        ctx.publish_election_event(&event, "Validate", &le.object_ref(&()), None);
     }
     Ok(())
 }
@@ -268,7 +254,7 @@ async fn patch_if_changed(
             if write == Write::Whole {
                 ctx.caches
                     .written
-                    .election(&key, |e| e.status_write_answered(Ok(())));
+                    .election(&key, ElectionMemory::status_written);
             }
             let version = written.0.metadata.resource_version.as_deref();
             let basis = Basis::of(&new);
@@ -276,14 +262,14 @@ async fn patch_if_changed(
             Ok(basis)
         }
         Err(error) => {
-            let category = error.category();
-            let failed = ctx
+            let text = error.to_string();
+            let report = ctx
                 .caches
                 .written
-                .election(&key, |e| e.status_write_answered(Err(category)));
+                .election(&key, |e| e.status_write_failed(error.category(), &text));
             ctx.metrics.status_write_failed();
-            if failed == STATUS_FAILURES_REPORTED {
-                report_status_failures(le, ctx, failed, &error);
+            if let Some(report) = report {
+                ctx.publish_election_event(&report, "WriteStatus", &le.object_ref(&()), None);
             }
             Err(error)
         }
@@ -312,22 +298,4 @@ fn conditional_status_patch(
     ops.push(json!({"op": "add", "path": "/status", "value": new}));
     serde_json::from_value(serde_json::Value::Array(ops))
         .map_err(|error| Error::InvalidStatus(error.to_string()))
-}
-
-/// After this many status writes failed in a row, a Warning event says so (once per run of
-/// failures; the metric counts every one).
-const STATUS_FAILURES_REPORTED: u32 = 3;
-
-fn report_status_failures(le: &LeaderElection, ctx: &Context, failed: u32, error: &Error) {
-    let event = Event {
-        type_: EventType::Warning,
-        reason: "StatusWriteFailed".to_owned(),
-        note: Some(truncate(
-            &format!("{failed} status writes failed in a row; the last: {error}"),
-            1024,
-        )),
-        action: "WriteStatus".to_owned(),
-        secondary: None,
-    };
-    ctx.publish(&event, &le.object_ref(&()));
 }

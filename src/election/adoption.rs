@@ -11,9 +11,87 @@
 
 use std::time::Duration;
 
-use super::config::{Behavior, Owner, SessionConfig};
-use super::observe::LeaderRecord;
-use super::planner::holder_from_value;
+use super::config::{Behavior, Mode, Owner, SessionConfig};
+use super::key_value::holder_from_value;
+use super::observe::{LeaderRecord, LockView, Recorded};
+use super::session_names::Found;
+
+/// A session to read and perhaps adopt, and where it was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// Its ID.
+    pub session: String,
+    /// Where it was found: that decides what may vouch for it.
+    pub found: Found,
+}
+
+/// The sessions a reconcile reads, in order, to take over an earlier process's session of a
+/// Managed election it holds none for: the key's holder, then the one the status records
+/// (the same session again when the key's value does not vouch for it but the status may).
+/// The first that [`vouched_for`] accepts and the session manager takes is adopted.
+pub fn candidates(
+    mode: Mode,
+    holds_session: bool,
+    lock: &LockView,
+    recorded: &Recorded,
+) -> Vec<Candidate> {
+    if mode != Mode::Managed || holds_session {
+        return Vec::new();
+    }
+    let holder = match lock {
+        LockView::Held { session, .. } => Some(Candidate {
+            session: session.clone(),
+            found: Found::HoldingKey,
+        }),
+        _ => None,
+    };
+    let in_status = recorded
+        .leader
+        .as_ref()
+        .and_then(|leader| leader.session_id.clone())
+        .map(|session| Candidate {
+            session,
+            found: Found::InStatus,
+        });
+    holder.into_iter().chain(in_status).collect()
+}
+
+/// What adopting a [`Candidate`] is judged on.
+#[derive(Debug, Clone, Copy)]
+pub struct Vouching<'a> {
+    /// The pod the session's name says it was created for.
+    pub pod: &'a str,
+    /// The session's settings as Consul reports them.
+    pub settings: &'a FoundSettings,
+    /// The key as observed.
+    pub lock: &'a LockView,
+    /// The status as recorded.
+    pub recorded: &'a Recorded,
+    /// The session settings `status.applied` records.
+    pub recorded_settings: Option<&'a SessionConfig>,
+    /// The session settings the spec asks for.
+    pub spec_settings: &'a SessionConfig,
+    /// This install.
+    pub owner: &'a Owner,
+}
+
+/// The UID of the pod `candidate` is to be adopted for, when its witness vouches for it
+/// (the key's value for the key's holder, the status' leader record for the recorded one)
+/// and its settings are the election's ([`settings_match`]).
+pub fn vouched_for(candidate: &Candidate, v: &Vouching<'_>) -> Option<String> {
+    if !settings_match(v.settings, v.recorded_settings, v.spec_settings) {
+        return None;
+    }
+    match candidate.found {
+        Found::HoldingKey => match v.lock {
+            LockView::Held { session, value, .. } if *session == candidate.session => {
+                vouched_by_key(value.as_deref(), v.owner, v.pod)
+            }
+            _ => None,
+        },
+        Found::InStatus => vouched_by_status(v.recorded.leader.as_ref(), &candidate.session, v.pod),
+    }
+}
 
 /// The UID of `pod` when the status' leader record names `session` for it.
 pub fn vouched_by_status(
@@ -168,5 +246,103 @@ mod tests {
         };
         assert!(settings_match(&applied, Some(&recorded), &spec));
         assert!(!settings_match(&found, Some(&recorded), &spec));
+    }
+
+    fn recorded_for(pod: &str, session: &str) -> Recorded {
+        Recorded {
+            leader: Some(leader(pod, Some(session))),
+            ..Recorded::default()
+        }
+    }
+
+    fn held_by(session: &str, value: Option<Vec<u8>>) -> LockView {
+        LockView::Held {
+            session: session.into(),
+            lock_index: 7,
+            value,
+        }
+    }
+
+    #[test]
+    fn the_key_holder_is_read_before_the_session_the_status_records() {
+        let recorded = recorded_for("web-0", "s-status");
+        let lock = held_by("s-key", None);
+        let found: Vec<_> = candidates(Mode::Managed, false, &lock, &recorded)
+            .into_iter()
+            .map(|c| (c.session, c.found))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("s-key".to_owned(), Found::HoldingKey),
+                ("s-status".to_owned(), Found::InStatus)
+            ]
+        );
+        let free = LockView::Free { lock_index: 7 };
+        assert_eq!(
+            candidates(Mode::Managed, false, &free, &recorded).len(),
+            1,
+            "only the recorded session when nobody holds the key"
+        );
+        // Nothing to adopt while holding a session, or in Observe mode.
+        assert!(candidates(Mode::Managed, true, &lock, &recorded).is_empty());
+        assert!(candidates(Mode::Observe, false, &lock, &recorded).is_empty());
+    }
+
+    #[test]
+    fn a_candidate_is_adopted_only_on_its_own_witness_and_the_elections_settings() {
+        let secs = Duration::from_secs;
+        let spec = SessionConfig {
+            ttl: secs(15),
+            lock_delay: secs(15),
+            behavior: Behavior::Release,
+        };
+        let settings = FoundSettings {
+            ttl: Some(secs(15)),
+            lock_delay: secs(15),
+            behavior: Behavior::Release,
+        };
+        let owner = Owner::new("blue", "ops.ce");
+        let value = serde_json::json!({"pod": "web-0", "uid": "u-key", "cluster": "blue", "install": "ops.ce"})
+            .to_string()
+            .into_bytes();
+        let lock = held_by("s1", Some(value));
+        let recorded = recorded_for("web-0", "s1");
+        let vouching = Vouching {
+            pod: "web-0",
+            settings: &settings,
+            lock: &lock,
+            recorded: &recorded,
+            recorded_settings: None,
+            spec_settings: &spec,
+            owner: &owner,
+        };
+        let holding = Candidate {
+            session: "s1".into(),
+            found: Found::HoldingKey,
+        };
+        let in_status = Candidate {
+            session: "s1".into(),
+            found: Found::InStatus,
+        };
+        assert_eq!(vouched_for(&holding, &vouching), Some("u-key".into()));
+        assert_eq!(vouched_for(&in_status, &vouching), Some("uid-web-0".into()));
+        // The key vouches only for the session holding it.
+        let other = Candidate {
+            session: "s2".into(),
+            found: Found::HoldingKey,
+        };
+        assert_eq!(vouched_for(&other, &vouching), None);
+        // Settings chosen by somebody else: never adopted, whatever vouches for it.
+        let long = FoundSettings {
+            ttl: Some(secs(3600)),
+            ..settings
+        };
+        let chosen_elsewhere = Vouching {
+            settings: &long,
+            ..vouching
+        };
+        assert_eq!(vouched_for(&holding, &chosen_elsewhere), None);
+        assert_eq!(vouched_for(&in_status, &chosen_elsewhere), None);
     }
 }

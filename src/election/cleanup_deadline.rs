@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
+use super::plan::{ElectionEvent, EventReason};
 use crate::crd::SKIP_CONSUL_CLEANUP_ANNOTATION;
 
 /// Shortest and longest wait between two attempts to clean up in Consul.
@@ -20,6 +21,24 @@ pub enum Deadline {
     RetryIn(Duration),
     /// Stop waiting, for this reason.
     GiveUp(String),
+}
+
+/// The Warning saying what a cleanup that gave up on Consul (`why`, after `error`) left
+/// there: the key `consul_key`, held perhaps by `session`, which is no longer renewed.
+pub fn gave_up(consul_key: &str, session: Option<&str>, why: &str, error: &str) -> ElectionEvent {
+    let left = match session {
+        Some(session) => format!(
+            "the key {consul_key} may still be held by session {session}, which is no longer renewed and expires after its TTL"
+        ),
+        None => format!("the key {consul_key} may still exist"),
+    };
+    ElectionEvent {
+        reason: EventReason::ConsulCleanupSkipped,
+        pod: None,
+        note: format!("gave up cleaning up in Consul ({why}; last error: {error}): {left}"),
+        warning: true,
+        fenced: None,
+    }
 }
 
 /// When to try Consul again, or why not any more. `skip` is the value of the election's

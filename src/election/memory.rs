@@ -10,6 +10,10 @@ use super::key_memory::KeyMemory;
 use super::not_ready::NotReadyMemory;
 use super::plan::{ElectionEvent, EventReason, StoodBack};
 use super::refusal::ConsulRefusal;
+use super::report::truncate;
+
+/// After this many status writes failed in a row, a Warning event says so.
+pub const STATUS_FAILURES_REPORTED: u32 = 3;
 
 /// One election's memory (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -69,20 +73,31 @@ impl ElectionMemory {
         self.refusal.as_ref()
     }
 
-    /// A status write was answered (`Err` with the error's category); returns how many
-    /// failed in a row now.
-    pub fn status_write_answered(&mut self, result: Result<(), &'static str>) -> u32 {
-        match result {
-            Ok(()) => {
-                self.status_failures = None;
-                0
-            }
-            Err(category) => {
-                let count = self.status_failures.map_or(0, |(n, _)| n).saturating_add(1);
-                self.status_failures = Some((count, category));
-                count
-            }
-        }
+    /// A status write succeeded: the next one reports the run of failures it ended.
+    pub fn status_written(&mut self) {
+        self.status_failures = None;
+    }
+
+    /// A status write failed with `error` (of the static `category`); returns the Warning to
+    /// publish when the failures in a row reach [`STATUS_FAILURES_REPORTED`] (once per run of
+    /// failures; the metric counts every one).
+    pub fn status_write_failed(
+        &mut self,
+        category: &'static str,
+        error: &str,
+    ) -> Option<ElectionEvent> {
+        let count = self.status_failures.map_or(0, |(n, _)| n).saturating_add(1);
+        self.status_failures = Some((count, category));
+        (count == STATUS_FAILURES_REPORTED).then(|| ElectionEvent {
+            reason: EventReason::StatusWriteFailed,
+            pod: None,
+            note: truncate(
+                &format!("{count} status writes failed in a row; the last: {error}"),
+                1024,
+            ),
+            warning: true,
+            fenced: None,
+        })
     }
 
     /// Status writes that failed in a row, with the last error's category.
@@ -130,13 +145,29 @@ mod tests {
     }
 
     #[test]
-    fn failed_status_writes_count_until_one_succeeds() {
+    fn failed_status_writes_count_until_one_succeeds_and_are_reported_once_a_run() {
         let mut memory = ElectionMemory::default();
-        assert_eq!(memory.status_write_answered(Err("kube")), 1);
-        assert_eq!(memory.status_write_answered(Err("conflict")), 2);
-        assert_eq!(memory.status_failures(), Some((2, "conflict")));
-        assert_eq!(memory.status_write_answered(Ok(())), 0);
-        assert!(memory.is_empty());
+        let mut reported = Vec::new();
+        for run in 0..2 {
+            for n in 1..=STATUS_FAILURES_REPORTED + 2 {
+                reported.extend(memory.status_write_failed("kube", &format!("error {run}.{n}")));
+            }
+            assert_eq!(
+                memory.status_failures(),
+                Some((STATUS_FAILURES_REPORTED + 2, "kube"))
+            );
+            memory.status_written();
+            assert!(memory.is_empty());
+        }
+        let notes: Vec<_> = reported.iter().map(|e| e.note.as_str()).collect();
+        assert_eq!(
+            notes,
+            [
+                "3 status writes failed in a row; the last: error 0.3",
+                "3 status writes failed in a row; the last: error 1.3"
+            ]
+        );
+        assert!(reported.iter().all(|e| e.warning));
     }
 
     #[test]

@@ -185,6 +185,8 @@ pub enum EventReason {
     ManagedElsewhere,
     /// Consul refused one of the election's writes for lack of ACL rights.
     ConsulRefused,
+    /// The election's status writes keep failing.
+    StatusWriteFailed,
 }
 
 impl EventReason {
@@ -204,6 +206,7 @@ impl EventReason {
             Self::Failback => "Failback",
             Self::ManagedElsewhere => "ManagedElsewhere",
             Self::ConsulRefused => "ConsulRefused",
+            Self::StatusWriteFailed => "StatusWriteFailed",
         }
     }
 
@@ -342,6 +345,14 @@ pub struct Plan {
     /// once that install's session no longer holds the key. The caller remembers it and passes
     /// it back with the next observation.
     pub managed_elsewhere: Option<StoodBack>,
+}
+
+impl Plan {
+    /// Whether the status is another install's to write (rule 8, see
+    /// [`Plan::managed_elsewhere`]).
+    pub fn leaves_status_to_another_install(&self) -> bool {
+        self.managed_elsewhere.is_some()
+    }
 }
 
 /// This install stands back for another one (see [`Plan::managed_elsewhere`]).

@@ -126,6 +126,8 @@ pub struct PlanLoop {
     in_flight: Option<Action>,
     /// The lock-delay of the election's sessions (as last planned with).
     lock_delay: Duration,
+    /// The pod (UID) this reconcile labelled leader, with its token and since.
+    labelled: Option<(String, u64, Timestamp)>,
     plans_left: usize,
     state: State,
     unfinished: bool,
@@ -143,6 +145,7 @@ impl PlanLoop {
             pending: VecDeque::new(),
             in_flight: None,
             lock_delay: Duration::ZERO,
+            labelled: None,
             plans_left: max_plans,
             state: State::Planning,
             unfinished: false,
@@ -236,6 +239,11 @@ impl PlanLoop {
     ) -> Option<ElectionEvent> {
         let action = self.in_flight.take()?;
         self.state = State::Acting;
+        if action == Action::ForgetSession {
+            // Letting go of a session takes effect whatever its answer says: the lock-delay
+            // Consul may hold the key for counts from now.
+            memory.key.session_forgotten(self.lock_delay, now);
+        }
         match answer {
             Answer::Failed => {
                 self.pending.clear();
@@ -267,10 +275,18 @@ impl PlanLoop {
                     Answer::Released => memory.key.read_back(),
                     Answer::StatusWritten(recorded) => self.written = Some(*recorded),
                     Answer::RequestCleared => self.switchover = None,
-                    _ if action == Action::ForgetSession => {
-                        memory.key.session_forgotten(self.lock_delay, now);
+                    Answer::Done => {
+                        if let Action::LabelLeader {
+                            uid,
+                            fencing_token,
+                            since,
+                            ..
+                        } = action
+                        {
+                            self.labelled = Some((uid, fencing_token, since));
+                        }
                     }
-                    _ => {}
+                    Answer::Failed | Answer::Refused(_) | Answer::SessionGone { .. } => {}
                 }
                 None
             }
@@ -285,6 +301,18 @@ impl PlanLoop {
     /// The status the next plan decides from.
     pub fn recorded(&self) -> &Recorded {
         &self.recorded
+    }
+
+    /// The token and since of this election's leadership of pod `uid`: as labelled in this
+    /// reconcile, else as the status records it.
+    pub fn leadership_of(&self, uid: &str) -> Option<(u64, Timestamp)> {
+        if let Some((labelled, token, since)) = &self.labelled
+            && labelled == uid
+        {
+            return Some((*token, *since));
+        }
+        let leader = self.recorded.leader.as_ref().filter(|l| l.uid == uid)?;
+        Some((self.recorded.fencing_token?, leader.since))
     }
 
     /// Whether the loop stopped with work left (the driver looks again at once).

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 use super::config::{ElectionConfig, Mode, Owner, UnavailablePolicy, ValueFormat};
 use super::eligibility::{Ineligible, Tenure, eligibility, tenure};
+use super::key_value::{KeyHolder, holder_from_value};
 use super::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverRecord,
 };
@@ -1123,33 +1124,6 @@ pub fn named_holder(value: &[u8], format: &ValueFormat) -> Option<KeyHolder> {
             plain(v.get(field)?.as_str()?)
         }
     }
-}
-
-/// Who a key value written in the operator's JSON format names as holder.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyHolder {
-    /// The holding pod.
-    pub pod: String,
-    /// Its UID, when the value has one.
-    pub uid: Option<String>,
-    /// The Kubernetes cluster of the operator that wrote the value, when the value has one
-    /// (earlier versions and applications may not write it).
-    pub cluster: Option<String>,
-    /// The install of the operator that wrote the value, when the value has one.
-    pub install: Option<String>,
-}
-
-/// Reads `pod` (and `uid` and `cluster`, when present) from a key value written in the
-/// operator's JSON format, `{"pod": ..., "uid": ..., "cluster": ..., ...}`.
-pub fn holder_from_value(value: &[u8]) -> Option<KeyHolder> {
-    let v: serde_json::Value = serde_json::from_slice(value).ok()?;
-    let text = |field: &str| v.get(field).and_then(|u| u.as_str()).map(str::to_owned);
-    Some(KeyHolder {
-        pod: v.get("pod")?.as_str()?.to_owned(),
-        uid: text("uid"),
-        cluster: text("cluster"),
-        install: text("install"),
-    })
 }
 
 /// The `LeaderElected` message while `session` (not the operator's) holds the key: the

@@ -165,14 +165,14 @@ impl StandBack {
     }
 }
 
-/// The status of an election that stands back, and whether its condition is news (worth an
-/// event).
+/// The status of an election that stands back, and the Warning to publish when its condition
+/// is news (not on every requeue).
 pub fn standing_back(
     old: &LeaderElectionStatus,
     generation: Option<i64>,
     back: &StandBack,
     now: Timestamp,
-) -> (LeaderElectionStatus, bool) {
+) -> (LeaderElectionStatus, Option<plan::ElectionEvent>) {
     let state = &back.condition;
     let news = !old.conditions.iter().any(|c| {
         c.type_ == state.type_
@@ -191,7 +191,14 @@ pub fn standing_back(
         generation,
         now,
     );
-    (new, news)
+    let event = news.then(|| plan::ElectionEvent {
+        reason: back.reason,
+        pod: None,
+        note: truncate(&state.message, 1024),
+        warning: true,
+        fenced: None,
+    });
+    (new, event)
 }
 
 /// The [`STATUS_WRITTEN`] condition: after failed status writes, the write that succeeds
@@ -212,6 +219,32 @@ fn status_written(failed: Option<(u32, &'static str)>) -> ConditionState {
             reason: "Written",
             message: "the status is written as the operator decides it".into(),
         },
+    }
+}
+
+/// Rule 6 before a pod is labelled with `token`: the status as it is, holding the token
+/// (never a lower one than it holds: a stale request must not move it backwards) and what
+/// the operator acts with.
+pub fn token_recorded(
+    current: &LeaderElectionStatus,
+    token: u64,
+    applied: AppliedSpec,
+) -> LeaderElectionStatus {
+    LeaderElectionStatus {
+        fencing_token: current.fencing_token.max(Some(token)),
+        applied: Some(applied),
+        ..current.clone()
+    }
+}
+
+/// The status as it is, with how a switchover request was decided.
+pub fn switchover_recorded(
+    current: &LeaderElectionStatus,
+    record: &SwitchoverRecord,
+) -> LeaderElectionStatus {
+    LeaderElectionStatus {
+        last_switchover: Some(switchover_status(record)),
+        ..current.clone()
     }
 }
 
@@ -345,15 +378,17 @@ mod tests {
         );
         let now = Timestamp::UNIX_EPOCH;
         let (first, news) = standing_back(&LeaderElectionStatus::default(), Some(2), &invalid, now);
-        assert!(news);
+        let news = news.expect("a first condition is news");
+        assert_eq!(news.reason, plan::EventReason::InvalidSpec);
+        assert_eq!(news.note, "spec.key: empty");
         assert_eq!(first.phase, Some(Phase::Invalid));
         assert_eq!(first.observed_generation, Some(2));
         let (again, news) = standing_back(&first, Some(2), &invalid, now);
-        assert!(!news);
+        assert_eq!(news, None);
         assert_eq!(again, first);
         // Another election, older, taking the pods: Conflict, with the new condition.
         let (conflict, news) = standing_back(&first, Some(2), &StandBack::conflict("a"), now);
-        assert!(news);
+        assert!(news.is_some());
         assert_eq!(conflict.phase, Some(Phase::Conflict));
         assert!(
             conflict
@@ -361,5 +396,21 @@ mod tests {
                 .iter()
                 .any(|c| c.type_ == EXCLUSIVE && c.status == "False" && c.message.contains("a"))
         );
+    }
+
+    #[test]
+    fn a_token_record_never_moves_the_token_backwards() {
+        let current = LeaderElectionStatus {
+            fencing_token: Some(7),
+            ..LeaderElectionStatus::default()
+        };
+        let applied = AppliedSpec::default();
+        assert_eq!(
+            token_recorded(&current, 5, applied.clone()).fencing_token,
+            Some(7)
+        );
+        let raised = token_recorded(&current, 9, applied.clone());
+        assert_eq!(raised.fencing_token, Some(9));
+        assert_eq!(raised.applied, Some(applied));
     }
 }

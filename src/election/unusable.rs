@@ -12,7 +12,34 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::config::{Mode, UnavailablePolicy};
-use super::observe::LockView;
+use super::observe::{LockView, SessionHealth};
+
+/// The session TTL a leader label is judged with when nothing better is known.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+
+/// The TTL an unusable election's label is judged with: the one its status records as
+/// applied (the session was created with it), else that of the session this process holds,
+/// else [`DEFAULT_TTL`].
+pub fn judged_ttl(applied: Option<Duration>, held: Option<Duration>) -> Duration {
+    applied.or(held).unwrap_or(DEFAULT_TTL)
+}
+
+/// [`UnusableLock::session_unconfirmed_since`] for the session this process holds, of health
+/// `health` (`None`: it holds none), when it started deciding at `started_at`. A refused
+/// access in use (`in_use_refused`) stops the renewals: the session counts as unconfirmed
+/// since its last one.
+pub fn session_unconfirmed_since(
+    health: Option<SessionHealth>,
+    in_use_refused: bool,
+    started_at: Instant,
+) -> Option<Instant> {
+    match health {
+        Some(SessionHealth::Alive { renewed_at }) if in_use_refused => Some(renewed_at),
+        Some(SessionHealth::Alive { .. }) => None,
+        Some(SessionHealth::Unconfirmed { renewed_at }) => Some(renewed_at),
+        Some(SessionHealth::Lost) | None => Some(started_at),
+    }
+}
 
 /// What becomes of the leader label of an election the operator cannot act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,5 +345,32 @@ mod tests {
             unusable_label(&lock(&held, Some(500), false), t(115), TTL),
             UnusableLabel::Fence
         );
+    }
+
+    #[test]
+    fn a_session_counts_as_confirmed_only_while_this_process_renews_it() {
+        let alive = SessionHealth::Alive { renewed_at: t(5) };
+        assert_eq!(session_unconfirmed_since(Some(alive), false, t(0)), None);
+        // The refused access is not used to renew it any more.
+        assert_eq!(
+            session_unconfirmed_since(Some(alive), true, t(0)),
+            Some(t(5))
+        );
+        let failing = SessionHealth::Unconfirmed { renewed_at: t(3) };
+        assert_eq!(
+            session_unconfirmed_since(Some(failing), false, t(0)),
+            Some(t(3))
+        );
+        for none in [Some(SessionHealth::Lost), None] {
+            assert_eq!(session_unconfirmed_since(none, false, t(1)), Some(t(1)));
+        }
+    }
+
+    #[test]
+    fn the_ttl_the_session_was_created_with_judges_the_label() {
+        let secs = Duration::from_secs;
+        assert_eq!(judged_ttl(Some(secs(30)), Some(secs(10))), secs(30));
+        assert_eq!(judged_ttl(None, Some(secs(10))), secs(10));
+        assert_eq!(judged_ttl(None, None), DEFAULT_TTL);
     }
 }

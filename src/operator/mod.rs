@@ -142,7 +142,6 @@ pub async fn run(
     let (all_tx, all_rx) = mpsc::unbounded_channel::<()>();
     let (changes_tx, changes_rx) = mpsc::unbounded_channel::<ElectionKey>();
     let sessions = SessionManager::new(changes_tx.clone());
-    let wake = changes_tx.clone();
     let locks = LockWatcher::new(changes_tx.clone(), settings.lock_watch_wait);
 
     health.set_ready("leaderelections-cache", false);
@@ -253,7 +252,6 @@ pub async fn run(
         metrics,
         health: health.clone(),
         settings,
-        wake,
         caches_ready,
         changes: changes_tx,
         may_write,

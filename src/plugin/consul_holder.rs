@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::consul::{ConsulAddress, ConsulClient, ConsulSettings, Overrides, QueryOptions};
 use crate::crd::LeaderElection;
-use crate::election::planner::holder_from_value;
+use crate::election::key_value::holder_from_value;
 
 /// Who holds the election's key, as Consul answered (or why Consul was not asked).
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]

@@ -28,13 +28,13 @@ use crate::crd::AppliedSpec;
 use crate::election::config::{Behavior, ElectionConfig, Mode, Owner, UnavailablePolicy};
 use crate::election::eligibility::{elapsed, eligibility};
 use crate::election::key_memory::KeyMemory;
+use crate::election::key_value::holder_from_value;
 use crate::election::memory::ElectionMemory;
 use crate::election::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverOutcome,
 };
 use crate::election::plan::{Action, Phase, Plan};
 use crate::election::plan_loop::{Answer, Next, PlanLoop, World};
-use crate::election::planner::holder_from_value;
 use crate::election::switchover_request::{RequestSeen, RequestStep, step};
 
 mod lifecycle;
@@ -431,6 +431,9 @@ pub enum Event {
     },
     /// The pod's `elector.dev/priority` changes (negative: never leader).
     Priority(usize, i32),
+    /// An older election comes to claim the same pods under the same label key (`true`), or
+    /// stops claiming them (`false`).
+    OlderElection(bool),
     /// A user asks for a switchover to the pod (`None`: to `*`).
     Switchover(Option<usize>),
     /// The user switches failback (minimum interval in seconds) and the drain time.
@@ -507,6 +510,8 @@ pub struct Model {
     applied: Option<AppliedSpec>,
     /// When the LeaderElection was deleted.
     deleted_at: Option<Timestamp>,
+    /// An older election that claims the same pods under the same label key.
+    older: Option<String>,
     /// Its cleanup is done and the finalizer gone.
     finalized: bool,
     /// The next loop's final status write is lost.
@@ -550,6 +555,7 @@ impl Model {
             max_label: None,
             applied: None,
             deleted_at: None,
+            older: None,
             finalized: false,
             lose_status_write: false,
             trace: String::new(),
@@ -853,6 +859,12 @@ impl Model {
                 self.config.mode = *mode;
             }
             Event::LoseStatusWrite => self.lose_status_write = true,
+            Event::OlderElection(claims) => {
+                if *claims && self.older.is_none() {
+                    self.seen_under_a_leader("an older election came under a leader");
+                }
+                self.older = claims.then(|| "older".to_owned());
+            }
             Event::Loop {
                 fail_at,
                 after_effect,
@@ -1668,6 +1680,9 @@ impl Model {
         if self.deleted_at.is_some() {
             self.quiesce_deleted();
             return;
+        }
+        if self.older.take().is_some() {
+            let _ = writeln!(self.trace, "@{} the older election goes", self.secs());
         }
         if self.config.paused {
             // Resumed: from here on the election must converge as any other.

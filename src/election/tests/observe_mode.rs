@@ -4,9 +4,10 @@
 
 use super::support::*;
 use crate::election::config::{ElectionConfig, Mode, ValueFormat};
+use crate::election::key_value::{KeyHolder, holder_from_value};
 use crate::election::observe::LockView;
 use crate::election::plan::{EventReason, Phase, Plan};
-use crate::election::planner::{CONSUL_AVAILABLE, KeyHolder, LEADER_ELECTED, holder_from_value};
+use crate::election::planner::{CONSUL_AVAILABLE, LEADER_ELECTED};
 
 fn observe() -> ElectionConfig {
     ElectionConfig {

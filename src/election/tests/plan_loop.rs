@@ -292,3 +292,35 @@ fn a_refusal_is_said_once_and_a_consul_write_that_succeeds_ends_it() {
     plans.handle(Answer::Done, &mut memory, mono(scene.now));
     assert_eq!(memory.refusal(), None);
 }
+
+#[test]
+fn a_leader_labelled_in_this_reconcile_is_led_with_the_token_it_was_labelled_with() {
+    let elected = Scene::elected("a", &["b"], 5);
+    let plans = plans_of(&elected, 16);
+    // As recorded, until this reconcile labels a leader.
+    assert_eq!(plans.leadership_of(&uid("a")), Some((5, t(0))));
+    assert_eq!(plans.leadership_of(&uid("b")), None);
+    // An interrupted first election: the session holds the key, no pod is labelled.
+    let scene = Scene::new(vec![pod("a").follower(), pod("b").follower()])
+        .lock(held("s1", 1, "a"))
+        .session(Some(session("s1", "a")));
+    let mut plans = plans_of(&scene, 16);
+    let mut memory = scene.memory();
+    plans.poll(&mut memory);
+    plans.plan(&scene.world(), &mut memory);
+    loop {
+        match plans.poll(&mut memory) {
+            Next::Act(action) => {
+                let labels = matches!(action, Action::LabelLeader { .. });
+                // Not before the answer says it took effect.
+                assert_eq!(plans.leadership_of(&uid("a")), None);
+                plans.handle(Answer::Done, &mut memory, mono(t(100)));
+                if labels {
+                    break;
+                }
+            }
+            next => panic!("no leader label handed out: {next:?}"),
+        }
+    }
+    assert_eq!(plans.leadership_of(&uid("a")), Some((1, t(100))));
+}

@@ -111,6 +111,7 @@ fn world_event() -> impl Strategy<Value = Event> {
         1 => Just(Event::EditKey),
         1 => prop_oneof![Just(Mode::Managed), Just(Mode::Observe)].prop_map(Event::EditMode),
         1 => Just(Event::LoseStatusWrite),
+        1 => any::<bool>().prop_map(Event::OlderElection),
     ]
 }
 
@@ -244,6 +245,10 @@ fn the_generator_reaches_every_interesting_situation() {
         "key edited under a leader",
         "mode switched under a leader",
         "withdrew after an edit",
+        "an older election came under a leader",
+        "stood back: Conflict",
+        "withdrew for an older election",
+        "fenced an election that cannot act",
         "withdrawal ok Unlabel",
         "withdrawal failed Unlabel",
         "withdrawal ok ReleaseAndDestroy",

@@ -7,7 +7,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::crd::SKIP_CONSUL_CLEANUP_ANNOTATION;
-use crate::election::cleanup_deadline::{Deadline, deadline};
+use crate::election::cleanup_deadline::{Deadline, deadline, gave_up};
+use crate::election::plan::EventReason;
 use crate::election::withdrawal::{Footprint, LabelledPod, Step, fence, withdrawal};
 
 // ---- The order of a withdrawal (`withdrawal::withdrawal`, `withdrawal::fence`) ----
@@ -178,4 +179,26 @@ fn a_withdrawal_takes_off_what_the_operator_acted_with() {
     };
     assert!(!acted_with(None, Some(&observe), false, "default".into()).managed);
     assert!(acted_with(None, Some(&observe), true, "default".into()).managed);
+}
+
+#[test]
+fn giving_up_names_what_was_left_in_consul() {
+    let held = gave_up(
+        "elector/shop/web",
+        Some("s1"),
+        "the bound passed",
+        "timeout",
+    );
+    assert_eq!(held.reason, EventReason::ConsulCleanupSkipped);
+    assert!(held.warning);
+    assert_eq!(
+        held.note,
+        "gave up cleaning up in Consul (the bound passed; last error: timeout): the key elector/shop/web may still be held by session s1, which is no longer renewed and expires after its TTL"
+    );
+    let key_only = gave_up("elector/shop/web", None, "skipped", "refused");
+    assert!(
+        key_only
+            .note
+            .ends_with("the key elector/shop/web may still exist")
+    );
 }

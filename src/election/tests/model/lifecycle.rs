@@ -1,20 +1,30 @@
-//! The model's election over its life: the spec edits that move it to another label key or
-//! Consul key (admitted by `admission::admit`, the old footprint withdrawn in the order of
-//! `withdrawal::withdrawal`), the status write before a leader label, and the deletion that
-//! runs the same withdrawal until the finalizer goes (`cleanup_deadline::deadline`). The
-//! controller's `apply`, `migrate` and `cleanup` do the same with the same pure functions.
+//! The model's election over its life: each reconcile's [`Reconcile`] up to the plan loop
+//! (the spec edits that move it to another label key or Consul key, the old footprint
+//! withdrawn in the order of `withdrawal::withdrawal`; an older election claiming its pods,
+//! which it yields to; a paused election's edit waiting, its label fenced as rule 2 says),
+//! the status write before a leader label, and the deletion that runs the same withdrawal
+//! until the finalizer goes (`cleanup_deadline::deadline`). The controller's `apply` and
+//! `cleanup` drive the same machine and pure functions.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use super::super::support::mono;
 use super::{Action, Mode, Model, PodView, SessionHealth, record};
+use crate::consul::parse_go_duration;
 use crate::crd::{AppliedSession, AppliedSpec};
-use crate::election::admission::{Access, Admission, Observed, admit};
+use crate::election::admission::{Access, Input};
 use crate::election::cleanup_deadline::{Deadline, deadline};
 use crate::election::config::Behavior;
 use crate::election::plan::{ConditionState, Plan};
+use crate::election::reconcile::{Found, Next, Reconcile, Step as Before};
 use crate::election::spec_edits::needs_withdrawal;
-use crate::election::withdrawal::{Footprint, LabelledPod, Step, withdrawal};
+use crate::election::unusable::{
+    UnusableLabel, UnusableLock, judged_ttl, session_unconfirmed_since, unusable_label,
+};
+use crate::election::withdrawal::{
+    Acted, Footprint, LabelledPod, Step, acted_with, fence, withdrawal,
+};
 
 /// How long a deleted election's cleanup waits for Consul (the controller's
 /// `CONSUL_CLEANUP_BOUND`).
@@ -100,59 +110,181 @@ impl Model {
         }
     }
 
-    /// The admission of a valid, unconflicted election with a usable Consul access: after an
-    /// edit of what the status records, withdraw the old footprint first. Whether the planner
-    /// may run.
+    /// The reconcile up to its plan loop, driven as the controller drives it
+    /// ([`Reconcile`]): the model answers the inputs (a valid spec and label key, a usable
+    /// Consul access, an older election while [`Model::older`] names one, the edit against
+    /// what the status records) and performs the steps. Whether the planner may run.
     pub(super) fn admit(&mut self, faults: &mut Faults) -> bool {
         let now = self.spec_applied();
-        let needs = self
-            .applied
-            .as_ref()
-            .is_some_and(|recorded| needs_withdrawal(recorded, &now));
-        let observed = Observed {
-            spec: Some(Ok(())),
-            label_key: Some(ConditionState {
+        let mut reconcile = Reconcile::new(Ok(()), None, self.config.paused);
+        loop {
+            match reconcile.poll() {
+                Next::Gather(input) => {
+                    let found = self.gather(input, &now);
+                    reconcile.gathered(found);
+                }
+                Next::Do(step) => {
+                    let _ = writeln!(self.trace, "   step {step:?}");
+                    match self.perform(step, &now, faults) {
+                        Some(recheck) => reconcile.done(recheck),
+                        None => return false,
+                    }
+                }
+                Next::Plan => return true,
+                Next::Stop(look_again) => {
+                    let _ = writeln!(
+                        self.trace,
+                        "   stood back ({}), look again in {look_again:?}",
+                        reconcile.why()
+                    );
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// The model's answer to `input`; `now` is what the spec makes the operator act with.
+    fn gather(&self, input: Input, now: &AppliedSpec) -> Found {
+        match input {
+            Input::Spec | Input::LabelKey => Found::LabelKey(ConditionState {
                 type_: crate::crd::conditions::SPEC_VALID,
                 status: true,
                 reason: "Valid",
                 message: String::new(),
             }),
-            older: Some(None),
-            yielding_leader: Some(None),
-            access: Some(Access::Usable),
-            needs_withdrawal: Some(needs),
-            served_elsewhere: None,
-            paused: false,
-        };
-        match admit(&observed) {
-            Admission::Withdraw => {
-                let _ = writeln!(self.trace, "   withdraw {:?} for {now:?}", self.applied);
-                if self.withdraw(true, faults) != Withdrawn::Done {
-                    return false;
-                }
+            Input::Older => Found::Older(self.older.clone()),
+            Input::YieldingLeader => Found::YieldingLeader(None),
+            Input::Access => Found::Access(Access::Usable),
+            Input::Applied => Found::Applied {
+                edited: self.applied.as_ref().is_some_and(|r| r != now),
+                needs_withdrawal: self
+                    .applied
+                    .as_ref()
+                    .is_some_and(|r| needs_withdrawal(r, now)),
+            },
+        }
+    }
+
+    /// Performs `step` as the controller's `Inputs::perform` does: `None` when it failed (the
+    /// reconcile fails), else when a fence judges again.
+    fn perform(
+        &mut self,
+        step: Before,
+        now: &AppliedSpec,
+        faults: &mut Faults,
+    ) -> Option<Option<Duration>> {
+        match step {
+            // The model's key watch is its cached view; the older election is not modelled.
+            Before::Unwatch | Before::Watch | Before::Wake(_) => {}
+            Before::Report(back) => {
                 *self
                     .seen
-                    .entry("withdrew after an edit".into())
+                    .entry(format!("stood back: {:?}", back.phase))
                     .or_default() += 1;
+            }
+            Before::Withdraw { whatever_mode } => {
+                let managed = whatever_mode || self.acted().managed;
+                if self.withdraw(managed, faults, withdrawal) != Withdrawn::Done {
+                    return None;
+                }
+                let situation = match whatever_mode {
+                    true => "withdrew after an edit",
+                    false => "withdrew for an older election",
+                };
+                *self.seen.entry(situation.into()).or_default() += 1;
+                if !whatever_mode {
+                    self.check_yielded();
+                }
+            }
+            Before::RecordApplied => {
                 let from = self.applied.as_ref().map(|a| a.key.clone());
                 if let Some(from) = from.filter(|from| *from != now.key) {
                     self.consul.switch_key(&from, &now.key);
                     self.cached_lock = super::LockView::Unknown;
                 }
-                self.applied = Some(now);
-                true
+                self.applied = Some(now.clone());
             }
-            Admission::Proceed => {
-                if self
-                    .applied
-                    .as_ref()
-                    .is_some_and(|recorded| *recorded != now)
-                {
-                    self.applied = Some(now);
+            Before::Fence { in_use_refused } => return self.fence_unusable(in_use_refused, faults),
+        }
+        Some(None)
+    }
+
+    /// What the election was acted with, as `cleanup::Footprint::of` asks
+    /// [`acted_with`]: a registered session is the operator's whatever the mode says now.
+    fn acted(&self) -> Acted {
+        acted_with(
+            self.applied.as_ref(),
+            Some(&self.config),
+            self.registered.is_some(),
+            self.config.key.clone(),
+        )
+    }
+
+    /// Rule 1 across elections: an election that yielded to an older one labels no pod
+    /// leader and holds no session.
+    fn check_yielded(&mut self) {
+        if !self.leaders().is_empty() {
+            self.fail("a pod kept the leader label of an election that yielded");
+        }
+        if self.registered.is_some() {
+            self.fail("an election that yielded still holds a session");
+        }
+    }
+
+    /// Rule 2 for an election that cannot act, as `cleanup::fence_unusable` judges it
+    /// ([`unusable_label`] over what this process knows of the lock: the watch's last
+    /// answer, the session it renews) and carries it out ([`fence`]).
+    fn fence_unusable(
+        &mut self,
+        in_use_refused: bool,
+        faults: &mut Faults,
+    ) -> Option<Option<Duration>> {
+        // The key stays watched: a stalled watch brings no answer.
+        if !self.consul.kv_stalled {
+            self.read_back();
+        }
+        let recorded_session = self
+            .recorded
+            .leader
+            .as_ref()
+            .and_then(|l| l.session_id.clone());
+        let session = self
+            .registered
+            .as_ref()
+            .map(|r| r.id.clone())
+            .or(recorded_session);
+        let started_at = mono(self.started_at);
+        let lock = UnusableLock {
+            lock: &self.cached_lock,
+            session: session.as_deref(),
+            read_at: self.kv_read_at.map(mono),
+            session_unconfirmed_since: session_unconfirmed_since(
+                self.registered.as_ref().map(|r| r.health),
+                in_use_refused,
+                started_at,
+            ),
+            started_at,
+            written_since_read: self.memory.key.written_since_read(),
+        };
+        let applied_ttl = self
+            .applied
+            .as_ref()
+            .and_then(|a| a.session.as_ref())
+            .and_then(|s| parse_go_duration(&s.ttl).ok());
+        let ttl = judged_ttl(applied_ttl, self.registered.as_ref().map(|r| r.ttl));
+        match unusable_label(&lock, mono(self.now), ttl) {
+            UnusableLabel::Keep(recheck) => Some(Some(recheck)),
+            UnusableLabel::Fence => {
+                *self
+                    .seen
+                    .entry("fenced an election that cannot act".into())
+                    .or_default() += 1;
+                let managed = self.acted().managed;
+                match self.withdraw(managed, faults, fence) {
+                    Withdrawn::Stopped => None,
+                    _ => Some(None),
                 }
-                true
             }
-            other => self.fail(&format!("admission {other:?} for a valid election")),
         }
     }
 
@@ -174,7 +306,12 @@ impl Model {
 
     /// Runs the withdrawal of what the election did with the recorded values, each step
     /// checked like a planner's action.
-    fn withdraw(&mut self, managed: bool, faults: &mut Faults) -> Withdrawn {
+    fn withdraw(
+        &mut self,
+        managed: bool,
+        faults: &mut Faults,
+        decide: fn(Footprint<'_>, &[LabelledPod]) -> Vec<Step>,
+    ) -> Withdrawn {
         let pods: Vec<LabelledPod> = self
             .pods
             .iter()
@@ -191,7 +328,7 @@ impl Model {
             managed,
         };
         let mut outcome = Withdrawn::Done;
-        for step in withdrawal(footprint, &pods) {
+        for step in decide(footprint, &pods) {
             let before = self.rule2_violators();
             let leaders_before = self.leaders().len();
             let (executed, failing) = faults.next();
@@ -303,10 +440,8 @@ impl Model {
         if self.finalized {
             return;
         }
-        // As `cleanup::Footprint::of`: a registered session is the operator's whatever the
-        // mode says now.
-        let managed = self.registered.is_some() || self.config.mode == Mode::Managed;
-        match self.withdraw(managed, &mut faults) {
+        let managed = self.acted().managed;
+        match self.withdraw(managed, &mut faults, withdrawal) {
             Withdrawn::Stopped => {}
             Withdrawn::Done => self.finalized = true,
             Withdrawn::ConsulFailed => {
