@@ -13,10 +13,20 @@ fn condition(status: bool) -> ConditionState {
     }
 }
 
-/// Answers every input as "nothing in the way", except the ones `answer` gives.
+/// Answers every input as "nothing in the way", except the ones `answer` gives; every step
+/// names no later judgement.
 fn drive(
     reconcile: &mut Reconcile,
+    answer: impl FnMut(Input) -> Option<Found>,
+) -> (Vec<Step>, Next) {
+    drive_with(reconcile, answer, |_| None)
+}
+
+/// [`drive`], with `recheck` naming when each step judges again.
+fn drive_with(
+    reconcile: &mut Reconcile,
     mut answer: impl FnMut(Input) -> Option<Found>,
+    recheck: impl Fn(&Step) -> Option<Duration>,
 ) -> (Vec<Step>, Next) {
     let mut steps = Vec::new();
     loop {
@@ -33,12 +43,27 @@ fn drive(
                 },
             })),
             Next::Do(step) => {
+                reconcile.done(recheck(&step));
                 steps.push(step);
-                reconcile.done(None);
             }
             end => return (steps, end),
         }
     }
+}
+
+/// Reported Invalid, then the leader label judged by rule 2.
+fn invalid_and_fenced(in_use_refused: bool) -> [Step; 2] {
+    [
+        Step::Report(StandBack::invalid(
+            condition(false),
+            EventReason::InvalidSpec,
+        )),
+        fenced(in_use_refused),
+    ]
+}
+
+fn fenced(in_use_refused: bool) -> Step {
+    Step::Fence { in_use_refused }
 }
 
 fn valid() -> Reconcile {
@@ -96,12 +121,7 @@ fn an_edit_is_withdrawn_whatever_the_mode_then_recorded_before_planning() {
     assert_eq!(steps, [Step::RecordApplied, Step::Watch]);
     // Paused: nothing moves until the resume, the label staying only as rule 2 allows.
     let (steps, end) = drive(&mut Reconcile::new(Ok(()), None, true), edit(true));
-    assert_eq!(
-        steps,
-        [Step::Fence {
-            in_use_refused: false
-        }]
-    );
+    assert_eq!(steps, [fenced(false)]);
     assert_eq!(end, Next::Stop(INVALID_REQUEUE));
 }
 
@@ -109,18 +129,7 @@ fn an_edit_is_withdrawn_whatever_the_mode_then_recorded_before_planning() {
 fn an_invalid_spec_is_reported_and_fenced_without_gathering_anything() {
     let mut reconcile = Reconcile::new(Err(condition(false)), None, false);
     let (steps, end) = drive(&mut reconcile, |input| panic!("gathered {input:?}"));
-    assert_eq!(
-        steps,
-        [
-            Step::Report(StandBack::invalid(
-                condition(false),
-                EventReason::InvalidSpec
-            )),
-            Step::Fence {
-                in_use_refused: false
-            }
-        ]
-    );
+    assert_eq!(steps, invalid_and_fenced(false));
     assert_eq!(end, Next::Stop(INVALID_REQUEUE));
     assert!(!reconcile.why().is_empty());
 }
@@ -146,38 +155,18 @@ fn a_yielding_election_reports_before_it_withdraws_and_wakes_the_older_one_last(
 
 #[test]
 fn a_fence_that_names_an_earlier_judgement_brings_the_look_forward() {
-    let mut reconcile = valid();
-    let answer = |input| {
-        (input == Input::YieldingLeader)
-            .then(|| Found::YieldingLeader(Some(("pod".into(), "young".into()))))
-    };
-    let mut steps = Vec::new();
-    let end = loop {
-        match reconcile.poll() {
-            Next::Gather(input) => reconcile.gathered(answer(input).unwrap_or(match input {
-                Input::LabelKey => Found::LabelKey(condition(true)),
-                _ => Found::Older(None),
-            })),
-            Next::Do(step) => {
-                let recheck =
-                    matches!(step, Step::Fence { .. }).then(|| Duration::from_millis(300));
-                steps.push(step);
-                reconcile.done(recheck);
-            }
-            end => break end,
-        }
-    };
-    assert_eq!(
-        steps,
-        [
-            Step::Fence {
-                in_use_refused: false
-            },
-            Step::Wake("young".into())
-        ]
+    let soon = Duration::from_millis(300);
+    assert!(soon < YIELD_WAIT);
+    let (steps, end) = drive_with(
+        &mut valid(),
+        |input| {
+            (input == Input::YieldingLeader)
+                .then(|| Found::YieldingLeader(Some(("pod".into(), "young".into()))))
+        },
+        |step| matches!(step, Step::Fence { .. }).then_some(soon),
     );
-    assert!(Duration::from_millis(300) < YIELD_WAIT);
-    assert_eq!(end, Next::Stop(Duration::from_millis(300)));
+    assert_eq!(steps, [fenced(false), Step::Wake("young".into())]);
+    assert_eq!(end, Next::Stop(soon));
 }
 
 #[test]
@@ -189,18 +178,7 @@ fn an_unusable_access_in_use_is_dropped_before_the_label_is_judged() {
     let (steps, end) = drive(&mut valid(), |input| {
         (input == Input::Access).then(|| Found::Access(refused.clone()))
     });
-    assert_eq!(
-        steps,
-        [
-            Step::Report(StandBack::invalid(
-                condition(false),
-                EventReason::InvalidSpec
-            )),
-            Step::Fence {
-                in_use_refused: true
-            }
-        ]
-    );
+    assert_eq!(steps, invalid_and_fenced(true));
     assert_eq!(end, Next::Stop(SECRET_REQUEUE));
 }
 
