@@ -25,13 +25,16 @@ use jiff::Timestamp;
 
 use super::support::{mono, not_ready_from, record, t};
 use crate::crd::AppliedSpec;
-use crate::election::config::{Behavior, ElectionConfig, Mode, Owner, UnavailablePolicy};
+use crate::election::adoption::{self, FoundSettings};
+use crate::election::config::{
+    Behavior, ElectionConfig, Mode, Owner, SessionConfig, UnavailablePolicy,
+};
 use crate::election::eligibility::{elapsed, eligibility};
 use crate::election::key_memory::KeyMemory;
 use crate::election::key_value::holder_from_value;
 use crate::election::memory::ElectionMemory;
 use crate::election::observe::{
-    LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverOutcome,
+    LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverOutcome,
 };
 use crate::election::plan::{Action, Phase, Plan};
 use crate::election::plan_loop::{Answer, Next, PlanLoop, World};
@@ -70,6 +73,8 @@ pub struct ConsulSession {
     /// Sessions of applications (or of anybody but the operator): renewed by their owner
     /// until an event ends them.
     foreign: bool,
+    /// The pod an operator session's name says it was created for.
+    pod: Option<String>,
 }
 
 /// The model Consul. While `up` is false every call fails (a partition between the operator
@@ -159,8 +164,9 @@ impl Consul {
         ttl: Duration,
         lock_delay: Duration,
         behavior: Behavior,
-        foreign: bool,
+        pod: Option<String>,
     ) -> Result<String, Failed> {
+        let foreign = pod.is_none();
         self.sessions_reachable()?;
         self.next_session += 1;
         let id = format!("{}{}", if foreign { "f" } else { "s" }, self.next_session);
@@ -172,6 +178,7 @@ impl Consul {
                 behavior,
                 renewed_at: now,
                 foreign,
+                pod,
             },
         );
         Ok(id)
@@ -369,6 +376,11 @@ pub struct Registered {
     last_success: Timestamp,
 }
 
+/// The install the model's operator is.
+fn model_owner() -> Owner {
+    Owner::new("model-cluster", "ops.consul-elector")
+}
+
 /// World events (between controller loops) and controller loops.
 #[derive(Debug, Clone)]
 pub enum Event {
@@ -481,8 +493,6 @@ pub struct Model {
     next_uid: u64,
     pub consul: Consul,
     pub registered: Option<Registered>,
-    /// A status leader whose session must be adopted when Consul answers.
-    adopt: Option<LeaderRecord>,
     pub recorded: Recorded,
     /// When this controller process last read the key (the lock watch's last answer).
     kv_read_at: Option<Timestamp>,
@@ -542,7 +552,6 @@ impl Model {
             next_uid: 0,
             consul: Consul::new(),
             registered: None,
-            adopt: None,
             recorded: Recorded::default(),
             kv_read_at: None,
             cached_lock: LockView::Unknown,
@@ -734,7 +743,7 @@ impl Model {
                             Duration::from_secs(15),
                             Duration::from_secs(15),
                             Behavior::Release,
-                            true,
+                            None,
                         )
                         .expect("up");
                     let value = serde_json::json!({"pod": name, "uid": uid}).to_string();
@@ -829,12 +838,12 @@ impl Model {
                 self.forgotten = None;
                 self.started_at = now;
                 // The new process adopts the sessions of the elections that exist
-                // (`operator::takeover::adopt_all`); a finalized election is gone.
-                self.adopt = self
-                    .recorded
-                    .leader
-                    .clone()
-                    .filter(|l| l.session_id.is_some() && !self.finalized);
+                // (`operator::takeover`), once, before reconciling, when Consul's sessions
+                // answer; a finalized election is gone. What it could not adopt is the
+                // reconciles' to adopt.
+                if !self.finalized {
+                    self.take_over();
+                }
             }
             Event::DeleteElection => {
                 if self.deleted_at.is_none() {
@@ -905,30 +914,135 @@ impl Model {
         }
     }
 
+    /// A new process's takeover (`operator::takeover`): the session the status records for
+    /// its leader, when Consul's sessions answer and still have it under this install's
+    /// name for that pod ([`session_names`]' `Found::InStatus`, `adoption::vouched_by_status`).
+    fn take_over(&mut self) {
+        let Some(leader) = self.recorded.leader.clone() else {
+            return;
+        };
+        let Some(id) = leader.session_id.clone() else {
+            return;
+        };
+        let ours = self
+            .consul
+            .sessions
+            .get(&id)
+            .is_some_and(|s| s.pod.as_deref() == Some(leader.pod.as_str()));
+        if ours && self.consul.renew(&id, self.now) == Ok(true) {
+            let _ = writeln!(self.trace, "   took over {id}");
+            *self.seen.entry("handover adopted".into()).or_default() += 1;
+            self.register(id, leader.pod, leader.uid);
+        }
+    }
+
+    /// A reconcile's adoption (`controller::act::Round::adopt`), through the same
+    /// [`adoption::candidates`] and [`adoption::vouched_for`]: each candidate is read without
+    /// renewing it, and adopted when its witness vouches for it.
+    fn adopt_in_reconcile(&mut self, lock: &LockView) {
+        let candidates = adoption::candidates(
+            self.config.mode,
+            self.registered.is_some(),
+            lock,
+            &self.recorded,
+        );
+        let owner = model_owner();
+        for candidate in candidates {
+            if self.consul.sessions_reachable().is_err() {
+                return;
+            }
+            let Some(found) = self.consul.sessions.get(&candidate.session) else {
+                continue;
+            };
+            // The session's name: an application's is never this install's.
+            let Some(pod) = found.pod.clone() else {
+                continue;
+            };
+            let settings = FoundSettings {
+                ttl: Some(found.ttl),
+                lock_delay: found.lock_delay,
+                behavior: found.behavior,
+            };
+            let recorded_settings = self.applied.as_ref().and_then(|a| {
+                let s = a.session.as_ref()?;
+                Some(SessionConfig {
+                    ttl: crate::consul::parse_go_duration(&s.ttl).ok()?,
+                    lock_delay: crate::consul::parse_go_duration(&s.lock_delay).ok()?,
+                    behavior: if s.behavior == "delete" {
+                        Behavior::Delete
+                    } else {
+                        Behavior::Release
+                    },
+                })
+            });
+            let uid = adoption::vouched_for(
+                &candidate,
+                &adoption::Vouching {
+                    pod: &pod,
+                    settings: &settings,
+                    lock,
+                    recorded: &self.recorded,
+                    recorded_settings: recorded_settings.as_ref(),
+                    spec_settings: &self.config.session,
+                    owner: &owner,
+                },
+            );
+            let Some(uid) = uid else {
+                continue;
+            };
+            if self.consul.renew(&candidate.session, self.now) == Ok(true) {
+                let _ = writeln!(self.trace, "   adopted {}", candidate.session);
+                *self.seen.entry("adopted".into()).or_default() += 1;
+                self.register(candidate.session, pod, uid);
+                return;
+            }
+        }
+    }
+
+    /// Rule 3: with Consul answering, a reconcile that holds no session has adopted the live
+    /// session of this install that holds the key for the leader its status records.
+    fn check_adopted(&mut self) {
+        if self.config.mode != Mode::Managed || self.registered.is_some() || !self.consul.all_up() {
+            return;
+        }
+        let Some(leader) = &self.recorded.leader else {
+            return;
+        };
+        let holder = self.consul.holder().map(str::to_owned);
+        let ours = holder.as_deref().is_some_and(|id| {
+            leader.session_id.as_deref() == Some(id)
+                && self
+                    .consul
+                    .sessions
+                    .get(id)
+                    .is_some_and(|s| s.pod.as_deref() == Some(leader.pod.as_str()))
+        });
+        if ours {
+            self.fail(&format!(
+                "rule 3: the live session {holder:?} of this install holds the key for the recorded leader {}, and was not adopted",
+                leader.pod
+            ));
+        }
+    }
+
+    /// Registers session `id` of `pod` with the session manager, renewed just now.
+    fn register(&mut self, id: String, pod: String, pod_uid: String) {
+        self.registered = Some(Registered {
+            id,
+            pod,
+            pod_uid,
+            ttl: self.config.session.ttl,
+            health: SessionHealth::Alive {
+                renewed_at: mono(self.now),
+            },
+            last_success: self.now,
+        });
+    }
+
     /// The session manager: renew at TTL/2 (at once after an outage), 404 -> Lost, a whole
     /// TTL without success -> Unconfirmed; pending adoptions are resolved when Consul answers.
     fn tick_sessions(&mut self) {
         let now = self.now;
-        if self.consul.sessions_reachable().is_ok()
-            && self.registered.is_none()
-            && let Some(leader) = self.adopt.take()
-        {
-            let id = leader.session_id.clone().expect("filtered");
-            if self.consul.renew(&id, now) == Ok(true) {
-                let _ = writeln!(self.trace, "   adopted {id}");
-                *self.seen.entry("adopted".into()).or_default() += 1;
-                self.registered = Some(Registered {
-                    id,
-                    pod: leader.pod,
-                    pod_uid: leader.uid,
-                    ttl: self.config.session.ttl,
-                    health: SessionHealth::Alive {
-                        renewed_at: mono(now),
-                    },
-                    last_success: now,
-                });
-            }
-        }
         let Some(r) = &mut self.registered else {
             return;
         };
@@ -1003,6 +1117,9 @@ impl Model {
             };
         }
         self.remove_decided_request();
+        let lock = self.observe_key();
+        self.adopt_in_reconcile(&lock);
+        self.check_adopted();
         // The controller's own loop, over this world.
         let mut plans = PlanLoop::new(self.recorded.clone(), self.switchover.clone(), 16);
         let mut told = None;
@@ -1161,9 +1278,8 @@ impl Model {
         read
     }
 
-    /// Observes the world and lets the loop plan from it.
-    fn plan_once(&mut self, plans: &mut PlanLoop) {
-        let pods = self.observed_pods();
+    /// The key as a reconcile observes it (`controller::act::Round::observe_lock`).
+    fn observe_key(&mut self) -> LockView {
         // A stalled watch brings no answer: the cached view stays, however old. An answer is
         // a read that started after the operator's writes (as the controller's own read at
         // the start of a reconcile after one).
@@ -1172,12 +1288,18 @@ impl Model {
         }
         // After its own write the controller does not plan on the cache: it reads the key
         // directly, which fails while the KV stalls.
-        let lock = match self.memory.key.written_since_read() {
+        match self.memory.key.written_since_read() {
             true => LockView::Unknown,
             false => self.cached_lock.clone(),
-        };
+        }
+    }
+
+    /// Observes the world and lets the loop plan from it.
+    fn plan_once(&mut self, plans: &mut PlanLoop) {
+        let pods = self.observed_pods();
+        let lock = self.observe_key();
         let session = self.session_view();
-        let owner = Owner::new("model-cluster", "ops.consul-elector");
+        let owner = model_owner();
         let plan = plans
             .plan(
                 &World {
@@ -1388,10 +1510,13 @@ impl Model {
                     self.registered = None;
                 }
                 let s = &self.config.session;
-                match self
-                    .consul
-                    .create_session(now, s.ttl, s.lock_delay, s.behavior, false)
-                {
+                match self.consul.create_session(
+                    now,
+                    s.ttl,
+                    s.lock_delay,
+                    s.behavior,
+                    Some(pod.clone()),
+                ) {
                     Ok(id) => {
                         self.registered = Some(Registered {
                             id,

@@ -455,9 +455,6 @@ impl Model {
             }
         }
         if self.finalized {
-            // The election is gone: nothing adopts a session for it any more (the controller
-            // adopts in a reconcile, or at its start for the elections that exist).
-            self.adopt = None;
             let _ = writeln!(self.trace, "   finalizer removed");
         }
     }
