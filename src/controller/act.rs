@@ -17,17 +17,19 @@ use super::sharing::{self, Annotations};
 use super::status_write::Basis;
 use crate::Error;
 use crate::cache::views as observe;
+use crate::consul::QueryOptions;
 use crate::consul::{ConsulClient, ConsulError};
 use crate::crd::LeaderElection;
 use crate::election::annotation_owner::{Owner as AnnotationOwner, shared_view};
 use crate::election::config::{ElectionConfig, ElectionKey};
+use crate::election::first_look::{Adopting, KeyRead, Look, SessionRead};
+use crate::election::key_value;
 use crate::election::observe::{LockView, PodView};
 use crate::election::plan::{Action, ConditionState, ElectionEvent, Plan};
 use crate::election::plan_loop::{Answer, Next, PlanLoop, World};
 use crate::election::refusal::ConsulRefusal;
-use crate::election::{adoption, key_value};
 use crate::k8s::{self, PodRole};
-use crate::observers::sessions::adoptable_session;
+use crate::observers::sessions::found_settings;
 
 /// Flags written with every acquisition and release: marks the key as an elector lock.
 pub const LOCK_FLAGS: u64 = 0x0065_6c65_6374_6f72;
@@ -47,8 +49,6 @@ pub struct Round<'a> {
     lock: LockView,
     /// The plan/act loop (the decisions of this reconcile).
     plans: PlanLoop,
-    /// When a leader was demoted in this reconcile (for the failover latency metric).
-    move_started: Option<Instant>,
     /// Removing a decided switchover request failed: the caller retries soon.
     removal_failed: bool,
     /// The `SpecValid` condition the status reports (True: the round runs on a valid spec).
@@ -80,7 +80,15 @@ impl<'a> Round<'a> {
                 None
             }
         };
-        let mut round = Round {
+        let adopting = Adopting {
+            election: key.clone(),
+            mode: config.mode,
+            holds_session: ctx.sessions.view(key).is_some(),
+            recorded_settings: recorded_session(status.applied.as_ref()),
+            spec_settings: config.session,
+            owner: ctx.settings.owner.clone(),
+        };
+        Round {
             le,
             key,
             config,
@@ -89,61 +97,75 @@ impl<'a> Round<'a> {
             pods_api: Api::namespaced(ctx.client.clone(), &key.namespace),
             pods: observe::pods_of(&ctx.caches, le),
             lock: LockView::Unknown,
-            plans: PlanLoop::new(recorded, switchover, MAX_PLANS),
+            plans: PlanLoop::new(recorded, switchover, MAX_PLANS, adopting),
             basis: Basis::of(&status),
-            move_started: None,
             removal_failed,
             spec_valid,
-        };
-        round.observe_lock().await;
-        if round.lock != LockView::Unknown {
-            ctx.caches.written.election(key, |e| e.key_read());
         }
-        round.adopt().await;
-        round
     }
 
-    /// The round's view of the key: the lock watch's cached answer, unless this process wrote
-    /// the key since it last read it back, or the cache knows nothing (a new election, or
-    /// Consul unreachable).
-    async fn observe_lock(&mut self) {
-        let (ctx, key, config) = (self.ctx, self.key, self.config);
-        let read = if ctx
-            .caches
-            .written
-            .election(key, |e| e.key.written_since_read())
-        {
-            // The cached answer may predate this process's own write, and a stalled watch
-            // keeps it: only a read of its own counts. Without retries, as below.
-            let read = ctx
-                .locks
-                .refresh(key, &self.consul.without_retries(), &config.key)
-                .await;
-            if read.is_ok() {
-                ctx.caches.written.election(key, |e| e.key.read_back());
-            }
-            read
-        } else {
-            self.lock = ctx.locks.lock(key);
-            if self.lock != LockView::Unknown {
-                return;
-            }
-            // The group's first answer if it is under way, else one direct read, without
-            // retries (the watch retries; a Fence deadline must not wait for a backoff).
-            ctx.locks
-                .current(key, &self.consul.without_retries(), &config.key)
-                .await
-        };
-        match read {
-            Ok(lock) => self.lock = lock,
-            // Unknown stays; a refusal of the read is what the status reports.
-            Err(error) => {
-                if let Some(refusal) = refusal_of(&error.into()) {
-                    let event = ctx.caches.written.election(key, |m| m.refused(refusal));
-                    if let Some(event) = event {
-                        self.publish(&event);
-                    }
+    /// Performs a read or a take-over of the loop's first look, and reports its outcome.
+    async fn look(&mut self, look: Look) {
+        let (ctx, key, consul) = (self.ctx, self.key, self.consul);
+        match look {
+            Look::ReadKey(read) => {
+                // Without retries: the watch retries, and a Fence deadline must not wait for a
+                // backoff.
+                let direct = consul.without_retries();
+                let read = match read {
+                    KeyRead::Fresh => ctx.locks.refresh(key, &direct, &self.config.key).await,
+                    KeyRead::Watched => match ctx.locks.lock(key) {
+                        LockView::Unknown => {
+                            // The group's first answer if under way, else a direct read.
+                            ctx.locks.current(key, &direct, &self.config.key).await
+                        }
+                        cached => Ok(cached),
+                    },
+                };
+                let read = read.map_err(|error| refusal_of(&error.into()));
+                if let Ok(lock) = &read {
+                    self.lock = lock.clone();
                 }
+                let plans = &mut self.plans;
+                let event = ctx
+                    .caches
+                    .written
+                    .election(key, |m| plans.key_read(read, m));
+                if let Some(event) = event {
+                    self.publish(&event);
+                }
+            }
+            Look::ReadSession(session) => {
+                let read = match consul.session_info(&session, QueryOptions::default()).await {
+                    Ok(found) => {
+                        found
+                            .value
+                            .map_or(SessionRead::Missing, |info| SessionRead::Found {
+                                settings: found_settings(&info),
+                                name: info.name,
+                            })
+                    }
+                    Err(error) => {
+                        tracing::warn!(election = %key, session, %error, "reading a session to adopt failed");
+                        SessionRead::Missing
+                    }
+                };
+                self.plans.session_read(read);
+            }
+            Look::Adopt { session, pod, uid } => {
+                let outcome = match ctx.sessions.adopt(key, consul, &session, &pod, &uid).await {
+                    Ok(adopted) => {
+                        if adopted {
+                            tracing::info!(election = %key, session, pod, "adopted session");
+                        }
+                        Ok(adopted)
+                    }
+                    Err(error) => {
+                        tracing::warn!(election = %key, %error, "adopting a session failed");
+                        Err(())
+                    }
+                };
+                self.plans.adopted(outcome);
             }
         }
     }
@@ -195,6 +217,7 @@ impl<'a> Round<'a> {
                 .written
                 .election(self.key, |m| plans.poll(m))
             {
+                Next::Look(look) => self.look(look).await,
                 Next::Observe => self.decide(),
                 Next::Act(action) => {
                     let answer = match self.execute(action).await {
@@ -213,6 +236,14 @@ impl<'a> Round<'a> {
                         .election(self.key, |m| plans.handle(answer, m, now));
                     if let Some(event) = event {
                         self.publish(&event);
+                    }
+                    if let Some(elected) = self.plans.poll_elected() {
+                        if elected.transition {
+                            self.ctx.metrics.leader_transition();
+                        }
+                        if let Some(after) = elected.after_move {
+                            self.ctx.metrics.leader_elected(after);
+                        }
                     }
                 }
                 Next::Done => return failure.map_or(Ok(()), Err),
@@ -305,22 +336,9 @@ impl<'a> Round<'a> {
                     },
                 )
                 .await?;
-                if self
-                    .plans
-                    .recorded()
-                    .leader
-                    .as_ref()
-                    .is_some_and(|l| l.uid != uid)
-                {
-                    self.ctx.metrics.leader_transition();
-                }
-                if let Some(started) = self.move_started.take() {
-                    self.ctx.metrics.leader_elected(started.elapsed());
-                }
                 Ok(Answer::Done)
             }
             Action::Release { session } => {
-                self.mark_move();
                 let value = match &self.lock {
                     LockView::Held { value, .. } => value.clone().unwrap_or_default(),
                     _ => Vec::new(),
@@ -347,7 +365,6 @@ impl<'a> Round<'a> {
                 Ok(Answer::Done)
             }
             Action::ForgetSession => {
-                self.mark_move();
                 self.ctx.sessions.forget(self.key);
                 Ok(Answer::Done)
             }
@@ -425,12 +442,6 @@ impl<'a> Round<'a> {
         Ok(())
     }
 
-    fn mark_move(&mut self) {
-        if self.move_started.is_none() {
-            self.move_started = Some(Instant::now());
-        }
-    }
-
     async fn set_role(&mut self, name: &str, uid: &str, role: PodRole) -> Result<(), Error> {
         let election = self.key.name.as_str();
         let annotations = self.pods.get(name).map_or(Annotations::Write, |(pod, _)| {
@@ -452,13 +463,6 @@ impl<'a> Round<'a> {
             .caches
             .written
             .remember_pod(&patched, Some(&self.key.name));
-        if matches!(role, PodRole::Follower)
-            && self.pods.get(name).is_some_and(|(p, _)| {
-                p.labels().get(&self.config.labels.key) == Some(&self.config.labels.leader)
-            })
-        {
-            self.mark_move();
-        }
         let selected = self.pods.get(name).is_some_and(|(_, s)| *s);
         self.pods.insert(name.to_owned(), (patched, selected));
         Ok(())
@@ -580,68 +584,6 @@ impl<'a> Round<'a> {
             self.ctx
                 .publish_election_event(event, "Elect", &pod, Some(election));
         }
-    }
-
-    /// After an operator restart: take over the session an earlier process of this cluster
-    /// created, holding the key or named in the status, so that no label, token or transition
-    /// changes (rule 3; [`adoption::candidates`], [`adoption::vouched_for`]). Each candidate's
-    /// name is read before anything renews it (a renewal alone keeps a session alive).
-    async fn adopt(&mut self) {
-        let holds = self.ctx.sessions.view(self.key).is_some();
-        let candidates =
-            adoption::candidates(self.config.mode, holds, &self.lock, self.plans.recorded());
-        for candidate in candidates {
-            let Some((pod, uid)) = self.vouched(&candidate).await else {
-                continue;
-            };
-            let session = &candidate.session;
-            match self
-                .ctx
-                .sessions
-                .adopt(self.key, self.consul, session, &pod, &uid)
-                .await
-            {
-                Ok(true) => {
-                    tracing::info!(election = %self.key, session, pod, "adopted session");
-                    return;
-                }
-                Ok(false) => {}
-                Err(error) => {
-                    tracing::warn!(election = %self.key, %error, "adopting a session failed");
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Reads `candidate` without renewing it; the pod and UID to adopt it for when its name
-    /// ([`adoptable_session`]) and its witness ([`adoption::vouched_for`]) allow it.
-    async fn vouched(&self, candidate: &adoption::Candidate) -> Option<(String, String)> {
-        let (owner, session) = (&self.ctx.settings.owner, candidate.session.as_str());
-        let found = adoptable_session(self.consul, session, owner, self.key, candidate.found)
-            .await
-            .unwrap_or_else(|error| {
-                tracing::warn!(election = %self.key, session, %error, "reading a session to adopt failed");
-                None
-            })?;
-        let status = self.ctx.caches.current_status(self.le);
-        let recorded_settings = recorded_session(status.applied.as_ref());
-        let uid = adoption::vouched_for(
-            candidate,
-            &adoption::Vouching {
-                pod: &found.pod,
-                settings: &found.settings,
-                lock: &self.lock,
-                recorded: self.plans.recorded(),
-                recorded_settings: recorded_settings.as_ref(),
-                spec_settings: &self.config.session,
-                owner,
-            },
-        );
-        if uid.is_none() {
-            tracing::info!(election = %self.key, session, settings = ?found.settings, "leaving alone a session nothing of this install vouches for");
-        }
-        Some((found.pod, uid?))
     }
 }
 

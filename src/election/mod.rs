@@ -10,6 +10,7 @@ pub mod confirmation_pace;
 pub mod conflict;
 pub mod consul_policy;
 pub mod eligibility;
+pub mod first_look;
 pub mod invariants;
 pub mod key_memory;
 pub mod key_value;

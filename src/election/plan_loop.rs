@@ -25,6 +25,7 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::config::{ElectionConfig, Owner};
+use super::first_look::{Adopting, FirstLook, Look, SessionRead};
 use super::memory::ElectionMemory;
 use super::observe::{LockView, PodView, Recorded, SessionView};
 use super::plan::{Action, ElectionEvent, Plan};
@@ -34,12 +35,25 @@ use super::refusal::ConsulRefusal;
 /// What the driver does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
+    /// Before the first plan: read or take over what [`Look`] says, and answer with
+    /// [`PlanLoop::key_read`], [`PlanLoop::session_read`] or [`PlanLoop::adopted`].
+    Look(Look),
     /// Observe the world and pass it to [`PlanLoop::plan`].
     Observe,
     /// Execute this action and pass its answer to [`PlanLoop::handle`].
     Act(Action),
     /// The reconcile's loop is over: write the status of [`PlanLoop::last_plan`].
     Done,
+}
+
+/// A pod labelled leader by this reconcile, for the operator's metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elected {
+    /// It replaced the leader the status recorded (a leadership transition).
+    pub transition: bool,
+    /// How long since this reconcile began moving the leadership (released the key, let go of
+    /// its session, or demoted the leader), if it did.
+    pub after_move: Option<Duration>,
 }
 
 /// What the executor reports after performing the action [`PlanLoop::poll`] handed out.
@@ -100,6 +114,8 @@ pub struct World<'a> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
+    /// The reads before the first plan ([`FirstLook`]).
+    Looking,
     /// A plan is to be made.
     Planning,
     /// The last plan's actions are being handed out.
@@ -129,14 +145,30 @@ pub struct PlanLoop {
     /// The pod (UID) this reconcile labelled leader, with its token and since.
     labelled: Option<(String, u64, Timestamp)>,
     plans_left: usize,
+    /// The pods (UIDs) labelled leader in the world last planned from.
+    leaders: Vec<String>,
+    /// The last instant the loop was told (its latest plan or answer): when it hands out an
+    /// action, the action starts about then.
+    last_now: Option<Instant>,
+    /// When this reconcile began moving the leadership.
+    move_started: Option<Instant>,
+    /// A leader labelled, until [`PlanLoop::poll_elected`] takes it.
+    elected: Option<Elected>,
+    look: FirstLook,
     state: State,
     unfinished: bool,
 }
 
 impl PlanLoop {
     /// A loop deciding from the status `recorded` and the pending switchover request, making
-    /// at most `max_plans` plans that have actions.
-    pub fn new(recorded: Recorded, switchover: Option<String>, max_plans: usize) -> PlanLoop {
+    /// at most `max_plans` plans that have actions, after a first look that adopts as
+    /// `adopting` says.
+    pub fn new(
+        recorded: Recorded,
+        switchover: Option<String>,
+        max_plans: usize,
+        adopting: Adopting,
+    ) -> PlanLoop {
         PlanLoop {
             recorded,
             written: None,
@@ -147,7 +179,12 @@ impl PlanLoop {
             lock_delay: Duration::ZERO,
             labelled: None,
             plans_left: max_plans,
-            state: State::Planning,
+            leaders: Vec::new(),
+            last_now: None,
+            move_started: None,
+            elected: None,
+            look: FirstLook::new(adopting),
+            state: State::Looking,
             unfinished: false,
         }
     }
@@ -157,6 +194,15 @@ impl PlanLoop {
     /// still have taken effect.
     pub fn poll(&mut self, memory: &mut ElectionMemory) -> Next {
         match self.state {
+            State::Looking => match self.look.poll(memory) {
+                Some(look) => Next::Look(look),
+                None if self.look.is_over() => {
+                    self.state = State::Planning;
+                    self.poll(memory)
+                }
+                // An answer is owed: the driver asked twice without giving it.
+                None => Next::Done,
+            },
             State::Planning if self.plans_left == 0 => {
                 self.unfinished = true;
                 self.state = State::Done;
@@ -167,6 +213,9 @@ impl PlanLoop {
                 Some(action) => {
                     if action.writes_key() {
                         memory.key.writing();
+                    }
+                    if matches!(action, Action::Release { .. } | Action::ForgetSession) {
+                        self.move_started = self.move_started.or(self.last_now);
                     }
                     self.state = State::Awaiting;
                     self.in_flight = Some(action.clone());
@@ -187,6 +236,14 @@ impl PlanLoop {
     /// back, Consul's refusal), which the plan then updates; returns the plan.
     pub fn plan(&mut self, world: &World<'_>, memory: &mut ElectionMemory) -> &Plan {
         self.lock_delay = world.config.session.lock_delay;
+        self.last_now = Some(world.now);
+        let leader = world.config.labels.leader.as_str();
+        self.leaders = world
+            .pods
+            .iter()
+            .filter(|p| p.role.as_deref() == Some(leader))
+            .map(|p| p.uid.clone())
+            .collect();
         if let Some(written) = self.written.take() {
             // A second leader in one reconcile (a switchover, then a failback) must be
             // recorded against the first one's record, or the final status write would take
@@ -239,6 +296,7 @@ impl PlanLoop {
     ) -> Option<ElectionEvent> {
         let action = self.in_flight.take()?;
         self.state = State::Acting;
+        self.last_now = Some(now);
         if action == Action::ForgetSession {
             // Letting go of a session takes effect whatever its answer says: the lock-delay
             // Consul may hold the key for counts from now.
@@ -275,22 +333,59 @@ impl PlanLoop {
                     Answer::Released => memory.key.read_back(),
                     Answer::StatusWritten(recorded) => self.written = Some(*recorded),
                     Answer::RequestCleared => self.switchover = None,
-                    Answer::Done => {
-                        if let Action::LabelLeader {
+                    Answer::Done => match action {
+                        Action::LabelLeader {
                             uid,
                             fencing_token,
                             since,
                             ..
-                        } = action
-                        {
+                        } => {
+                            let transition =
+                                self.recorded.leader.as_ref().is_some_and(|l| l.uid != uid);
+                            self.elected = Some(Elected {
+                                transition,
+                                after_move: self
+                                    .move_started
+                                    .take()
+                                    .map(|started| now.saturating_duration_since(started)),
+                            });
                             self.labelled = Some((uid, fencing_token, since));
                         }
-                    }
+                        Action::LabelFollower { uid, .. } if self.leaders.contains(&uid) => {
+                            self.move_started = self.move_started.or(Some(now));
+                        }
+                        _ => {}
+                    },
                     Answer::Failed | Answer::Refused(_) | Answer::SessionGone { .. } => {}
                 }
                 None
             }
         }
+    }
+
+    /// The key as read for [`Look::ReadKey`] (`Err`: the read failed, with Consul's refusal
+    /// if it refused it). Returns the event of a new refusal.
+    pub fn key_read(
+        &mut self,
+        read: Result<LockView, Option<ConsulRefusal>>,
+        memory: &mut ElectionMemory,
+    ) -> Option<ElectionEvent> {
+        self.look.key_read(read, &self.recorded, memory)
+    }
+
+    /// The session of [`Look::ReadSession`], as read.
+    pub fn session_read(&mut self, read: SessionRead) {
+        self.look.session_read(read, &self.recorded);
+    }
+
+    /// The outcome of [`Look::Adopt`] ([`FirstLook::adopted`]).
+    pub fn adopted(&mut self, outcome: Result<bool, ()>) {
+        self.look.adopted(outcome);
+    }
+
+    /// The leader this reconcile labelled since the last call, if any (for the metrics).
+    pub fn poll_elected(&mut self) -> Option<Elected> {
+        self.elected.take()
     }
 
     /// The last plan made (its status is what the reconcile writes).

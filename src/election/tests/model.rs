@@ -25,11 +25,12 @@ use jiff::Timestamp;
 
 use super::support::{mono, not_ready_from, record, t};
 use crate::crd::AppliedSpec;
-use crate::election::adoption::{self, FoundSettings};
+use crate::election::adoption::FoundSettings;
 use crate::election::config::{
-    Behavior, ElectionConfig, Mode, Owner, SessionConfig, UnavailablePolicy,
+    Behavior, ElectionConfig, ElectionKey, Mode, Owner, SessionConfig, UnavailablePolicy,
 };
 use crate::election::eligibility::{elapsed, eligibility};
+use crate::election::first_look::{Adopting, KeyRead, Look, SessionRead};
 use crate::election::key_memory::KeyMemory;
 use crate::election::key_value::holder_from_value;
 use crate::election::memory::ElectionMemory;
@@ -38,6 +39,7 @@ use crate::election::observe::{
 };
 use crate::election::plan::{Action, Phase, Plan};
 use crate::election::plan_loop::{Answer, Next, PlanLoop, World};
+use crate::election::session_names::session_name;
 use crate::election::switchover_request::{RequestSeen, RequestStep, step};
 
 mod lifecycle;
@@ -379,6 +381,14 @@ pub struct Registered {
 /// The install the model's operator is.
 fn model_owner() -> Owner {
     Owner::new("model-cluster", "ops.consul-elector")
+}
+
+/// The model's election.
+fn model_election() -> ElectionKey {
+    ElectionKey {
+        namespace: "default".into(),
+        name: "model".into(),
+    }
 }
 
 /// World events (between controller loops) and controller loops.
@@ -936,66 +946,79 @@ impl Model {
         }
     }
 
-    /// A reconcile's adoption (`controller::act::Round::adopt`), through the same
-    /// [`adoption::candidates`] and [`adoption::vouched_for`]: each candidate is read without
-    /// renewing it, and adopted when its witness vouches for it.
-    fn adopt_in_reconcile(&mut self, lock: &LockView) {
-        let candidates = adoption::candidates(
-            self.config.mode,
-            self.registered.is_some(),
-            lock,
-            &self.recorded,
-        );
-        let owner = model_owner();
-        for candidate in candidates {
-            if self.consul.sessions_reachable().is_err() {
-                return;
+    /// The first look's reads and take-over ([`Look`]), answered from this world as the
+    /// controller's executor answers them. Returns the key when it was read.
+    fn look(&mut self, plans: &mut PlanLoop, look: Look) -> Option<LockView> {
+        match look {
+            Look::ReadKey(read) => {
+                // A stalled watch brings no answer, and the operator's own read after its
+                // write fails while the KV stalls.
+                if !self.consul.kv_stalled {
+                    self.read_back();
+                }
+                let lock = match read {
+                    KeyRead::Fresh if self.consul.kv_stalled => LockView::Unknown,
+                    _ => self.cached_lock.clone(),
+                };
+                let read = match lock.clone() {
+                    LockView::Unknown => Err(None),
+                    lock => Ok(lock),
+                };
+                plans.key_read(read, &mut self.memory);
+                return Some(lock);
             }
-            let Some(found) = self.consul.sessions.get(&candidate.session) else {
-                continue;
-            };
-            // The session's name: an application's is never this install's.
-            let Some(pod) = found.pod.clone() else {
-                continue;
-            };
-            let settings = FoundSettings {
-                ttl: Some(found.ttl),
-                lock_delay: found.lock_delay,
-                behavior: found.behavior,
-            };
-            let recorded_settings = self.applied.as_ref().and_then(|a| {
-                let s = a.session.as_ref()?;
-                Some(SessionConfig {
-                    ttl: crate::consul::parse_go_duration(&s.ttl).ok()?,
-                    lock_delay: crate::consul::parse_go_duration(&s.lock_delay).ok()?,
-                    behavior: if s.behavior == "delete" {
-                        Behavior::Delete
-                    } else {
-                        Behavior::Release
+            Look::ReadSession(session) => {
+                let found = match self.consul.sessions_reachable() {
+                    Ok(()) => self.consul.sessions.get(&session),
+                    Err(Failed) => None,
+                };
+                let read = found.map_or(SessionRead::Missing, |found| SessionRead::Found {
+                    name: match &found.pod {
+                        Some(pod) => session_name(&model_owner(), &model_election(), pod),
+                        None => "an application's session".into(),
                     },
-                })
-            });
-            let uid = adoption::vouched_for(
-                &candidate,
-                &adoption::Vouching {
-                    pod: &pod,
-                    settings: &settings,
-                    lock,
-                    recorded: &self.recorded,
-                    recorded_settings: recorded_settings.as_ref(),
-                    spec_settings: &self.config.session,
-                    owner: &owner,
-                },
-            );
-            let Some(uid) = uid else {
-                continue;
-            };
-            if self.consul.renew(&candidate.session, self.now) == Ok(true) {
-                let _ = writeln!(self.trace, "   adopted {}", candidate.session);
-                *self.seen.entry("adopted".into()).or_default() += 1;
-                self.register(candidate.session, pod, uid);
-                return;
+                    settings: FoundSettings {
+                        ttl: Some(found.ttl),
+                        lock_delay: found.lock_delay,
+                        behavior: found.behavior,
+                    },
+                });
+                plans.session_read(read);
             }
+            Look::Adopt { session, pod, uid } => {
+                let outcome = self.consul.renew(&session, self.now).map_err(|Failed| ());
+                if outcome == Ok(true) {
+                    let _ = writeln!(self.trace, "   adopted {session}");
+                    *self.seen.entry("adopted".into()).or_default() += 1;
+                    self.register(session, pod, uid);
+                }
+                plans.adopted(outcome);
+            }
+        }
+        None
+    }
+
+    /// What the first look adopts with: the settings `status.applied` records, the spec's.
+    fn adopting(&self) -> Adopting {
+        let recorded_settings = self.applied.as_ref().and_then(|a| {
+            let s = a.session.as_ref()?;
+            Some(SessionConfig {
+                ttl: crate::consul::parse_go_duration(&s.ttl).ok()?,
+                lock_delay: crate::consul::parse_go_duration(&s.lock_delay).ok()?,
+                behavior: if s.behavior == "delete" {
+                    Behavior::Delete
+                } else {
+                    Behavior::Release
+                },
+            })
+        });
+        Adopting {
+            election: model_election(),
+            mode: self.config.mode,
+            holds_session: self.registered.is_some(),
+            recorded_settings,
+            spec_settings: self.config.session,
+            owner: model_owner(),
         }
     }
 
@@ -1117,18 +1140,30 @@ impl Model {
             };
         }
         self.remove_decided_request();
-        let lock = self.observe_key();
-        self.adopt_in_reconcile(&lock);
-        self.check_adopted();
         // The controller's own loop, over this world.
-        let mut plans = PlanLoop::new(self.recorded.clone(), self.switchover.clone(), 16);
+        let adopting = self.adopting();
+        let mut plans = PlanLoop::new(self.recorded.clone(), self.switchover.clone(), 16, adopting);
         let mut told = None;
+        let mut looked = false;
+        // The key as the reconcile last read it, as the controller's round keeps it.
+        let mut lock = LockView::Unknown;
         loop {
             let action = match plans.poll(&mut self.memory) {
                 Next::Done => break,
+                Next::Look(look) => {
+                    if let Some(read) = self.look(&mut plans, look) {
+                        lock = read;
+                    }
+                    continue;
+                }
+                Next::Observe if !looked => {
+                    looked = true;
+                    self.check_adopted();
+                    continue;
+                }
                 Next::Observe => {
                     told = self.memory.key.lock_delay_until();
-                    self.plan_once(&mut plans);
+                    self.plan_once(&mut plans, &lock);
                     continue;
                 }
                 Next::Act(action) => action,
@@ -1215,6 +1250,9 @@ impl Model {
                 }
                 _ => executed && self.execute(&action) && !failing,
             };
+            if ok && matches!(action, Action::Acquire { .. } | Action::Release { .. }) {
+                lock = self.cached_lock.clone();
+            }
             self.count_action(&action, ok);
             self.check_action(&action, executed, leaders_before, &before);
             let answer = if ok { answer } else { Answer::Failed };
@@ -1278,26 +1316,10 @@ impl Model {
         read
     }
 
-    /// The key as a reconcile observes it (`controller::act::Round::observe_lock`).
-    fn observe_key(&mut self) -> LockView {
-        // A stalled watch brings no answer: the cached view stays, however old. An answer is
-        // a read that started after the operator's writes (as the controller's own read at
-        // the start of a reconcile after one).
-        if !self.consul.kv_stalled && self.read_back() {
-            self.memory.key.read_back();
-        }
-        // After its own write the controller does not plan on the cache: it reads the key
-        // directly, which fails while the KV stalls.
-        match self.memory.key.written_since_read() {
-            true => LockView::Unknown,
-            false => self.cached_lock.clone(),
-        }
-    }
-
-    /// Observes the world and lets the loop plan from it.
-    fn plan_once(&mut self, plans: &mut PlanLoop) {
+    /// Observes the world and lets the loop plan from it, on the key as the reconcile last
+    /// read it (`lock`: its first look, or the read after its own acquire or release).
+    fn plan_once(&mut self, plans: &mut PlanLoop, lock: &LockView) {
         let pods = self.observed_pods();
-        let lock = self.observe_key();
         let session = self.session_view();
         let owner = model_owner();
         let plan = plans
@@ -1305,7 +1327,7 @@ impl Model {
                 &World {
                     config: &self.config,
                     pods: &pods,
-                    lock: &lock,
+                    lock,
                     session: session.as_ref(),
                     lock_confirmed_at: mono(self.lock_confirmed_at()),
                     // The model's clocks agree: its processes' wall clocks are never stepped.

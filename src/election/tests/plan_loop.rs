@@ -6,12 +6,12 @@ use super::support::*;
 use crate::election::memory::ElectionMemory;
 use crate::election::observe::{LockView, Recorded};
 use crate::election::plan::Action;
-use crate::election::plan_loop::{Answer, Next, PlanLoop};
+use crate::election::plan_loop::{Answer, Elected, Next, PlanLoop};
 use crate::election::refusal::ConsulRefusal;
 
 /// A loop over `scene`'s status and switchover request.
 fn plans_of(scene: &Scene, max_plans: usize) -> PlanLoop {
-    PlanLoop::new(scene.recorded.clone(), scene.switchover.clone(), max_plans)
+    scene.plan_loop(max_plans)
 }
 
 /// Hands out every action of the current plan, reporting each as done; returns them.
@@ -225,7 +225,7 @@ fn act_until(
             Next::Observe => {
                 plans.plan(&scene.world(), memory);
             }
-            Next::Done => break,
+            Next::Done | Next::Look(_) => break,
         }
     }
     panic!("never handed out");
@@ -323,4 +323,57 @@ fn a_leader_labelled_in_this_reconcile_is_led_with_the_token_it_was_labelled_wit
         }
     }
     assert_eq!(plans.leadership_of(&uid("a")), Some((1, t(100))));
+}
+
+#[test]
+fn a_leader_labelled_after_a_move_reports_the_transition_and_how_long_the_move_took() {
+    // A switchover from `a` to `b` at t(100): the move starts when the key is released.
+    let scene = Scene::elected("a", &["b"], 5).switchover("b");
+    let mut plans = plans_of(&scene, 16);
+    let mut memory = scene.memory();
+    act_until(&mut plans, &mut memory, &scene, |a| {
+        matches!(a, Action::Release { .. })
+    });
+    plans.handle(Answer::Released, &mut memory, mono(t(101)));
+    assert_eq!(plans.poll_elected(), None);
+    // Three seconds later `b`'s session holds the key: `b` is labelled leader.
+    let moved = Scene::new(vec![pod("a").follower(), pod("b").follower()])
+        .recorded(scene.recorded.clone())
+        .lock(held("s2", 6, "b"))
+        .session(Some(session("s2", "b")))
+        .switchover("b")
+        .now(t(103));
+    let label = act_until(&mut plans, &mut memory, &moved, |a| {
+        matches!(a, Action::LabelLeader { .. })
+    });
+    assert!(matches!(label, Action::LabelLeader { ref pod, .. } if pod == "b"));
+    plans.handle(Answer::Done, &mut memory, mono(t(103)));
+    assert_eq!(
+        plans.poll_elected(),
+        Some(Elected {
+            transition: true,
+            after_move: Some(secs(3)),
+        })
+    );
+    assert_eq!(plans.poll_elected(), None, "reported once");
+}
+
+#[test]
+fn a_first_leader_is_no_transition_and_no_move() {
+    let scene = Scene::new(vec![pod("a").created(0)])
+        .lock(held("s1", 1, "a"))
+        .session(Some(session("s1", "a")));
+    let mut plans = plans_of(&scene, 16);
+    let mut memory = scene.memory();
+    act_until(&mut plans, &mut memory, &scene, |a| {
+        matches!(a, Action::LabelLeader { .. })
+    });
+    plans.handle(Answer::Done, &mut memory, mono(t(100)));
+    assert_eq!(
+        plans.poll_elected(),
+        Some(Elected {
+            transition: false,
+            after_move: None,
+        })
+    );
 }

@@ -434,6 +434,43 @@ impl Scene {
 
     /// What the election remembers in this scene: its lock-delay, standing back, Consul's
     /// refusal.
+    /// What the scene's plan loop adopts with: the spec's settings, this operator.
+    pub fn adopting(&self) -> crate::election::first_look::Adopting {
+        crate::election::first_look::Adopting {
+            election: crate::election::config::ElectionKey {
+                namespace: "shop".into(),
+                name: "web".into(),
+            },
+            mode: self.config.mode,
+            holds_session: self.session.is_some(),
+            recorded_settings: None,
+            spec_settings: self.config.session,
+            owner: self.owner.clone(),
+        }
+    }
+
+    /// A plan loop over the scene's status and switchover request, making at most `max_plans`
+    /// plans with actions, past its first look: the key read as the scene has it, nothing
+    /// adopted (on a memory of its own: the look's effects on memory are
+    /// [`crate::election::first_look`]'s tests').
+    pub fn plan_loop(&self, max_plans: usize) -> crate::election::plan_loop::PlanLoop {
+        use crate::election::plan_loop::{Next, PlanLoop};
+        let mut plans = PlanLoop::new(
+            self.recorded.clone(),
+            self.switchover.clone(),
+            max_plans,
+            crate::election::first_look::Adopting {
+                holds_session: true,
+                ..self.adopting()
+            },
+        );
+        let mut memory = ElectionMemory::default();
+        if let Next::Look(_) = plans.poll(&mut memory) {
+            plans.key_read(Ok(self.lock.clone()), &mut memory);
+        }
+        plans
+    }
+
     pub fn memory(&self) -> ElectionMemory {
         let mut memory = ElectionMemory::default();
         if let Some(until) = self.lock_delay_until {
