@@ -1022,6 +1022,60 @@ impl Model {
         }
     }
 
+    /// Rule 5, judged on the model's own terms (not the core's eligibility): the pod that leads
+    /// when a reconcile starts must still lead when it ends, if nothing asks the leadership to
+    /// move. That is: a Managed election whose only leader label is on the recorded leader,
+    /// which is selected, not going away, Ready (or NotReady for less than the failover delay,
+    /// or readiness not required), announces no handover, shares its priority with every pod
+    /// (no failback), whose key the operator's live session for it holds, with Consul answering
+    /// (no stalled watch either) and no switchover requested. Returns that leader's UID.
+    fn sticky_leader(&self) -> Option<String> {
+        let consul_answers = self.consul.all_up() && !self.consul.kv_stalled;
+        if self.config.mode != Mode::Managed || !consul_answers || self.switchover.is_some() {
+            return None;
+        }
+        let [leader] = self.leaders()[..] else {
+            return None;
+        };
+        let recorded = self
+            .recorded
+            .leader
+            .as_ref()
+            .is_some_and(|l| l.uid == leader.uid);
+        let session = self.registered.as_ref().is_some_and(|r| {
+            matches!(r.health, SessionHealth::Alive { .. })
+                && r.pod_uid == leader.uid
+                && self.consul.holder() == Some(r.id.as_str())
+        });
+        let not_ready_for = leader
+            .not_ready_since
+            .map(|since| mono(self.now).saturating_duration_since(since.seen_at) + since.before);
+        let ready_enough = !self.config.require_ready
+            || not_ready_for.is_none_or(|d| d < self.config.failover_delay);
+        let same_priority = self.pods.iter().all(|p| p.priority == leader.priority)
+            && leader.priority.unwrap_or(0) >= 0;
+        let eligible = leader.selected
+            && !leader.deleting
+            && !leader.finished
+            && leader.handover.is_none()
+            && !leader.reclaim
+            && ready_enough
+            && same_priority;
+        (recorded && session && eligible).then(|| leader.uid.clone())
+    }
+
+    /// Rule 5 after a reconcile that started with `sticky` leading ([`Self::sticky_leader`]).
+    fn check_sticky(&mut self, sticky: Option<String>) {
+        let Some(uid) = sticky else {
+            return;
+        };
+        if !self.leaders().iter().any(|p| p.uid == uid) {
+            self.fail(&format!(
+                "rule 5: the eligible leader {uid} lost its label although nothing asked it to"
+            ));
+        }
+    }
+
     /// Rule 3: with Consul answering, a reconcile that holds no session has adopted the live
     /// session of this install that holds the key for the leader its status records.
     fn check_adopted(&mut self) {
@@ -1140,6 +1194,7 @@ impl Model {
             };
         }
         self.remove_decided_request();
+        let sticky = self.sticky_leader();
         // The controller's own loop, over this world.
         let adopting = self.adopting();
         let mut plans = PlanLoop::new(self.recorded.clone(), self.switchover.clone(), 16, adopting);
@@ -1275,6 +1330,7 @@ impl Model {
             self.write_status(&plan);
         }
         self.check_after_reconcile(complete);
+        self.check_sticky(sticky);
         LoopResult {
             plan: Some(plan),
             complete,
