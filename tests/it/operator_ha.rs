@@ -8,6 +8,7 @@ use crate::harness;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use consul_elector::crd::default_key;
 use consul_elector::leadership::{LeadershipError, WallClock};
 use harness::{
     Backend, ConsulUnderTest, Elected, Harness, HarnessOptions, LEASE_DURATION, Operator,
@@ -268,6 +269,12 @@ async fn sigterm_hands_over_at_once_and_the_standby_adopts_the_sessions_on_a_rea
     sigterm_handover(Backend::RealConsul).await;
 }
 
+/// Election `name`'s key as the emulated Consul holds it: its LockIndex and holder.
+fn key_of(h: &Harness, name: &str) -> Option<(u64, Option<String>)> {
+    let entry = h.emu().kv_entry(&default_key(&h.ns, name));
+    entry.map(|e| (e.lock_index, e.session))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_adopts_every_session_before_the_first_reconcile() {
     const ELECTIONS: usize = 30;
@@ -287,10 +294,20 @@ async fn a_restart_adopts_every_session_before_the_first_reconcile() {
             )
             .await;
         }
+        // The first process has finished electing: each key is held by the session its
+        // status records, at the token its status records (a status taken earlier may be
+        // followed by a re-acquisition the restart then rightly records).
         let mut before = BTreeMap::new();
         for name in &names {
             let le = h
-                .wait_status(name, |le| harness::phase(le).as_deref() == Some("Elected"))
+                .wait_status(name, |le| {
+                    let recorded = le.status.as_ref().map(|s| {
+                        let session = s.leader.as_ref().and_then(|l| l.session_id.clone());
+                        (s.fencing_token, session)
+                    });
+                    let held = key_of(&h, name).map(|(index, session)| (Some(index), session));
+                    harness::phase(le).as_deref() == Some("Elected") && recorded == held
+                })
                 .await;
             before.insert(name.clone(), le.status.expect("status"));
         }
@@ -332,6 +349,7 @@ async fn a_restart_adopts_every_session_before_the_first_reconcile() {
             FaultAction::Latency(Duration::from_millis(500)),
         ));
         h.kill_operator().await;
+        let keys_at_kill: BTreeMap<&String, _> = names.iter().map(|n| (n, key_of(&h, n))).collect();
         h.start_operator().await;
         let renewed = |id: &String, old: &Duration| {
             h.emu()
@@ -364,7 +382,13 @@ async fn a_restart_adopts_every_session_before_the_first_reconcile() {
             h.touch_and_wait_reconcile(name).await;
             let status = h.status(name).await;
             let old = &before[name];
-            assert_eq!(status.fencing_token, old.fencing_token, "{name}: token");
+            assert_eq!(
+                status.fencing_token,
+                old.fencing_token,
+                "{name}: token (the key at the kill: {:?}, now: {:?})",
+                keys_at_kill[name],
+                key_of(&h, name)
+            );
             assert_eq!(status.transitions, old.transitions, "{name}: transitions");
             assert_eq!(status.leader, old.leader, "{name}: leader");
         }
