@@ -383,6 +383,9 @@ fn model_owner() -> Owner {
     Owner::new("model-cluster", "ops.consul-elector")
 }
 
+/// Another install of the operator in the model's cluster (`<cluster>/<install>`).
+const OTHER_INSTALL: &str = "model-cluster/other.consul-elector";
+
 /// The model's election.
 fn model_election() -> ElectionKey {
     ElectionKey {
@@ -456,6 +459,9 @@ pub enum Event {
     /// An older election comes to claim the same pods under the same label key (`true`), or
     /// stops claiming them (`false`).
     OlderElection(bool),
+    /// Another install of the operator names itself in the status as serving the election
+    /// (`true`, rule 8), or its claim is gone from the status (`false`).
+    ServedElsewhere(bool),
     /// A user asks for a switchover to the pod (`None`: to `*`).
     Switchover(Option<usize>),
     /// The user switches failback (minimum interval in seconds) and the drain time.
@@ -884,6 +890,13 @@ impl Model {
                 }
                 self.older = claims.then(|| "older".to_owned());
             }
+            Event::ServedElsewhere(claims) => {
+                if *claims {
+                    self.recorded.served_by = Some(OTHER_INSTALL.into());
+                } else if self.served_elsewhere() {
+                    self.recorded.served_by = None;
+                }
+            }
             Event::Loop {
                 fail_at,
                 after_effect,
@@ -1020,6 +1033,12 @@ impl Model {
             spec_settings: self.config.session,
             owner: model_owner(),
         }
+    }
+
+    /// Whether the status names another install as serving the election (the model's own
+    /// reading, not the core's `served_elsewhere`).
+    fn served_elsewhere(&self) -> bool {
+        self.recorded.served_by.as_deref() == Some(OTHER_INSTALL)
     }
 
     /// Rule 5, judged on the model's own terms (not the core's eligibility): the pod that leads
@@ -1710,9 +1729,14 @@ impl Model {
     }
 
     /// Leader-labelled pods failing rule 2 (by UID), each with what fails (the lock or the
-    /// token).
+    /// token). None while the status names another install: the labels are that install's to
+    /// back or take off (the model has no second install; rule 8 forbids this one to touch
+    /// them), and rule 2 is checked again once its claim goes.
     fn rule2_violators(&self) -> Vec<(String, &'static str)> {
         let mut v = Vec::new();
+        if self.served_elsewhere() {
+            return v;
+        }
         for p in self.leaders() {
             if !self.lock_backed(p) {
                 v.push((p.uid.clone(), "lock"));
@@ -1886,6 +1910,16 @@ impl Model {
         }
         if self.older.take().is_some() {
             let _ = writeln!(self.trace, "@{} the older election goes", self.secs());
+        }
+        if self.served_elsewhere() {
+            // An election whose serving install is gone for good, with a step only that
+            // install may take, waits for ever (docs/design.md rule 8): its claim goes.
+            let _ = writeln!(
+                self.trace,
+                "@{} the other install's claim goes",
+                self.secs()
+            );
+            self.recorded.served_by = None;
         }
         if self.config.paused {
             // Resumed: from here on the election must converge as any other.

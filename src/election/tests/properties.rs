@@ -112,6 +112,7 @@ fn world_event() -> impl Strategy<Value = Event> {
         1 => prop_oneof![Just(Mode::Managed), Just(Mode::Observe)].prop_map(Event::EditMode),
         1 => Just(Event::LoseStatusWrite),
         1 => any::<bool>().prop_map(Event::OlderElection),
+        1 => any::<bool>().prop_map(Event::ServedElsewhere),
     ]
 }
 
@@ -248,6 +249,7 @@ fn the_generator_reaches_every_interesting_situation() {
         "an older election came under a leader",
         "stood back: Conflict",
         "withdrew for an older election",
+        "stood back for another install",
         "fenced an election that cannot act",
         "withdrawal ok Unlabel",
         "withdrawal failed Unlabel",

@@ -10,10 +10,10 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::super::support::mono;
-use super::{Action, Mode, Model, PodView, SessionHealth, record};
+use super::{Action, Mode, Model, PodView, SessionHealth, model_owner, record};
 use crate::consul::parse_go_duration;
 use crate::crd::{AppliedSession, AppliedSpec};
-use crate::election::admission::{Access, Input};
+use crate::election::admission::{Access, Input, served_elsewhere};
 use crate::election::cleanup_deadline::{Deadline, deadline};
 use crate::election::config::Behavior;
 use crate::election::plan::{ConditionState, Plan};
@@ -116,7 +116,8 @@ impl Model {
     /// what the status records) and performs the steps. Whether the planner may run.
     pub(super) fn admit(&mut self, faults: &mut Faults) -> bool {
         let now = self.spec_applied();
-        let mut reconcile = Reconcile::new(Ok(()), None, self.config.paused);
+        let served_elsewhere = served_elsewhere(self.recorded.served_by.as_deref(), &model_owner());
+        let mut reconcile = Reconcile::new(Ok(()), served_elsewhere, self.config.paused);
         loop {
             match reconcile.poll() {
                 Next::Gather(input) => {
@@ -132,6 +133,12 @@ impl Model {
                 }
                 Next::Plan => return true,
                 Next::Stop(look_again) => {
+                    if self.served_elsewhere() {
+                        *self
+                            .seen
+                            .entry("stood back for another install".into())
+                            .or_default() += 1;
+                    }
                     let _ = writeln!(
                         self.trace,
                         "   stood back ({}), look again in {look_again:?}",
@@ -173,6 +180,17 @@ impl Model {
         now: &AppliedSpec,
         faults: &mut Faults,
     ) -> Option<Option<Duration>> {
+        // Rule 8: an election another install serves is that install's to write.
+        if self.served_elsewhere()
+            && matches!(
+                step,
+                Before::Report(_) | Before::Withdraw { .. } | Before::Fence { .. }
+            )
+        {
+            self.fail(&format!(
+                "rule 8: {step:?} for an election the status says another install serves"
+            ));
+        }
         match step {
             // The model's key watch is its cached view; the older election is not modelled.
             Before::Unwatch | Before::Watch | Before::Wake(_) => {}
