@@ -477,19 +477,11 @@ impl<'a> Round<'a> {
             let Some((pod, _)) = self.pods.get(&view.name) else {
                 continue;
             };
-            let owner = match k8s::labelled_by(pod) {
-                Some(owner) if owner == me => AnnotationOwner::Me,
-                Some(_) if observe::foreign_owner(&self.ctx.caches, me, pod).is_some() => {
-                    AnnotationOwner::Another
-                }
-                Some(_) => AnnotationOwner::Gone,
-                None => AnnotationOwner::Nobody,
-            };
+            let owner = AnnotationOwner::of(k8s::labelled_by(pod), me, || {
+                observe::foreign_owner(&self.ctx.caches, me, pod).is_some()
+            });
             let labels = &self.config.labels;
-            // Asked only where the answer matters (a follower nobody's annotations name).
-            let led_by_another = owner == AnnotationOwner::Nobody
-                && view.role.as_deref() == Some(labels.follower.as_str())
-                && observe::led_by_another(&self.ctx.caches, me, &labels.key, pod);
+            let led_by_another = || observe::led_by_another(&self.ctx.caches, me, &labels.key, pod);
             let leadership = self.plans.leadership_of(&view.uid);
             shared_view(view, owner, led_by_another, labels, leadership);
         }

@@ -68,6 +68,20 @@ pub enum Owner {
     Nobody,
 }
 
+impl Owner {
+    /// The owner of annotations that name election `named` (`elector.dev/election`), as
+    /// election `me` sees it; `exists` tells whether `named` is an election that exists and is
+    /// not being deleted (asked only for another election's name).
+    pub fn of(named: Option<&str>, me: &str, exists: impl FnOnce() -> bool) -> Owner {
+        match named {
+            None => Owner::Nobody,
+            Some(named) if named == me => Owner::Me,
+            Some(_) if exists() => Owner::Another,
+            Some(_) => Owner::Gone,
+        }
+    }
+}
+
 /// Rewrites `view`, a pod as read, into what this election itself wrote or would write, so
 /// that its planner decides as if the pod's annotations were its own:
 /// - its leader (labelled `labels.leader` under its key) carries the token and since of its
@@ -75,12 +89,13 @@ pub enum Owner {
 ///   while another election owns the annotations (else it is left unknown, so that the leader
 ///   is labelled again and takes them);
 /// - any other pod whose annotations another election owns carries none;
-/// - its follower whose annotations nobody owns, led by no other election, is marked
-///   [`PodView::reclaim`]: labelling it again claims them.
+/// - its follower whose annotations nobody owns, led by no other election
+///   (`led_by_another`, asked only for such a follower), is marked [`PodView::reclaim`]:
+///   labelling it again claims them.
 pub fn shared_view(
     view: &mut PodView,
     owner: Owner,
-    led_by_another: bool,
+    led_by_another: impl FnOnce() -> bool,
     labels: &LabelConfig,
     leadership: Option<(u64, Timestamp)>,
 ) {
@@ -97,7 +112,7 @@ pub fn shared_view(
         view.leader_since = None;
     } else if view.role.as_deref() == Some(labels.follower.as_str())
         && owner == Owner::Nobody
-        && !led_by_another
+        && !led_by_another()
     {
         view.reclaim = true;
     }
@@ -176,12 +191,21 @@ mod tests {
     }
 
     #[test]
+    fn the_owner_is_the_election_the_annotations_name_if_it_still_exists() {
+        let never = || -> bool { panic!("only another election's existence is asked") };
+        assert_eq!(Owner::of(None, "web", never), Owner::Nobody);
+        assert_eq!(Owner::of(Some("web"), "web", never), Owner::Me);
+        assert_eq!(Owner::of(Some("db"), "web", || true), Owner::Another);
+        assert_eq!(Owner::of(Some("db"), "web", || false), Owner::Gone);
+    }
+
+    #[test]
     fn a_shared_pod_is_planned_on_as_this_election_wrote_it() {
         let since: Timestamp = "2026-11-29T11:00:00Z".parse().unwrap();
         let ours = Some((7, since));
         let shared = |role: &str, owner: Owner, led_by_another: bool| {
             let mut v = view(role);
-            shared_view(&mut v, owner, led_by_another, &labels(), ours);
+            shared_view(&mut v, owner, || led_by_another, &labels(), ours);
             v
         };
         // Its own annotations are read as they are.
