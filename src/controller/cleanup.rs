@@ -26,32 +26,18 @@ use super::{consul_access, sharing};
 use crate::Error;
 use crate::cache::keys::election_key;
 use crate::cache::views as observe;
-use crate::consul::{ConsulClient, parse_go_duration};
+use crate::consul::{QueryOptions, parse_go_duration};
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
 use crate::election::cleanup_deadline::{Deadline, deadline, gave_up};
 use crate::election::config::{ElectionKey, LabelConfig};
 use crate::election::observe::SessionView;
-use crate::election::session_names::Found;
 use crate::election::unusable::{
     UnusableLabel, UnusableLock, judged_ttl, session_unconfirmed_since, unusable_label,
 };
-use crate::election::withdrawal::{self, LabelledPod, Step, fence, withdrawal};
+use crate::election::withdrawal::{
+    self, LabelledPod, SessionToEnd, Step, ends_recorded, fence, session_to_end, withdrawal,
+};
 use crate::k8s::{self, Pod, PodRole};
-use crate::observers::sessions::adoptable_session;
-
-/// `id`, a session the status names but this process has not adopted, when Consul still has
-/// it and its name says this cluster's operator created it for this election: only such a
-/// session may be released and destroyed (another cluster's, or anyone's, is left alone).
-async fn recorded_session_if_ours(
-    consul: &ConsulClient,
-    id: String,
-    key: &ElectionKey,
-    ctx: &Context,
-) -> Result<Option<String>, Error> {
-    // The status vouches for it: whatever its settings, it is this install's to end.
-    let ours = adoptable_session(consul, &id, &ctx.settings.owner, key, Found::InStatus).await?;
-    Ok(ours.map(|_| id))
-}
 
 /// What the operator wrote on the election's pods, as far as it can still tell.
 struct Labelled {
@@ -367,31 +353,31 @@ async fn release_and_destroy(
         }
         Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
     };
-    let known = ctx.sessions.view(key).map(|s| s.id);
-    let session = match known.clone() {
-        Some(id) => Some(id),
-        None => match ctx
-            .caches
-            .current_status(le)
-            .leader_or_last()
-            .and_then(|l| l.session_id.clone())
-        {
-            Some(id) => recorded_session_if_ours(&consul, id, key, ctx).await?,
-            None => None,
-        },
+    let recorded = ctx
+        .caches
+        .current_status(le)
+        .leader_or_last()
+        .and_then(|l| l.session_id.clone());
+    let held = ctx.sessions.view(key).map(|s| s.id);
+    let Some(session) = session_to_end(held, recorded) else {
+        return Ok(());
     };
-    if let Some(session) = session {
-        // An election that goes on (after a withdrawal) reads its key back before it plans.
-        ctx.caches.written.election(key, |e| e.key.writing());
-        consul
-            .kv_release(consul_key, &session, &[], LOCK_FLAGS)
-            .await?;
-        if known.is_some() {
-            ctx.sessions.destroy(key, &consul).await?;
-        } else {
-            // Named only by the status (not adopted by this process).
-            consul.destroy_session(&session).await?;
+    if let SessionToEnd::Recorded(id) = &session {
+        let info = consul
+            .session_info(id, QueryOptions::default())
+            .await?
+            .value;
+        if !info.is_some_and(|info| ends_recorded(&info.name, &ctx.settings.owner, key)) {
+            return Ok(());
         }
+    }
+    // An election that goes on (after a withdrawal) reads its key back before it plans.
+    ctx.caches.written.election(key, |e| e.key.writing());
+    let (SessionToEnd::Held(id) | SessionToEnd::Recorded(id)) = &session;
+    consul.kv_release(consul_key, id, &[], LOCK_FLAGS).await?;
+    match &session {
+        SessionToEnd::Held(_) => ctx.sessions.destroy(key, &consul).await?,
+        SessionToEnd::Recorded(id) => consul.destroy_session(id).await?,
     }
     Ok(())
 }

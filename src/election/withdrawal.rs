@@ -9,7 +9,8 @@
 //! still carries the leader label. Consul failing does not stop the labels after it: the
 //! outcome of the Consul step is reported with the rest (see `cleanup_deadline`).
 
-use super::config::{ElectionConfig, Mode};
+use super::config::{ElectionConfig, ElectionKey, Mode, Owner};
+use super::session_names::{Found, adoptable_pod};
 use crate::crd::{AppliedSpec, DEFAULT_ROLE_LABEL};
 
 /// A pod the election labelled, as a withdrawal sees it.
@@ -121,6 +122,31 @@ pub fn withdrawal(footprint: Footprint<'_>, pods: &[LabelledPod]) -> Vec<Step> {
     }
     steps.extend(others.iter().map(unlabel));
     steps
+}
+
+/// The session [`Step::ReleaseAndDestroy`] releases the key with and then destroys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionToEnd {
+    /// The session this process holds for the election: destroyed through the session
+    /// manager, which stops renewing it.
+    Held(String),
+    /// A session only the status names (this process never adopted it): read first, and
+    /// ended only when its name says so ([`ends_recorded`]).
+    Recorded(String),
+}
+
+/// The session a withdrawal ends: the one this process holds (`held`), else the one the
+/// status records for the leader (`recorded`); `None`: nothing to release or destroy.
+pub fn session_to_end(held: Option<String>, recorded: Option<String>) -> Option<SessionToEnd> {
+    held.map(SessionToEnd::Held)
+        .or_else(|| recorded.map(SessionToEnd::Recorded))
+}
+
+/// Whether a session only the status names, called `name` in Consul, is this install's to
+/// end: its name says `owner` created it for `election` (the status vouches for it, whatever
+/// its settings). Another cluster's session, or anybody's, is left alone.
+pub fn ends_recorded(name: &str, owner: &Owner, election: &ElectionKey) -> bool {
+    adoptable_pod(name, owner, election, Found::InStatus).is_some()
 }
 
 /// Rule 2 for an election the operator cannot act on, once its lock went unconfirmed for a

@@ -6,7 +6,8 @@
 //! ([`session_name`]). Several Kubernetes clusters may share one Consul with elections of the
 //! same namespace and name, so the cluster (see [`crate::cluster_identity`]) is part of the
 //! name, and an operator adopts only sessions whose name it would have written
-//! ([`adoptable_pod`]): it never renews, releases or destroys another cluster's lock.
+//! ([`crate::election::session_names::adoptable_pod`]): it never renews, releases or destroys
+//! another cluster's lock.
 //!
 //! # Renewal rules (Consul's `RenewPeriodic`, reference §9.3)
 //! - A renewal is sent TTL/2 after the *start* of the last successful request (create,
@@ -64,7 +65,7 @@ use crate::consul::{
 use crate::election::adoption::FoundSettings;
 use crate::election::config::{Behavior, ElectionKey, Owner, SessionConfig};
 use crate::election::observe::{SessionHealth, SessionView};
-use crate::election::session_names::{Found, adoptable_pod, session_name};
+use crate::election::session_names::session_name;
 
 /// Pause after a renewal that failed with anything but a 404 (as Go's `RenewPeriodic`).
 const RETRY_INTERVAL: Duration = Duration::from_secs(1);
@@ -74,16 +75,6 @@ const RENEWAL_TICK: Duration = Duration::from_millis(250);
 /// How long one renewal (with the client's timeouts and retries) may take before its task
 /// counts as stuck.
 const REQUEST_BUDGET: Duration = Duration::from_secs(60);
-
-/// A session an operator of this cluster named for a pod of an election.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Adoptable {
-    /// The pod it was created for.
-    pub pod: String,
-    /// Its settings as Consul reports them (whether they are the election's is the caller's
-    /// question: [`crate::election::adoption::settings_match`]).
-    pub settings: FoundSettings,
-}
 
 /// The settings of `entry`.
 pub fn found_settings(entry: &SessionEntry) -> FoundSettings {
@@ -95,39 +86,6 @@ pub fn found_settings(entry: &SessionEntry) -> FoundSettings {
             SessionBehavior::Delete => Behavior::Delete,
         },
     }
-}
-
-/// Reads session `id` (without renewing it: a renewal would keep another cluster's session
-/// alive) and returns the pod it was created for, with its settings, when [`adoptable_pod`]
-/// accepts its name; `Ok(None)` when Consul no longer has it or its name is not one this
-/// operator may take.
-pub async fn adoptable_session(
-    client: &ConsulClient,
-    id: &str,
-    owner: &Owner,
-    election: &ElectionKey,
-    found: Found,
-) -> Result<Option<Adoptable>, ConsulError> {
-    let Some(info) = client
-        .session_info(id, crate::consul::QueryOptions::default())
-        .await?
-        .value
-    else {
-        return Ok(None);
-    };
-    let pod = adoptable_pod(&info.name, owner, election, found);
-    if pod.is_none() {
-        tracing::info!(
-            election = %election,
-            session = id,
-            name = info.name,
-            "leaving alone a session that is not this cluster's for this election"
-        );
-    }
-    Ok(pod.map(|pod| Adoptable {
-        pod: pod.to_owned(),
-        settings: found_settings(&info),
-    }))
 }
 
 /// Keeps the operator's sessions alive and reports their health changes. Cheap to clone;
@@ -268,8 +226,9 @@ impl SessionManager {
     /// The renewal doubles as the existence check (its answer carries the session and its
     /// TTL, a 404 means gone) and leaves no window between a lookup and the first renewal. A
     /// renewal keeps any session alive, so the caller must have checked first, from the
-    /// session's name ([`adoptable_pod`]), that the session is this cluster's. A registration
-    /// the election already had is replaced without destroying its session.
+    /// session's name ([`crate::election::session_names::adoptable_pod`]), that the session is
+    /// this cluster's. A registration the election already had is replaced without destroying
+    /// its session.
     pub async fn adopt(
         &self,
         election: &ElectionKey,

@@ -8,8 +8,12 @@ use jiff::Timestamp;
 
 use crate::crd::SKIP_CONSUL_CLEANUP_ANNOTATION;
 use crate::election::cleanup_deadline::{Deadline, deadline, gave_up};
+use crate::election::config::{ElectionKey, Owner};
 use crate::election::plan::EventReason;
-use crate::election::withdrawal::{Footprint, LabelledPod, Step, fence, withdrawal};
+use crate::election::session_names::session_name;
+use crate::election::withdrawal::{
+    Footprint, LabelledPod, SessionToEnd, Step, ends_recorded, fence, session_to_end, withdrawal,
+};
 
 // ---- The order of a withdrawal (`withdrawal::withdrawal`, `withdrawal::fence`) ----
 
@@ -201,4 +205,50 @@ fn giving_up_names_what_was_left_in_consul() {
             .note
             .ends_with("the key elector/shop/web may still exist")
     );
+}
+
+// ---- Which session a withdrawal ends (`withdrawal::session_to_end`, `ends_recorded`) ----
+
+#[test]
+fn the_held_session_is_ended_before_any_the_status_names() {
+    assert_eq!(
+        session_to_end(Some("s1".into()), Some("s0".into())),
+        Some(SessionToEnd::Held("s1".into()))
+    );
+    assert_eq!(
+        session_to_end(None, Some("s0".into())),
+        Some(SessionToEnd::Recorded("s0".into()))
+    );
+    assert_eq!(session_to_end(None, None), None);
+}
+
+#[test]
+fn a_session_only_the_status_names_is_ended_only_under_this_installs_name() {
+    let owner = Owner::new("prod", "ops.consul-elector");
+    let election = ElectionKey {
+        namespace: "shop".into(),
+        name: "web".into(),
+    };
+    let ours = session_name(&owner, &election, "web-0");
+    assert!(ends_recorded(&ours, &owner, &election));
+    // A name of an earlier version, without the install: the status vouches for it.
+    assert!(ends_recorded(
+        "consul-elector/prod/shop/web/web-0",
+        &owner,
+        &election
+    ));
+    let other_install = Owner::new("prod", "other.consul-elector");
+    let theirs = session_name(&other_install, &election, "web-0");
+    assert!(!ends_recorded(&theirs, &owner, &election));
+    let other_election = ElectionKey {
+        namespace: "shop".into(),
+        name: "db".into(),
+    };
+    let elsewhere = session_name(&owner, &other_election, "web-0");
+    assert!(!ends_recorded(&elsewhere, &owner, &election));
+    assert!(!ends_recorded(
+        "an application's session",
+        &owner,
+        &election
+    ));
 }

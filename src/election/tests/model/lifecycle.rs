@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::super::support::mono;
-use super::{Action, Mode, Model, PodView, SessionHealth, model_owner, record};
+use super::{Action, Mode, Model, PodView, SessionHealth, model_election, model_owner, record};
 use crate::consul::parse_go_duration;
 use crate::crd::{AppliedSession, AppliedSpec};
 use crate::election::admission::{Access, Input, served_elsewhere};
@@ -18,12 +18,14 @@ use crate::election::cleanup_deadline::{Deadline, deadline};
 use crate::election::config::Behavior;
 use crate::election::plan::{ConditionState, Plan};
 use crate::election::reconcile::{Found, Next, Reconcile, Step as Before};
+use crate::election::session_names::session_name;
 use crate::election::spec_edits::needs_withdrawal;
 use crate::election::unusable::{
     UnusableLabel, UnusableLock, judged_ttl, session_unconfirmed_since, unusable_label,
 };
 use crate::election::withdrawal::{
-    Acted, Footprint, LabelledPod, Step, acted_with, fence, withdrawal,
+    Acted, Footprint, LabelledPod, SessionToEnd, Step, acted_with, ends_recorded, fence,
+    session_to_end, withdrawal,
 };
 
 /// How long a deleted election's cleanup waits for Consul (the controller's
@@ -400,17 +402,26 @@ impl Model {
         outcome
     }
 
-    /// The operator's session to release and destroy: the registered one, else the one the
-    /// status names if Consul still has it as the operator's (`cleanup::recorded_session_if_ours`).
+    /// The operator's session to release and destroy, as the controller's cleanup decides it
+    /// ([`session_to_end`], [`ends_recorded`] on the session's name as Consul reports it).
     fn session_to_clean_up(&self) -> Option<String> {
-        if let Some(r) = &self.registered {
-            return Some(r.id.clone());
-        }
-        self.recorded
+        let held = self.registered.as_ref().map(|r| r.id.clone());
+        let recorded = self
+            .recorded
             .leader
             .as_ref()
-            .and_then(|l| l.session_id.clone())
-            .filter(|id| self.consul.sessions.get(id).is_some_and(|s| !s.foreign))
+            .and_then(|l| l.session_id.clone());
+        match session_to_end(held, recorded)? {
+            SessionToEnd::Held(id) => Some(id),
+            SessionToEnd::Recorded(id) => {
+                let found = self.consul.sessions.get(&id)?;
+                let name = match &found.pod {
+                    Some(pod) => session_name(&model_owner(), &model_election(), pod),
+                    None => "an application's session".into(),
+                };
+                ends_recorded(&name, &model_owner(), &model_election()).then_some(id)
+            }
+        }
     }
 
     /// Releases the key if `session` holds it, then destroys `session`; false when Consul
