@@ -86,6 +86,15 @@ fn ours(pod: &str) -> SessionRead {
     }
 }
 
+/// A first look of a Managed election holding no session, past its read of `lock`.
+fn past_key_read(lock: LockView, status: &Recorded) -> (FirstLook, ElectionMemory) {
+    let mut memory = ElectionMemory::default();
+    let mut look = FirstLook::new(adopting(Mode::Managed, false));
+    look.poll(&memory);
+    look.key_read(Ok(lock), status, &mut memory);
+    (look, memory)
+}
+
 fn refusal() -> ConsulRefusal {
     ConsulRefusal::permission_denied("kv get", "elector/shop/web")
 }
@@ -146,11 +155,8 @@ fn a_refused_read_is_reported_once_and_a_read_that_answers_ends_it() {
 
 #[test]
 fn the_keys_holder_vouched_for_by_its_value_is_adopted_without_reading_the_status_one() {
-    let mut memory = ElectionMemory::default();
     let status = recorded("s-status", "a");
-    let mut look = FirstLook::new(adopting(Mode::Managed, false));
-    look.poll(&memory);
-    look.key_read(Ok(held_for("s-key", "a")), &status, &mut memory);
+    let (mut look, memory) = past_key_read(held_for("s-key", "a"), &status);
     assert_eq!(look.poll(&memory), Some(Look::ReadSession("s-key".into())));
     look.session_read(ours("a"), &status);
     assert_eq!(
@@ -168,11 +174,8 @@ fn the_keys_holder_vouched_for_by_its_value_is_adopted_without_reading_the_statu
 
 #[test]
 fn a_session_consul_no_longer_has_gives_way_to_the_next_candidate_and_a_failure_ends_it() {
-    let mut memory = ElectionMemory::default();
     let status = recorded("s-status", "a");
-    let mut look = FirstLook::new(adopting(Mode::Managed, false));
-    look.poll(&memory);
-    look.key_read(Ok(held_for("s-key", "a")), &status, &mut memory);
+    let (mut look, memory) = past_key_read(held_for("s-key", "a"), &status);
     look.poll(&memory);
     look.session_read(ours("a"), &status);
     look.poll(&memory);
@@ -192,7 +195,6 @@ fn a_session_consul_no_longer_has_gives_way_to_the_next_candidate_and_a_failure_
 
 #[test]
 fn a_session_named_by_another_install_or_with_other_settings_is_left_alone() {
-    let mut memory = ElectionMemory::default();
     let status = recorded("s-status", "a");
     let other = Owner::new("prod", "other.consul-elector");
     let cases = [
@@ -215,9 +217,7 @@ fn a_session_named_by_another_install_or_with_other_settings_is_left_alone() {
         },
     ];
     for read in cases {
-        let mut look = FirstLook::new(adopting(Mode::Managed, false));
-        look.poll(&memory);
-        look.key_read(Ok(LockView::Free { lock_index: 3 }), &status, &mut memory);
+        let (mut look, memory) = past_key_read(LockView::Free { lock_index: 3 }, &status);
         assert_eq!(
             look.poll(&memory),
             Some(Look::ReadSession("s-status".into()))
