@@ -389,6 +389,7 @@ impl<'a> Builder<'a> {
                 self.paused_without_leader();
             }
             Holder::Nobody => {
+                let taking_over = self.stood_back.is_some();
                 if let Some(stood) = self.stood_back.clone() {
                     let since = stood.key_free_since.unwrap_or(self.obs.now);
                     let free_for = self.obs.now.saturating_duration_since(since);
@@ -415,7 +416,12 @@ impl<'a> Builder<'a> {
                 // labelling it follower first would be a write for nothing.
                 self.prefer_requested(None);
                 let next = self.next_leader(None).map(|p| p.uid.as_str());
-                if self.stood_back.is_none() {
+                if taking_over {
+                    // Taking over after the grace: the pod about to be elected keeps the
+                    // label the other install gave it (it is acquired for, then labelled);
+                    // any other leader label has no lock behind it (rule 2).
+                    self.demote_all_but(next, Some(FencingCause::Lost));
+                } else {
                     self.settle_followers(next);
                 }
                 self.elect();

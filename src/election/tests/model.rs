@@ -1083,6 +1083,65 @@ impl Model {
         (recorded && session && eligible).then(|| leader.uid.clone())
     }
 
+    /// Rule 4, judged on the model's own terms: a move the operator decides is over within the
+    /// reconcile (released explicitly, so no lock-delay holds the successor back). That is: a
+    /// Managed, unpaused election without drain whose only leader label is on a pod that is
+    /// no longer eligible (going away, finished, unselected, or NotReady for the failover
+    /// delay), whose key the operator's live session for it holds, with an eligible successor,
+    /// Consul answering, no lock-delay on the key, no switchover requested and no fault
+    /// injected into the reconcile. Returns the old leader's UID.
+    fn operator_move_due(&self, faults: &Faults) -> Option<String> {
+        let consul_answers = self.consul.all_up() && !self.consul.kv_stalled;
+        let quiet = consul_answers
+            && faults.none()
+            && !self.consul.lock_delay_active(self.now)
+            && self.switchover.is_none()
+            && !self.served_elsewhere();
+        let plain =
+            self.config.mode == Mode::Managed && !self.config.paused && self.config.drain.is_zero();
+        if !quiet || !plain {
+            return None;
+        }
+        let [leader] = self.leaders()[..] else {
+            return None;
+        };
+        let session = self.registered.as_ref().is_some_and(|r| {
+            matches!(r.health, SessionHealth::Alive { .. })
+                && r.pod_uid == leader.uid
+                && self.consul.holder() == Some(r.id.as_str())
+        });
+        let not_ready_for = |p: &PodView| {
+            p.not_ready_since
+                .map(|since| mono(self.now).saturating_duration_since(since.seen_at) + since.before)
+        };
+        let gone = leader.deleting
+            || leader.finished
+            || !leader.selected
+            || (self.config.require_ready
+                && not_ready_for(leader).is_some_and(|d| d >= self.config.failover_delay));
+        let successor = self.pods.iter().any(|p| {
+            p.uid != leader.uid
+                && p.selected
+                && !p.deleting
+                && !p.finished
+                && (p.ready || !self.config.require_ready)
+                && p.priority.unwrap_or(0) >= 0
+        });
+        (session && gone && successor).then(|| leader.uid.clone())
+    }
+
+    /// Rule 4 after a reconcile that started with a move due from `old` ([`Self::operator_move_due`]).
+    fn check_operator_move(&mut self, old: Option<String>) {
+        let Some(old) = old else {
+            return;
+        };
+        if !self.leaders().iter().any(|p| p.uid != old) {
+            self.fail(&format!(
+                "rule 4: the move away from {old} that the operator decided did not label a successor within the reconcile"
+            ));
+        }
+    }
+
     /// Rule 5 after a reconcile that started with `sticky` leading ([`Self::sticky_leader`]).
     fn check_sticky(&mut self, sticky: Option<String>) {
         let Some(uid) = sticky else {
@@ -1214,6 +1273,7 @@ impl Model {
         }
         self.remove_decided_request();
         let sticky = self.sticky_leader();
+        let moving = self.operator_move_due(&faults);
         // The controller's own loop, over this world.
         let adopting = self.adopting();
         let mut plans = PlanLoop::new(self.recorded.clone(), self.switchover.clone(), 16, adopting);
@@ -1350,6 +1410,7 @@ impl Model {
         }
         self.check_after_reconcile(complete);
         self.check_sticky(sticky);
+        self.check_operator_move(moving);
         LoopResult {
             plan: Some(plan),
             complete,
@@ -1417,7 +1478,7 @@ impl Model {
         let recorded = plans.recorded().clone();
         let _ = writeln!(
             self.trace,
-            "   observe lock={lock:?} session={session:?} recorded={recorded:?} lock_delay_for={:?}\n   pods {:?}\n   plan {:?} phase={:?} requeue={:?}",
+            "   observe lock={lock:?} session={session:?} recorded={recorded:?} lock_delay_for={:?}\n   pods {:?}\n   plan {:?} phase={:?} requeue={:?} stood_back={:?}",
             self.memory
                 .key
                 .lock_delay_until()
@@ -1425,7 +1486,8 @@ impl Model {
             self.pod_summary(),
             plan.actions,
             plan.status.phase,
-            plan.requeue_after
+            plan.requeue_after,
+            plan.managed_elsewhere
         );
         let reason = plan
             .status
@@ -1728,13 +1790,19 @@ impl Model {
                     .is_some_and(|r| matches!(r.health, SessionHealth::Unconfirmed { .. })))
     }
 
+    /// Whether the leader labels are another install's to back or take off: while the status
+    /// names it, or this install still stands back for it (until the key stayed free for the
+    /// takeover grace). The model has no second install, and rule 8 forbids this one to touch
+    /// them: rules 1 and 2 are judged again once this install takes over.
+    fn labels_are_another_installs(&self) -> bool {
+        self.served_elsewhere() || self.memory.stood_back().is_some()
+    }
+
     /// Leader-labelled pods failing rule 2 (by UID), each with what fails (the lock or the
-    /// token). None while the status names another install: the labels are that install's to
-    /// back or take off (the model has no second install; rule 8 forbids this one to touch
-    /// them), and rule 2 is checked again once its claim goes.
+    /// token); none while [`Self::labels_are_another_installs`].
     fn rule2_violators(&self) -> Vec<(String, &'static str)> {
         let mut v = Vec::new();
-        if self.served_elsewhere() {
+        if self.labels_are_another_installs() {
             return v;
         }
         for p in self.leaders() {
@@ -1844,7 +1912,7 @@ impl Model {
     }
 
     fn check_after_reconcile(&mut self, complete: bool) {
-        if !complete {
+        if !complete || self.labels_are_another_installs() {
             return;
         }
         if self.leaders().len() > 1 {

@@ -548,3 +548,41 @@ fn a_star_switchover_interrupted_anywhere_moves_leadership_once() {
     }
     assert!(removed_again > 0, "no run failed at the request's removal");
 }
+
+/// Found by the randomized run: a stray leader label on a pod going away, while the status
+/// names another install and the key is free.
+#[test]
+fn a_stray_label_while_another_install_serves_is_left_to_that_install() {
+    let config = ElectionConfig {
+        require_ready: false,
+        failover_delay: Duration::from_secs(20),
+        on_consul_unavailable: UnavailablePolicy::KeepLeader,
+        session: SessionConfig {
+            ttl: Duration::from_secs(10),
+            lock_delay: Duration::from_secs(5),
+            behavior: Behavior::Release,
+        },
+        ..config()
+    };
+    let knobs = Knobs {
+        tell_lock_delay: true,
+        token_before_label: true,
+    };
+    let mut model = Model::new(config, knobs, &[(false, 0)]);
+    for e in [
+        Event::Delete(0),
+        Event::AddPod { ready: false },
+        Event::Ready(0, false),
+        Event::Select(1, false),
+        Event::ConsulUp,
+        Event::ServedElsewhere(true),
+        Event::StrayLeaderLabel(0),
+        Event::Loop {
+            fail_at: None,
+            after_effect: false,
+        },
+    ] {
+        model.apply(&e);
+    }
+    model.quiesce();
+}

@@ -159,6 +159,27 @@ fn after_standing_back_a_free_key_is_taken_only_once_it_stayed_free() {
 }
 
 #[test]
+fn a_takeover_takes_off_a_leader_label_it_does_not_acquire_for() {
+    // The other install left its leader label on a pod that is going away, and no pod can
+    // lead: once the key stayed free for the grace, nothing backs that label (rule 2).
+    let scene = Scene::new(vec![pod("a").leader(9, t(0)).terminating()])
+        .lock(LockView::Free { lock_index: 9 });
+    let mut taking_over = scene.clone();
+    taking_over.stood_back = Some(StoodBack {
+        other: "test-cluster/team.consul-elector".into(),
+        key_free_since: Some(mono(t(98))),
+    });
+    let plan = taking_over.plan();
+    assert_eq!(plan.managed_elsewhere, None);
+    assert_eq!(
+        steps(&plan).first(),
+        Some(&follower("a")),
+        "{:?}",
+        plan.actions
+    );
+}
+
+#[test]
 fn standing_back_is_said_once_and_then_the_plan_settles() {
     let scene = Scene::new(vec![pod("a").leader(9, t(0)), pod("b")]).lock(held_by_install(
         "theirs",

@@ -72,6 +72,11 @@ impl Faults {
         }
     }
 
+    /// Whether no action of the loop fails.
+    pub fn none(&self) -> bool {
+        self.fail_at.is_none()
+    }
+
     /// For the next action: whether it takes effect, and whether it reports a failure.
     pub fn next(&mut self) -> (bool, bool) {
         let failing = self.fail_at == Some(self.index);
