@@ -150,7 +150,9 @@ impl<'a> Round<'a> {
                         SessionRead::Missing
                     }
                 };
-                self.plans.session_read(read);
+                if let Some(why) = self.plans.session_read(read) {
+                    tracing::info!(election = %key, session, why = why.reason(), "leaving alone a session found after a start");
+                }
             }
             Look::Adopt { session, pod, uid } => {
                 let outcome = match ctx.sessions.adopt(key, consul, &session, &pod, &uid).await {

@@ -64,6 +64,30 @@ pub enum SessionRead {
     Missing,
 }
 
+/// Why a session read for adoption is left alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeftAlone {
+    /// Consul does not have it, or did not answer.
+    Missing,
+    /// Its name is not one this install gives the election's sessions (another cluster's,
+    /// another install's, an application's).
+    NotNamedByThisInstall,
+    /// Nothing only this install writes vouches for it, or its settings are not the
+    /// election's.
+    NotVouchedFor,
+}
+
+impl LeftAlone {
+    /// A static reason, for logs.
+    pub fn reason(self) -> &'static str {
+        match self {
+            LeftAlone::Missing => "missing",
+            LeftAlone::NotNamedByThisInstall => "not named by this install",
+            LeftAlone::NotVouchedFor => "not vouched for",
+        }
+    }
+}
+
 /// What adoption is judged against: the election, this install, and the settings it
 /// creates the election's sessions with.
 #[derive(Debug, Clone)]
@@ -177,23 +201,34 @@ impl FirstLook {
     }
 
     /// The session asked for, as read; `recorded` is the status it is judged against. The
-    /// next poll takes it over when it may be adopted, or reads the next candidate.
-    pub fn session_read(&mut self, read: SessionRead, recorded: &Recorded) {
+    /// next poll takes it over when it may be adopted, or reads the next candidate; returns
+    /// why it is left alone, if it is.
+    pub fn session_read(&mut self, read: SessionRead, recorded: &Recorded) -> Option<LeftAlone> {
         let State::Reading(candidate) = std::mem::replace(&mut self.state, State::Sessions) else {
-            return;
+            return None;
         };
-        if let Some(adopt) = self.judge(candidate, read, recorded) {
-            self.state = State::Adopt(adopt);
+        match self.judge(candidate, read, recorded) {
+            Ok(adopt) => {
+                self.state = State::Adopt(adopt);
+                None
+            }
+            Err(why) => Some(why),
         }
     }
 
     /// The take-over of `candidate`, read as `read`, when its name and its witness allow it.
-    fn judge(&self, candidate: Candidate, read: SessionRead, recorded: &Recorded) -> Option<Look> {
+    fn judge(
+        &self,
+        candidate: Candidate,
+        read: SessionRead,
+        recorded: &Recorded,
+    ) -> Result<Look, LeftAlone> {
         let SessionRead::Found { name, settings } = read else {
-            return None;
+            return Err(LeftAlone::Missing);
         };
         let a = &self.adopting;
-        let pod = adoptable_pod(&name, &a.owner, &a.election, candidate.found)?;
+        let pod = adoptable_pod(&name, &a.owner, &a.election, candidate.found)
+            .ok_or(LeftAlone::NotNamedByThisInstall)?;
         let uid = adoption::vouched_for(
             &candidate,
             &Vouching {
@@ -205,8 +240,9 @@ impl FirstLook {
                 spec_settings: &a.spec_settings,
                 owner: &a.owner,
             },
-        )?;
-        Some(Look::Adopt {
+        )
+        .ok_or(LeftAlone::NotVouchedFor)?;
+        Ok(Look::Adopt {
             session: candidate.session,
             pod: pod.to_owned(),
             uid,

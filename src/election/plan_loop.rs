@@ -25,7 +25,7 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::config::{ElectionConfig, Owner};
-use super::first_look::{Adopting, FirstLook, Look, SessionRead};
+use super::first_look::{Adopting, FirstLook, LeftAlone, Look, SessionRead};
 use super::memory::ElectionMemory;
 use super::observe::{LockView, PodView, Recorded, SessionView};
 use super::plan::{Action, ElectionEvent, Plan};
@@ -373,9 +373,9 @@ impl PlanLoop {
         self.look.key_read(read, &self.recorded, memory)
     }
 
-    /// The session of [`Look::ReadSession`], as read.
-    pub fn session_read(&mut self, read: SessionRead) {
-        self.look.session_read(read, &self.recorded);
+    /// The session of [`Look::ReadSession`], as read; why it is left alone, if it is.
+    pub fn session_read(&mut self, read: SessionRead) -> Option<LeftAlone> {
+        self.look.session_read(read, &self.recorded)
     }
 
     /// The outcome of [`Look::Adopt`] ([`FirstLook::adopted`]).

@@ -158,7 +158,7 @@ fn the_keys_holder_vouched_for_by_its_value_is_adopted_without_reading_the_statu
     let status = recorded("s-status", "a");
     let (mut look, memory) = past_key_read(held_for("s-key", "a"), &status);
     assert_eq!(look.poll(&memory), Some(Look::ReadSession("s-key".into())));
-    look.session_read(ours("a"), &status);
+    assert_eq!(look.session_read(ours("a"), &status), None);
     assert_eq!(
         look.poll(&memory),
         Some(Look::Adopt {
@@ -177,14 +177,14 @@ fn a_session_consul_no_longer_has_gives_way_to_the_next_candidate_and_a_failure_
     let status = recorded("s-status", "a");
     let (mut look, memory) = past_key_read(held_for("s-key", "a"), &status);
     look.poll(&memory);
-    look.session_read(ours("a"), &status);
+    assert_eq!(look.session_read(ours("a"), &status), None);
     look.poll(&memory);
     look.adopted(Ok(false));
     assert_eq!(
         look.poll(&memory),
         Some(Look::ReadSession("s-status".into()))
     );
-    look.session_read(ours("a"), &status);
+    assert_eq!(look.session_read(ours("a"), &status), None);
     assert!(
         matches!(look.poll(&memory), Some(Look::Adopt { session, .. }) if session == "s-status")
     );
@@ -198,31 +198,37 @@ fn a_session_named_by_another_install_or_with_other_settings_is_left_alone() {
     let status = recorded("s-status", "a");
     let other = Owner::new("prod", "other.consul-elector");
     let cases = [
-        SessionRead::Missing,
-        SessionRead::Found {
-            name: crate::election::session_names::session_name(&other, &election(), "a"),
-            settings: FoundSettings {
-                ttl: Some(settings().ttl),
-                lock_delay: settings().lock_delay,
-                behavior: settings().behavior,
+        (SessionRead::Missing, LeftAlone::Missing),
+        (
+            SessionRead::Found {
+                name: crate::election::session_names::session_name(&other, &election(), "a"),
+                settings: FoundSettings {
+                    ttl: Some(settings().ttl),
+                    lock_delay: settings().lock_delay,
+                    behavior: settings().behavior,
+                },
             },
-        },
-        SessionRead::Found {
-            name: crate::election::session_names::session_name(&owner(), &election(), "a"),
-            settings: FoundSettings {
-                ttl: Some(Duration::from_secs(86_400)),
-                lock_delay: settings().lock_delay,
-                behavior: settings().behavior,
+            LeftAlone::NotNamedByThisInstall,
+        ),
+        (
+            SessionRead::Found {
+                name: crate::election::session_names::session_name(&owner(), &election(), "a"),
+                settings: FoundSettings {
+                    ttl: Some(Duration::from_secs(86_400)),
+                    lock_delay: settings().lock_delay,
+                    behavior: settings().behavior,
+                },
             },
-        },
+            LeftAlone::NotVouchedFor,
+        ),
     ];
-    for read in cases {
+    for (read, why) in cases {
         let (mut look, memory) = past_key_read(LockView::Free { lock_index: 3 }, &status);
         assert_eq!(
             look.poll(&memory),
             Some(Look::ReadSession("s-status".into()))
         );
-        look.session_read(read.clone(), &status);
+        assert_eq!(look.session_read(read.clone(), &status), Some(why));
         assert_eq!(look.poll(&memory), None, "{read:?} is not adopted");
         assert!(look.is_over());
     }

@@ -996,7 +996,9 @@ impl Model {
                         behavior: found.behavior,
                     },
                 });
-                plans.session_read(read);
+                if let Some(why) = plans.session_read(read) {
+                    let _ = writeln!(self.trace, "   left {session} alone: {}", why.reason());
+                }
             }
             Look::Adopt { session, pod, uid } => {
                 let outcome = self.consul.renew(&session, self.now).map_err(|Failed| ());
