@@ -22,6 +22,8 @@ use crate::cache::keys::election_key;
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::ElectionKey;
 use crate::election::memory::ElectionMemory;
+use crate::election::plan::ElectionEvent;
+use crate::election::status_failures::StatusFailures;
 use crate::election::switchover_request::RequestSeen;
 use crate::k8s::Pod;
 
@@ -63,13 +65,18 @@ struct Memo {
     status: Option<Box<WrittenStatus>>,
     /// What the election's decisions carry from one reconcile to the next.
     decisions: ElectionMemory,
+    /// Its status writes failing in a row.
+    status_failures: StatusFailures,
     /// The switchover request this process last decided, until the cache shows it removed.
     decided_request: Option<DecidedRequest>,
 }
 
 impl Memo {
     fn is_empty(&self) -> bool {
-        self.status.is_none() && self.decisions.is_empty() && self.decided_request.is_none()
+        self.status.is_none()
+            && self.decisions.is_empty()
+            && self.status_failures.is_empty()
+            && self.decided_request.is_none()
     }
 }
 
@@ -146,6 +153,27 @@ impl Memory {
     /// Reads or changes what the decisions of `key` carry from one reconcile to the next.
     pub fn election<T>(&self, key: &ElectionKey, f: impl FnOnce(&mut ElectionMemory) -> T) -> T {
         self.memo(key, |memo| f(&mut memo.decisions))
+    }
+
+    /// A status write of `key` failed with `error` (of the static `category`); returns the
+    /// Warning to publish, if this failure is one to report ([`StatusFailures::failed`]).
+    pub fn status_write_failed(
+        &self,
+        key: &ElectionKey,
+        category: &'static str,
+        error: &str,
+    ) -> Option<ElectionEvent> {
+        self.memo(key, |memo| memo.status_failures.failed(category, error))
+    }
+
+    /// A whole status of `key` was written: no run of failures stands.
+    pub fn status_written(&self, key: &ElectionKey) {
+        self.memo(key, |memo| memo.status_failures.ended());
+    }
+
+    /// The status writes of `key` that failed in a row, with the last error's category.
+    pub fn status_failures(&self, key: &ElectionKey) -> Option<(u32, &'static str)> {
+        self.read(key, |memo| memo.status_failures.run())
     }
 
     /// Records that this process decided `request` and is about to remove it from the
@@ -449,13 +477,10 @@ mod tests {
         memory.election(&key("a"), |e| {
             e.key.session_forgotten(Duration::ZERO, Instant::now())
         });
-        memory.election(&key("a"), |e| e.status_write_failed("kube", "refused"));
-        assert_eq!(
-            memory.election(&key("a"), |e| e.status_failures()),
-            Some((1, "kube"))
-        );
+        memory.status_write_failed(&key("a"), "kube", "refused");
+        assert_eq!(memory.status_failures(&key("a")), Some((1, "kube")));
         assert_eq!(enter(&memory.elections).len(), 1);
-        memory.election(&key("a"), |e| e.status_written());
+        memory.status_written(&key("a"));
         memory.election(&key("a"), |e| {
             e.key
                 .acquire_answered(true, &LockView::Absent, Instant::now())

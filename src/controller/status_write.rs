@@ -12,7 +12,6 @@ use crate::Error;
 use crate::cache::keys::election_key;
 use crate::crd::{AppliedSpec, LeaderElection, LeaderElectionStatus, ReadElection};
 use crate::election::config::{ElectionConfig, Mode};
-use crate::election::memory::ElectionMemory;
 use crate::election::observe::SwitchoverRecord;
 use crate::election::plan::{ConditionState, Plan};
 use crate::election::report::{self, Rendering, StandBack};
@@ -72,7 +71,7 @@ fn decided(
     let old = ctx.caches.current_status(le);
     let failed_writes = election_key(le)
         .ok()
-        .and_then(|key| ctx.caches.written.election(&key, |e| e.status_failures()));
+        .and_then(|key| ctx.caches.written.status_failures(&key));
     let new = report::decided(
         plan,
         Rendering {
@@ -252,9 +251,7 @@ async fn patch_if_changed(
         Ok(written) => {
             // A record keeps the count: the whole status written next reports it.
             if write == Write::Whole {
-                ctx.caches
-                    .written
-                    .election(&key, ElectionMemory::status_written);
+                ctx.caches.written.status_written(&key);
             }
             let version = written.0.metadata.resource_version.as_deref();
             let basis = Basis::of(&new);
@@ -266,7 +263,7 @@ async fn patch_if_changed(
             let report = ctx
                 .caches
                 .written
-                .election(&key, |e| e.status_write_failed(error.category(), &text));
+                .status_write_failed(&key, error.category(), &text);
             ctx.metrics.status_write_failed();
             if let Some(report) = report {
                 ctx.publish_election_event(&report, "WriteStatus", &le.object_ref(&()), None);

@@ -1,19 +1,15 @@
 //! What one election's decisions carry from one reconcile to the next, in this process: its
 //! key as last written and read ([`KeyMemory`]), its NotReady pods as first seen
-//! ([`NotReadyMemory`]), whether it stands back for another install, Consul's standing
-//! refusal of its requests, and its status writes failing in a row.
+//! ([`NotReadyMemory`]), whether it stands back for another install, and Consul's standing
+//! refusal of its requests.
 //!
-//! The executor reports what happened (a plan made, a Consul request refused or accepted, a
-//! status write answered); what follows from it is decided here.
+//! The executor reports what happened (a plan made, a Consul request refused or accepted);
+//! what follows from it is decided here.
 
 use super::key_memory::KeyMemory;
 use super::not_ready::NotReadyMemory;
 use super::plan::{ElectionEvent, EventReason, StoodBack};
 use super::refusal::ConsulRefusal;
-use super::report::truncate;
-
-/// After this many status writes failed in a row, a Warning event says so.
-pub const STATUS_FAILURES_REPORTED: u32 = 3;
 
 /// One election's memory (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -24,7 +20,6 @@ pub struct ElectionMemory {
     pub not_ready: NotReadyMemory,
     stood_back: Option<StoodBack>,
     refusal: Option<ConsulRefusal>,
-    status_failures: Option<(u32, &'static str)>,
 }
 
 impl ElectionMemory {
@@ -73,45 +68,12 @@ impl ElectionMemory {
         self.refusal.as_ref()
     }
 
-    /// A status write succeeded: the next one reports the run of failures it ended.
-    pub fn status_written(&mut self) {
-        self.status_failures = None;
-    }
-
-    /// A status write failed with `error` (of the static `category`); returns the Warning to
-    /// publish when the failures in a row reach [`STATUS_FAILURES_REPORTED`] (once per run of
-    /// failures; the metric counts every one).
-    pub fn status_write_failed(
-        &mut self,
-        category: &'static str,
-        error: &str,
-    ) -> Option<ElectionEvent> {
-        let count = self.status_failures.map_or(0, |(n, _)| n).saturating_add(1);
-        self.status_failures = Some((count, category));
-        (count == STATUS_FAILURES_REPORTED).then(|| ElectionEvent {
-            reason: EventReason::StatusWriteFailed,
-            pod: None,
-            note: truncate(
-                &format!("{count} status writes failed in a row; the last: {error}"),
-                1024,
-            ),
-            warning: true,
-            fenced: None,
-        })
-    }
-
-    /// Status writes that failed in a row, with the last error's category.
-    pub fn status_failures(&self) -> Option<(u32, &'static str)> {
-        self.status_failures
-    }
-
     /// Whether nothing is remembered (the memory can go).
     pub fn is_empty(&self) -> bool {
         self.key.is_empty()
             && self.not_ready.is_empty()
             && self.stood_back.is_none()
             && self.refusal.is_none()
-            && self.status_failures.is_none()
     }
 }
 
@@ -142,32 +104,6 @@ mod tests {
         assert!(memory.refused(read).is_some());
         memory.key_read();
         assert_eq!(memory.refusal(), None);
-    }
-
-    #[test]
-    fn failed_status_writes_count_until_one_succeeds_and_are_reported_once_a_run() {
-        let mut memory = ElectionMemory::default();
-        let mut reported = Vec::new();
-        for run in 0..2 {
-            for n in 1..=STATUS_FAILURES_REPORTED + 2 {
-                reported.extend(memory.status_write_failed("kube", &format!("error {run}.{n}")));
-            }
-            assert_eq!(
-                memory.status_failures(),
-                Some((STATUS_FAILURES_REPORTED + 2, "kube"))
-            );
-            memory.status_written();
-            assert!(memory.is_empty());
-        }
-        let notes: Vec<_> = reported.iter().map(|e| e.note.as_str()).collect();
-        assert_eq!(
-            notes,
-            [
-                "3 status writes failed in a row; the last: error 0.3",
-                "3 status writes failed in a row; the last: error 1.3"
-            ]
-        );
-        assert!(reported.iter().all(|e| e.warning));
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub mod refusal;
 pub mod report;
 pub mod session_names;
 pub mod spec_edits;
-
+pub mod status_failures;
 pub mod switchover_request;
 pub mod unusable;
 pub mod withdrawal;
