@@ -3,21 +3,20 @@
 //! through the indexes ([`super::index`]), so it costs what concerns the election (its own
 //! pods, the elections sharing them), never a scan of the namespace or the cluster.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::k8s::Pod;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
-use tokio::time::Instant;
 
 use super::caches::Caches;
 use super::index::{Indexes, Term};
 use crate::crd::{LeaderElection, selector_matches};
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::conflict::{self, Claim, Writer, yielding_to_me, yields_to};
-use crate::election::observe::PodView;
+use crate::election::observe::{NotReadySince, PodView};
 use crate::k8s;
 
 /// The elections of the pod's namespace that a change of this pod can concern: the ones
@@ -106,17 +105,14 @@ pub fn pods_of(caches: &Caches, le: &LeaderElection) -> BTreeMap<String, (Arc<Po
         .collect()
 }
 
-/// The planner's view of those pods, pods of the election `key`, at `now` (monotonic) when
-/// the wall clock reads `wall`. Since when a NotReady pod is NotReady is kept in this
-/// process' memory from the moment it first saw the change
+/// The planner's view of those pods. Since when a NotReady pod is NotReady is what `since`
+/// answers for each (its UID, and when its Ready condition last changed as written): the
+/// election keeps it from the moment this process first saw the change
 /// ([`crate::election::not_ready::NotReadyMemory`]).
 pub fn views(
-    caches: &Caches,
-    key: &ElectionKey,
     pods: &BTreeMap<String, (Arc<Pod>, bool)>,
     config: &ElectionConfig,
-    now: Instant,
-    wall: Timestamp,
+    since: impl FnOnce(Vec<(String, Timestamp)>) -> HashMap<String, NotReadySince>,
 ) -> Vec<PodView> {
     let mut views: Vec<PodView> = pods
         .values()
@@ -130,9 +126,7 @@ pub fn views(
             Some((view.uid.clone(), k8s::ready_changed_at(pod)?))
         })
         .collect();
-    let since = caches
-        .written
-        .election(key, |e| e.not_ready.observe(not_ready, now, wall));
+    let since = since(not_ready);
     for view in &mut views {
         view.not_ready_since = since.get(&view.uid).copied();
     }

@@ -1,7 +1,7 @@
 //! What this process remembers between reconciles, beside the caches: its own writes that the
 //! caches may not show yet (statuses, patched pods, switchover requests it removed), and per
-//! election the memory its decisions carry from one reconcile to the next
-//! ([`ElectionMemory`], which decides what each report means).
+//! election its machine ([`Election`], which holds what its decisions carry from one reconcile
+//! to the next).
 //!
 //! Only reconciles of the active replica write here, each for its own election (the
 //! controller never runs two reconciles of one election at once). One map holds everything of
@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::cache::keys::election_key;
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::ElectionKey;
-use crate::election::memory::ElectionMemory;
+use crate::election::machine::Election;
 use crate::election::plan::ElectionEvent;
 use crate::election::status_failures::StatusFailures;
 use crate::election::switchover_request::RequestSeen;
@@ -63,8 +63,8 @@ struct Memo {
     /// its capacity after a cold start's burst of writes, and a memo without a status then
     /// costs a pointer rather than a whole status.
     status: Option<Box<WrittenStatus>>,
-    /// What the election's decisions carry from one reconcile to the next.
-    decisions: ElectionMemory,
+    /// The election's machine, between reconciles (a reconcile [`Memory::hold`]s it).
+    election: Election,
     /// Its status writes failing in a row.
     status_failures: StatusFailures,
     /// The switchover request this process last decided, until the cache shows it removed.
@@ -74,9 +74,38 @@ struct Memo {
 impl Memo {
     fn is_empty(&self) -> bool {
         self.status.is_none()
-            && self.decisions.is_empty()
+            && self.election.is_empty()
             && self.status_failures.is_empty()
             && self.decided_request.is_none()
+    }
+}
+
+/// An election's machine held by its reconcile ([`Memory::hold`]).
+#[derive(Debug)]
+pub struct Held<'a> {
+    memory: &'a Memory,
+    key: ElectionKey,
+    election: Election,
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Election;
+    fn deref(&self) -> &Election {
+        &self.election
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Election {
+        &mut self.election
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let mut election = std::mem::take(&mut self.election);
+        election.end();
+        self.memory.memo(&self.key, |memo| memo.election = election);
     }
 }
 
@@ -150,9 +179,20 @@ impl Memory {
         *enter(&self.started_at)
     }
 
-    /// Reads or changes what the decisions of `key` carry from one reconcile to the next.
-    pub fn election<T>(&self, key: &ElectionKey, f: impl FnOnce(&mut ElectionMemory) -> T) -> T {
-        self.memo(key, |memo| f(&mut memo.decisions))
+    /// The machine of election `key`, held by one reconcile until the returned guard drops,
+    /// which ends the reconcile and keeps the machine for the next one.
+    pub fn hold(&self, key: &ElectionKey) -> Held<'_> {
+        let election = self.memo(key, |memo| std::mem::take(&mut memo.election));
+        Held {
+            memory: self,
+            key: key.clone(),
+            election,
+        }
+    }
+
+    /// Forgets the machine of election `key` (deleted: nothing decides for it again).
+    pub fn forget_election(&self, key: &ElectionKey) {
+        self.memo(key, |memo| memo.election = Election::default());
     }
 
     /// A status write of `key` failed with `error` (of the static `category`); returns the
@@ -410,8 +450,6 @@ fn version(pod: &Pod) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::election::observe::LockView;
-    use std::time::Duration;
 
     fn key(name: &str) -> ElectionKey {
         ElectionKey {
@@ -474,20 +512,34 @@ mod tests {
     #[test]
     fn an_election_with_nothing_left_to_remember_costs_no_entry() {
         let memory = Memory::new(Instant::now());
-        memory.election(&key("a"), |e| {
-            e.key.session_forgotten(Duration::ZERO, Instant::now())
-        });
+        let wall = jiff::Timestamp::UNIX_EPOCH;
+        {
+            let mut held = memory.hold(&key("a"));
+            held.not_ready_since(vec![("u1".into(), wall)], Instant::now(), wall);
+        }
         memory.status_write_failed(&key("a"), "kube", "refused");
         assert_eq!(memory.status_failures(&key("a")), Some((1, "kube")));
         assert_eq!(enter(&memory.elections).len(), 1);
         memory.status_written(&key("a"));
-        memory.election(&key("a"), |e| {
-            e.key
-                .acquire_answered(true, &LockView::Absent, Instant::now())
-        });
+        {
+            let held = memory.hold(&key("a"));
+            assert!(
+                !held.is_empty(),
+                "what the reconcile before saw is handed on"
+            );
+        }
+        {
+            let mut held = memory.hold(&key("a"));
+            held.not_ready_since(Vec::new(), Instant::now(), wall);
+        }
         assert!(enter(&memory.elections).is_empty());
-        // Reading creates nothing.
-        assert_eq!(memory.election(&key("b"), |e| e.refusal().cloned()), None);
+        // Holding creates nothing.
+        drop(memory.hold(&key("b")));
+        assert!(enter(&memory.elections).is_empty());
+        memory
+            .hold(&key("c"))
+            .not_ready_since(vec![("u1".into(), wall)], Instant::now(), wall);
+        memory.forget_election(&key("c"));
         assert!(enter(&memory.elections).is_empty());
     }
 
@@ -522,18 +574,6 @@ mod tests {
         // A write no plan took into account names nobody.
         memory.remember_pod(&pod("u1", "9"), None);
         assert_eq!(memory.written_by(&pod("u1", "9")), None);
-    }
-
-    #[test]
-    fn a_written_key_stays_unread_until_read_back_and_then_costs_nothing() {
-        let memory = Memory::new(Instant::now());
-        let unread = |name| memory.election(&key(name), |e| e.key.written_since_read());
-        memory.election(&key("a"), |e| e.key.writing());
-        assert!(unread("a"));
-        assert!(!unread("b"));
-        memory.election(&key("a"), |e| e.key.read_back());
-        assert!(!unread("a"));
-        assert!(enter(&memory.elections).is_empty());
     }
 
     #[test]
@@ -574,7 +614,7 @@ mod tests {
     fn a_poisoned_lock_is_entered_as_it_is() {
         let origin = Instant::now();
         let memory = Arc::new(Memory::new(origin));
-        memory.election(&key("a"), |e| e.key.writing());
+        memory.status_write_failed(&key("a"), "kube", "refused");
         let poisoner = memory.clone();
         let _ = std::thread::spawn(move || {
             let _guard = poisoner.elections.lock();
@@ -582,6 +622,6 @@ mod tests {
         })
         .join();
         assert!(memory.elections.is_poisoned());
-        assert!(memory.election(&key("a"), |e| e.key.written_since_read()));
+        assert_eq!(memory.status_failures(&key("a")), Some((1, "kube")));
     }
 }

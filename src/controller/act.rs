@@ -1,6 +1,7 @@
-//! Drives one reconcile's [`PlanLoop`]: observes the world when it plans, executes each action
-//! it hands out, and reports the outcome back. The loop decides when to plan again and when to
-//! stop.
+//! The plan loop's side of a reconcile against the API server and Consul: what the loop
+//! starts from, the reads of its first look, the world each plan observes, each action the
+//! election hands out (its outcome reported back), and the status write. The election
+//! ([`Election`]) decides what comes next and what each outcome means.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,50 +25,42 @@ use crate::election::annotation_owner::{Owner as AnnotationOwner, shared_view};
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::first_look::{Adopting, KeyRead, Look, SessionRead};
 use crate::election::key_value;
+use crate::election::machine::{Election, Opening};
 use crate::election::observe::{LockView, PodView};
-use crate::election::plan::{Action, ConditionState, ElectionEvent, Plan};
-use crate::election::plan_loop::{Answer, Next, PlanLoop, World};
+use crate::election::plan::{Action, ElectionEvent};
+use crate::election::plan_loop::{Answer, World};
 use crate::election::refusal::ConsulRefusal;
 use crate::k8s::{self, PodRole};
 use crate::observers::sessions::found_settings;
 
 /// Flags written with every acquisition and release: marks the key as an elector lock.
 pub const LOCK_FLAGS: u64 = 0x0065_6c65_6374_6f72;
-/// How many plans with actions one reconcile may make (a move takes three; raising a
-/// re-created key's LockIndex takes one per step).
-const MAX_PLANS: usize = 16;
 
-/// The state of one reconcile's loop.
+/// What one reconcile's plan loop works with.
 pub struct Round<'a> {
     le: &'a LeaderElection,
     key: &'a ElectionKey,
-    config: &'a ElectionConfig,
-    consul: &'a ConsulClient,
+    config: Arc<ElectionConfig>,
+    consul: ConsulClient,
     ctx: &'a Context,
     pods_api: Api<Pod>,
     pods: BTreeMap<String, (Arc<Pod>, bool)>,
     lock: LockView,
-    /// The plan/act loop (the decisions of this reconcile).
-    plans: PlanLoop,
-    /// Removing a decided switchover request failed: the caller retries soon.
-    removal_failed: bool,
-    /// The `SpecValid` condition the status reports (True: the round runs on a valid spec).
-    spec_valid: ConditionState,
     /// The status the plans decide from was read from: what their status writes test.
     basis: Basis,
 }
 
 impl<'a> Round<'a> {
-    /// Observes the election: its pods, its key, its session (adopting the session of an
-    /// earlier operator process when the status or the key names one).
-    pub async fn new(
+    /// Reads what the plan loop of `le` starts from: its pods, its status, its switchover
+    /// request (removing one decided before), and whether the session manager holds its
+    /// session.
+    pub async fn open(
         le: &'a LeaderElection,
         key: &'a ElectionKey,
-        config: &'a ElectionConfig,
-        consul: &'a ConsulClient,
+        config: Arc<ElectionConfig>,
+        consul: ConsulClient,
         ctx: &'a Context,
-        spec_valid: ConditionState,
-    ) -> Round<'a> {
+    ) -> (Round<'a>, Opening) {
         let status = ctx.caches.current_status(le);
         let recorded = crate::election::report::recorded(&status);
         let mut removal_failed = false;
@@ -88,7 +81,7 @@ impl<'a> Round<'a> {
             spec_settings: config.session,
             owner: ctx.settings.owner.clone(),
         };
-        Round {
+        let round = Round {
             le,
             key,
             config,
@@ -97,16 +90,20 @@ impl<'a> Round<'a> {
             pods_api: Api::namespaced(ctx.client.clone(), &key.namespace),
             pods: observe::pods_of(&ctx.caches, le),
             lock: LockView::Unknown,
-            plans: PlanLoop::new(recorded, switchover, MAX_PLANS, adopting),
             basis: Basis::of(&status),
+        };
+        let opening = Opening {
+            recorded,
+            switchover,
             removal_failed,
-            spec_valid,
-        }
+            adopting,
+        };
+        (round, opening)
     }
 
     /// Performs a read or a take-over of the loop's first look, and reports its outcome.
-    async fn look(&mut self, look: Look) {
-        let (ctx, key, consul) = (self.ctx, self.key, self.consul);
+    pub async fn look(&mut self, look: Look, election: &mut Election) {
+        let (ctx, key, consul) = (self.ctx, self.key, &self.consul);
         match look {
             Look::ReadKey(read) => {
                 // Without retries: the watch retries, and a Fence deadline must not wait for a
@@ -126,12 +123,7 @@ impl<'a> Round<'a> {
                 if let Ok(lock) = &read {
                     self.lock = lock.clone();
                 }
-                let plans = &mut self.plans;
-                let event = ctx
-                    .caches
-                    .written
-                    .election(key, |m| plans.key_read(read, m));
-                if let Some(event) = event {
+                if let Some(event) = election.key_read(read) {
                     self.publish(&event);
                 }
             }
@@ -150,7 +142,7 @@ impl<'a> Round<'a> {
                         SessionRead::Missing
                     }
                 };
-                if let Some(why) = self.plans.session_read(read) {
+                if let Some(why) = election.session_read(read) {
                     tracing::info!(election = %key, session, why = why.reason(), "leaving alone a session found after a start");
                 }
             }
@@ -167,24 +159,14 @@ impl<'a> Round<'a> {
                         Err(())
                     }
                 };
-                self.plans.adopted(outcome);
+                election.adopted(outcome);
             }
         }
     }
 
-    /// The last plan computed (its status is what the election reports).
-    pub fn last_plan(&self) -> Option<&Plan> {
-        self.plans.last_plan()
-    }
-
-    /// The status the last plan was made from (what its status write tests).
-    pub fn basis(&self) -> Basis {
-        self.basis
-    }
-
     /// The UID of the one pod that carries the leader label now, as far as this round knows
     /// (its own patches included); `None` when no pod, or more than one, does.
-    pub fn labelled_leader_uid(&self) -> Option<String> {
+    fn labelled_leader_uid(&self) -> Option<String> {
         let label = &self.config.labels;
         let mut labelled = self
             .pods
@@ -197,77 +179,58 @@ impl<'a> Round<'a> {
         }
     }
 
-    /// Whether the loop stopped with work left (the caller requeues at once).
-    pub fn unfinished(&self) -> bool {
-        self.plans.unfinished()
+    /// Writes the status of the election's last plan, as far as it was carried out.
+    pub async fn write_status(&self, election: &Election) -> Result<(), Error> {
+        let Some(spec_valid) = election.spec_valid() else {
+            return Err(Error::InvalidStatus(
+                "a status to write without a label-key check".into(),
+            ));
+        };
+        super::status_write::write(
+            self.le,
+            self.ctx,
+            &self.config,
+            self.labelled_leader_uid().as_deref(),
+            election.last_plan(),
+            spec_valid.clone(),
+            self.basis,
+        )
+        .await
     }
 
-    /// Whether removing a decided switchover request failed (the caller retries soon).
-    pub fn removal_failed(&self) -> bool {
-        self.removal_failed
-    }
-
-    /// Plans and acts until a plan has no actions, an action fails, or the loop's plans are
-    /// used up ([`PlanLoop`] decides which, and what each answer means for the election).
-    pub async fn run(&mut self) -> Result<(), Error> {
-        let mut failure = None;
-        loop {
-            let plans = &mut self.plans;
-            match self
-                .ctx
-                .caches
-                .written
-                .election(self.key, |m| plans.poll(m))
-            {
-                Next::Look(look) => self.look(look).await,
-                Next::Observe => self.decide(),
-                Next::Act(action) => {
-                    let answer = match self.execute(action).await {
-                        Ok(answer) => answer,
-                        Err(error) => {
-                            let answer = refusal_of(&error).map_or(Answer::Failed, Answer::Refused);
-                            failure = Some(error);
-                            answer
-                        }
-                    };
-                    let (plans, now) = (&mut self.plans, Instant::now());
-                    let event = self
-                        .ctx
-                        .caches
-                        .written
-                        .election(self.key, |m| plans.handle(answer, m, now));
-                    if let Some(event) = event {
-                        self.publish(&event);
-                    }
-                    if let Some(elected) = self.plans.poll_elected() {
-                        if elected.transition {
-                            self.ctx.metrics.leader_transition();
-                        }
-                        if let Some(after) = elected.after_move {
-                            self.ctx.metrics.leader_elected(after);
-                        }
-                    }
-                }
-                Next::Done => return failure.map_or(Ok(()), Err),
+    /// Executes `action` and reports its outcome to `election`; returns the failure.
+    pub async fn act(&mut self, action: Action, election: &mut Election) -> Result<(), Error> {
+        let (answer, failure) = match self.execute(action, election).await {
+            Ok(answer) => (answer, None),
+            Err(error) => {
+                let answer = refusal_of(&error).map_or(Answer::Failed, Answer::Refused);
+                (answer, Some(error))
+            }
+        };
+        if let Some(event) = election.handle(answer, Instant::now()) {
+            self.publish(&event);
+        }
+        if let Some(elected) = election.poll_elected() {
+            if elected.transition {
+                self.ctx.metrics.leader_transition();
+            }
+            if let Some(after) = elected.after_move {
+                self.ctx.metrics.leader_elected(after);
             }
         }
+        failure.map_or(Ok(()), Err)
     }
 
-    /// Observes the world and lets the loop plan from it.
-    fn decide(&mut self) {
+    /// Observes the world and lets the election plan from it.
+    pub fn observe(&mut self, election: &mut Election) {
         let (now, wall) = (Instant::now(), self.ctx.wall_now());
-        let mut views = observe::views(
-            &self.ctx.caches,
-            self.key,
-            &self.pods,
-            self.config,
-            now,
-            wall,
-        );
-        self.shared_views(&mut views);
+        let mut views = observe::views(&self.pods, &self.config, |not_ready| {
+            election.not_ready_since(not_ready, now, wall)
+        });
+        self.shared_views(&mut views, election);
         let session = self.ctx.sessions.view(self.key);
         let world = World {
-            config: self.config,
+            config: &self.config,
             pods: &views,
             lock: &self.lock,
             session: session.as_ref(),
@@ -276,13 +239,10 @@ impl<'a> Round<'a> {
             wall,
             owner: &self.ctx.settings.owner,
         };
-        let plans = &mut self.plans;
-        self.ctx.caches.written.election(self.key, |memory| {
-            plans.plan(&world, memory);
-        });
+        election.plan(&world);
     }
 
-    async fn execute(&mut self, action: Action) -> Result<Answer, Error> {
+    async fn execute(&mut self, action: Action, election: &Election) -> Result<Answer, Error> {
         tracing::debug!(election = %self.key, ?action, "executing");
         match action {
             Action::RecordToken {
@@ -291,7 +251,8 @@ impl<'a> Round<'a> {
                 whole,
             } => {
                 // The action comes from this plan; without it nothing may be labelled.
-                let Some(plan) = self.plans.last_plan() else {
+                let (Some(plan), Some(spec_valid)) = (election.last_plan(), election.spec_valid())
+                else {
                     return Err(Error::InvalidStatus(
                         "a fencing token to record without the plan it belongs to".into(),
                     ));
@@ -299,14 +260,14 @@ impl<'a> Round<'a> {
                 self.basis = super::status_write::record_token(
                     self.le,
                     self.ctx,
-                    self.config,
+                    &self.config,
                     plan,
                     super::status_write::TokenRecord {
                         uid: &uid,
                         token: fencing_token,
                         whole,
                     },
-                    self.spec_valid.clone(),
+                    spec_valid.clone(),
                     self.basis,
                 )
                 .await?;
@@ -363,7 +324,7 @@ impl<'a> Round<'a> {
                 }
             }
             Action::DestroySession { .. } => {
-                self.ctx.sessions.destroy(self.key, self.consul).await?;
+                self.ctx.sessions.destroy(self.key, &self.consul).await?;
                 Ok(Answer::Done)
             }
             Action::ForgetSession => {
@@ -375,7 +336,7 @@ impl<'a> Round<'a> {
                     .sessions
                     .create(
                         self.key,
-                        self.consul,
+                        &self.consul,
                         &self.ctx.settings.owner,
                         &pod,
                         &uid,
@@ -473,7 +434,7 @@ impl<'a> Round<'a> {
     /// The planner reads the operator's annotations of a pod as this election's; on a pod
     /// shared with elections of other label keys, it sees what this election wrote or would
     /// write ([`shared_view`]).
-    fn shared_views(&self, views: &mut [PodView]) {
+    fn shared_views(&self, views: &mut [PodView], election: &Election) {
         let me = self.key.name.as_str();
         for view in views {
             let Some((pod, _)) = self.pods.get(&view.name) else {
@@ -484,7 +445,7 @@ impl<'a> Round<'a> {
             });
             let labels = &self.config.labels;
             let led_by_another = || observe::led_by_another(&self.ctx.caches, me, &labels.key, pod);
-            let leadership = self.plans.leadership_of(&view.uid);
+            let leadership = election.leadership_of(&view.uid);
             shared_view(view, owner, led_by_another, labels, leadership);
         }
     }
@@ -493,7 +454,7 @@ impl<'a> Round<'a> {
         match self
             .ctx
             .locks
-            .refresh(self.key, self.consul, &self.config.key)
+            .refresh(self.key, &self.consul, &self.config.key)
             .await
         {
             Ok(lock) => {

@@ -175,8 +175,8 @@ pub async fn cleanup(le: &LeaderElection, ctx: &Context) -> Result<Action, Error
     let withdrawal = withdraw(&Footprint::of(le, ctx), ctx).await?;
     settle_consul(le, &key, ctx, withdrawal).await?;
     ctx.caches.written.remember_status(le, None);
-    // Gone: nothing reads its key again.
-    ctx.caches.written.election(&key, |e| e.key.read_back());
+    // Gone: nothing decides for it again.
+    ctx.caches.written.forget_election(&key);
     Ok(Action::await_change())
 }
 
@@ -194,6 +194,7 @@ pub async fn fence_unusable(
     key: &ElectionKey,
     ctx: &Context,
     in_use_refused: bool,
+    written_since_read: bool,
 ) -> Result<Option<Duration>, Error> {
     let session = ctx.sessions.view(key);
     if in_use_refused {
@@ -205,7 +206,10 @@ pub async fn fence_unusable(
         key,
         ctx,
         session.as_ref(),
-        in_use_refused,
+        Known {
+            in_use_refused,
+            written_since_read,
+        },
         unusable_label,
     );
     fence_when(le, ctx, verdict).await
@@ -228,6 +232,16 @@ pub async fn fence_when(
     }
 }
 
+/// What a rule 2 judgement of an election that cannot act knows beside the caches.
+#[derive(Debug, Clone, Copy)]
+pub struct Known {
+    /// The Consul access the session was created with is the one refused.
+    pub in_use_refused: bool,
+    /// This process wrote the key since it last read it back
+    /// ([`crate::election::machine::Election::key_written_since_read`]).
+    pub written_since_read: bool,
+}
+
 /// `judge` (a rule 2 judgement of [`crate::election::unusable`]) applied to what this process
 /// knows of `le`'s lock now, `session` being the election's session as this process holds it.
 pub fn judge_label(
@@ -235,13 +249,13 @@ pub fn judge_label(
     key: &ElectionKey,
     ctx: &Context,
     session: Option<&SessionView>,
-    in_use_refused: bool,
+    known: Known,
     judge: impl FnOnce(&UnusableLock<'_>, tokio::time::Instant, Duration) -> UnusableLabel,
 ) -> UnusableLabel {
     let now = tokio::time::Instant::now();
     let started_at = ctx.caches.written.started_at();
     let session_unconfirmed_since =
-        session_unconfirmed_since(session.map(|s| s.health), in_use_refused, started_at);
+        session_unconfirmed_since(session.map(|s| s.health), known.in_use_refused, started_at);
     let status = ctx.caches.current_status(le);
     let recorded_session = status.leader_or_last().and_then(|l| l.session_id.clone());
     let lock = ctx.locks.lock(key);
@@ -253,10 +267,7 @@ pub fn judge_label(
         read_at: ctx.locks.read_at(key),
         session_unconfirmed_since,
         started_at,
-        written_since_read: ctx
-            .caches
-            .written
-            .election(key, |e| e.key.written_since_read()),
+        written_since_read: known.written_since_read,
     };
     let applied_ttl = status
         .applied
@@ -371,8 +382,6 @@ async fn release_and_destroy(
             return Ok(());
         }
     }
-    // An election that goes on (after a withdrawal) reads its key back before it plans.
-    ctx.caches.written.election(key, |e| e.key.writing());
     let (SessionToEnd::Held(id) | SessionToEnd::Recorded(id)) = &session;
     consul.kv_release(consul_key, id, &[], LOCK_FLAGS).await?;
     match &session {

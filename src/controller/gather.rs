@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
-use super::cleanup::{fence_when, judge_label};
+use super::cleanup::{Known, fence_when, judge_label};
 use super::context::Context;
 use crate::Error;
 use crate::crd::LeaderElection;
@@ -25,6 +25,7 @@ pub async fn fenced_while<T>(
     key: &ElectionKey,
     config: &ElectionConfig,
     ctx: &Context,
+    written_since_read: bool,
     inputs: impl Future<Output = T>,
 ) -> Result<T, Error> {
     let mut inputs = std::pin::pin!(inputs);
@@ -34,7 +35,7 @@ pub async fn fenced_while<T>(
         return Ok(gathered);
     }
     loop {
-        let recheck = match verdict(le, key, config, ctx) {
+        let recheck = match verdict(le, key, config, ctx, written_since_read) {
             UnusableLabel::Keep(recheck) => recheck,
             UnusableLabel::Fence => Duration::ZERO,
         };
@@ -48,7 +49,7 @@ pub async fn fenced_while<T>(
                 }
             }
             () = tokio::time::sleep(recheck) => {
-                if fence_if_due(le, key, config, ctx).await?.is_none() {
+                if fence_if_due(le, key, config, ctx, written_since_read).await?.is_none() {
                     // Nothing more for rule 2 to take away until the planner runs.
                     return Ok(inputs.await);
                 }
@@ -65,8 +66,9 @@ pub async fn fence_if_due(
     key: &ElectionKey,
     config: &ElectionConfig,
     ctx: &Context,
+    written_since_read: bool,
 ) -> Result<Option<Duration>, Error> {
-    fence_when(le, ctx, verdict(le, key, config, ctx)).await
+    fence_when(le, ctx, verdict(le, key, config, ctx, written_since_read)).await
 }
 
 fn verdict(
@@ -74,9 +76,14 @@ fn verdict(
     key: &ElectionKey,
     config: &ElectionConfig,
     ctx: &Context,
+    written_since_read: bool,
 ) -> UnusableLabel {
     let session = ctx.sessions.view(key);
-    judge_label(le, key, ctx, session.as_ref(), false, |lock, now, ttl| {
+    let known = Known {
+        in_use_refused: false,
+        written_since_read,
+    };
+    judge_label(le, key, ctx, session.as_ref(), known, |lock, now, ttl| {
         waiting_label(lock, now, ttl, config.mode, config.on_consul_unavailable)
     })
 }

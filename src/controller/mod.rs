@@ -6,9 +6,11 @@
 //! replica may write (it holds the Lease, its caches are complete and it adopted this
 //! cluster's sessions); until then it returns at once, writing nothing.
 //!
-//! A reconcile runs the planner in a loop: execute the plan's actions in order, stop at the
-//! first failure, re-observe (patched pods, the session manager, a fresh read of the key) and
-//! plan again, until a plan has no actions. The status is then written from the last plan.
+//! A reconcile holds the election's machine ([`crate::election::machine::Election`]) and
+//! answers what it asks, in the order it asks: admission inputs and the steps before planning
+//! (`Inputs`), then what the plan loop starts from, its reads, observations, actions and the
+//! status write (`act::Round`), until it says when to look again. An I/O failure ends the reconcile (the
+//! machine decides whether the status is still written first); kube-runtime retries it.
 
 mod act;
 pub(crate) mod applied;
@@ -37,8 +39,8 @@ use crate::election::admission::{Access, Input, served_elsewhere};
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::label_key_check::check_label_key;
 use crate::election::look_again;
-use crate::election::plan::Plan;
-use crate::election::reconcile::{Found, Next, Reconcile, Step};
+use crate::election::machine::{Next, Opening, Start};
+use crate::election::reconcile::{Found, Step};
 pub use context::{Context, Settings};
 
 /// How long after a LeaderElection's deletion (its `metadata.deletionTimestamp`) the operator
@@ -111,22 +113,27 @@ pub(crate) fn error_policy(le: Arc<LeaderElection>, error: &Error, _ctx: Arc<Con
 }
 
 /// Brings one election's pods, session and lock in line with its spec: drives the election's
-/// [`Reconcile`] (gathering the inputs it asks for, performing the steps it hands out), then,
-/// when it plans, the plan loop ([`act::Round`]) and the status write.
+/// machine, performing each request it hands out.
 async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     let key = election_key(le)?;
     let validation = ctx.caches.validated.of(&key, le);
-    let mut reconcile = Reconcile::new(
-        validation
+    let mut election = ctx.caches.written.hold(&key);
+    election.begin(Start {
+        spec: validation
             .as_ref()
             .map(|_| ())
             .map_err(|problems| crate::election::report::spec_problems(problems)),
-        served_elsewhere(
+        served_elsewhere: served_elsewhere(
             ctx.caches.current_status(le).served_by.as_deref(),
             &ctx.settings.owner,
         ),
-        le.spec.paused,
-    );
+        paused: le.spec.paused,
+        token_secret: le
+            .spec
+            .consul
+            .as_ref()
+            .is_some_and(|c| c.token_secret_ref.is_some()),
+    });
     let mut inputs = Inputs {
         le,
         key: &key,
@@ -135,62 +142,54 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         consul: None,
         edit: None,
     };
+    let mut round = None;
+    let mut failure = None;
     loop {
-        match reconcile.poll() {
-            Next::Gather(input) => reconcile.gathered(inputs.gather(input).await?),
+        match election.poll() {
+            Next::Gather(input) => {
+                let found = inputs.gather(input, election.key_written_since_read());
+                election.gathered(found.await?);
+            }
             Next::Do(step) => {
                 if matches!(step, Step::Withdraw { .. }) {
-                    tracing::info!(election = %key, "{}", reconcile.why());
+                    tracing::info!(election = %key, "{}", election.why());
                 } else {
-                    tracing::debug!(election = %key, ?step, why = reconcile.why(), "step");
+                    tracing::debug!(election = %key, ?step, why = election.why(), "step");
                 }
-                let recheck = inputs.perform(step).await?;
-                reconcile.done(recheck);
+                let recheck = inputs.perform(step, election.key_written_since_read());
+                election.done(recheck.await?);
             }
-            Next::Stop(look_again) => return Ok(Action::requeue(look_again)),
-            Next::Plan => break,
+            Next::Open => {
+                let (opened, opening) = inputs.open().await?;
+                round = Some(opened);
+                election.opened(opening);
+            }
+            Next::Look(look) => opened(&mut round)?.look(look, &mut election).await,
+            Next::Observe => opened(&mut round)?.observe(&mut election),
+            Next::Act(action) => {
+                let acted = opened(&mut round)?.act(action, &mut election).await;
+                failure = failure.or(acted.err());
+            }
+            Next::WriteStatus => {
+                opened(&mut round)?.write_status(&election).await?;
+                election.status_written();
+            }
+            Next::Stop(look_again) => {
+                return failure.map_or(Ok(Action::requeue(look_again)), Err);
+            }
         }
     }
-    let (Some(config), Some(consul), Some(spec_valid)) =
-        (&inputs.config, &inputs.consul, reconcile.spec_valid())
-    else {
-        tracing::error!(election = %key, "planning without a valid spec, a Consul access or a label-key check");
-        return Ok(Action::requeue(look_again::ERROR_REQUEUE));
-    };
-    let mut round = act::Round::new(le, &key, config, consul, ctx, spec_valid.clone()).await;
-    let outcome = round.run().await;
-    let labelled = round.labelled_leader_uid();
-    // Standing back for another install (rule 8): the status is that install's to write.
-    if !round
-        .last_plan()
-        .is_some_and(Plan::leaves_status_to_another_install)
-    {
-        status_write::write(
-            le,
-            ctx,
-            config,
-            labelled.as_deref(),
-            round.last_plan(),
-            spec_valid.clone(),
-            round.basis(),
-        )
-        .await?;
-    }
-    outcome?;
-    Ok(Action::requeue(look_again::after(look_again::Round {
-        planned: round.last_plan().and_then(|p| p.requeue_after),
-        unfinished: round.unfinished(),
-        removal_failed: round.removal_failed(),
-        token_secret: le
-            .spec
-            .consul
-            .as_ref()
-            .is_some_and(|c| c.token_secret_ref.is_some()),
-    })))
 }
 
-/// What a reconcile reads and opens for its [`Reconcile`]: the validated spec, the Consul
-/// client, the spec edit.
+/// The plan loop's round, once [`Next::Open`] opened it.
+fn opened<'r, 'a>(round: &'r mut Option<act::Round<'a>>) -> Result<&'r mut act::Round<'a>, Error> {
+    round
+        .as_mut()
+        .ok_or_else(|| Error::InvalidStatus("a plan loop request before it opened".into()))
+}
+
+/// What a reconcile reads and opens before it plans: the validated spec, the Consul client,
+/// the spec edit.
 struct Inputs<'a> {
     le: &'a LeaderElection,
     key: &'a ElectionKey,
@@ -200,10 +199,10 @@ struct Inputs<'a> {
     edit: Option<migrate::Edit>,
 }
 
-impl Inputs<'_> {
+impl<'a> Inputs<'a> {
     /// Gathers `input`. Reads that wait for the API server or a Secret are
     /// [`gather::fenced_while`]: rule 2 does not wait for them.
-    async fn gather(&mut self, input: Input) -> Result<Found, Error> {
+    async fn gather(&mut self, input: Input, written_since_read: bool) -> Result<Found, Error> {
         let (le, key, ctx) = (self.le, self.key, self.ctx);
         let Some(config) = &self.config else {
             return Err(Error::InvalidStatus(format!(
@@ -222,7 +221,8 @@ impl Inputs<'_> {
                 let mut selected = views::selected_pods(&ctx.caches, le, &key.namespace);
                 selected.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
                 let owners = ctx.caches.owner_selectors.of_pods(&ctx.client, &selected);
-                let owners = gather::fenced_while(le, key, config, ctx, owners).await?;
+                let owners =
+                    gather::fenced_while(le, key, config, ctx, written_since_read, owners).await?;
                 Found::LabelKey(check_label_key(&config.labels.key, &owners))
             }
             Input::Older => Found::Older(views::conflicting_election(&ctx.caches, le, config)),
@@ -232,7 +232,9 @@ impl Inputs<'_> {
             Input::Access => {
                 let access = consul_access::client_for(le, &config.key, ctx);
                 Found::Access(
-                    match gather::fenced_while(le, key, config, ctx, access).await? {
+                    match gather::fenced_while(le, key, config, ctx, written_since_read, access)
+                        .await?
+                    {
                         Ok(client) => {
                             self.consul = Some(client);
                             Access::Usable
@@ -244,7 +246,7 @@ impl Inputs<'_> {
                         Err(consul_access::AccessProblem::Failed(error)) => {
                             // Retried soon, and perhaps failing as fast again: rule 2 does not
                             // wait for it.
-                            gather::fence_if_due(le, key, config, ctx).await?;
+                            gather::fence_if_due(le, key, config, ctx, written_since_read).await?;
                             return Err(error);
                         }
                     },
@@ -260,8 +262,22 @@ impl Inputs<'_> {
         })
     }
 
+    /// Opens the plan loop's round with the spec and the Consul client admission gathered.
+    async fn open(&mut self) -> Result<(act::Round<'a>, Opening), Error> {
+        let (Some(config), Some(consul)) = (self.config.take(), self.consul.take()) else {
+            return Err(Error::InvalidStatus(
+                "planning without a valid spec or a Consul access".into(),
+            ));
+        };
+        Ok(act::Round::open(self.le, self.key, config, consul, self.ctx).await)
+    }
+
     /// Performs `step`; a fence returns when to judge again.
-    async fn perform(&mut self, step: Step) -> Result<Option<Duration>, Error> {
+    async fn perform(
+        &mut self,
+        step: Step,
+        written_since_read: bool,
+    ) -> Result<Option<Duration>, Error> {
         let (le, key, ctx) = (self.le, self.key, self.ctx);
         match step {
             Step::Unwatch => ctx.locks.unwatch(key),
@@ -279,7 +295,8 @@ impl Inputs<'_> {
                 cleanup::settle_consul(le, key, ctx, withdrawal).await?;
             }
             Step::Fence { in_use_refused } => {
-                return cleanup::fence_unusable(le, key, ctx, in_use_refused).await;
+                return cleanup::fence_unusable(le, key, ctx, in_use_refused, written_since_read)
+                    .await;
             }
             Step::Wake(name) => ctx.reconcile_soon(&ElectionKey {
                 namespace: key.namespace.clone(),

@@ -16,6 +16,7 @@ pub mod key_memory;
 pub mod key_value;
 pub mod label_key_check;
 pub mod look_again;
+pub mod machine;
 pub mod memory;
 pub mod not_ready;
 pub mod observe;

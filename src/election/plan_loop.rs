@@ -2,8 +2,8 @@
 //! plan's actions one at a time, take each answer back, plan again, until a plan has no
 //! actions, an action fails, or the reconcile's plans are used up.
 //!
-//! The controller drives it against the API server and Consul; the property test drives the
-//! same machine against its simulated world. Neither decides when to plan again, what a
+//! [`super::machine::Election`] runs it once a reconcile may act (the controller and the
+//! property test drive that machine). No driver decides when to plan again, what a
 //! status write changes for the next plan, what a lost session voids, or what an answer means
 //! for the election's memory (a key written and read back, a lock-delay, Consul's refusal):
 //! the loop does.

@@ -3,12 +3,12 @@
 //! course of standing back), and what comes before planning when it may (withdrawing after
 //! an edit, recording the values it acts with, watching the key).
 //!
-//! The controller drives it against the API server and Consul, the property test against its
-//! simulated world; neither decides what to gather, which steps follow, in which order, or
-//! when to look again:
+//! [`super::machine::Election`] runs it at the start of each reconcile (and the controller and
+//! the property test drive that machine); no driver decides what to gather, which steps
+//! follow, in which order, or when to look again:
 //!
 //! ```text
-//! let mut reconcile = Reconcile::new(served_elsewhere, paused);
+//! let mut reconcile = Reconcile::new(spec, served_elsewhere, paused);
 //! loop {
 //!     match reconcile.poll() {
 //!         Next::Gather(input) => reconcile.gathered(gather(input)),

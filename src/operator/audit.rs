@@ -6,7 +6,7 @@
 //! `consul_elector_disagreements_total{kind}`, and a reconcile of the election, which heals
 //! what the planner can heal (a stray leader label, a stale status).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,14 +105,10 @@ fn check(
         let Some(config) = acted_with(ctx, &key, &le, acting) else {
             continue;
         };
-        let pods = observe::views(
-            &ctx.caches,
-            &key,
-            &observe::pods_of(&ctx.caches, &le),
-            &config,
-            tokio::time::Instant::now(),
-            ctx.wall_now(),
-        );
+        // The disagreements do not depend on readiness.
+        let pods = observe::views(&observe::pods_of(&ctx.caches, &le), &config, |_| {
+            HashMap::new()
+        });
         let lock = ctx.locks.lock(&key);
         let session = ctx.sessions.view(&key);
         let recorded = crate::election::report::recorded(&ctx.caches.current_status(&le));

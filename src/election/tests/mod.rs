@@ -7,6 +7,7 @@ mod support;
 mod conflicts;
 mod fencing_causes;
 mod invariants;
+mod machine;
 mod observe_mode;
 mod pause;
 mod plan_loop;

@@ -33,12 +33,12 @@ use crate::election::eligibility::{elapsed, eligibility};
 use crate::election::first_look::{Adopting, KeyRead, Look, SessionRead};
 use crate::election::key_memory::KeyMemory;
 use crate::election::key_value::holder_from_value;
-use crate::election::memory::ElectionMemory;
+use crate::election::machine::{Election, Next, Opening};
 use crate::election::observe::{
     LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverOutcome,
 };
 use crate::election::plan::{Action, Phase, Plan};
-use crate::election::plan_loop::{Answer, Next, PlanLoop, World};
+use crate::election::plan_loop::{Answer, World};
 use crate::election::session_names::session_name;
 use crate::election::switchover_request::{RequestSeen, RequestStep, step};
 
@@ -517,7 +517,7 @@ pub struct Model {
     /// What the operator's decisions carry from one reconcile to the next (as the controller
     /// keeps it): after a write of the key, the cache may predate the write, so the
     /// controller reads the key directly instead; the lock-delay it saw starting.
-    memory: ElectionMemory,
+    election: Election,
     /// The lost session this controller process last let go of ([`Action::ForgetSession`]).
     forgotten: Option<String>,
     /// When this controller process started.
@@ -571,7 +571,7 @@ impl Model {
             recorded: Recorded::default(),
             kv_read_at: None,
             cached_lock: LockView::Unknown,
-            memory: ElectionMemory::default(),
+            election: Election::new(),
             forgotten: None,
             started_at: t(1000),
             switchover: None,
@@ -850,7 +850,7 @@ impl Model {
                 self.registered = None;
                 self.kv_read_at = None;
                 self.cached_lock = LockView::Unknown;
-                self.memory = ElectionMemory::default();
+                self.election = Election::new();
                 self.forgotten = None;
                 self.started_at = now;
                 // The new process adopts the sessions of the elections that exist
@@ -961,7 +961,7 @@ impl Model {
 
     /// The first look's reads and take-over ([`Look`]), answered from this world as the
     /// controller's executor answers them. Returns the key when it was read.
-    fn look(&mut self, plans: &mut PlanLoop, look: Look) -> Option<LockView> {
+    fn look(&mut self, look: Look) -> Option<LockView> {
         match look {
             Look::ReadKey(read) => {
                 // A stalled watch brings no answer, and the operator's own read after its
@@ -977,7 +977,7 @@ impl Model {
                     LockView::Unknown => Err(None),
                     lock => Ok(lock),
                 };
-                plans.key_read(read, &mut self.memory);
+                self.election.key_read(read);
                 return Some(lock);
             }
             Look::ReadSession(session) => {
@@ -996,7 +996,7 @@ impl Model {
                         behavior: found.behavior,
                     },
                 });
-                if let Some(why) = plans.session_read(read) {
+                if let Some(why) = self.election.session_read(read) {
                     let _ = writeln!(self.trace, "   left {session} alone: {}", why.reason());
                 }
             }
@@ -1007,7 +1007,7 @@ impl Model {
                     *self.seen.entry("adopted".into()).or_default() += 1;
                     self.register(session, pod, uid);
                 }
-                plans.adopted(outcome);
+                self.election.adopted(outcome);
             }
         }
         None
@@ -1263,31 +1263,52 @@ impl Model {
         self.reconcile_with(Faults::new(fail_at, after_effect))
     }
 
-    /// [`Self::reconcile`] with the failures of `faults`.
+    /// [`Self::reconcile`] with the failures of `faults`: the election's machine driven as the
+    /// controller drives it, the model answering each request from its world.
     fn reconcile_with(&mut self, mut faults: Faults) -> LoopResult {
         self.tick_sessions();
-        if !self.admit(&mut faults) {
-            return LoopResult {
-                plan: None,
-                complete: false,
-                actions: faults.index,
-            };
-        }
-        self.remove_decided_request();
-        let sticky = self.sticky_leader();
-        let moving = self.operator_move_due(&faults);
-        // The controller's own loop, over this world.
-        let adopting = self.adopting();
-        let mut plans = PlanLoop::new(self.recorded.clone(), self.switchover.clone(), 16, adopting);
+        let spec = self.spec_applied();
+        let start = self.start();
+        self.election.begin(start);
+        let mut opened = None;
         let mut told = None;
         let mut looked = false;
         // The key as the reconcile last read it, as the controller's round keeps it.
         let mut lock = LockView::Unknown;
         loop {
-            let action = match plans.poll(&mut self.memory) {
-                Next::Done => break,
+            let action = match self.election.poll() {
+                Next::Gather(input) => {
+                    let found = self.gather(input, &spec);
+                    self.election.gathered(found);
+                    continue;
+                }
+                Next::Do(step) => {
+                    let _ = writeln!(self.trace, "   step {step:?}");
+                    match self.perform(step, &spec, &mut faults) {
+                        Some(recheck) => self.election.done(recheck),
+                        None => return self.stopped_before_planning(&faults),
+                    }
+                    continue;
+                }
+                Next::Stop(look_again) if opened.is_none() => {
+                    self.stood_back(look_again);
+                    return self.stopped_before_planning(&faults);
+                }
+                Next::Stop(_) => break,
+                Next::Open => {
+                    self.remove_decided_request();
+                    opened = Some((self.sticky_leader(), self.operator_move_due(&faults)));
+                    let opening = Opening {
+                        recorded: self.recorded.clone(),
+                        switchover: self.switchover.clone(),
+                        removal_failed: false,
+                        adopting: self.adopting(),
+                    };
+                    self.election.opened(opening);
+                    continue;
+                }
                 Next::Look(look) => {
-                    if let Some(read) = self.look(&mut plans, look) {
+                    if let Some(read) = self.look(look) {
                         lock = read;
                     }
                     continue;
@@ -1298,8 +1319,19 @@ impl Model {
                     continue;
                 }
                 Next::Observe => {
-                    told = self.memory.key.lock_delay_until();
-                    self.plan_once(&mut plans, &lock);
+                    told = self.election.memory().key.lock_delay_until();
+                    self.plan_once(&lock);
+                    continue;
+                }
+                Next::WriteStatus => {
+                    if std::mem::take(&mut self.lose_status_write) {
+                        let _ = writeln!(self.trace, "   status write lost");
+                        *self.seen.entry("status write lost".into()).or_default() += 1;
+                    } else {
+                        let plan = self.election.last_plan().cloned().expect("a plan");
+                        self.write_status(&plan);
+                    }
+                    self.election.status_written();
                     continue;
                 }
                 Next::Act(action) => action,
@@ -1330,7 +1362,7 @@ impl Model {
                     ..
                 } => {
                     if executed && self.knobs.token_before_label {
-                        let plan = plans.last_plan().cloned().expect("a plan acts");
+                        let plan = self.election.last_plan().cloned().expect("a plan acts");
                         self.record_token(&plan, *fencing_token, *whole);
                         answer = Answer::StatusWritten(Box::new(self.recorded.clone()));
                     }
@@ -1392,30 +1424,36 @@ impl Model {
             self.count_action(&action, ok);
             self.check_action(&action, executed, leaders_before, &before);
             let answer = if ok { answer } else { Answer::Failed };
-            plans.handle(answer, &mut self.memory, mono(self.now));
+            self.election.handle(answer, mono(self.now));
             if !self.knobs.tell_lock_delay {
                 // The controller as it would be if it learned of no lock-delay.
-                let written = self.memory.key.written_since_read();
-                self.memory.key = KeyMemory::default();
+                let memory = self.election.memory_mut();
+                let written = memory.key.written_since_read();
+                memory.key = KeyMemory::default();
                 if written {
-                    self.memory.key.writing();
+                    memory.key.writing();
                 }
             }
         }
-        let plan = plans.last_plan().cloned().expect("at least one plan");
+        let (sticky, moving) = opened.expect("the plan loop opened");
+        let plan = self.election.end().expect("at least one plan");
         let complete = plan.actions.is_empty();
-        if std::mem::take(&mut self.lose_status_write) {
-            let _ = writeln!(self.trace, "   status write lost");
-            *self.seen.entry("status write lost".into()).or_default() += 1;
-        } else {
-            self.write_status(&plan);
-        }
         self.check_after_reconcile(complete);
         self.check_sticky(sticky);
         self.check_operator_move(moving);
         LoopResult {
             plan: Some(plan),
             complete,
+            actions: faults.index,
+        }
+    }
+
+    /// The reconcile ended before its plan loop (stood back, or a step failed).
+    fn stopped_before_planning(&mut self, faults: &Faults) -> LoopResult {
+        self.election.end();
+        LoopResult {
+            plan: None,
+            complete: false,
             actions: faults.index,
         }
     }
@@ -1456,32 +1494,31 @@ impl Model {
 
     /// Observes the world and lets the loop plan from it, on the key as the reconcile last
     /// read it (`lock`: its first look, or the read after its own acquire or release).
-    fn plan_once(&mut self, plans: &mut PlanLoop, lock: &LockView) {
+    fn plan_once(&mut self, lock: &LockView) {
         let pods = self.observed_pods();
         let session = self.session_view();
         let owner = model_owner();
-        let plan = plans
-            .plan(
-                &World {
-                    config: &self.config,
-                    pods: &pods,
-                    lock,
-                    session: session.as_ref(),
-                    lock_confirmed_at: mono(self.lock_confirmed_at()),
-                    // The model's clocks agree: its processes' wall clocks are never stepped.
-                    now: mono(self.now),
-                    wall: self.now,
-                    owner: &owner,
-                },
-                &mut self.memory,
-            )
-            .clone();
-        // What the plan decided from (the transitions and token it was recorded with).
-        let recorded = plans.recorded().clone();
+        let recorded = self.election.recorded().cloned().expect("a plan loop");
+        let plan = self
+            .election
+            .plan(&World {
+                config: &self.config,
+                pods: &pods,
+                lock,
+                session: session.as_ref(),
+                lock_confirmed_at: mono(self.lock_confirmed_at()),
+                // The model's clocks agree: its processes' wall clocks are never stepped.
+                now: mono(self.now),
+                wall: self.now,
+                owner: &owner,
+            })
+            .cloned()
+            .expect("a plan asked for");
         let _ = writeln!(
             self.trace,
             "   observe lock={lock:?} session={session:?} recorded={recorded:?} lock_delay_for={:?}\n   pods {:?}\n   plan {:?} phase={:?} requeue={:?} stood_back={:?}",
-            self.memory
+            self.election
+                .memory()
                 .key
                 .lock_delay_until()
                 .map(|u| u.saturating_duration_since(mono(self.now))),
@@ -1797,7 +1834,7 @@ impl Model {
     /// takeover grace). The model has no second install, and rule 8 forbids this one to touch
     /// them: rules 1 and 2 are judged again once this install takes over.
     fn labels_are_another_installs(&self) -> bool {
-        self.served_elsewhere() || self.memory.stood_back().is_some()
+        self.served_elsewhere() || self.election.memory().stood_back().is_some()
     }
 
     /// Leader-labelled pods failing rule 2 (by UID), each with what fails (the lock or the
@@ -1826,7 +1863,7 @@ impl Model {
     fn mirrors_a_confirmed_answer(&self, pod: &PodView) -> bool {
         self.config.mode == Mode::Observe
             && self.consul.kv_stalled
-            && !self.memory.key.written_since_read()
+            && !self.election.key_written_since_read()
             && elapsed(self.lock_confirmed_at(), self.now) < self.config.session.ttl
             && match &self.cached_lock {
                 LockView::Held { value, .. } => value

@@ -10,20 +10,6 @@ use crate::election::observe::LockView;
 use crate::election::plan::{Action, EventReason, Phase, StoodBack, TAKEOVER_GRACE};
 use crate::election::planner::LEADER_ELECTED;
 
-/// The key held by `session` with a value written by install `install` of cluster `cluster`
-/// for `pod`.
-fn held_by_install(session: &str, pod: &str, cluster: &str, install: &str) -> LockView {
-    let value = serde_json::json!({
-        "pod": pod, "namespace": "shop", "uid": uid(pod), "election": "web",
-        "cluster": cluster, "install": install,
-    });
-    LockView::Held {
-        session: session.into(),
-        lock_index: 9,
-        value: Some(value.to_string().into_bytes()),
-    }
-}
-
 #[test]
 fn another_install_holding_the_key_for_a_pod_here_is_left_alone() {
     // The other install labelled a leader; this one (which never wrote anything) sees it.

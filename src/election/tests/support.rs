@@ -199,6 +199,20 @@ pub fn held(session: &str, lock_index: u64, pod: &str) -> LockView {
 }
 
 /// The key, unlocked, at `lock_index`.
+/// The key held by `session` with a value written by install `install` of cluster `cluster`
+/// for `pod`.
+pub fn held_by_install(session: &str, pod: &str, cluster: &str, install: &str) -> LockView {
+    let value = serde_json::json!({
+        "pod": pod, "namespace": "shop", "uid": uid(pod), "election": "web",
+        "cluster": cluster, "install": install,
+    });
+    LockView::Held {
+        session: session.into(),
+        lock_index: 9,
+        value: Some(value.to_string().into_bytes()),
+    }
+}
+
 pub fn free(lock_index: u64) -> LockView {
     LockView::Free { lock_index }
 }

@@ -16,8 +16,9 @@ use crate::crd::{AppliedSession, AppliedSpec};
 use crate::election::admission::{Access, Input, served_elsewhere};
 use crate::election::cleanup_deadline::{Deadline, deadline};
 use crate::election::config::Behavior;
+use crate::election::machine::Start;
 use crate::election::plan::{ConditionState, Plan};
-use crate::election::reconcile::{Found, Next, Reconcile, Step as Before};
+use crate::election::reconcile::{Found, Step as Before};
 use crate::election::session_names::session_name;
 use crate::election::spec_edits::needs_withdrawal;
 use crate::election::unusable::{
@@ -117,48 +118,34 @@ impl Model {
         }
     }
 
-    /// The reconcile up to its plan loop, driven as the controller drives it
-    /// ([`Reconcile`]): the model answers the inputs (a valid spec and label key, a usable
-    /// Consul access, an older election while [`Model::older`] names one, the edit against
-    /// what the status records) and performs the steps. Whether the planner may run.
-    pub(super) fn admit(&mut self, faults: &mut Faults) -> bool {
-        let now = self.spec_applied();
-        let served_elsewhere = served_elsewhere(self.recorded.served_by.as_deref(), &model_owner());
-        let mut reconcile = Reconcile::new(Ok(()), served_elsewhere, self.config.paused);
-        loop {
-            match reconcile.poll() {
-                Next::Gather(input) => {
-                    let found = self.gather(input, &now);
-                    reconcile.gathered(found);
-                }
-                Next::Do(step) => {
-                    let _ = writeln!(self.trace, "   step {step:?}");
-                    match self.perform(step, &now, faults) {
-                        Some(recheck) => reconcile.done(recheck),
-                        None => return false,
-                    }
-                }
-                Next::Plan => return true,
-                Next::Stop(look_again) => {
-                    if self.served_elsewhere() {
-                        *self
-                            .seen
-                            .entry("stood back for another install".into())
-                            .or_default() += 1;
-                    }
-                    let _ = writeln!(
-                        self.trace,
-                        "   stood back ({}), look again in {look_again:?}",
-                        reconcile.why()
-                    );
-                    return false;
-                }
-            }
+    /// What a reconcile starts from, as the controller reads it: a valid spec, the install
+    /// the status names, the pause.
+    pub(super) fn start(&self) -> Start {
+        Start {
+            spec: Ok(()),
+            served_elsewhere: served_elsewhere(self.recorded.served_by.as_deref(), &model_owner()),
+            paused: self.config.paused,
+            token_secret: false,
         }
     }
 
+    /// The reconcile stood back instead of planning, and looks again after `look_again`.
+    pub(super) fn stood_back(&mut self, look_again: Duration) {
+        if self.served_elsewhere() {
+            *self
+                .seen
+                .entry("stood back for another install".into())
+                .or_default() += 1;
+        }
+        let _ = writeln!(
+            self.trace,
+            "   stood back ({}), look again in {look_again:?}",
+            self.election.why()
+        );
+    }
+
     /// The model's answer to `input`; `now` is what the spec makes the operator act with.
-    fn gather(&self, input: Input, now: &AppliedSpec) -> Found {
+    pub(super) fn gather(&self, input: Input, now: &AppliedSpec) -> Found {
         match input {
             Input::Spec | Input::LabelKey => Found::LabelKey(ConditionState {
                 type_: crate::crd::conditions::SPEC_VALID,
@@ -181,7 +168,7 @@ impl Model {
 
     /// Performs `step` as the controller's `Inputs::perform` does: `None` when it failed (the
     /// reconcile fails), else when a fence judges again.
-    fn perform(
+    pub(super) fn perform(
         &mut self,
         step: Before,
         now: &AppliedSpec,
@@ -289,7 +276,7 @@ impl Model {
                 started_at,
             ),
             started_at,
-            written_since_read: self.memory.key.written_since_read(),
+            written_since_read: self.election.key_written_since_read(),
         };
         let applied_ttl = self
             .applied
@@ -372,7 +359,6 @@ impl Model {
                     (executed && !failing, action)
                 }
                 Step::ReleaseAndDestroy => {
-                    self.memory.key.writing();
                     let session = self.session_to_clean_up();
                     let ok = executed && self.release_and_destroy(session.as_deref()) && !failing;
                     let action = Action::Release {
