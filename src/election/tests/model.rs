@@ -1045,8 +1045,8 @@ impl Model {
 
     /// Rule 5, judged on the model's own terms (not the core's eligibility): the pod that leads
     /// when a reconcile starts must still lead when it ends, if nothing asks the leadership to
-    /// move. That is: a Managed election whose only leader label is on the recorded leader,
-    /// which is selected, not going away, Ready (or NotReady for less than the failover delay,
+    /// move. That is: a Managed election whose only leader label is the operator's own (with
+    /// the token the status records) on the recorded leader, which is selected, not going away, Ready (or NotReady for less than the failover delay,
     /// or readiness not required), announces no handover, shares its priority with every pod
     /// (no failback), whose key the operator's live session for it holds, with Consul answering
     /// (no stalled watch either) and no switchover requested. Returns that leader's UID.
@@ -1058,11 +1058,15 @@ impl Model {
         let [leader] = self.leaders()[..] else {
             return None;
         };
+        // The operator's own label: it carries the token the status records (a label put
+        // there by someone else is re-elected with a token of its own).
         let recorded = self
             .recorded
             .leader
             .as_ref()
-            .is_some_and(|l| l.uid == leader.uid);
+            .is_some_and(|l| l.uid == leader.uid)
+            && leader.fencing_token.is_some()
+            && leader.fencing_token == self.recorded.fencing_token.map(|t| t.to_string());
         let session = self.registered.as_ref().is_some_and(|r| {
             matches!(r.health, SessionHealth::Alive { .. })
                 && r.pod_uid == leader.uid

@@ -586,3 +586,36 @@ fn a_stray_label_while_another_install_serves_is_left_to_that_install() {
     }
     model.quiesce();
 }
+
+#[test]
+fn a_stray_label_on_the_recorded_leader_whose_token_record_failed() {
+    let config = ElectionConfig {
+        session: SessionConfig {
+            ttl: Duration::from_secs(15),
+            lock_delay: Duration::ZERO,
+            behavior: Behavior::Delete,
+        },
+        failover_delay: Duration::from_secs(20),
+        ..config()
+    };
+    let knobs = Knobs {
+        tell_lock_delay: true,
+        token_before_label: true,
+    };
+    let mut model = Model::new(config, knobs, &[(true, 0)]);
+    for e in [
+        Event::Advance(1),
+        Event::Loop {
+            fail_at: Some(2),
+            after_effect: false,
+        },
+        Event::StrayLeaderLabel(0),
+        Event::Loop {
+            fail_at: Some(0),
+            after_effect: true,
+        },
+    ] {
+        model.apply(&e);
+    }
+    model.quiesce();
+}
