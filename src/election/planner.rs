@@ -418,9 +418,15 @@ impl<'a> Builder<'a> {
                 let next = self.next_leader(None).map(|p| p.uid.as_str());
                 if taking_over {
                     // Taking over after the grace: the pod about to be elected keeps the
-                    // label the other install gave it (it is acquired for, then labelled);
+                    // label the other install gave it (it is acquired for, then labelled)
+                    // unless a lock-delay holds that acquisition back past this reconcile;
                     // any other leader label has no lock behind it (rule 2).
-                    self.demote_all_but(next, Some(FencingCause::Lost));
+                    let delayed = self
+                        .obs
+                        .lock_delay_until
+                        .is_some_and(|until| until > self.obs.now);
+                    let keep = next.filter(|_| !delayed);
+                    self.demote_all_but(keep, Some(FencingCause::Lost));
                 } else {
                     self.settle_followers(next);
                 }

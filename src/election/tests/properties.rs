@@ -619,3 +619,38 @@ fn a_stray_label_on_the_recorded_leader_whose_token_record_failed() {
     }
     model.quiesce();
 }
+
+#[test]
+fn a_takeover_held_back_by_a_lock_delay_leaves_no_label_unbacked_meanwhile() {
+    let config = ElectionConfig {
+        require_ready: false,
+        failover_delay: Duration::from_secs(20),
+        session: SessionConfig {
+            ttl: Duration::from_secs(15),
+            lock_delay: Duration::from_secs(15),
+            behavior: Behavior::Release,
+        },
+        ..config()
+    };
+    let knobs = Knobs {
+        tell_lock_delay: true,
+        token_before_label: true,
+    };
+    let mut model = Model::new(config, knobs, &[(false, 0)]);
+    let reconcile = Event::Loop {
+        fail_at: None,
+        after_effect: false,
+    };
+    for e in [
+        Event::ConsulUp,
+        reconcile.clone(),
+        Event::DestroyOurSession,
+        reconcile.clone(),
+        Event::StrayLeaderLabel(0),
+        Event::ServedElsewhere(true),
+        reconcile,
+    ] {
+        model.apply(&e);
+    }
+    model.quiesce();
+}

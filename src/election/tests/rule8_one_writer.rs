@@ -166,6 +166,37 @@ fn a_takeover_takes_off_a_leader_label_it_does_not_acquire_for() {
 }
 
 #[test]
+fn a_takeover_held_back_by_a_lock_delay_takes_off_the_label_it_cannot_back_yet() {
+    // The pod about to be elected carries a leader label, but the key's lock-delay holds its
+    // acquisition back beyond this reconcile: meanwhile nothing backs that label (rule 2).
+    let scene = Scene::new(vec![pod("a").leader(9, t(0)), pod("b")])
+        .lock(LockView::Free { lock_index: 9 })
+        .session(Some(session("s2", "a")))
+        .lock_delay_until(Some(t(113)));
+    let mut taking_over = scene.clone();
+    taking_over.stood_back = Some(StoodBack {
+        other: "test-cluster/team.consul-elector".into(),
+        key_free_since: Some(mono(t(98))),
+    });
+    let plan = taking_over.plan();
+    assert_eq!(plan.managed_elsewhere, None);
+    assert_eq!(
+        steps(&plan).first(),
+        Some(&follower("a")),
+        "{:?}",
+        plan.actions
+    );
+    assert!(
+        !steps(&plan)
+            .iter()
+            .any(|a| matches!(a, Action::Acquire { .. })),
+        "the lock-delay is waited out: {:?}",
+        plan.actions
+    );
+    assert_eq!(plan.requeue_after, Some(secs(13)));
+}
+
+#[test]
 fn standing_back_is_said_once_and_then_the_plan_settles() {
     let scene = Scene::new(vec![pod("a").leader(9, t(0)), pod("b")]).lock(held_by_install(
         "theirs",
