@@ -462,6 +462,12 @@ pub enum Event {
     /// Another install of the operator names itself in the status as serving the election
     /// (`true`, rule 8), or its claim is gone from the status (`false`).
     ServedElsewhere(bool),
+    /// A younger election claiming the same pods under the same label key still carries its
+    /// leader label on the pod (`Some`), until its withdrawal takes it off (`None`).
+    YoungerLeader(Option<usize>),
+    /// The Consul access stops being usable (a token Secret withdraws its opt-in: `true`), or
+    /// can be used again (`false`).
+    AccessRefused(bool),
     /// A user asks for a switchover to the pod (`None`: to `*`).
     Switchover(Option<usize>),
     /// The user switches failback (minimum interval in seconds) and the drain time.
@@ -538,6 +544,11 @@ pub struct Model {
     deleted_at: Option<Timestamp>,
     /// An older election that claims the same pods under the same label key.
     older: Option<String>,
+    /// The pod on which a younger election claiming the same pods still carries its leader
+    /// label.
+    younger: Option<String>,
+    /// The Consul access cannot be used.
+    access_refused: bool,
     /// Its cleanup is done and the finalizer gone.
     finalized: bool,
     /// The next loop's final status write is lost.
@@ -581,6 +592,8 @@ impl Model {
             applied: None,
             deleted_at: None,
             older: None,
+            younger: None,
+            access_refused: false,
             finalized: false,
             lose_status_write: false,
             trace: String::new(),
@@ -889,6 +902,21 @@ impl Model {
                     self.seen_under_a_leader("an older election came under a leader");
                 }
                 self.older = claims.then(|| "older".to_owned());
+            }
+            Event::YoungerLeader(pod) => {
+                let pod = pod.and_then(|i| self.pods.get(i)).map(|p| p.name.clone());
+                if pod.is_some() && self.younger.is_none() {
+                    self.seen_under_a_leader(
+                        "a younger election's leader label came under a leader",
+                    );
+                }
+                self.younger = pod;
+            }
+            Event::AccessRefused(refused) => {
+                if *refused && !self.access_refused {
+                    self.seen_under_a_leader("consul access refused under a leader");
+                }
+                self.access_refused = *refused;
             }
             Event::ServedElsewhere(claims) => {
                 if *claims {
@@ -1300,6 +1328,7 @@ impl Model {
                 }
                 Next::Stop(_) => break,
                 Next::Open => {
+                    self.check_may_plan();
                     self.remove_decided_request();
                     opened = Some((self.sticky_leader(), self.operator_move_due(&faults)));
                     let opening = Opening {
@@ -1449,6 +1478,21 @@ impl Model {
             plan: Some(plan),
             complete,
             actions: faults.index,
+        }
+    }
+
+    /// Admission, judged on the model's own terms: no plan while an older election claims
+    /// the pods, a younger one's leader label stands on one of them (rule 1 across
+    /// elections), or the Consul access cannot be used.
+    fn check_may_plan(&mut self) {
+        if self.older.is_some() {
+            self.fail("planned while an older election claims the pods");
+        }
+        if self.younger.is_some() {
+            self.fail("rule 1: planned while a younger election's leader label stands");
+        }
+        if self.access_refused {
+            self.fail("planned with a Consul access that cannot be used");
         }
     }
 
@@ -2021,6 +2065,20 @@ impl Model {
         }
         if self.older.take().is_some() {
             let _ = writeln!(self.trace, "@{} the older election goes", self.secs());
+        }
+        if self.younger.take().is_some() {
+            let _ = writeln!(
+                self.trace,
+                "@{} the younger election's leader label goes",
+                self.secs()
+            );
+        }
+        if std::mem::take(&mut self.access_refused) {
+            let _ = writeln!(
+                self.trace,
+                "@{} the Consul access is usable again",
+                self.secs()
+            );
         }
         if self.served_elsewhere() {
             // An election whose serving install is gone for good, with a step only that

@@ -113,6 +113,8 @@ fn world_event() -> impl Strategy<Value = Event> {
         1 => Just(Event::LoseStatusWrite),
         1 => any::<bool>().prop_map(Event::OlderElection),
         1 => any::<bool>().prop_map(Event::ServedElsewhere),
+        1 => prop::option::of(i.clone()).prop_map(Event::YoungerLeader),
+        1 => any::<bool>().prop_map(Event::AccessRefused),
     ]
 }
 
@@ -249,6 +251,10 @@ fn the_generator_reaches_every_interesting_situation() {
         "an older election came under a leader",
         "stood back: Conflict",
         "withdrew for an older election",
+        "waited for a younger election",
+        "stood back: Invalid",
+        "a younger election's leader label came under a leader",
+        "consul access refused under a leader",
         "stood back for another install",
         "fenced an election that cannot act",
         "withdrawal ok Unlabel",

@@ -20,7 +20,7 @@ use crate::election::machine::Start;
 use crate::election::plan::{ConditionState, Plan};
 use crate::election::reconcile::{Found, Step as Before};
 use crate::election::session_names::session_name;
-use crate::election::spec_edits::needs_withdrawal;
+use crate::election::spec_edits::{needs_withdrawal, same_access};
 use crate::election::unusable::{
     UnusableLabel, UnusableLock, judged_ttl, session_unconfirmed_since, unusable_label,
 };
@@ -154,7 +154,18 @@ impl Model {
                 message: String::new(),
             }),
             Input::Older => Found::Older(self.older.clone()),
-            Input::YieldingLeader => Found::YieldingLeader(None),
+            Input::YieldingLeader => {
+                Found::YieldingLeader(self.younger.clone().map(|pod| (pod, "younger".to_owned())))
+            }
+            Input::Access if self.access_refused => Found::Access(Access::Invalid {
+                spec_valid: ConditionState {
+                    type_: crate::crd::conditions::SPEC_VALID,
+                    status: false,
+                    reason: "InvalidSpec",
+                    message: "the token Secret no longer opts in".into(),
+                },
+                in_use: self.applied.as_ref().is_none_or(|a| same_access(a, now)),
+            }),
             Input::Access => Found::Access(Access::Usable),
             Input::Applied => Found::Applied {
                 edited: self.applied.as_ref().is_some_and(|r| r != now),
@@ -186,8 +197,16 @@ impl Model {
             ));
         }
         match step {
-            // The model's key watch is its cached view; the older election is not modelled.
-            Before::Unwatch | Before::Watch | Before::Wake(_) => {}
+            // The model's key watch is its cached view; the other elections are not modelled.
+            Before::Unwatch | Before::Watch => {}
+            Before::Wake(other) => {
+                if other == "younger" {
+                    *self
+                        .seen
+                        .entry("waited for a younger election".into())
+                        .or_default() += 1;
+                }
+            }
             Before::Report(back) => {
                 *self
                     .seen
@@ -245,14 +264,19 @@ impl Model {
 
     /// Rule 2 for an election that cannot act, as `cleanup::fence_unusable` judges it
     /// ([`unusable_label`] over what this process knows of the lock: the watch's last
-    /// answer, the session it renews) and carries it out ([`fence`]).
+    /// answer, the session it renews) and carries it out ([`fence`]). With `in_use_refused`
+    /// the session manager forgets the session (no more renewals) and the key is no longer
+    /// watched, as the controller does before it judges.
     fn fence_unusable(
         &mut self,
         in_use_refused: bool,
         faults: &mut Faults,
     ) -> Option<Option<Duration>> {
-        // The key stays watched: a stalled watch brings no answer.
-        if !self.consul.kv_stalled {
+        let held = self.registered.clone();
+        if in_use_refused {
+            self.registered = None;
+        } else if !self.consul.kv_stalled {
+            // The key stays watched: a stalled watch brings no answer.
             self.read_back();
         }
         let recorded_session = self
@@ -260,18 +284,19 @@ impl Model {
             .leader
             .as_ref()
             .and_then(|l| l.session_id.clone());
-        let session = self
-            .registered
-            .as_ref()
-            .map(|r| r.id.clone())
-            .or(recorded_session);
+        let session = held.as_ref().map(|r| r.id.clone()).or(recorded_session);
         let started_at = mono(self.started_at);
+        let unwatched = super::LockView::Unknown;
         let lock = UnusableLock {
-            lock: &self.cached_lock,
+            lock: if in_use_refused {
+                &unwatched
+            } else {
+                &self.cached_lock
+            },
             session: session.as_deref(),
-            read_at: self.kv_read_at.map(mono),
+            read_at: self.kv_read_at.filter(|_| !in_use_refused).map(mono),
             session_unconfirmed_since: session_unconfirmed_since(
-                self.registered.as_ref().map(|r| r.health),
+                held.as_ref().map(|r| r.health),
                 in_use_refused,
                 started_at,
             ),
@@ -283,7 +308,7 @@ impl Model {
             .as_ref()
             .and_then(|a| a.session.as_ref())
             .and_then(|s| parse_go_duration(&s.ttl).ok());
-        let ttl = judged_ttl(applied_ttl, self.registered.as_ref().map(|r| r.ttl));
+        let ttl = judged_ttl(applied_ttl, held.as_ref().map(|r| r.ttl));
         match unusable_label(&lock, mono(self.now), ttl) {
             UnusableLabel::Keep(recheck) => Some(Some(recheck)),
             UnusableLabel::Fence => {
