@@ -379,14 +379,15 @@ impl Run {
             Stage::Planning(plans) | Stage::Writing(plans) => Some(plans),
             _ => None,
         };
-        let last = plans.as_ref().and_then(PlanLoop::last_plan);
+        let unfinished = plans.as_ref().is_some_and(PlanLoop::unfinished);
+        let last = plans.and_then(PlanLoop::into_last_plan);
         let after = look_again::after(look_again::Round {
-            planned: last.and_then(|p| p.requeue_after),
-            unfinished: plans.as_ref().is_some_and(PlanLoop::unfinished),
+            planned: last.as_ref().and_then(|p| p.requeue_after),
+            unfinished,
             removal_failed: self.removal_failed,
             token_secret: self.token_secret,
         });
-        self.stage = Stage::Over(after, last.cloned());
+        self.stage = Stage::Over(after, last);
         after
     }
 }

@@ -393,6 +393,11 @@ impl PlanLoop {
         self.last.as_ref()
     }
 
+    /// The last plan made, the loop being over.
+    pub fn into_last_plan(self) -> Option<Plan> {
+        self.last
+    }
+
     /// The status the next plan decides from.
     pub fn recorded(&self) -> &Recorded {
         &self.recorded
