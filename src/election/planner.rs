@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use super::config::{ElectionConfig, Mode, Owner, UnavailablePolicy, ValueFormat};
 use super::eligibility::{Ineligible, Tenure, eligibility, tenure};
 use super::key_value::{KeyHolder, holder_from_value};
+use super::lock_held::LockHeld;
 use super::observe::{
     LeaderRecord, LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverRecord,
 };
@@ -115,7 +116,7 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
 /// Who holds the key, from the operator's point of view.
 enum Holder<'a> {
     /// The operator's session, created for `pod`.
-    Us(&'a SessionView, u64),
+    Us(&'a SessionView, Backing),
     /// A session the operator does not own (another cluster's, an application's): never
     /// released or destroyed, every pod a follower.
     Foreign {
@@ -128,6 +129,25 @@ enum Holder<'a> {
     Nobody,
     /// Consul has not answered.
     Unknown,
+}
+
+/// What shows that the operator's session holds the key, and the token it leads with.
+#[derive(Debug, Clone, Copy)]
+enum Backing {
+    /// A read of the key shows the session holding it: a pod may be labelled leader.
+    Read(LockHeld),
+    /// The key cannot be read; the status records the session leading with this token: a
+    /// label the pod carries may stay, but none is written.
+    Recorded(u64),
+}
+
+impl Backing {
+    fn token(self) -> u64 {
+        match self {
+            Backing::Read(held) => held.lock_index(),
+            Backing::Recorded(token) => token,
+        }
+    }
 }
 
 struct Builder<'a> {
@@ -190,15 +210,12 @@ impl<'a> Builder<'a> {
 
     fn holder(&self) -> Holder<'a> {
         let ours = self.obs.session.filter(|s| s.health != SessionHealth::Lost);
+        if let Some(s) = ours
+            && let Some(held) = LockHeld::by_session(self.obs.lock, &s.id)
+        {
+            return Holder::Us(s, Backing::Read(held));
+        }
         match (self.obs.lock, ours) {
-            (
-                LockView::Held {
-                    session,
-                    lock_index,
-                    ..
-                },
-                Some(s),
-            ) if *session == s.id => Holder::Us(s, *lock_index),
             (LockView::Held { session, value, .. }, _) => Holder::Foreign {
                 session,
                 value: value.as_deref(),
@@ -212,7 +229,7 @@ impl<'a> Builder<'a> {
                     (Some(l), Some(token))
                         if l.session_id.as_deref() == Some(s.id.as_str()) && l.uid == s.pod_uid =>
                     {
-                        Holder::Us(s, token)
+                        Holder::Us(s, Backing::Recorded(token))
                     }
                     _ => Holder::Unknown,
                 }
@@ -321,8 +338,9 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Labels `pod` leader with `token` unless it already carries exactly that.
-    fn label_leader(&mut self, pod: &'a PodView, token: u64) {
+    /// Labels `pod` leader with `token` unless it already carries exactly that; `_held` is
+    /// rule 2's proof that a read of the key showed it held for the pod.
+    fn label_leader(&mut self, pod: &'a PodView, token: u64, _held: LockHeld) {
         let since = self.since_of(pod, token);
         let token_text = token.to_string();
         let since_text = since.to_string();
@@ -360,7 +378,7 @@ impl<'a> Builder<'a> {
 
     fn managed(&mut self) {
         match self.holder() {
-            Holder::Us(session, token) => self.held(session, token),
+            Holder::Us(session, backing) => self.held(session, backing),
             Holder::Foreign { session, value } => {
                 if let Some(other) = self.another_install() {
                     self.stand_back(other);
@@ -608,12 +626,12 @@ impl<'a> Builder<'a> {
     }
 
     /// The operator's session holds the key.
-    fn held(&mut self, session: &'a SessionView, token: u64) {
+    fn held(&mut self, session: &'a SessionView, backing: Backing) {
         if self.obs.config.paused {
             // Nothing moves: the pod the session was created for keeps leading, however it
             // is; gone, the session keeps the key until the election is resumed.
             match self.pod_by_uid(&session.pod_uid) {
-                Some(pod) => self.keep(pod, session, token),
+                Some(pod) => self.keep(pod, session, backing),
                 None => self.paused_without_leader(),
             }
             return;
@@ -622,10 +640,10 @@ impl<'a> Builder<'a> {
             .pod_by_uid(&session.pod_uid)
             .map(|pod| (pod, tenure(pod, self.obs.config, self.obs.now)));
         match holder {
-            Some((pod, Tenure::Keep)) => self.keep_or_move(pod, session, token),
+            Some((pod, Tenure::Keep)) => self.keep_or_move(pod, session, backing),
             Some((pod, Tenure::KeepFor(remaining))) => {
                 self.requeue_after(remaining);
-                self.keep(pod, session, token);
+                self.keep(pod, session, backing);
             }
             Some((_, Tenure::Replace(reason))) => {
                 self.moving_on_purpose =
@@ -652,7 +670,8 @@ impl<'a> Builder<'a> {
     }
 
     /// The leader keeps leading: confirm the label, or fence it while Consul is silent.
-    fn keep(&mut self, pod: &'a PodView, session: &'a SessionView, token: u64) {
+    fn keep(&mut self, pod: &'a PodView, session: &'a SessionView, backing: Backing) {
+        let token = backing.token();
         self.demote_others(Some(&pod.uid));
         if let SessionHealth::Unconfirmed { renewed_at } = session.health {
             let silent_for = self.obs.now.saturating_duration_since(renewed_at);
@@ -677,7 +696,7 @@ impl<'a> Builder<'a> {
             self.unconfirmed_leader(pod, token, note);
             return;
         }
-        if matches!(self.obs.lock, LockView::Unknown) {
+        let Backing::Read(held) = backing else {
             // The key cannot be read, so the lock cannot be confirmed (it may have been
             // deleted or taken meanwhile, and `token` only comes from the status): a label
             // the pod already carries stays while the key was read less than a TTL ago, but
@@ -694,13 +713,13 @@ impl<'a> Builder<'a> {
                 self.elected_reason = ("ConsulUnavailable", "Consul does not answer".into());
             }
             return;
-        }
+        };
         if self.needs_higher_token(pod, token) {
             self.bump_lock_index(session, pod);
             return;
         }
         self.look_again_if_confirmations_lag(session.ttl);
-        self.label_leader(pod, token);
+        self.label_leader(pod, token, held);
         self.settle_followers(Some(&pod.uid));
     }
 
@@ -955,10 +974,10 @@ impl<'a> Builder<'a> {
                 }),
             LockView::Free { .. } | LockView::Absent => None,
         };
-        match holder {
-            Some((pod, token)) => {
+        match holder.zip(LockHeld::by_anyone(lock)) {
+            Some(((pod, token), held)) => {
                 self.demote_others(Some(&pod.uid));
-                self.label_leader(pod, token);
+                self.label_leader(pod, token, held);
                 self.phase = Phase::Observing;
                 self.settle_followers(Some(&pod.uid));
             }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::Builder;
+use super::{Backing, Builder};
 use crate::crd::HANDOVER_DONE;
 use crate::election::eligibility::{elapsed, eligibility, successor};
 use crate::election::observe::{PodView, SessionView, SwitchoverOutcome, SwitchoverRecord};
@@ -71,17 +71,22 @@ impl<'a> Builder<'a> {
 
     /// The operator's session holds the key for `pod`, which may keep leading: keep it, or
     /// start the planned move a request or failback asks for.
-    pub(super) fn keep_or_move(&mut self, pod: &'a PodView, session: &'a SessionView, token: u64) {
+    pub(super) fn keep_or_move(
+        &mut self,
+        pod: &'a PodView,
+        session: &'a SessionView,
+        backing: Backing,
+    ) {
         let labelled = pod.role.as_deref() == Some(self.leader_value())
-            && pod.fencing_token.as_deref() == Some(token.to_string().as_str());
+            && pod.fencing_token.as_deref() == Some(backing.token().to_string().as_str());
         if let Some(request) = self.obs.switchover {
             self.record_request(request);
             match self.target(request, Some(pod)) {
                 Target::MoveTo(next) => {
-                    return self.planned_move(pod, session, token, next, Cause::Switchover);
+                    return self.planned_move(pod, session, backing, next, Cause::Switchover);
                 }
                 Target::Reached => {
-                    self.keep(pod, session, token);
+                    self.keep(pod, session, backing);
                     if labelled && self.leader.is_some() {
                         self.complete(request, pod);
                     }
@@ -90,7 +95,7 @@ impl<'a> Builder<'a> {
                 Target::Refused(message) => self.refuse(request, message),
             }
         } else if let Some(next) = self.failback_to(pod) {
-            return self.planned_move(pod, session, token, next, Cause::Failback);
+            return self.planned_move(pod, session, backing, next, Cause::Failback);
         }
         if pod.handover.is_some() {
             // A move was announced and then withdrawn (the request removed, or failback no
@@ -100,7 +105,7 @@ impl<'a> Builder<'a> {
                 uid: pod.uid.clone(),
             });
         }
-        self.keep(pod, session, token);
+        self.keep(pod, session, backing);
     }
 
     /// The pod failback moves leadership to now, if any: enabled, an eligible pod of higher
@@ -133,7 +138,7 @@ impl<'a> Builder<'a> {
         &mut self,
         leader: &'a PodView,
         session: &'a SessionView,
-        token: u64,
+        backing: Backing,
         next: &'a PodView,
         cause: Cause,
     ) {
@@ -141,7 +146,7 @@ impl<'a> Builder<'a> {
             self.persist_request();
         }
         if let Some(wait) = self.handover_wait(leader) {
-            self.keep(leader, session, token);
+            self.keep(leader, session, backing);
             if self.leader.is_some() {
                 self.requeue_after(wait);
                 self.elected_reason = (
