@@ -12,7 +12,6 @@ use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
-use super::applied::recorded_session;
 use super::context::Context;
 use super::sharing::{self, Annotations};
 use super::status_write::Basis;
@@ -21,6 +20,7 @@ use crate::cache::views as observe;
 use crate::consul::QueryOptions;
 use crate::consul::{ConsulClient, ConsulError};
 use crate::crd::LeaderElection;
+use crate::crd::applied::recorded_session;
 use crate::election::annotation_owner::{Owner as AnnotationOwner, shared_view};
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::first_look::{Adopting, KeyRead, Look, SessionRead};

@@ -85,7 +85,7 @@ impl Footprint {
         );
         let mut acted_on = le.clone();
         if let Some(applied) = &applied {
-            acted_on.spec = super::applied::with_applied(&le.spec, applied);
+            acted_on.spec = crate::crd::applied::with_applied(&le.spec, applied);
         }
         Footprint {
             le: acted_on,

@@ -21,10 +21,10 @@
 //! retried; the annotation `elector.dev/skip-consul-cleanup: "true"` lets the election go on
 //! without it (the old session, no longer renewed, expires after its TTL).
 
-use super::applied::applied_of;
 use super::context::Context;
 use super::status_write;
 use crate::Error;
+use crate::crd::applied::applied_of;
 use crate::crd::{AppliedSpec, LeaderElection};
 use crate::election::config::ElectionConfig;
 use crate::election::spec_edits::{needs_withdrawal, same_access};
@@ -68,7 +68,7 @@ pub async fn record(le: &LeaderElection, ctx: &Context, edit: &Edit) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::applied::with_applied;
+    use crate::crd::applied::with_applied;
 
     fn election(spec: serde_json::Value) -> LeaderElection {
         let le = serde_json::json!({

@@ -13,7 +13,6 @@
 //! machine decides whether the status is still written first); kube-runtime retries it.
 
 mod act;
-pub(crate) mod applied;
 mod cleanup;
 pub(crate) mod consul_access;
 mod context;

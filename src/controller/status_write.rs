@@ -153,7 +153,7 @@ fn applied(
 ) -> AppliedSpec {
     old.applied
         .clone()
-        .unwrap_or_else(|| super::applied::applied_of(le, config))
+        .unwrap_or_else(|| crate::crd::applied::applied_of(le, config))
 }
 
 /// Reports that the election stands back (an invalid spec, an older election claiming the

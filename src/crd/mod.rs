@@ -8,6 +8,7 @@
 //! - [`selector_string`], [`selector_matches`]: the pod selector for list calls and for pods
 //!   in hand.
 //! - [`conditions::merge`]: status conditions that keep their `lastTransitionTime`.
+//! - [`applied`]: what the operator acts with (`status.applied`), from a spec and back.
 //! - [`crd_yaml`]: the CRD as committed in `crds/leaderelections.elector.dev.yaml`;
 //!   [`install`]: the CRD created or replaced from code (tests, development clusters).
 //!
@@ -15,6 +16,7 @@
 //! Kubernetes before 1.25 does not know `x-kubernetes-validations`, drops it on create and
 //! replace, but fails a server-side apply that contains it.
 
+pub mod applied;
 pub mod conditions;
 mod install;
 mod names;

@@ -41,7 +41,7 @@ mod tests {
     use super::*;
     use crate::crd::AppliedSession;
 
-    /// The record of a default election `web` in `ns` (as `controller::applied` makes it).
+    /// The record of a default election `web` in `ns` (as `crd::applied` makes it).
     fn base() -> AppliedSpec {
         AppliedSpec {
             label_key: crate::crd::DEFAULT_ROLE_LABEL.into(),

@@ -141,7 +141,7 @@ fn acted_with(
 ) -> Option<Arc<ElectionConfig>> {
     if !acting && let Some(applied) = ctx.caches.current_status(le).applied {
         let mut acted_on = le.clone();
-        acted_on.spec = crate::controller::applied::with_applied(&le.spec, &applied);
+        acted_on.spec = crate::crd::applied::with_applied(&le.spec, &applied);
         if let Ok(config) = crate::crd::validate(&acted_on) {
             return Some(Arc::new(config));
         }

@@ -98,7 +98,7 @@ enum Withdrawn {
 }
 
 impl Model {
-    /// What the spec makes the operator act with (`controller::applied::applied_of`).
+    /// What the spec makes the operator act with (`crd::applied::applied_of`).
     pub(super) fn spec_applied(&self) -> AppliedSpec {
         let session = &self.config.session;
         AppliedSpec {

@@ -1,12 +1,12 @@
 //! What the operator acts with for an election: the labels, key, Consul access and session
-//! settings its status records (`status.applied`, see [`super::migrate`]), made from a
-//! validated spec, and a spec made back from such a record.
+//! settings its status records (`status.applied`, written before the operator acts with new
+//! values), made from a validated spec, and a spec made back from such a record.
 
-use crate::consul::{format_go_duration, parse_go_duration};
-use crate::crd::{
+use super::{
     AppliedSession, AppliedSpec, ConsulSpec, LabelsSpec, LeaderElection, LeaderElectionSpec,
     SecretKeyRef,
 };
+use crate::consul::{format_go_duration, parse_go_duration};
 use crate::election::config::{Behavior, ElectionConfig, Mode, SessionConfig};
 
 /// What the spec of `le`, validated as `config`, makes the operator act with.
@@ -77,7 +77,6 @@ pub fn recorded_session(applied: Option<&AppliedSpec>) -> Option<SessionConfig> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::AppliedSession;
     use std::time::Duration;
 
     fn with_session(ttl: &str, behavior: &str) -> AppliedSpec {
