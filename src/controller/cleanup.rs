@@ -35,7 +35,7 @@ use crate::election::unusable::{
     UnusableLabel, UnusableLock, judged_ttl, session_unconfirmed_since, unusable_label,
 };
 use crate::election::withdrawal::{
-    self, LabelledPod, SessionToEnd, Step, ends_recorded, fence, session_to_end, withdrawal,
+    self, LabelledPod, SessionToEnd, Step, ends_recorded, session_to_end,
 };
 use crate::k8s::{self, Pod, PodRole};
 
@@ -114,34 +114,41 @@ pub struct Withdrawal {
 /// election that must yield to an older one, and before acting with changed labels, key or
 /// Consul access. Nothing is written to Consul unless the footprint is `managed`.
 pub async fn withdraw(footprint: &Footprint, ctx: &Context) -> Result<Withdrawal, Error> {
-    let consul = execute(footprint, ctx, withdrawal).await?;
+    let consul = execute(footprint, ctx, withdrawal::Withdrawal::whole).await?;
     Ok(Withdrawal {
         consul_key: footprint.consul_key.clone(),
         consul,
     })
 }
 
-/// Executes the steps `decide` plans for the pods the election labelled, in order: a pod
-/// patch that fails stops them (`Err`); the outcome of the Consul step is returned.
+/// Performs the withdrawal `decide` makes for the pods the election labelled, reporting each
+/// step's outcome to it: `Err` when a pod patch failed (it ended the withdrawal), else the
+/// outcome of the Consul step.
 async fn execute(
     footprint: &Footprint,
     ctx: &Context,
-    decide: fn(withdrawal::Footprint<'_>, &[LabelledPod]) -> Vec<Step>,
+    decide: fn(withdrawal::Footprint<'_>, &[LabelledPod]) -> withdrawal::Withdrawal,
 ) -> Result<Result<(), Error>, Error> {
     let le = &footprint.le;
     let key = election_key(le)?;
     let pods = labelled_pods(le, ctx, &footprint.labelled.key);
     let views: Vec<LabelledPod> = pods.iter().map(|(view, _)| view.clone()).collect();
-    let mut consul = Ok(());
-    for step in decide(footprint.view(), &views) {
-        match step {
-            Step::Unlabel { pod, .. } => unlabel(le, ctx, &footprint.labelled, &pods, &pod).await?,
+    let mut withdrawal = decide(footprint.view(), &views);
+    let (mut consul, mut patch) = (Ok(()), Ok(()));
+    while let Some(step) = withdrawal.poll() {
+        let ok = match step {
+            Step::Unlabel { pod, .. } => {
+                patch = unlabel(le, ctx, &footprint.labelled, &pods, &pod).await;
+                patch.is_ok()
+            }
             Step::ReleaseAndDestroy => {
                 consul = release_and_destroy(le, &key, &footprint.consul_key, ctx).await;
+                consul.is_ok()
             }
-        }
+        };
+        withdrawal.done(ok);
     }
-    Ok(consul)
+    patch.map(|()| consul)
 }
 
 /// After a [`withdraw`] of `le`: when Consul failed, asks for a retry with a growing delay
@@ -226,7 +233,7 @@ pub async fn fence_when(
         UnusableLabel::Keep(recheck) => Ok(Some(recheck)),
         UnusableLabel::Fence => {
             // Only labels: fencing plans no Consul step.
-            execute(&Footprint::of(le, ctx), ctx, fence).await??;
+            execute(&Footprint::of(le, ctx), ctx, withdrawal::Withdrawal::fence).await??;
             Ok(None)
         }
     }

@@ -4,10 +4,11 @@
 //! labels go.
 //!
 //! The steps are decided here from what the election left (the pods it labelled, with the
-//! value each carries, and whether it may hold a session); the controller executes them in
-//! order. A pod patch that fails stops the rest, so the key is never released while a pod
-//! still carries the leader label. Consul failing does not stop the labels after it: the
-//! outcome of the Consul step is reported with the rest (see `cleanup_deadline`).
+//! value each carries, and whether it may hold a session), and handed out one at a time by a
+//! [`Withdrawal`], which takes each outcome back: a pod patch that fails ends it, so the key
+//! is never released while a pod still carries the leader label. Consul failing does not stop
+//! the labels after it: the withdrawal ends [`Withdrawn::ConsulFailed`] (see
+//! `cleanup_deadline`). The controller and the property test's model drive the same machine.
 
 use super::config::{ElectionConfig, ElectionKey, Mode, Owner};
 use super::session_names::{Found, adoptable_pod};
@@ -122,6 +123,76 @@ pub fn withdrawal(footprint: Footprint<'_>, pods: &[LabelledPod]) -> Vec<Step> {
     }
     steps.extend(others.iter().map(unlabel));
     steps
+}
+
+/// How a withdrawal ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawn {
+    /// A pod patch failed: nothing after it was handed out.
+    Stopped,
+    /// Every label is off, but releasing the key or destroying the session failed.
+    ConsulFailed,
+    /// Everything is off.
+    Done,
+}
+
+/// A withdrawal in rule 7's order, one step at a time (see the module docs):
+///
+/// ```text
+/// while let Some(step) = withdrawal.poll() { withdrawal.done(perform(step)); }
+/// match withdrawal.outcome() { ... }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Withdrawal {
+    steps: std::vec::IntoIter<Step>,
+    /// The step handed out last, until its outcome comes.
+    out: Option<Step>,
+    outcome: Withdrawn,
+}
+
+impl Withdrawal {
+    /// The whole withdrawal ([`withdrawal`]).
+    pub fn whole(footprint: Footprint<'_>, pods: &[LabelledPod]) -> Withdrawal {
+        Withdrawal::of(withdrawal(footprint, pods))
+    }
+
+    /// Only the leader labels ([`fence`]).
+    pub fn fence(footprint: Footprint<'_>, pods: &[LabelledPod]) -> Withdrawal {
+        Withdrawal::of(fence(footprint, pods))
+    }
+
+    fn of(steps: Vec<Step>) -> Withdrawal {
+        Withdrawal {
+            steps: steps.into_iter(),
+            out: None,
+            outcome: Withdrawn::Done,
+        }
+    }
+
+    /// The next step to perform; `None` once the withdrawal is over (or while a step's
+    /// outcome is owed).
+    pub fn poll(&mut self) -> Option<Step> {
+        if self.out.is_some() || self.outcome == Withdrawn::Stopped {
+            return None;
+        }
+        let step = self.steps.next()?;
+        self.out = Some(step.clone());
+        Some(step)
+    }
+
+    /// The step handed out last took effect (`ok`) or failed.
+    pub fn done(&mut self, ok: bool) {
+        match self.out.take() {
+            Some(Step::Unlabel { .. }) if !ok => self.outcome = Withdrawn::Stopped,
+            Some(Step::ReleaseAndDestroy) if !ok => self.outcome = Withdrawn::ConsulFailed,
+            _ => {}
+        }
+    }
+
+    /// How it ended (so far: a withdrawal still under way reports what went wrong yet).
+    pub fn outcome(&self) -> Withdrawn {
+        self.outcome
+    }
 }
 
 /// The session [`Step::ReleaseAndDestroy`] releases the key with and then destroys.

@@ -12,7 +12,8 @@ use crate::election::config::{ElectionKey, Owner};
 use crate::election::plan::EventReason;
 use crate::election::session_names::session_name;
 use crate::election::withdrawal::{
-    Footprint, LabelledPod, SessionToEnd, Step, ends_recorded, fence, session_to_end, withdrawal,
+    Footprint, LabelledPod, SessionToEnd, Step, Withdrawal, Withdrawn, ends_recorded, fence,
+    session_to_end, withdrawal,
 };
 
 // ---- The order of a withdrawal (`withdrawal::withdrawal`, `withdrawal::fence`) ----
@@ -52,6 +53,53 @@ fn the_leader_label_goes_before_the_key_and_the_followers_after_it() {
             unlabel("a"),
             unlabel("c")
         ]
+    );
+}
+
+/// Drives `withdrawal`, failing the steps `fails` names; the steps handed out, and the outcome.
+fn perform(mut withdrawal: Withdrawal, fails: impl Fn(&Step) -> bool) -> (Vec<Step>, Withdrawn) {
+    let mut handed = Vec::new();
+    while let Some(step) = withdrawal.poll() {
+        assert_eq!(
+            withdrawal.poll(),
+            None,
+            "nothing more while an outcome is owed"
+        );
+        withdrawal.done(!fails(&step));
+        handed.push(step);
+    }
+    (handed, withdrawal.outcome())
+}
+
+#[test]
+fn a_failed_pod_patch_ends_the_withdrawal_and_consul_failing_does_not() {
+    let pods = [pod("a", Some("follower")), pod("b", Some("leader"))];
+    let whole = || Withdrawal::whole(MANAGED, &pods);
+    assert_eq!(
+        perform(whole(), |_| false),
+        (withdrawal(MANAGED, &pods), Withdrawn::Done)
+    );
+    // The leader label could not come off: the key is not released (rule 7).
+    assert_eq!(
+        perform(whole(), |step| *step == unlabel("b")),
+        (vec![unlabel("b")], Withdrawn::Stopped)
+    );
+    // Consul failing leaves the key for a retry; the other labels still go.
+    assert_eq!(
+        perform(whole(), |step| *step == Step::ReleaseAndDestroy),
+        (
+            vec![unlabel("b"), Step::ReleaseAndDestroy, unlabel("a")],
+            Withdrawn::ConsulFailed
+        )
+    );
+    // A follower's patch failing after Consul ends it too: the cleanup is retried.
+    assert_eq!(
+        perform(whole(), |step| *step == unlabel("a")).1,
+        Withdrawn::Stopped
+    );
+    assert_eq!(
+        perform(Withdrawal::fence(MANAGED, &pods), |_| false),
+        (vec![unlabel("b")], Withdrawn::Done)
     );
 }
 

@@ -25,8 +25,8 @@ use crate::election::unusable::{
     UnusableLabel, UnusableLock, judged_ttl, session_unconfirmed_since, unusable_label,
 };
 use crate::election::withdrawal::{
-    Acted, Footprint, LabelledPod, SessionToEnd, Step, acted_with, ends_recorded, fence,
-    session_to_end, withdrawal,
+    Acted, Footprint, LabelledPod, SessionToEnd, Step, Withdrawal, Withdrawn, acted_with,
+    ends_recorded, session_to_end,
 };
 
 /// How long a deleted election's cleanup waits for Consul (the controller's
@@ -84,17 +84,6 @@ impl Faults {
         self.index += 1;
         (!failing || self.after_effect, failing)
     }
-}
-
-/// How a withdrawal ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Withdrawn {
-    /// A pod patch failed: the rest was not attempted.
-    Stopped,
-    /// Every label is off, but releasing or destroying in Consul failed.
-    ConsulFailed,
-    /// Everything is off.
-    Done,
 }
 
 impl Model {
@@ -215,7 +204,7 @@ impl Model {
             }
             Before::Withdraw { whatever_mode } => {
                 let managed = whatever_mode || self.acted().managed;
-                if self.withdraw(managed, faults, withdrawal) != Withdrawn::Done {
+                if self.withdraw(managed, faults, Withdrawal::whole) != Withdrawn::Done {
                     return None;
                 }
                 let situation = match whatever_mode {
@@ -317,7 +306,7 @@ impl Model {
                     .entry("fenced an election that cannot act".into())
                     .or_default() += 1;
                 let managed = self.acted().managed;
-                match self.withdraw(managed, faults, fence) {
+                match self.withdraw(managed, faults, Withdrawal::fence) {
                     Withdrawn::Stopped => None,
                     _ => Some(None),
                 }
@@ -347,7 +336,7 @@ impl Model {
         &mut self,
         managed: bool,
         faults: &mut Faults,
-        decide: fn(Footprint<'_>, &[LabelledPod]) -> Vec<Step>,
+        decide: fn(Footprint<'_>, &[LabelledPod]) -> Withdrawal,
     ) -> Withdrawn {
         let pods: Vec<LabelledPod> = self
             .pods
@@ -364,8 +353,8 @@ impl Model {
             follower: Some(&follower),
             managed,
         };
-        let mut outcome = Withdrawn::Done;
-        for step in decide(footprint, &pods) {
+        let mut withdrawal = decide(footprint, &pods);
+        while let Some(step) = withdrawal.poll() {
             let before = self.rule2_violators();
             let leaders_before = self.leaders().len();
             let (executed, failing) = faults.next();
@@ -409,13 +398,9 @@ impl Model {
                 ))
                 .or_default() += 1;
             self.check_action(&checked_as, executed, leaders_before, &before);
-            match step {
-                Step::Unlabel { .. } if !ok => return Withdrawn::Stopped,
-                Step::ReleaseAndDestroy if !ok => outcome = Withdrawn::ConsulFailed,
-                _ => {}
-            }
+            withdrawal.done(ok);
         }
-        outcome
+        withdrawal.outcome()
     }
 
     /// The operator's session to release and destroy, as the controller's cleanup decides it
@@ -486,7 +471,7 @@ impl Model {
             return;
         }
         let managed = self.acted().managed;
-        match self.withdraw(managed, &mut faults, withdrawal) {
+        match self.withdraw(managed, &mut faults, Withdrawal::whole) {
             Withdrawn::Stopped => {}
             Withdrawn::Done => self.finalized = true,
             Withdrawn::ConsulFailed => {
