@@ -557,6 +557,16 @@ fn a_star_switchover_interrupted_anywhere_moves_leadership_once() {
 
 /// Found by the randomized run: a stray leader label on a pod going away, while the status
 /// names another install and the key is free.
+/// A case the randomized test found, shrunk: `events` over `pods` with the controller as it
+/// runs, then the quiesce.
+fn replay(config: ElectionConfig, pods: &[(bool, i64)], events: &[Event]) {
+    let mut model = Model::new(config, KNOBS, pods);
+    for e in events {
+        model.apply(e);
+    }
+    model.quiesce();
+}
+
 #[test]
 fn a_stray_label_while_another_install_serves_is_left_to_that_install() {
     let config = ElectionConfig {
@@ -570,12 +580,7 @@ fn a_stray_label_while_another_install_serves_is_left_to_that_install() {
         },
         ..config()
     };
-    let knobs = Knobs {
-        tell_lock_delay: true,
-        token_before_label: true,
-    };
-    let mut model = Model::new(config, knobs, &[(false, 0)]);
-    for e in [
+    let events = [
         Event::Delete(0),
         Event::AddPod { ready: false },
         Event::Ready(0, false),
@@ -583,14 +588,9 @@ fn a_stray_label_while_another_install_serves_is_left_to_that_install() {
         Event::ConsulUp,
         Event::ServedElsewhere(true),
         Event::StrayLeaderLabel(0),
-        Event::Loop {
-            fail_at: None,
-            after_effect: false,
-        },
-    ] {
-        model.apply(&e);
-    }
-    model.quiesce();
+        LOOP,
+    ];
+    replay(config, &[(false, 0)], &events);
 }
 
 #[test]
@@ -604,12 +604,7 @@ fn a_stray_label_on_the_recorded_leader_whose_token_record_failed() {
         failover_delay: Duration::from_secs(20),
         ..config()
     };
-    let knobs = Knobs {
-        tell_lock_delay: true,
-        token_before_label: true,
-    };
-    let mut model = Model::new(config, knobs, &[(true, 0)]);
-    for e in [
+    let events = [
         Event::Advance(1),
         Event::Loop {
             fail_at: Some(2),
@@ -620,10 +615,8 @@ fn a_stray_label_on_the_recorded_leader_whose_token_record_failed() {
             fail_at: Some(0),
             after_effect: true,
         },
-    ] {
-        model.apply(&e);
-    }
-    model.quiesce();
+    ];
+    replay(config, &[(true, 0)], &events);
 }
 
 #[test]
@@ -638,25 +631,14 @@ fn a_takeover_held_back_by_a_lock_delay_leaves_no_label_unbacked_meanwhile() {
         },
         ..config()
     };
-    let knobs = Knobs {
-        tell_lock_delay: true,
-        token_before_label: true,
-    };
-    let mut model = Model::new(config, knobs, &[(false, 0)]);
-    let reconcile = Event::Loop {
-        fail_at: None,
-        after_effect: false,
-    };
-    for e in [
+    let events = [
         Event::ConsulUp,
-        reconcile.clone(),
+        LOOP,
         Event::DestroyOurSession,
-        reconcile.clone(),
+        LOOP,
         Event::StrayLeaderLabel(0),
         Event::ServedElsewhere(true),
-        reconcile,
-    ] {
-        model.apply(&e);
-    }
-    model.quiesce();
+        LOOP,
+    ];
+    replay(config, &[(false, 0)], &events);
 }

@@ -7,7 +7,7 @@
 
 use super::support::*;
 use crate::election::observe::LockView;
-use crate::election::plan::{Action, EventReason, Phase, StoodBack, TAKEOVER_GRACE};
+use crate::election::plan::{Action, EventReason, Phase, Plan, StoodBack, TAKEOVER_GRACE};
 use crate::election::planner::LEADER_ELECTED;
 
 #[test]
@@ -144,25 +144,32 @@ fn after_standing_back_a_free_key_is_taken_only_once_it_stayed_free() {
     assert_eq!(steps(&scene.plan()).first(), Some(&follower("a")));
 }
 
-#[test]
-fn a_takeover_takes_off_a_leader_label_it_does_not_acquire_for() {
-    // The other install left its leader label on a pod that is going away, and no pod can
-    // lead: once the key stayed free for the grace, nothing backs that label (rule 2).
-    let scene = Scene::new(vec![pod("a").leader(9, t(0)).terminating()])
-        .lock(LockView::Free { lock_index: 9 });
+/// `scene` planned by this install after it stood back for another one while the key stayed
+/// free for the whole grace: it takes over, first taking the leader label off `leader`.
+fn taken_over_demoting(scene: &Scene, leader: &str) -> Plan {
     let mut taking_over = scene.clone();
     taking_over.stood_back = Some(StoodBack {
         other: "test-cluster/team.consul-elector".into(),
         key_free_since: Some(mono(t(98))),
     });
     let plan = taking_over.plan();
-    assert_eq!(plan.managed_elsewhere, None);
+    assert_eq!(plan.managed_elsewhere, None, "taken over");
     assert_eq!(
         steps(&plan).first(),
-        Some(&follower("a")),
+        Some(&follower(leader)),
         "{:?}",
         plan.actions
     );
+    plan
+}
+
+#[test]
+fn a_takeover_takes_off_a_leader_label_it_does_not_acquire_for() {
+    // The other install left its leader label on a pod that is going away, and no pod can
+    // lead: once the key stayed free for the grace, nothing backs that label (rule 2).
+    let scene = Scene::new(vec![pod("a").leader(9, t(0)).terminating()])
+        .lock(LockView::Free { lock_index: 9 });
+    taken_over_demoting(&scene, "a");
 }
 
 #[test]
@@ -173,19 +180,7 @@ fn a_takeover_held_back_by_a_lock_delay_takes_off_the_label_it_cannot_back_yet()
         .lock(LockView::Free { lock_index: 9 })
         .session(Some(session("s2", "a")))
         .lock_delay_until(Some(t(113)));
-    let mut taking_over = scene.clone();
-    taking_over.stood_back = Some(StoodBack {
-        other: "test-cluster/team.consul-elector".into(),
-        key_free_since: Some(mono(t(98))),
-    });
-    let plan = taking_over.plan();
-    assert_eq!(plan.managed_elsewhere, None);
-    assert_eq!(
-        steps(&plan).first(),
-        Some(&follower("a")),
-        "{:?}",
-        plan.actions
-    );
+    let plan = taken_over_demoting(&scene, "a");
     assert!(
         !steps(&plan)
             .iter()
