@@ -9,8 +9,9 @@
 //! A reconcile holds the election's machine ([`crate::election::machine::Election`]) and
 //! answers what it asks, in the order it asks: admission inputs and the steps before planning
 //! (`Inputs`), then what the plan loop starts from, its reads, observations, actions and the
-//! status write (`act::Round`), until it says when to look again. An I/O failure ends the reconcile (the
-//! machine decides whether the status is still written first); kube-runtime retries it.
+//! status write (`act::Round`), until it says when to look again. An I/O failure ends the
+//! reconcile (the machine decides whether the status is still written first); kube-runtime
+//! retries it.
 
 mod act;
 mod cleanup;

@@ -43,7 +43,8 @@ const EDITED: Found = Found::Applied {
 
 /// Drives one reconcile of `election` over `scene`, a world nothing changes: every input is
 /// "nothing in the way" unless `applied` is the edit found, every step and action takes
-/// effect, the key reads as the scene has it, no session is found to adopt. Returns the requests in order.
+/// effect, the key reads as the scene has it, no session is found to adopt. Returns the
+/// requests in order.
 fn reconcile(election: &mut Election, scene: &Scene, applied: Found) -> Vec<Next> {
     election.begin(start());
     let mut asked = Vec::new();

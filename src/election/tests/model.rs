@@ -1074,10 +1074,11 @@ impl Model {
     /// Rule 5, judged on the model's own terms (not the core's eligibility): the pod that leads
     /// when a reconcile starts must still lead when it ends, if nothing asks the leadership to
     /// move. That is: a Managed election whose only leader label is the operator's own (with
-    /// the token the status records) on the recorded leader, which is selected, not going away, Ready (or NotReady for less than the failover delay,
-    /// or readiness not required), announces no handover, shares its priority with every pod
-    /// (no failback), whose key the operator's live session for it holds, with Consul answering
-    /// (no stalled watch either) and no switchover requested. Returns that leader's UID.
+    /// the token the status records) on the recorded leader, which is selected, not going
+    /// away, Ready (or NotReady for less than the failover delay, or readiness not required),
+    /// announces no handover, shares its priority with every pod (no failback), whose key the
+    /// operator's live session for it holds, with Consul answering (no stalled watch either)
+    /// and no switchover requested. Returns that leader's UID.
     fn sticky_leader(&self) -> Option<String> {
         let consul_answers = self.consul.all_up() && !self.consul.kv_stalled;
         if self.config.mode != Mode::Managed || !consul_answers || self.switchover.is_some() {
