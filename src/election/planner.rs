@@ -1,10 +1,10 @@
 //! The decision: (spec, pods, lock, session, recorded status, now) -> [`Plan`].
 //!
 //! The rules of docs/design.md section 2 live here:
-//! 1. at most one leader label: every pod carrying the leader label other than the pod whose
-//!    lock the operator holds is demoted before anything else, and a pod is labelled leader
-//!    only in a plan that demotes no other pod afterwards; a move is "demote, release,
-//!    destroy, create, (next plan) acquire, (next plan) label";
+//! 1. at most one leader label, by construction: a plan's actions come out as its demotions,
+//!    then its Consul steps, then the leader label (`steps`), and a pod is labelled leader
+//!    only with the proof that every other leader label comes off in the same plan; a move
+//!    is "demote, release, destroy, create, (next plan) acquire, (next plan) label";
 //! 2. a labelled leader holds the lock: the leader label is only planned for the pod of the
 //!    operator's session while Consul shows that session holding the key; a session that
 //!    Consul no longer confirms, or a key view no answer has confirmed for a whole TTL, loses
@@ -19,6 +19,7 @@
 //!    is, before any pod is labelled with it.
 
 mod moves;
+mod steps;
 
 use std::time::Duration;
 
@@ -38,6 +39,7 @@ use super::plan::{
     StatusState, StoodBack, TAKEOVER_GRACE,
 };
 use super::refusal::ConsulRefusal;
+use steps::Steps;
 
 /// Condition type: a pod is labelled leader and holds the lock.
 pub const LEADER_ELECTED: &str = "LeaderElected";
@@ -150,9 +152,14 @@ impl Backing {
     }
 }
 
+/// Rule 1's proof that every pod but this one that carries the leader label is demoted by
+/// the plan: made only by [`Builder::demote_all_but_pod`], taken by [`Builder::label_leader`].
+struct Sole<'a>(&'a PodView);
+
 struct Builder<'a> {
     obs: &'a Observation<'a>,
-    actions: Vec<Action>,
+    /// The plan's actions, in rule 1's order by construction.
+    steps: Steps<'a>,
     requeue: Option<Duration>,
     /// The pod that leads (labelled and holding the lock) once this plan has run.
     leader: Option<(&'a PodView, u64, Timestamp)>,
@@ -178,7 +185,7 @@ impl<'a> Builder<'a> {
     fn new(obs: &'a Observation<'a>) -> Self {
         Self {
             obs,
-            actions: Vec::new(),
+            steps: Steps::new(obs.pods, &obs.config.labels.leader),
             requeue: None,
             leader: None,
             phase: Phase::Pending,
@@ -243,6 +250,13 @@ impl<'a> Builder<'a> {
         self.demote_all_but(keep, None);
     }
 
+    /// Demotes every pod carrying the leader label except `pod`: the proof
+    /// [`Builder::label_leader`] needs to label `pod` leader (rule 1).
+    fn demote_all_but_pod(&mut self, pod: &'a PodView) -> Sole<'a> {
+        self.demote_others(Some(&pod.uid));
+        Sole(pod)
+    }
+
     /// Demotes every pod carrying the leader label: nobody holds the lock for it (rule 2).
     fn demote_without_lock(&mut self) {
         self.demote_all_but(None, Some(FencingCause::Lost));
@@ -260,8 +274,8 @@ impl<'a> Builder<'a> {
     }
 
     fn push_demotion(&mut self, pod: &PodView, fenced: Option<FencingCause>) {
-        self.actions.push(demotion(pod));
-        self.actions.push(Action::Emit(ElectionEvent {
+        self.steps.push(demotion(pod));
+        self.steps.push(Action::Emit(ElectionEvent {
             reason: EventReason::LeaderLost,
             pod: Some(pod.name.clone()),
             note: format!("pod {} is no longer leader", pod.name),
@@ -280,13 +294,13 @@ impl<'a> Builder<'a> {
             let has_leader_annotations = pod.fencing_token.is_some() || pod.leader_since.is_some();
             if pod.selected {
                 if pod.role.as_deref() != Some(follower) || has_leader_annotations || pod.reclaim {
-                    self.actions.push(Action::LabelFollower {
+                    self.steps.push(Action::LabelFollower {
                         pod: pod.name.clone(),
                         uid: pod.uid.clone(),
                     });
                 }
             } else if pod.role.is_some() || has_leader_annotations {
-                self.actions.push(Action::Unlabel {
+                self.steps.push(Action::Unlabel {
                     pod: pod.name.clone(),
                     uid: pod.uid.clone(),
                 });
@@ -312,7 +326,7 @@ impl<'a> Builder<'a> {
         note: String,
         fenced: Option<FencingCause>,
     ) {
-        self.actions.push(Action::Emit(ElectionEvent {
+        self.steps.push(Action::Emit(ElectionEvent {
             reason,
             pod: pod.map(str::to_owned),
             note,
@@ -338,9 +352,11 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Labels `pod` leader with `token` unless it already carries exactly that; `_held` is
-    /// rule 2's proof that a read of the key showed it held for the pod.
-    fn label_leader(&mut self, pod: &'a PodView, token: u64, _held: LockHeld) {
+    /// Labels the `sole` pod leader with `token` unless it already carries exactly that;
+    /// `sole` is rule 1's proof that every other leader label comes off in this plan, `_held`
+    /// rule 2's that a read of the key showed it held for the pod.
+    fn label_leader(&mut self, sole: Sole<'a>, token: u64, _held: LockHeld) {
+        let Sole(pod) = sole;
         let since = self.since_of(pod, token);
         let token_text = token.to_string();
         let since_text = since.to_string();
@@ -351,13 +367,13 @@ impl<'a> Builder<'a> {
             let newly = pod.role.as_deref() != Some(self.leader_value());
             let recorded = &self.obs.recorded;
             if recorded.fencing_token < Some(token) {
-                self.actions.push(Action::RecordToken {
+                self.steps.push(Action::RecordToken {
                     uid: pod.uid.clone(),
                     fencing_token: token,
                     whole: recorded.leader.as_ref().is_none_or(|l| l.uid != pod.uid),
                 });
             }
-            self.actions.push(Action::LabelLeader {
+            self.steps.push(Action::LabelLeader {
                 pod: pod.name.clone(),
                 uid: pod.uid.clone(),
                 fencing_token: token,
@@ -577,7 +593,7 @@ impl<'a> Builder<'a> {
             return;
         }
         if labelled && self.obs.config.on_consul_unavailable == UnavailablePolicy::Fence {
-            self.actions.push(Action::LabelFollower {
+            self.steps.push(Action::LabelFollower {
                 pod: pod.name.clone(),
                 uid: pod.uid.clone(),
             });
@@ -614,7 +630,7 @@ impl<'a> Builder<'a> {
             if pod.role.as_deref() != Some(leader) {
                 continue;
             }
-            self.actions.push(demotion(pod));
+            self.steps.push(demotion(pod));
             self.emit_unconfirmed(
                 &pod.name,
                 format!(
@@ -672,7 +688,7 @@ impl<'a> Builder<'a> {
     /// The leader keeps leading: confirm the label, or fence it while Consul is silent.
     fn keep(&mut self, pod: &'a PodView, session: &'a SessionView, backing: Backing) {
         let token = backing.token();
-        self.demote_others(Some(&pod.uid));
+        let sole = self.demote_all_but_pod(pod);
         if let SessionHealth::Unconfirmed { renewed_at } = session.health {
             let silent_for = self.obs.now.saturating_duration_since(renewed_at);
             let note = format!(
@@ -719,7 +735,7 @@ impl<'a> Builder<'a> {
             return;
         }
         self.look_again_if_confirmations_lag(session.ttl);
-        self.label_leader(pod, token, held);
+        self.label_leader(sole, token, held);
         self.settle_followers(Some(&pod.uid));
     }
 
@@ -774,7 +790,7 @@ impl<'a> Builder<'a> {
         if pod.role.as_deref() == Some(self.leader_value()) {
             self.push_demotion(pod, None);
         }
-        self.actions.push(Action::Release {
+        self.steps.push(Action::Release {
             session: session.id.clone(),
         });
         self.acquire(&session.id, &pod.name);
@@ -791,11 +807,11 @@ impl<'a> Builder<'a> {
     fn acquire(&mut self, session: &str, pod: &str) {
         let recorded = self.obs.recorded.leader.as_ref();
         if recorded.is_some_and(|l| l.session_id.as_deref() == Some(session)) {
-            self.actions.push(Action::ConfirmSession {
+            self.steps.push(Action::ConfirmSession {
                 session: session.to_owned(),
             });
         }
-        self.actions.push(Action::Acquire {
+        self.steps.push(Action::Acquire {
             session: session.to_owned(),
             pod: pod.to_owned(),
         });
@@ -804,10 +820,10 @@ impl<'a> Builder<'a> {
     /// The leader must go: demote, release, destroy, then start the successor.
     fn move_leader(&mut self, session: &SessionView) {
         self.demote_others(None);
-        self.actions.push(Action::Release {
+        self.steps.push(Action::Release {
             session: session.id.clone(),
         });
-        self.actions.push(Action::DestroySession {
+        self.steps.push(Action::DestroySession {
             session: session.id.clone(),
         });
         self.settle_followers(None);
@@ -818,7 +834,7 @@ impl<'a> Builder<'a> {
     fn elect(&mut self) {
         match self.obs.session {
             Some(s) if s.health == SessionHealth::Lost => {
-                self.actions.push(Action::ForgetSession);
+                self.steps.push(Action::ForgetSession);
                 self.emit(
                     EventReason::SessionLost,
                     Some(&s.pod),
@@ -835,7 +851,7 @@ impl<'a> Builder<'a> {
     fn start_successor(&mut self, exclude: Option<&str>, existing: Option<&SessionView>) {
         let Some(next) = self.next_leader(exclude) else {
             if let Some(s) = existing {
-                self.actions.push(Action::DestroySession {
+                self.steps.push(Action::DestroySession {
                     session: s.id.clone(),
                 });
             }
@@ -863,15 +879,15 @@ impl<'a> Builder<'a> {
                 self.acquire(&s.id, &next.name);
             }
             Some(s) => {
-                self.actions.push(Action::DestroySession {
+                self.steps.push(Action::DestroySession {
                     session: s.id.clone(),
                 });
-                self.actions.push(Action::CreateSession {
+                self.steps.push(Action::CreateSession {
                     pod: next.name.clone(),
                     uid: next.uid.clone(),
                 });
             }
-            None => self.actions.push(Action::CreateSession {
+            None => self.steps.push(Action::CreateSession {
                 pod: next.name.clone(),
                 uid: next.uid.clone(),
             }),
@@ -881,14 +897,14 @@ impl<'a> Builder<'a> {
     /// Drops a session that does not hold the key (Foreign holder).
     fn drop_session(&mut self, s: &SessionView) {
         if s.health == SessionHealth::Lost {
-            self.actions.push(Action::ForgetSession);
+            self.steps.push(Action::ForgetSession);
             self.emit(
                 EventReason::SessionLost,
                 Some(&s.pod),
                 format!("Consul invalidated the session of pod {}", s.pod),
             );
         } else {
-            self.actions.push(Action::DestroySession {
+            self.steps.push(Action::DestroySession {
                 session: s.id.clone(),
             });
         }
@@ -901,7 +917,7 @@ impl<'a> Builder<'a> {
     fn hand_over(&mut self, session: &'a SessionView) {
         self.demote_others(None);
         if matches!(self.holder(), Holder::Us(..)) {
-            self.actions.push(Action::Release {
+            self.steps.push(Action::Release {
                 session: session.id.clone(),
             });
         }
@@ -976,8 +992,8 @@ impl<'a> Builder<'a> {
         };
         match holder.zip(LockHeld::by_anyone(lock)) {
             Some(((pod, token), held)) => {
-                self.demote_others(Some(&pod.uid));
-                self.label_leader(pod, token, held);
+                let sole = self.demote_all_but_pod(pod);
+                self.label_leader(sole, token, held);
                 self.phase = Phase::Observing;
                 self.settle_followers(Some(&pod.uid));
             }
@@ -1073,7 +1089,7 @@ impl<'a> Builder<'a> {
         ];
         Plan {
             managed_elsewhere: self.managed_elsewhere,
-            actions: self.actions,
+            actions: self.steps.into_actions(),
             status: StatusState {
                 phase: self.phase,
                 leader,

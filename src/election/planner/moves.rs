@@ -100,7 +100,7 @@ impl<'a> Builder<'a> {
         if pod.handover.is_some() {
             // A move was announced and then withdrawn (the request removed, or failback no
             // longer applies): the leader keeps leading and should not keep waiting for it.
-            self.actions.push(Action::ClearHandover {
+            self.steps.push(Action::ClearHandover {
                 pod: pod.name.clone(),
                 uid: pod.uid.clone(),
             });
@@ -194,7 +194,7 @@ impl<'a> Builder<'a> {
                 let deadline = SignedDuration::try_from(drain)
                     .ok()
                     .and_then(|d| self.obs.wall.checked_add(d).ok())?;
-                self.actions.push(Action::AnnotateHandover {
+                self.steps.push(Action::AnnotateHandover {
                     pod: leader.name.clone(),
                     uid: leader.uid.clone(),
                     deadline,
@@ -282,7 +282,7 @@ impl<'a> Builder<'a> {
         if let Some(record) = &self.switchover
             && self.obs.recorded.last_switchover.as_ref() != Some(record)
         {
-            self.actions.push(Action::RecordSwitchover {
+            self.steps.push(Action::RecordSwitchover {
                 record: record.clone(),
                 decides: None,
             });
@@ -323,12 +323,12 @@ impl<'a> Builder<'a> {
             record.leader = leader.map(|p| p.name.clone());
             record.completed_at = Some(self.obs.wall);
             record.message = message.to_owned();
-            self.actions.push(Action::RecordSwitchover {
+            self.steps.push(Action::RecordSwitchover {
                 record: record.clone(),
                 decides: Some(request.to_owned()),
             });
         }
-        self.actions.push(Action::ClearSwitchover {
+        self.steps.push(Action::ClearSwitchover {
             request: request.to_owned(),
         });
     }

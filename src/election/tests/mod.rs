@@ -2,7 +2,7 @@
 //! mode, the reported status, and property tests against a model of Kubernetes and Consul.
 
 mod model;
-mod support;
+pub(super) mod support;
 
 mod conflicts;
 mod fencing_causes;
