@@ -26,7 +26,7 @@ use super::{consul_access, sharing};
 use crate::Error;
 use crate::cache::keys::election_key;
 use crate::cache::views as observe;
-use crate::consul::{QueryOptions, parse_go_duration};
+use crate::consul::{ConsulClient, QueryOptions, parse_go_duration};
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
 use crate::election::cleanup_deadline::{Deadline, deadline, gave_up};
 use crate::election::config::{ElectionKey, LabelConfig};
@@ -34,9 +34,7 @@ use crate::election::observe::SessionView;
 use crate::election::unusable::{
     UnusableLabel, UnusableLock, judged_ttl, session_unconfirmed_since, unusable_label,
 };
-use crate::election::withdrawal::{
-    self, LabelledPod, SessionToEnd, Step, ends_recorded, session_to_end,
-};
+use crate::election::withdrawal::{self, LabelledPod, Performed, SessionToEnd, Sessions, Step};
 use crate::k8s::{self, Pod, PodRole};
 
 /// What the operator wrote on the election's pods, as far as it can still tell.
@@ -108,13 +106,28 @@ pub struct Withdrawal {
 }
 
 /// Takes an election off its pods and out of Consul in the order
-/// [`crate::election::withdrawal::withdrawal`] decides (rule 7). A pod patch that fails stops
+/// [`crate::election::withdrawal::Withdrawal`] decides (rule 7). A pod patch that fails stops
 /// it (`Err`), before Consul when it was a leader label; Consul failing does not stop the
 /// labels from coming off, and is reported in the [`Withdrawal`]. Used on deletion, by an
 /// election that must yield to an older one, and before acting with changed labels, key or
 /// Consul access. Nothing is written to Consul unless the footprint is `managed`.
 pub async fn withdraw(footprint: &Footprint, ctx: &Context) -> Result<Withdrawal, Error> {
-    let consul = execute(footprint, ctx, withdrawal::Withdrawal::whole).await?;
+    let le = &footprint.le;
+    let key = election_key(le)?;
+    let sessions = Sessions {
+        held: ctx.sessions.view(&key).map(|s| s.id),
+        recorded: ctx
+            .caches
+            .current_status(le)
+            .leader_or_last()
+            .and_then(|l| l.session_id.clone()),
+        owner: ctx.settings.owner.clone(),
+        election: key,
+    };
+    let consul = execute(footprint, ctx, |footprint, pods| {
+        withdrawal::Withdrawal::whole(footprint, pods, sessions)
+    })
+    .await?;
     Ok(Withdrawal {
         consul_key: footprint.consul_key.clone(),
         consul,
@@ -123,32 +136,93 @@ pub async fn withdraw(footprint: &Footprint, ctx: &Context) -> Result<Withdrawal
 
 /// Performs the withdrawal `decide` makes for the pods the election labelled, reporting each
 /// step's outcome to it: `Err` when a pod patch failed (it ended the withdrawal), else the
-/// outcome of the Consul step.
+/// outcome of the Consul steps.
 async fn execute(
     footprint: &Footprint,
     ctx: &Context,
-    decide: fn(withdrawal::Footprint<'_>, &[LabelledPod]) -> withdrawal::Withdrawal,
+    decide: impl FnOnce(withdrawal::Footprint<'_>, &[LabelledPod]) -> withdrawal::Withdrawal,
 ) -> Result<Result<(), Error>, Error> {
     let le = &footprint.le;
     let key = election_key(le)?;
     let pods = labelled_pods(le, ctx, &footprint.labelled.key);
     let views: Vec<LabelledPod> = pods.iter().map(|(view, _)| view.clone()).collect();
     let mut withdrawal = decide(footprint.view(), &views);
-    let (mut consul, mut patch) = (Ok(()), Ok(()));
+    let (mut consul, mut patch, mut client) = (Ok(()), Ok(()), None);
     while let Some(step) = withdrawal.poll() {
-        let ok = match step {
-            Step::Unlabel { pod, .. } => {
-                patch = unlabel(le, ctx, &footprint.labelled, &pods, &pod).await;
-                patch.is_ok()
+        let in_consul = step.in_consul();
+        let performed = match step {
+            Step::Unlabel { pod, .. } => unlabel(le, ctx, &footprint.labelled, &pods, &pod)
+                .await
+                .map(|()| Performed::Done),
+            Step::Forget => {
+                ctx.sessions.forget(&key);
+                Ok(Performed::Done)
             }
-            Step::ReleaseAndDestroy => {
-                consul = release_and_destroy(le, &key, &footprint.consul_key, ctx).await;
-                consul.is_ok()
-            }
+            step => match opened(&mut client, le, &key, &footprint.consul_key, ctx).await {
+                Ok(Some(client)) => perform(step, &key, &footprint.consul_key, &client, ctx).await,
+                Ok(None) => Ok(Performed::NoAccess),
+                Err(error) => Err(error),
+            },
         };
-        withdrawal.done(ok);
+        withdrawal.done(performed.unwrap_or_else(|error| {
+            *(if in_consul { &mut consul } else { &mut patch }) = Err(error);
+            Performed::Failed
+        }));
     }
     patch.map(|()| consul)
+}
+
+/// The election's own Consul client, opened at a withdrawal's first Consul step; `None` when
+/// its access cannot be used. Never the operator's own client instead: that would send its
+/// token (or release keys) where this election was never allowed to reach.
+async fn opened(
+    client: &mut Option<Option<ConsulClient>>,
+    le: &LeaderElection,
+    key: &ElectionKey,
+    consul_key: &str,
+    ctx: &Context,
+) -> Result<Option<ConsulClient>, Error> {
+    if let Some(client) = client {
+        return Ok(client.clone());
+    }
+    let opened = match consul_access::client_for(le, consul_key, ctx).await {
+        Ok(consul) => Some(consul),
+        Err(consul_access::AccessProblem::Invalid(problem)) => {
+            tracing::warn!(election = %key, %problem, "cleanup without Consul: the election has no usable Consul access");
+            None
+        }
+        Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
+    };
+    Ok(client.insert(opened).clone())
+}
+
+/// Performs a Consul step of a withdrawal of the election's key `consul_key`.
+async fn perform(
+    step: Step,
+    key: &ElectionKey,
+    consul_key: &str,
+    consul: &ConsulClient,
+    ctx: &Context,
+) -> Result<Performed, Error> {
+    match step {
+        Step::ReadSession(id) => {
+            let info = consul.session_info(&id, QueryOptions::default()).await?;
+            return Ok(Performed::SessionNamed(info.value.map(|info| info.name)));
+        }
+        Step::Release { session } => {
+            consul
+                .kv_release(consul_key, &session, &[], LOCK_FLAGS)
+                .await?;
+        }
+        Step::Destroy(SessionToEnd::Held(_)) => ctx.sessions.destroy(key, consul).await?,
+        Step::Destroy(SessionToEnd::Recorded(id)) => consul.destroy_session(&id).await?,
+        Step::Unlabel { .. } | Step::Forget => {
+            return Err(Error::InvalidStatus(format!(
+                "{step:?} is not a Consul step"
+            )));
+        }
+    }
+    Ok(Performed::Done)
 }
 
 /// After a [`withdraw`] of `le`: when Consul failed, asks for a retry with a growing delay
@@ -345,57 +419,6 @@ async fn unlabel(
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
         Err(error) => Err(Error::kube("patch pod")(error)),
     }
-}
-
-/// Releases the election's key and destroys its session, through the election's own Consul
-/// access only.
-async fn release_and_destroy(
-    le: &LeaderElection,
-    key: &ElectionKey,
-    consul_key: &str,
-    ctx: &Context,
-) -> Result<(), Error> {
-    let consul = match consul_access::client_for(le, consul_key, ctx).await {
-        Ok(consul) => consul,
-        // Never fall back to the operator's own client: that would send its token (or
-        // release keys) where this election was never allowed to reach. The session, if
-        // any, is no longer renewed and expires in Consul.
-        Err(consul_access::AccessProblem::Invalid(problem)) => {
-            tracing::warn!(
-                election = %key,
-                %problem,
-                "cleanup without Consul: the election has no usable Consul access"
-            );
-            ctx.sessions.forget(key);
-            return Ok(());
-        }
-        Err(consul_access::AccessProblem::Failed(error)) => return Err(error),
-    };
-    let recorded = ctx
-        .caches
-        .current_status(le)
-        .leader_or_last()
-        .and_then(|l| l.session_id.clone());
-    let held = ctx.sessions.view(key).map(|s| s.id);
-    let Some(session) = session_to_end(held, recorded) else {
-        return Ok(());
-    };
-    if let SessionToEnd::Recorded(id) = &session {
-        let info = consul
-            .session_info(id, QueryOptions::default())
-            .await?
-            .value;
-        if !info.is_some_and(|info| ends_recorded(&info.name, &ctx.settings.owner, key)) {
-            return Ok(());
-        }
-    }
-    let (SessionToEnd::Held(id) | SessionToEnd::Recorded(id)) = &session;
-    consul.kv_release(consul_key, id, &[], LOCK_FLAGS).await?;
-    match &session {
-        SessionToEnd::Held(_) => ctx.sessions.destroy(key, &consul).await?,
-        SessionToEnd::Recorded(id) => consul.destroy_session(id).await?,
-    }
-    Ok(())
 }
 
 /// When to try Consul again for `le`, or why not any more ([`deadline`], on this instant).

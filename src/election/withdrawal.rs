@@ -8,7 +8,12 @@
 //! [`Withdrawal`], which takes each outcome back: a pod patch that fails ends it, so the key
 //! is never released while a pod still carries the leader label. Consul failing does not stop
 //! the labels after it: the withdrawal ends [`Withdrawn::ConsulFailed`] (see
-//! `cleanup_deadline`). The controller and the property test's model drive the same machine.
+//! `cleanup_deadline`). Which session is ended, and whether a session only the status names
+//! is this install's to end, is decided here as well: the driver reads, releases, destroys
+//! and forgets what it is told to. The controller and the property test's model drive the
+//! same machine.
+
+use std::collections::VecDeque;
 
 use super::config::{ElectionConfig, ElectionKey, Mode, Owner};
 use super::session_names::{Found, adoptable_pod};
@@ -93,9 +98,41 @@ pub enum Step {
         /// Pod UID.
         uid: String,
     },
-    /// Release the election's key and destroy its session, through the election's own Consul
-    /// access. Its failure does not stop the steps after it.
-    ReleaseAndDestroy,
+    /// Read this session, which only the status names, and answer
+    /// [`Performed::SessionNamed`]: it is ended only if its name says this install created it
+    /// for the election ([`ends_recorded`]).
+    ReadSession(String),
+    /// Release the election's key held by this session (`?release=`, no lock-delay).
+    Release {
+        /// The session.
+        session: String,
+    },
+    /// Destroy the session.
+    Destroy(SessionToEnd),
+    /// Stop renewing the session this process holds: the election's own Consul access
+    /// cannot be used, and the operator's is never used instead, so it expires in Consul.
+    Forget,
+}
+
+impl Step {
+    /// Whether the step writes or reads Consul (through the election's own access only).
+    pub fn in_consul(&self) -> bool {
+        !matches!(self, Step::Unlabel { .. } | Step::Forget)
+    }
+}
+
+/// How a step went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Performed {
+    /// It took effect.
+    Done,
+    /// It failed: the API server or Consul did not answer, or refused.
+    Failed,
+    /// A Consul step found the election's own Consul access unusable (an invalid spec, a
+    /// token Secret that withdrew its opt-in): nothing more is sent to Consul.
+    NoAccess,
+    /// [`Step::ReadSession`]'s answer: the session's name in Consul (`None`: it is gone).
+    SessionNamed(Option<String>),
 }
 
 impl Footprint<'_> {
@@ -108,9 +145,15 @@ impl Footprint<'_> {
 }
 
 /// The whole withdrawal, in rule 7's order: every pod that may carry the leader label loses
-/// it, then (when managed) the key is released and the session destroyed, then the other
-/// pods lose the election's labels and annotations.
-pub fn withdrawal(footprint: Footprint<'_>, pods: &[LabelledPod]) -> Vec<Step> {
+/// it, then (when managed) the key is released and `ends` (the session to end, if any)
+/// destroyed, then the other pods lose the election's labels and annotations. A session only
+/// the status names is read first; its release and destruction follow once its name is known
+/// ([`Withdrawal::done`]).
+pub fn withdrawal(
+    footprint: Footprint<'_>,
+    pods: &[LabelledPod],
+    ends: Option<&SessionToEnd>,
+) -> Vec<Step> {
     let (leaders, others): (Vec<&LabelledPod>, Vec<&LabelledPod>) =
         pods.iter().partition(|pod| footprint.may_lead(pod));
     let unlabel = |pod: &&LabelledPod| Step::Unlabel {
@@ -118,11 +161,26 @@ pub fn withdrawal(footprint: Footprint<'_>, pods: &[LabelledPod]) -> Vec<Step> {
         uid: pod.uid.clone(),
     };
     let mut steps: Vec<Step> = leaders.iter().map(unlabel).collect();
-    if footprint.managed {
-        steps.push(Step::ReleaseAndDestroy);
+    match ends.filter(|_| footprint.managed) {
+        Some(SessionToEnd::Held(id)) => {
+            steps.extend(release_and_destroy(SessionToEnd::Held(id.clone())))
+        }
+        Some(SessionToEnd::Recorded(id)) => steps.push(Step::ReadSession(id.clone())),
+        None => {}
     }
     steps.extend(others.iter().map(unlabel));
     steps
+}
+
+/// Releases the key held by `session`, then destroys it.
+fn release_and_destroy(session: SessionToEnd) -> [Step; 2] {
+    let (SessionToEnd::Held(id) | SessionToEnd::Recorded(id)) = &session;
+    [
+        Step::Release {
+            session: id.clone(),
+        },
+        Step::Destroy(session),
+    ]
 }
 
 /// How a withdrawal ended.
@@ -132,8 +190,22 @@ pub enum Withdrawn {
     Stopped,
     /// Every label is off, but releasing the key or destroying the session failed.
     ConsulFailed,
-    /// Everything is off.
+    /// Everything is off (or left to expire in Consul, without an access to end it).
     Done,
+}
+
+/// Whose sessions a withdrawal may end: the session this process holds for the election,
+/// and the one its status names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sessions {
+    /// The session this process holds for the election.
+    pub held: Option<String>,
+    /// The session the status records for the leader.
+    pub recorded: Option<String>,
+    /// This install.
+    pub owner: Owner,
+    /// The election.
+    pub election: ElectionKey,
 }
 
 /// A withdrawal in rule 7's order, one step at a time (see the module docs):
@@ -144,16 +216,24 @@ pub enum Withdrawn {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Withdrawal {
-    steps: std::vec::IntoIter<Step>,
+    steps: VecDeque<Step>,
     /// The step handed out last, until its outcome comes.
     out: Option<Step>,
     outcome: Withdrawn,
+    /// Who may own a session only the status names.
+    owner: Option<(Owner, ElectionKey)>,
+    /// This process holds the session it ends.
+    holds_session: bool,
 }
 
 impl Withdrawal {
-    /// The whole withdrawal ([`withdrawal`]).
-    pub fn whole(footprint: Footprint<'_>, pods: &[LabelledPod]) -> Withdrawal {
-        Withdrawal::of(withdrawal(footprint, pods))
+    /// The whole withdrawal ([`withdrawal`]), ending the session [`session_to_end`] picks.
+    pub fn whole(footprint: Footprint<'_>, pods: &[LabelledPod], sessions: Sessions) -> Withdrawal {
+        let ends = session_to_end(sessions.held, sessions.recorded);
+        let mut withdrawal = Withdrawal::of(withdrawal(footprint, pods, ends.as_ref()));
+        withdrawal.owner = Some((sessions.owner, sessions.election));
+        withdrawal.holds_session = matches!(ends, Some(SessionToEnd::Held(_)));
+        withdrawal
     }
 
     /// Only the leader labels ([`fence`]).
@@ -163,9 +243,11 @@ impl Withdrawal {
 
     fn of(steps: Vec<Step>) -> Withdrawal {
         Withdrawal {
-            steps: steps.into_iter(),
+            steps: steps.into(),
             out: None,
             outcome: Withdrawn::Done,
+            owner: None,
+            holds_session: false,
         }
     }
 
@@ -175,16 +257,43 @@ impl Withdrawal {
         if self.out.is_some() || self.outcome == Withdrawn::Stopped {
             return None;
         }
-        let step = self.steps.next()?;
+        let step = self.steps.pop_front()?;
         self.out = Some(step.clone());
         Some(step)
     }
 
-    /// The step handed out last took effect (`ok`) or failed.
-    pub fn done(&mut self, ok: bool) {
-        match self.out.take() {
-            Some(Step::Unlabel { .. }) if !ok => self.outcome = Withdrawn::Stopped,
-            Some(Step::ReleaseAndDestroy) if !ok => self.outcome = Withdrawn::ConsulFailed,
+    /// How the step handed out last went. A failed pod patch ends the withdrawal; a Consul
+    /// step that fails, or finds no usable access, ends only what was left to do in Consul.
+    pub fn done(&mut self, performed: Performed) {
+        let Some(step) = self.out.take() else {
+            return;
+        };
+        match (step, performed) {
+            (Step::Unlabel { .. }, Performed::Failed) => self.outcome = Withdrawn::Stopped,
+            (step, Performed::Failed) if step.in_consul() => {
+                self.outcome = Withdrawn::ConsulFailed;
+                self.skip_consul();
+            }
+            (step, Performed::NoAccess) if step.in_consul() => {
+                self.skip_consul();
+                if self.holds_session {
+                    self.steps.push_front(Step::Forget);
+                }
+            }
+            (Step::ReadSession(id), Performed::SessionNamed(Some(name))) => {
+                let ours = self
+                    .owner
+                    .as_ref()
+                    .is_some_and(|(owner, election)| ends_recorded(&name, owner, election));
+                if ours {
+                    for step in release_and_destroy(SessionToEnd::Recorded(id))
+                        .into_iter()
+                        .rev()
+                    {
+                        self.steps.push_front(step);
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -193,9 +302,14 @@ impl Withdrawal {
     pub fn outcome(&self) -> Withdrawn {
         self.outcome
     }
+
+    /// Drops the Consul steps still to come; the labels still come off.
+    fn skip_consul(&mut self) {
+        self.steps.retain(|step| !step.in_consul());
+    }
 }
 
-/// The session [`Step::ReleaseAndDestroy`] releases the key with and then destroys.
+/// The session a withdrawal releases the key with and then destroys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionToEnd {
     /// The session this process holds for the election: destroyed through the session

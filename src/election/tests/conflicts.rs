@@ -359,14 +359,11 @@ impl World {
             follower: Some(FOLLOWER),
             managed: true,
         };
-        for step in withdrawal::withdrawal(footprint, &pods) {
-            match step {
-                Step::Unlabel { pod, .. } => {
-                    let p = pod.trim_start_matches('p').parse().unwrap_or(PODS);
-                    self.patch(name, p, None, faults)?;
-                }
-                // The lock is not what this model is about ([`super::model`] is).
-                Step::ReleaseAndDestroy => {}
+        // Without a session: the lock is not what this model is about ([`super::model`] is).
+        for step in withdrawal::withdrawal(footprint, &pods, None) {
+            if let Step::Unlabel { pod, .. } = step {
+                let p = pod.trim_start_matches('p').parse().unwrap_or(PODS);
+                self.patch(name, p, None, faults)?;
             }
         }
         Ok(())

@@ -259,8 +259,13 @@ fn the_generator_reaches_every_interesting_situation() {
         "fenced an election that cannot act",
         "withdrawal ok Unlabel",
         "withdrawal failed Unlabel",
-        "withdrawal ok ReleaseAndDestroy",
-        "withdrawal failed ReleaseAndDestroy",
+        "withdrawal ok ReadSession",
+        "withdrawal ok Release",
+        "withdrawal failed Release",
+        "withdrawal ok Destroy",
+        "withdrawal without access Release",
+        "withdrawal ok Forget",
+        "withdrawal failed Destroy",
         "status write lost",
     ] {
         assert!(

@@ -12,8 +12,8 @@ use crate::election::config::{ElectionKey, Owner};
 use crate::election::plan::EventReason;
 use crate::election::session_names::session_name;
 use crate::election::withdrawal::{
-    Footprint, LabelledPod, SessionToEnd, Step, Withdrawal, Withdrawn, ends_recorded, fence,
-    session_to_end, withdrawal,
+    Footprint, LabelledPod, Performed, SessionToEnd, Sessions, Step, Withdrawal, Withdrawn,
+    ends_recorded, fence, session_to_end, withdrawal,
 };
 
 // ---- The order of a withdrawal (`withdrawal::withdrawal`, `withdrawal::fence`) ----
@@ -38,6 +38,37 @@ const MANAGED: Footprint<'static> = Footprint {
     managed: true,
 };
 
+fn held(id: &str) -> SessionToEnd {
+    SessionToEnd::Held(id.to_owned())
+}
+
+fn release(id: &str) -> Step {
+    Step::Release {
+        session: id.to_owned(),
+    }
+}
+
+fn owner() -> Owner {
+    Owner::new("prod", "ops.consul-elector")
+}
+
+fn election() -> ElectionKey {
+    ElectionKey {
+        namespace: "shop".into(),
+        name: "web".into(),
+    }
+}
+
+/// The sessions a withdrawal of `shop/web` by this install may end.
+fn sessions(held: Option<&str>, recorded: Option<&str>) -> Sessions {
+    Sessions {
+        held: held.map(str::to_owned),
+        recorded: recorded.map(str::to_owned),
+        owner: owner(),
+        election: election(),
+    }
+}
+
 #[test]
 fn the_leader_label_goes_before_the_key_and_the_followers_after_it() {
     let pods = [
@@ -46,18 +77,28 @@ fn the_leader_label_goes_before_the_key_and_the_followers_after_it() {
         pod("c", Some("follower")),
     ];
     assert_eq!(
-        withdrawal(MANAGED, &pods),
+        withdrawal(MANAGED, &pods, Some(&held("s1"))),
         vec![
             unlabel("b"),
-            Step::ReleaseAndDestroy,
+            release("s1"),
+            Step::Destroy(held("s1")),
             unlabel("a"),
             unlabel("c")
         ]
     );
+    // No session to end: nothing is sent to Consul.
+    assert_eq!(
+        withdrawal(MANAGED, &pods, None),
+        vec![unlabel("b"), unlabel("a"), unlabel("c")]
+    );
 }
 
-/// Drives `withdrawal`, failing the steps `fails` names; the steps handed out, and the outcome.
-fn perform(mut withdrawal: Withdrawal, fails: impl Fn(&Step) -> bool) -> (Vec<Step>, Withdrawn) {
+/// Drives `withdrawal`, answering each step with `answer`; the steps handed out, and the
+/// outcome.
+fn perform(
+    mut withdrawal: Withdrawal,
+    answer: impl Fn(&Step) -> Performed,
+) -> (Vec<Step>, Withdrawn) {
     let mut handed = Vec::new();
     while let Some(step) = withdrawal.poll() {
         assert_eq!(
@@ -65,41 +106,122 @@ fn perform(mut withdrawal: Withdrawal, fails: impl Fn(&Step) -> bool) -> (Vec<St
             None,
             "nothing more while an outcome is owed"
         );
-        withdrawal.done(!fails(&step));
+        withdrawal.done(answer(&step));
         handed.push(step);
     }
     (handed, withdrawal.outcome())
 }
 
+/// Fails the steps `fails` names; every other step takes effect.
+fn failing(fails: impl Fn(&Step) -> bool) -> impl Fn(&Step) -> Performed {
+    move |step| {
+        if fails(step) {
+            Performed::Failed
+        } else {
+            Performed::Done
+        }
+    }
+}
+
 #[test]
 fn a_failed_pod_patch_ends_the_withdrawal_and_consul_failing_does_not() {
     let pods = [pod("a", Some("follower")), pod("b", Some("leader"))];
-    let whole = || Withdrawal::whole(MANAGED, &pods);
+    let whole = || Withdrawal::whole(MANAGED, &pods, sessions(Some("s1"), None));
     assert_eq!(
-        perform(whole(), |_| false),
-        (withdrawal(MANAGED, &pods), Withdrawn::Done)
+        perform(whole(), failing(|_| false)),
+        (
+            withdrawal(MANAGED, &pods, Some(&held("s1"))),
+            Withdrawn::Done
+        )
     );
     // The leader label could not come off: the key is not released (rule 7).
     assert_eq!(
-        perform(whole(), |step| *step == unlabel("b")),
+        perform(whole(), failing(|step| *step == unlabel("b"))),
         (vec![unlabel("b")], Withdrawn::Stopped)
     );
-    // Consul failing leaves the key for a retry; the other labels still go.
+    // Consul failing leaves the key and the session for a retry; the other labels still go.
     assert_eq!(
-        perform(whole(), |step| *step == Step::ReleaseAndDestroy),
+        perform(whole(), failing(|step| *step == release("s1"))),
         (
-            vec![unlabel("b"), Step::ReleaseAndDestroy, unlabel("a")],
+            vec![unlabel("b"), release("s1"), unlabel("a")],
             Withdrawn::ConsulFailed
         )
     );
     // A follower's patch failing after Consul ends it too: the cleanup is retried.
     assert_eq!(
-        perform(whole(), |step| *step == unlabel("a")).1,
+        perform(whole(), failing(|step| *step == unlabel("a"))).1,
         Withdrawn::Stopped
     );
     assert_eq!(
-        perform(Withdrawal::fence(MANAGED, &pods), |_| false),
+        perform(Withdrawal::fence(MANAGED, &pods), failing(|_| false)),
         (vec![unlabel("b")], Withdrawn::Done)
+    );
+}
+
+#[test]
+fn without_a_usable_consul_access_the_held_session_is_left_to_expire() {
+    let pods = [pod("a", Some("leader")), pod("b", Some("follower"))];
+    let whole = Withdrawal::whole(MANAGED, &pods, sessions(Some("s1"), Some("s0")));
+    let answer = |step: &Step| match step {
+        step if step.in_consul() => Performed::NoAccess,
+        _ => Performed::Done,
+    };
+    // Never the operator's own access instead: the session is no longer renewed, and nothing
+    // else is asked of Consul.
+    assert_eq!(
+        perform(whole, answer),
+        (
+            vec![unlabel("a"), release("s1"), Step::Forget, unlabel("b")],
+            Withdrawn::Done
+        )
+    );
+}
+
+#[test]
+fn a_session_only_the_status_names_is_read_and_ended_only_when_it_is_ours() {
+    let pods = [pod("a", Some("leader"))];
+    let recorded = || Withdrawal::whole(MANAGED, &pods, sessions(None, Some("s0")));
+    let named = |name: Option<String>| {
+        move |step: &Step| match step {
+            Step::ReadSession(_) => Performed::SessionNamed(name.clone()),
+            _ => Performed::Done,
+        }
+    };
+    let ours = session_name(&owner(), &election(), "a");
+    assert_eq!(
+        perform(recorded(), named(Some(ours))),
+        (
+            vec![
+                unlabel("a"),
+                Step::ReadSession("s0".into()),
+                release("s0"),
+                Step::Destroy(SessionToEnd::Recorded("s0".into())),
+            ],
+            Withdrawn::Done
+        )
+    );
+    let theirs = session_name(
+        &Owner::new("prod", "other.consul-elector"),
+        &election(),
+        "a",
+    );
+    for name in [Some(theirs), None] {
+        assert_eq!(
+            perform(recorded(), named(name)),
+            (
+                vec![unlabel("a"), Step::ReadSession("s0".into())],
+                Withdrawn::Done
+            )
+        );
+    }
+    // A read that fails is a Consul failure: retried.
+    assert_eq!(
+        perform(
+            recorded(),
+            failing(|step| matches!(step, Step::ReadSession(_)))
+        )
+        .1,
+        Withdrawn::ConsulFailed
     );
 }
 
@@ -109,8 +231,13 @@ fn any_value_but_the_follower_counts_as_a_leader() {
     // the annotations), is still taken off before the key is released.
     let pods = [pod("a", Some("primary")), pod("b", None)];
     assert_eq!(
-        withdrawal(MANAGED, &pods),
-        vec![unlabel("a"), unlabel("b"), Step::ReleaseAndDestroy]
+        withdrawal(MANAGED, &pods, Some(&held("s1"))),
+        vec![
+            unlabel("a"),
+            unlabel("b"),
+            release("s1"),
+            Step::Destroy(held("s1"))
+        ]
     );
 }
 
@@ -122,8 +249,8 @@ fn without_a_readable_spec_every_labelled_pod_counts_as_a_leader() {
     };
     let pods = [pod("a", Some("follower"))];
     assert_eq!(
-        withdrawal(unknown, &pods),
-        vec![unlabel("a"), Step::ReleaseAndDestroy]
+        withdrawal(unknown, &pods, Some(&held("s1"))),
+        vec![unlabel("a"), release("s1"), Step::Destroy(held("s1"))]
     );
 }
 
@@ -135,7 +262,7 @@ fn observe_mode_never_touches_consul() {
     };
     let pods = [pod("a", Some("leader")), pod("b", Some("follower"))];
     assert_eq!(
-        withdrawal(observed, &pods),
+        withdrawal(observed, &pods, Some(&held("s1"))),
         vec![unlabel("a"), unlabel("b")]
     );
 }

@@ -25,8 +25,8 @@ use crate::election::unusable::{
     UnusableLabel, UnusableLock, judged_ttl, session_unconfirmed_since, unusable_label,
 };
 use crate::election::withdrawal::{
-    Acted, Footprint, LabelledPod, SessionToEnd, Step, Withdrawal, Withdrawn, acted_with,
-    ends_recorded, session_to_end,
+    Acted, Footprint, LabelledPod, Performed, SessionToEnd, Sessions, Step, Withdrawal, Withdrawn,
+    acted_with,
 };
 
 /// How long a deleted election's cleanup waits for Consul (the controller's
@@ -204,7 +204,11 @@ impl Model {
             }
             Before::Withdraw { whatever_mode } => {
                 let managed = whatever_mode || self.acted().managed;
-                if self.withdraw(managed, faults, Withdrawal::whole) != Withdrawn::Done {
+                let sessions = self.sessions();
+                let whole = |footprint: Footprint<'_>, pods: &[LabelledPod]| {
+                    Withdrawal::whole(footprint, pods, sessions)
+                };
+                if self.withdraw(managed, faults, whole) != Withdrawn::Done {
                     return None;
                 }
                 let situation = match whatever_mode {
@@ -336,7 +340,7 @@ impl Model {
         &mut self,
         managed: bool,
         faults: &mut Faults,
-        decide: fn(Footprint<'_>, &[LabelledPod]) -> Withdrawal,
+        decide: impl FnOnce(Footprint<'_>, &[LabelledPod]) -> Withdrawal,
     ) -> Withdrawn {
         let pods: Vec<LabelledPod> = self
             .pods
@@ -358,88 +362,116 @@ impl Model {
             let before = self.rule2_violators();
             let leaders_before = self.leaders().len();
             let (executed, failing) = faults.next();
-            let (ok, checked_as) = match &step {
-                Step::Unlabel { pod, uid } => {
-                    if executed && let Some(p) = self.pods.iter_mut().find(|p| p.uid == *uid) {
-                        p.role = None;
-                        p.fencing_token = None;
-                        p.leader_since = None;
-                        p.handover = None;
-                    }
-                    let action = Action::Unlabel {
-                        pod: pod.clone(),
-                        uid: uid.clone(),
-                    };
-                    (executed && !failing, action)
-                }
-                Step::ReleaseAndDestroy => {
-                    let session = self.session_to_clean_up();
-                    let ok = executed && self.release_and_destroy(session.as_deref()) && !failing;
-                    let action = Action::Release {
-                        session: session.unwrap_or_default(),
-                    };
-                    (ok, action)
-                }
+            let performed = if executed {
+                self.perform_withdrawal(&step)
+            } else {
+                Performed::Failed
             };
+            let performed = match performed {
+                Performed::Done | Performed::SessionNamed(_) if failing => Performed::Failed,
+                performed => performed,
+            };
+            let ok = performed != Performed::Failed;
             let _ = writeln!(
                 self.trace,
-                "   {} withdrawal {step:?}",
+                "   {} withdrawal {step:?}: {performed:?}",
                 if ok { "ok  " } else { "FAIL" }
             );
+            let kind = match &step {
+                Step::Unlabel { .. } => "Unlabel",
+                Step::ReadSession(_) => "ReadSession",
+                Step::Release { .. } => "Release",
+                Step::Destroy(_) => "Destroy",
+                Step::Forget => "Forget",
+            };
+            let outcome = match performed {
+                Performed::Failed => "failed",
+                Performed::NoAccess => "without access",
+                Performed::Done | Performed::SessionNamed(_) => "ok",
+            };
             *self
                 .seen
-                .entry(format!(
-                    "withdrawal {} {}",
-                    if ok { "ok" } else { "failed" },
-                    match step {
-                        Step::Unlabel { .. } => "Unlabel",
-                        Step::ReleaseAndDestroy => "ReleaseAndDestroy",
-                    }
-                ))
+                .entry(format!("withdrawal {outcome} {kind}"))
                 .or_default() += 1;
+            let checked_as = match &step {
+                Step::Unlabel { pod, uid } => Action::Unlabel {
+                    pod: pod.clone(),
+                    uid: uid.clone(),
+                },
+                Step::Release { session } => Action::Release {
+                    session: session.clone(),
+                },
+                Step::Destroy(SessionToEnd::Held(id) | SessionToEnd::Recorded(id)) => {
+                    Action::DestroySession {
+                        session: id.clone(),
+                    }
+                }
+                Step::ReadSession(_) | Step::Forget => Action::ForgetSession,
+            };
             self.check_action(&checked_as, executed, leaders_before, &before);
-            withdrawal.done(ok);
+            withdrawal.done(performed);
         }
         withdrawal.outcome()
     }
 
-    /// The operator's session to release and destroy, as the controller's cleanup decides it
-    /// ([`session_to_end`], [`ends_recorded`] on the session's name as Consul reports it).
-    fn session_to_clean_up(&self) -> Option<String> {
-        let held = self.registered.as_ref().map(|r| r.id.clone());
-        let recorded = self
-            .recorded
-            .leader
-            .as_ref()
-            .and_then(|l| l.session_id.clone());
-        match session_to_end(held, recorded)? {
-            SessionToEnd::Held(id) => Some(id),
-            SessionToEnd::Recorded(id) => {
-                let found = self.consul.sessions.get(&id)?;
-                let name = match &found.pod {
-                    Some(pod) => session_name(&model_owner(), &model_election(), pod),
-                    None => "an application's session".into(),
-                };
-                ends_recorded(&name, &model_owner(), &model_election()).then_some(id)
-            }
+    /// Whose sessions a withdrawal may end, as the controller's cleanup tells it: the session
+    /// the model's operator renews, and the one the status records.
+    fn sessions(&self) -> Sessions {
+        Sessions {
+            held: self.registered.as_ref().map(|r| r.id.clone()),
+            recorded: self
+                .recorded
+                .leader
+                .as_ref()
+                .and_then(|l| l.session_id.clone()),
+            owner: model_owner(),
+            election: model_election(),
         }
     }
 
-    /// Releases the key if `session` holds it, then destroys `session`; false when Consul
-    /// failed. A session the status names is looked up first, which needs the session
-    /// endpoints.
-    fn release_and_destroy(&mut self, session: Option<&str>) -> bool {
-        let Some(id) = session else {
-            return self.registered.is_some() || self.consul.sessions_reachable().is_ok();
+    /// Performs one step of a withdrawal as the controller's cleanup does, through the
+    /// election's own Consul access (refused while the model refuses it).
+    fn perform_withdrawal(&mut self, step: &Step) -> Performed {
+        let done = |result: Result<(), super::Failed>| {
+            result.map_or(Performed::Failed, |()| Performed::Done)
         };
-        let now = self.now;
-        if self.consul.release(id).is_err() || self.consul.destroy(id, now).is_err() {
-            return false;
+        if step.in_consul() && self.access_refused {
+            return Performed::NoAccess;
         }
-        if self.registered.as_ref().is_some_and(|r| r.id == id) {
-            self.registered = None;
+        match step {
+            Step::Unlabel { uid, .. } => {
+                if let Some(p) = self.pods.iter_mut().find(|p| p.uid == *uid) {
+                    p.role = None;
+                    p.fencing_token = None;
+                    p.leader_since = None;
+                    p.handover = None;
+                }
+                Performed::Done
+            }
+            Step::ReadSession(id) => match self.consul.sessions_reachable() {
+                Ok(()) => Performed::SessionNamed(self.consul.sessions.get(id).map(|found| {
+                    match &found.pod {
+                        Some(pod) => session_name(&model_owner(), &model_election(), pod),
+                        None => "an application's session".into(),
+                    }
+                })),
+                Err(_) => Performed::Failed,
+            },
+            Step::Release { session } => done(self.consul.release(session).map(|_| ())),
+            Step::Destroy(session) => {
+                let (SessionToEnd::Held(id) | SessionToEnd::Recorded(id)) = session;
+                let now = self.now;
+                let destroyed = self.consul.destroy(id, now);
+                if destroyed.is_ok() && matches!(session, SessionToEnd::Held(_)) {
+                    self.registered = None;
+                }
+                done(destroyed)
+            }
+            Step::Forget => {
+                self.registered = None;
+                Performed::Done
+            }
         }
-        true
     }
 
     /// Executes [`Action::RecordToken`] as `controller::status_write::record_token` does: the
@@ -471,7 +503,11 @@ impl Model {
             return;
         }
         let managed = self.acted().managed;
-        match self.withdraw(managed, &mut faults, Withdrawal::whole) {
+        let sessions = self.sessions();
+        let whole = |footprint: Footprint<'_>, pods: &[LabelledPod]| {
+            Withdrawal::whole(footprint, pods, sessions)
+        };
+        match self.withdraw(managed, &mut faults, whole) {
             Withdrawn::Stopped => {}
             Withdrawn::Done => self.finalized = true,
             Withdrawn::ConsulFailed => {
