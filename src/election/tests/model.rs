@@ -1370,7 +1370,7 @@ impl Model {
                 }
                 Next::Act(action) => action,
             };
-            let before = self.rule2_violators();
+            let before = self.unbacked_labels();
             let leaders_before = self.leaders().len();
             if matches!(action, Action::Acquire { .. })
                 && told.is_some_and(|u| u > mono(self.now))
@@ -1889,10 +1889,18 @@ impl Model {
     /// Leader-labelled pods failing rule 2 (by UID), each with what fails (the lock or the
     /// token); none while [`Self::labels_are_another_installs`].
     fn rule2_violators(&self) -> Vec<(String, &'static str)> {
-        let mut v = Vec::new();
         if self.labels_are_another_installs() {
-            return v;
+            return Vec::new();
         }
+        self.unbacked_labels()
+    }
+
+    /// What an action is checked against: every leader-labelled pod failing rule 2 before it,
+    /// whoever put the label there. A label another install wrote, and this install keeps
+    /// as it takes the election over, was unbacked before this install's first write (the
+    /// token it records names this install in the status): that write did not make it so.
+    fn unbacked_labels(&self) -> Vec<(String, &'static str)> {
+        let mut v = Vec::new();
         for p in self.leaders() {
             if !self.lock_backed(p) {
                 v.push((p.uid.clone(), "lock"));

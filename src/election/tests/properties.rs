@@ -647,3 +647,21 @@ fn a_takeover_held_back_by_a_lock_delay_leaves_no_label_unbacked_meanwhile() {
     ];
     replay(config, &[(false, 0)], &events);
 }
+
+#[test]
+fn a_takeover_that_keeps_the_other_installs_label_records_its_token_before_relabelling() {
+    // The other install labelled the pod about to be elected; this install takes over after
+    // the grace, acquires for that pod, records the token (the status then names this
+    // install) and relabels it. The label was there before the token was recorded: the
+    // record did not make it unbacked, and the relabel backs it.
+    let events = [
+        Event::ServedElsewhere(true),
+        Event::StrayLeaderLabel(0),
+        LOOP,
+        Event::Advance(2),
+        LOOP,
+        Event::Advance(2),
+        LOOP,
+    ];
+    replay(config(), &[(true, 0)], &events);
+}

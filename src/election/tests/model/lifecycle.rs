@@ -359,7 +359,7 @@ impl Model {
         };
         let mut withdrawal = decide(footprint, &pods);
         while let Some(step) = withdrawal.poll() {
-            let before = self.rule2_violators();
+            let before = self.unbacked_labels();
             let leaders_before = self.leaders().len();
             let (executed, failing) = faults.next();
             let performed = if executed {
