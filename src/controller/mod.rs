@@ -41,6 +41,7 @@ use crate::election::label_key_check::check_label_key;
 use crate::election::look_again;
 use crate::election::machine::{Next, Opening, Start};
 use crate::election::reconcile::{Found, Step};
+use crate::election::withdrawal::Performed;
 pub use context::{Context, Settings};
 
 /// How long after a LeaderElection's deletion (its `metadata.deletionTimestamp`) the operator
@@ -74,8 +75,8 @@ pub(crate) async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Res
     );
     let result = finalizer(&api, FINALIZER, le, |event| async {
         match event {
-            finalizer::Event::Apply(le) => apply(&le, &ctx).await,
-            finalizer::Event::Cleanup(le) => cleanup::cleanup(&le, &ctx).await,
+            finalizer::Event::Apply(le) => apply(&le, &ctx, false).await,
+            finalizer::Event::Cleanup(le) => delete(&le, &ctx).await,
         }
     })
     .await;
@@ -112,9 +113,18 @@ pub(crate) fn error_policy(le: Arc<LeaderElection>, error: &Error, _ctx: Arc<Con
     Action::requeue(error.retry_after().unwrap_or(look_again::ERROR_REQUEUE))
 }
 
-/// Brings one election's pods, session and lock in line with its spec: drives the election's
-/// machine, performing each request it hands out.
-async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
+/// Withdraws a deleted election (rule 7); once done, nothing decides for it again.
+async fn delete(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
+    let key = election_key(le)?;
+    apply(le, ctx, true).await?;
+    ctx.caches.written.remember_status(le, None);
+    ctx.caches.written.forget_election(&key);
+    Ok(Action::await_change())
+}
+
+/// Brings one election's pods, session and lock in line with its spec (or, `deleted`, takes
+/// it off them): drives the election's machine, performing each request it hands out.
+async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Action, Error> {
     let key = election_key(le)?;
     let validation = ctx.caches.validated.of(&key, le);
     let mut election = ctx.caches.written.hold(&key);
@@ -133,6 +143,7 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
             .consul
             .as_ref()
             .is_some_and(|c| c.token_secret_ref.is_some()),
+        deleted,
     });
     let mut inputs = Inputs {
         le,
@@ -142,7 +153,7 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
         consul: None,
         edit: None,
     };
-    let mut round = None;
+    let (mut round, mut withdrawer) = (None, None);
     let mut failure = None;
     loop {
         match election.poll() {
@@ -151,13 +162,36 @@ async fn apply(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
                 election.gathered(found.await?);
             }
             Next::Do(step) => {
-                if matches!(step, Step::Withdraw { .. }) {
-                    tracing::info!(election = %key, "{}", election.why());
-                } else {
-                    tracing::debug!(election = %key, ?step, why = election.why(), "step");
-                }
+                tracing::debug!(election = %key, ?step, why = election.why(), "step");
                 let recheck = inputs.perform(step, election.key_written_since_read());
                 election.done(recheck.await?);
+            }
+            Next::Left => {
+                tracing::info!(election = %key, "withdrawing: {}", election.why());
+                let (left, reader) = cleanup::Withdrawer::read(le, ctx)?;
+                withdrawer = Some(reader);
+                election.left(left);
+            }
+            Next::Withdraw(step) => {
+                let Some(withdrawer) = withdrawer.as_mut() else {
+                    return Err(Error::InvalidStatus(
+                        "a withdrawal step before its read".into(),
+                    ));
+                };
+                let performed = withdrawer.perform(step, ctx).await;
+                election.withdrew(performed.unwrap_or_else(|error| {
+                    failure = failure.take().or(Some(error));
+                    Performed::Failed
+                }));
+            }
+            Next::GiveUp(give_up) => cleanup::give_up(le, &key, ctx, give_up, failure.take()),
+            Next::RetryConsul(after) => {
+                return Err(Error::CleanupPending {
+                    retry_after: after,
+                    source: Box::new(failure.unwrap_or_else(|| {
+                        Error::InvalidStatus("Consul failed without an error".into())
+                    })),
+                });
             }
             Next::Open => {
                 let (opened, opening) = inputs.open().await?;
@@ -288,11 +322,10 @@ impl<'a> Inputs<'a> {
                 }
             }
             Step::Report(back) => status_write::stand_back(le, ctx, &back).await?,
-            Step::Withdraw { whatever_mode } => {
-                let mut footprint = cleanup::Footprint::of(le, ctx);
-                footprint.managed |= whatever_mode;
-                let withdrawal = cleanup::withdraw(&footprint, ctx).await?;
-                cleanup::settle_consul(le, key, ctx, withdrawal).await?;
+            Step::Withdraw { .. } => {
+                return Err(Error::InvalidStatus(
+                    "a withdrawal handed out as one step".into(),
+                ));
             }
             Step::Fence { in_use_refused } => {
                 return cleanup::fence_unusable(le, key, ctx, in_use_refused, written_since_read)

@@ -2,9 +2,11 @@
 //! next ([`ElectionMemory`]), and each reconcile from its first question to when to look
 //! again, as one sequence of requests the driver answers.
 //!
-//! A reconcile runs [`Reconcile`] (may the operator act, and what comes before planning),
-//! then the [`PlanLoop`] (its first look, the plans and their actions), then the status
-//! write, and stops with when to look again. The driver (the controller against the API
+//! A reconcile runs [`Reconcile`] (may the operator act, and what comes before planning;
+//! a withdrawal it decides runs as the [`Withdrawal`]'s steps, with rule 7's bound on
+//! Consul), then the [`PlanLoop`] (its first look, the plans and their actions), then the
+//! status write, and stops with when to look again. A deletion is a reconcile that only
+//! withdraws ([`Start::deleted`]). The driver (the controller against the API
 //! server and Consul, the property test against its simulated world) performs each request
 //! and reports back; it never decides which request follows:
 //!
@@ -14,6 +16,10 @@
 //!     match election.poll() {
 //!         Next::Gather(input) => election.gathered(gather(input)),
 //!         Next::Do(step) => election.done(perform(step)),
+//!         Next::Left => election.left(read_what_it_left()),
+//!         Next::Withdraw(step) => election.withdrew(perform(step)),
+//!         Next::GiveUp(give_up) => forget_the_session_and_warn(give_up),
+//!         Next::RetryConsul(after) => break fail_and_retry(after),
 //!         Next::Open => election.opened(read_the_status_and_the_request()),
 //!         Next::Look(look) => election.key_read(read(look)) /* or session_read, adopted */,
 //!         Next::Observe => { election.plan(&world_now()); }
@@ -31,6 +37,7 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::admission::Input;
+use super::cleanup_deadline::{Deadline, deadline};
 use super::first_look::{Adopting, LeftAlone, Look, SessionRead};
 use super::look_again;
 use super::memory::ElectionMemory;
@@ -39,6 +46,9 @@ use super::plan::{Action, ConditionState, ElectionEvent, Plan};
 use super::plan_loop::{self, Answer, Elected, PlanLoop, World};
 use super::reconcile::{self, Found, Reconcile, Step};
 use super::refusal::ConsulRefusal;
+use super::withdrawal::{
+    self, Acted, Footprint, LabelledPod, Performed, Sessions, Withdrawal, Withdrawn,
+};
 
 /// How many plans with actions one reconcile may make (a move takes three; raising a
 /// re-created key's LockIndex takes one per step).
@@ -56,6 +66,46 @@ pub struct Start {
     pub paused: bool,
     /// It reads its Consul token from a Secret (which nothing watches).
     pub token_secret: bool,
+    /// It is being deleted: the reconcile only withdraws it (rule 7).
+    pub deleted: bool,
+}
+
+/// What an election left on its pods and in Consul, read for [`Next::Left`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Left {
+    /// What the operator acted with ([`withdrawal::acted_with`]).
+    pub acted: Acted,
+    /// The pods it labelled, under [`Acted::label_key`].
+    pub pods: Vec<LabelledPod>,
+    /// The sessions a withdrawal may end.
+    pub sessions: Sessions,
+    /// How long Consul is waited for.
+    pub wait: ConsulWait,
+}
+
+/// How long a withdrawal waits for Consul ([`deadline`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsulWait {
+    /// The election's `elector.dev/skip-consul-cleanup` annotation.
+    pub skip: Option<String>,
+    /// Its `metadata.deletionTimestamp`.
+    pub deleted_at: Option<Timestamp>,
+    /// The wall clock as the election was read.
+    pub now: Timestamp,
+    /// How long after a deletion Consul is waited for.
+    pub bound: Duration,
+}
+
+/// The operator gives up on Consul for a withdrawal ([`Next::GiveUp`]): the session is no
+/// longer renewed, and a Warning names what was left there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GiveUp {
+    /// Why it gives up.
+    pub why: String,
+    /// The election's key.
+    pub consul_key: String,
+    /// The session that may still hold it.
+    pub session: Option<String>,
 }
 
 /// What the plan loop starts from, read once the operator may act ([`Next::Open`]).
@@ -78,6 +128,17 @@ pub enum Next {
     Gather(Input),
     /// Perform this step and report it with [`Election::done`].
     Do(Step),
+    /// Read what the election left on its pods and in Consul, and pass it to
+    /// [`Election::left`].
+    Left,
+    /// Perform this step of a withdrawal and report it with [`Election::withdrew`].
+    Withdraw(withdrawal::Step),
+    /// Stop waiting for Consul: forget the session (no more renewals) and publish the Warning
+    /// [`crate::election::cleanup_deadline::gave_up`] renders with the Consul step's failure.
+    GiveUp(GiveUp),
+    /// Consul could not be cleaned up yet: the reconcile fails with the Consul step's failure,
+    /// to be retried after this long.
+    RetryConsul(Duration),
     /// Read what the plan loop starts from and pass it to [`Election::opened`].
     Open,
     /// Read or take over what [`Look`] says, and answer with [`Election::key_read`],
@@ -107,10 +168,27 @@ enum Stage {
     Over(Duration, Option<Plan>),
 }
 
+/// A withdrawal under way in a reconcile.
+#[derive(Debug, Clone)]
+enum Withdrawing {
+    /// [`Next::Left`] was handed out; the operator's own session counts whatever the mode.
+    Reading { whatever_mode: bool },
+    /// Its steps are handed out.
+    Running {
+        withdrawal: Box<Withdrawal>,
+        consul_key: String,
+        session: Option<String>,
+        wait: ConsulWait,
+    },
+    /// It gave up on Consul ([`Next::GiveUp`] was handed out).
+    GaveUp,
+}
+
 /// One reconcile under way.
 #[derive(Debug, Clone)]
 struct Run {
     stage: Stage,
+    withdrawing: Option<Withdrawing>,
     /// The `SpecValid` condition of a reconcile that plans.
     spec_valid: Option<ConditionState>,
     token_secret: bool,
@@ -135,12 +213,14 @@ impl Election {
     /// Begins a reconcile of the election as `start` has it (an unfinished one is dropped: its
     /// driver failed and returned).
     pub fn begin(&mut self, start: Start) {
+        let reconcile = if start.deleted {
+            Reconcile::deleted()
+        } else {
+            Reconcile::new(start.spec, start.served_elsewhere, start.paused)
+        };
         self.run = Some(Box::new(Run {
-            stage: Stage::Admitting(Reconcile::new(
-                start.spec,
-                start.served_elsewhere,
-                start.paused,
-            )),
+            stage: Stage::Admitting(reconcile),
+            withdrawing: None,
             spec_valid: None,
             token_secret: start.token_secret,
             removal_failed: false,
@@ -152,19 +232,35 @@ impl Election {
         let Some(run) = &mut self.run else {
             return Next::Stop(look_again::ERROR_REQUEUE);
         };
+        if let Some(withdrawing) = &mut run.withdrawing {
+            match withdrawing.poll() {
+                Then::Ask(next) => return next,
+                Then::GoOn => {
+                    run.withdrawing = None;
+                    if let Stage::Admitting(reconcile) = &mut run.stage {
+                        reconcile.done(None);
+                    }
+                }
+                Then::End(next, after) => {
+                    run.withdrawing = None;
+                    run.stage = Stage::Over(after, None);
+                    return next;
+                }
+            }
+        }
         match &mut run.stage {
             Stage::Over(after, _) => Next::Stop(*after),
             // An answer is owed: the driver asked twice without giving it.
             Stage::Opening | Stage::Writing(_) => Next::Stop(look_again::ERROR_REQUEUE),
             Stage::Admitting(reconcile) => match reconcile.poll() {
                 reconcile::Next::Gather(input) => Next::Gather(input),
-                reconcile::Next::Do(step) => {
-                    if matches!(step, Step::Withdraw { .. }) {
-                        // A withdrawal may release the key: the next look reads it back.
-                        self.memory.key.writing();
-                    }
-                    Next::Do(step)
+                reconcile::Next::Do(Step::Withdraw { whatever_mode }) => {
+                    // A withdrawal may release the key: the next look reads it back.
+                    self.memory.key.writing();
+                    run.withdrawing = Some(Withdrawing::Reading { whatever_mode });
+                    Next::Left
                 }
+                reconcile::Next::Do(step) => Next::Do(step),
                 reconcile::Next::Stop(after) => {
                     run.stage = Stage::Over(after, None);
                     Next::Stop(after)
@@ -206,6 +302,37 @@ impl Election {
     pub fn done(&mut self, recheck: Option<Duration>) {
         if let Some(Stage::Admitting(reconcile)) = self.stage() {
             reconcile.done(recheck);
+        }
+    }
+
+    /// What the election left, as read for [`Next::Left`]: its withdrawal begins.
+    pub fn left(&mut self, left: Left) {
+        let Some(run) = self.run.as_deref_mut() else {
+            return;
+        };
+        let Some(Withdrawing::Reading { whatever_mode }) = run.withdrawing else {
+            return;
+        };
+        let footprint = Footprint {
+            follower: left.acted.follower.as_deref(),
+            managed: left.acted.managed || whatever_mode,
+        };
+        let Sessions { held, recorded, .. } = &left.sessions;
+        let session = held.clone().or_else(|| recorded.clone());
+        run.withdrawing = Some(Withdrawing::Running {
+            withdrawal: Box::new(Withdrawal::whole(footprint, &left.pods, left.sessions)),
+            consul_key: left.acted.consul_key,
+            session,
+            wait: left.wait,
+        });
+    }
+
+    /// How the withdrawal step handed out last went.
+    pub fn withdrew(&mut self, performed: Performed) {
+        if let Some(Withdrawing::Running { withdrawal, .. }) =
+            self.run.as_deref_mut().and_then(|r| r.withdrawing.as_mut())
+        {
+            withdrawal.done(performed);
         }
     }
 
@@ -369,6 +496,64 @@ impl Election {
 
     fn stage(&mut self) -> Option<&mut Stage> {
         self.run.as_deref_mut().map(|r| &mut r.stage)
+    }
+}
+
+/// Where a withdrawal takes the reconcile.
+enum Then {
+    /// Hand this request out.
+    Ask(Next),
+    /// The withdrawal is over: the reconcile goes on.
+    GoOn,
+    /// The reconcile ends with this request.
+    End(Next, Duration),
+}
+
+impl Withdrawing {
+    fn poll(&mut self) -> Then {
+        let Withdrawing::Running {
+            withdrawal,
+            consul_key,
+            session,
+            wait,
+        } = self
+        else {
+            return match self {
+                Withdrawing::GaveUp => Then::GoOn,
+                // Its footprint is owed: the driver asked twice without reading it.
+                _ => Then::End(
+                    Next::Stop(look_again::ERROR_REQUEUE),
+                    look_again::ERROR_REQUEUE,
+                ),
+            };
+        };
+        if let Some(step) = withdrawal.poll() {
+            return Then::Ask(Next::Withdraw(step));
+        }
+        match withdrawal.outcome() {
+            Withdrawn::Done => Then::GoOn,
+            // A pod patch failed: the driver returns its failure, and the withdrawal is
+            // retried from the start.
+            Withdrawn::Stopped => Then::End(
+                Next::Stop(look_again::ERROR_REQUEUE),
+                look_again::ERROR_REQUEUE,
+            ),
+            Withdrawn::ConsulFailed => {
+                let skip = wait.skip.as_deref();
+                match deadline(skip, wait.deleted_at, wait.now, wait.bound) {
+                    Deadline::RetryIn(after) => Then::End(Next::RetryConsul(after), after),
+                    Deadline::GiveUp(why) => {
+                        let give_up = GiveUp {
+                            why,
+                            consul_key: std::mem::take(consul_key),
+                            session: session.take(),
+                        };
+                        *self = Withdrawing::GaveUp;
+                        Then::Ask(Next::GiveUp(give_up))
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -27,6 +27,7 @@
 //! | Unusable Consul access | report Invalid, fence (the refused access in use is dropped first) | stop, [`SECRET_REQUEUE`] |
 //! | A paused election's edit | fence | stop, [`INVALID_REQUEUE`] |
 //! | Another install serves it (rule 8) | unwatch | stop, [`INVALID_REQUEUE`] |
+//! | Deleted ([`Reconcile::deleted`]) | unwatch, withdraw (rule 7) | stop |
 //! | An edit of labels, key, Consul access or session | unwatch, withdraw whatever the mode, record the values, watch | plan |
 //! | Nothing in the way | record the values if edited, watch | plan |
 //!
@@ -139,6 +140,23 @@ impl Reconcile {
             then: None,
             why: "",
         }
+    }
+
+    /// A reconcile of an election being deleted: it stops watching the key and withdraws the
+    /// election (rule 7), whatever its spec, and plans nothing.
+    pub fn deleted() -> Reconcile {
+        let mut reconcile = Reconcile::new(Ok(()), None, false);
+        reconcile.stand_back(
+            [
+                Step::Unwatch,
+                Step::Withdraw {
+                    whatever_mode: false,
+                },
+            ],
+            INVALID_REQUEUE,
+            "the election is deleted",
+        );
+        reconcile
     }
 
     /// What to do next.

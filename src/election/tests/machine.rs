@@ -5,11 +5,12 @@ use super::support::*;
 use crate::election::admission::{Access, Input};
 use crate::election::first_look::{KeyRead, Look, SessionRead};
 use crate::election::look_again::{self, ERROR_REQUEUE, INVALID_REQUEUE};
-use crate::election::machine::{Election, Next, Opening, Start};
+use crate::election::machine::{ConsulWait, Election, GiveUp, Left, Next, Opening, Start};
 use crate::election::plan::{ConditionState, EventReason};
 use crate::election::plan_loop::Answer;
 use crate::election::reconcile::{Found, Step};
 use crate::election::report::StandBack;
+use crate::election::withdrawal::{self, Acted, LabelledPod, Performed, SessionToEnd, Sessions};
 
 fn valid() -> ConditionState {
     ConditionState {
@@ -26,6 +27,83 @@ fn start() -> Start {
         served_elsewhere: None,
         paused: false,
         token_secret: false,
+        deleted: false,
+    }
+}
+
+/// What an election elected with session `s1` for pod `a` left: `a` the leader, `b` a
+/// follower; `deleted_at` its deletion, the wall clock read at `now`.
+fn left(deleted_at: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Left {
+    let labelled = |name: &str, value: &str| LabelledPod {
+        pod: name.to_owned(),
+        uid: uid(name),
+        value: Some(value.to_owned()),
+    };
+    Left {
+        acted: Acted {
+            label_key: "role".into(),
+            follower: Some("follower".into()),
+            consul_key: "elector/default/web".into(),
+            managed: true,
+        },
+        pods: vec![labelled("a", "leader"), labelled("b", "follower")],
+        sessions: Sessions {
+            held: Some("s1".into()),
+            recorded: Some("s1".into()),
+            owner: own_install(),
+            election: crate::election::config::ElectionKey {
+                namespace: "default".into(),
+                name: "web".into(),
+            },
+        },
+        wait: ConsulWait {
+            skip: None,
+            deleted_at,
+            now,
+            bound: secs(300),
+        },
+    }
+}
+
+fn unlabel(name: &str) -> Next {
+    Next::Withdraw(withdrawal::Step::Unlabel {
+        pod: name.to_owned(),
+        uid: uid(name),
+    })
+}
+
+/// The withdrawal of [`left`], every step taking effect.
+fn withdrawn() -> [Next; 4] {
+    [
+        unlabel("a"),
+        Next::Withdraw(withdrawal::Step::Release {
+            session: "s1".into(),
+        }),
+        Next::Withdraw(withdrawal::Step::Destroy(SessionToEnd::Held("s1".into()))),
+        unlabel("b"),
+    ]
+}
+
+/// Drives a reconcile of a deleted election whose Consul steps `consul` answers, at `now`
+/// (deleted at `t(0)`); returns the requests in order.
+fn delete(election: &mut Election, consul: Performed, now: jiff::Timestamp) -> Vec<Next> {
+    election.begin(Start {
+        deleted: true,
+        ..start()
+    });
+    let mut asked = Vec::new();
+    loop {
+        let next = election.poll();
+        asked.push(next.clone());
+        match next {
+            Next::Do(_) => election.done(None),
+            Next::Left => election.left(left(Some(t(0)), now)),
+            Next::Withdraw(step) if step.in_consul() => election.withdrew(consul.clone()),
+            Next::Withdraw(_) => election.withdrew(Performed::Done),
+            Next::GiveUp(_) => {}
+            Next::Stop(_) | Next::RetryConsul(_) => return asked,
+            other => panic!("a deleted election asked for {other:?}"),
+        }
     }
 }
 
@@ -60,6 +138,9 @@ fn reconcile(election: &mut Election, scene: &Scene, applied: Found) -> Vec<Next
                 Input::Applied => applied.clone(),
             }),
             Next::Do(_) => election.done(None),
+            Next::Left => election.left(left(None, scene.now)),
+            Next::Withdraw(_) => election.withdrew(Performed::Done),
+            Next::GiveUp(_) | Next::RetryConsul(_) => return asked,
             Next::Open => election.opened(Opening {
                 recorded: scene.recorded.clone(),
                 switchover: None,
@@ -160,10 +241,7 @@ fn after_a_withdrawal_the_first_look_reads_the_key_back_instead_of_trusting_the_
     let scene = Scene::elected("a", &["b"], 5);
     let mut election = Election::new();
     let asked = reconcile(&mut election, &scene, EDITED);
-    let withdraw = Next::Do(Step::Withdraw {
-        whatever_mode: true,
-    });
-    let withdrew = asked.iter().position(|n| *n == withdraw);
+    let withdrew = asked.iter().position(|n| *n == Next::Left);
     let looked = asked.iter().position(|n| matches!(n, Next::Look(_)));
     assert!(withdrew < looked, "{asked:?}");
     assert_eq!(
@@ -218,4 +296,80 @@ fn a_request_asked_again_before_its_answer_ends_the_reconcile() {
     assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
     // And one not begun has nothing to ask.
     assert_eq!(Election::new().poll(), Next::Stop(ERROR_REQUEUE));
+}
+
+#[test]
+fn an_edit_withdraws_in_rule_7s_order_then_records_the_values_and_plans() {
+    let scene = Scene::elected("a", &["b"], 5);
+    let mut election = Election::new();
+    let asked = reconcile(&mut election, &scene, EDITED);
+    let left = asked
+        .iter()
+        .position(|n| *n == Next::Left)
+        .expect("a withdrawal");
+    let after = left + 1 + withdrawn().len();
+    assert_eq!(asked[left + 1..after], withdrawn(), "{asked:?}");
+    assert_eq!(asked[after], Next::Do(Step::RecordApplied));
+}
+
+#[test]
+fn a_deleted_election_is_withdrawn_and_nothing_else() {
+    let mut election = Election::new();
+    let asked = delete(&mut election, Performed::Done, t(10));
+    let mut expected = vec![Next::Do(Step::Unwatch), Next::Left];
+    expected.extend(withdrawn());
+    expected.push(Next::Stop(INVALID_REQUEUE));
+    assert_eq!(asked, expected);
+}
+
+#[test]
+fn a_deletion_retries_consul_within_its_bound_and_then_gives_up() {
+    let mut election = Election::new();
+    let release_failed = [
+        Next::Do(Step::Unwatch),
+        Next::Left,
+        unlabel("a"),
+        Next::Withdraw(withdrawal::Step::Release {
+            session: "s1".into(),
+        }),
+        // Consul failing does not keep the other labels on.
+        unlabel("b"),
+    ];
+    let within = delete(&mut election, Performed::Failed, t(20));
+    let mut expected = release_failed.to_vec();
+    expected.push(Next::RetryConsul(secs(5)));
+    assert_eq!(within, expected);
+    let past = delete(&mut election, Performed::Failed, t(300));
+    let mut expected = release_failed.to_vec();
+    expected.push(Next::GiveUp(GiveUp {
+        why: past
+            .iter()
+            .find_map(|n| match n {
+                Next::GiveUp(g) => Some(g.why.clone()),
+                _ => None,
+            })
+            .unwrap_or_default(),
+        consul_key: "elector/default/web".into(),
+        session: Some("s1".into()),
+    }));
+    expected.push(Next::Stop(INVALID_REQUEUE));
+    assert_eq!(past, expected);
+}
+
+#[test]
+fn a_failed_pod_patch_ends_the_withdrawal_and_the_reconcile() {
+    let mut election = Election::new();
+    election.begin(Start {
+        deleted: true,
+        ..start()
+    });
+    assert_eq!(election.poll(), Next::Do(Step::Unwatch));
+    election.done(None);
+    assert_eq!(election.poll(), Next::Left);
+    election.left(left(Some(t(0)), t(1)));
+    assert_eq!(election.poll(), unlabel("a"));
+    election.withdrew(Performed::Failed);
+    // The key is not released while the leader label may still be on (rule 7).
+    assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
+    assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
 }

@@ -41,6 +41,7 @@ use crate::election::plan::{Action, Phase, Plan};
 use crate::election::plan_loop::{Answer, World};
 use crate::election::session_names::session_name;
 use crate::election::switchover_request::{RequestSeen, RequestStep, step};
+use crate::election::withdrawal::Performed;
 
 mod lifecycle;
 
@@ -1306,6 +1307,11 @@ impl Model {
         let mut opened = None;
         let mut told = None;
         let mut looked = false;
+        // As the controller keeps the failure of a withdrawal step: the reconcile fails with it
+        // unless the machine gives up on Consul.
+        let mut failed = false;
+        // A withdrawal was read and has not been seen to end yet.
+        let mut withdrawing = false;
         // The key as the reconcile last read it, as the controller's round keeps it.
         let mut lock = LockView::Unknown;
         loop {
@@ -1315,7 +1321,34 @@ impl Model {
                     self.election.gathered(found);
                     continue;
                 }
+                Next::Left => {
+                    if self.served_elsewhere() && self.deleted_at.is_none() {
+                        self.fail("rule 8: withdrew an election another install serves");
+                    }
+                    withdrawing = true;
+                    let left = self.left();
+                    self.election.left(left);
+                    continue;
+                }
+                Next::Withdraw(step) => {
+                    let performed = self.withdrawal_step(&step, &mut faults);
+                    failed |= performed == Performed::Failed;
+                    self.election.withdrew(performed);
+                    continue;
+                }
+                Next::GiveUp(give_up) => {
+                    failed = false;
+                    let _ = writeln!(self.trace, "   gave up on Consul: {}", give_up.why);
+                    *self.seen.entry("cleanup gave up".into()).or_default() += 1;
+                    self.registered = None;
+                    continue;
+                }
+                Next::RetryConsul(_) => return self.stopped_before_planning(&faults),
+                Next::Stop(_) if failed => return self.stopped_before_planning(&faults),
                 Next::Do(step) => {
+                    if std::mem::take(&mut withdrawing) {
+                        self.withdrew(&step);
+                    }
                     let _ = writeln!(self.trace, "   step {step:?}");
                     match self.perform(step, &spec, &mut faults) {
                         Some(recheck) => self.election.done(recheck),
@@ -1324,7 +1357,12 @@ impl Model {
                     continue;
                 }
                 Next::Stop(look_again) if opened.is_none() => {
-                    self.stood_back(look_again);
+                    if self.deleted_at.is_some() {
+                        self.finalized = true;
+                        let _ = writeln!(self.trace, "   finalizer removed");
+                    } else {
+                        self.stood_back(look_again);
+                    }
                     return self.stopped_before_planning(&faults);
                 }
                 Next::Stop(_) => break,

@@ -14,9 +14,8 @@ use super::{Action, Mode, Model, PodView, SessionHealth, model_election, model_o
 use crate::consul::parse_go_duration;
 use crate::crd::{AppliedSession, AppliedSpec};
 use crate::election::admission::{Access, Input, served_elsewhere};
-use crate::election::cleanup_deadline::{Deadline, deadline};
 use crate::election::config::Behavior;
-use crate::election::machine::Start;
+use crate::election::machine::{ConsulWait, Left, Start};
 use crate::election::plan::{ConditionState, Plan};
 use crate::election::reconcile::{Found, Step as Before};
 use crate::election::session_names::session_name;
@@ -115,6 +114,7 @@ impl Model {
             served_elsewhere: served_elsewhere(self.recorded.served_by.as_deref(), &model_owner()),
             paused: self.config.paused,
             token_secret: false,
+            deleted: self.deleted_at.is_some(),
         }
     }
 
@@ -202,24 +202,7 @@ impl Model {
                     .entry(format!("stood back: {:?}", back.phase))
                     .or_default() += 1;
             }
-            Before::Withdraw { whatever_mode } => {
-                let managed = whatever_mode || self.acted().managed;
-                let sessions = self.sessions();
-                let whole = |footprint: Footprint<'_>, pods: &[LabelledPod]| {
-                    Withdrawal::whole(footprint, pods, sessions)
-                };
-                if self.withdraw(managed, faults, whole) != Withdrawn::Done {
-                    return None;
-                }
-                let situation = match whatever_mode {
-                    true => "withdrew after an edit",
-                    false => "withdrew for an older election",
-                };
-                *self.seen.entry(situation.into()).or_default() += 1;
-                if !whatever_mode {
-                    self.check_yielded();
-                }
-            }
+            Before::Withdraw { .. } => self.fail("a withdrawal handed out as one step"),
             Before::RecordApplied => {
                 let from = self.applied.as_ref().map(|a| a.key.clone());
                 if let Some(from) = from.filter(|from| *from != now.key) {
@@ -233,7 +216,20 @@ impl Model {
         Some(None)
     }
 
-    /// What the election was acted with, as `cleanup::Footprint::of` asks
+    /// A withdrawal ended well, and the reconcile goes on with `next`: after yielding to an
+    /// older election it wakes that one, after an edit it records the values or watches.
+    pub(super) fn withdrew(&mut self, next: &Before) {
+        let situation = match next {
+            Before::Wake(_) => {
+                self.check_yielded();
+                "withdrew for an older election"
+            }
+            _ => "withdrew after an edit",
+        };
+        *self.seen.entry(situation.into()).or_default() += 1;
+    }
+
+    /// What the election was acted with, as `cleanup::Withdrawer::read` asks
     /// [`acted_with`]: a registered session is the operator's whatever the mode says now.
     fn acted(&self) -> Acted {
         acted_with(
@@ -309,8 +305,17 @@ impl Model {
                     .seen
                     .entry("fenced an election that cannot act".into())
                     .or_default() += 1;
-                let managed = self.acted().managed;
-                match self.withdraw(managed, faults, Withdrawal::fence) {
+                let (follower, pods) = (self.footprint_follower(), self.labelled_pods());
+                let footprint = Footprint {
+                    follower: Some(&follower),
+                    managed: self.acted().managed,
+                };
+                let mut fence = Withdrawal::fence(footprint, &pods);
+                while let Some(step) = fence.poll() {
+                    let performed = self.withdrawal_step(&step, faults);
+                    fence.done(performed);
+                }
+                match fence.outcome() {
                     Withdrawn::Stopped => None,
                     _ => Some(None),
                 }
@@ -334,16 +339,24 @@ impl Model {
             || pod.handover.is_some()
     }
 
-    /// Runs the withdrawal of what the election did with the recorded values, each step
-    /// checked like a planner's action.
-    fn withdraw(
-        &mut self,
-        managed: bool,
-        faults: &mut Faults,
-        decide: impl FnOnce(Footprint<'_>, &[LabelledPod]) -> Withdrawal,
-    ) -> Withdrawn {
-        let pods: Vec<LabelledPod> = self
-            .pods
+    /// What the election left, as `cleanup::Withdrawer::read` reads it for the machine.
+    pub(super) fn left(&self) -> Left {
+        Left {
+            pods: self.labelled_pods(),
+            acted: self.acted(),
+            sessions: self.sessions(),
+            wait: ConsulWait {
+                skip: None,
+                deleted_at: self.deleted_at,
+                now: self.now,
+                bound: CLEANUP_BOUND,
+            },
+        }
+    }
+
+    /// The pods the election labelled, as a withdrawal sees them.
+    fn labelled_pods(&self) -> Vec<LabelledPod> {
+        self.pods
             .iter()
             .filter(|p| Self::labelled(p))
             .map(|p| LabelledPod {
@@ -351,67 +364,62 @@ impl Model {
                 uid: p.uid.clone(),
                 value: p.role.clone(),
             })
-            .collect();
-        let follower = self.footprint_follower();
-        let footprint = Footprint {
-            follower: Some(&follower),
-            managed,
+            .collect()
+    }
+
+    /// Performs one step of a withdrawal with `faults`, checked like a planner's action.
+    pub(super) fn withdrawal_step(&mut self, step: &Step, faults: &mut Faults) -> Performed {
+        let before = self.unbacked_labels();
+        let leaders_before = self.leaders().len();
+        let (executed, failing) = faults.next();
+        let performed = if executed {
+            self.perform_withdrawal(step)
+        } else {
+            Performed::Failed
         };
-        let mut withdrawal = decide(footprint, &pods);
-        while let Some(step) = withdrawal.poll() {
-            let before = self.unbacked_labels();
-            let leaders_before = self.leaders().len();
-            let (executed, failing) = faults.next();
-            let performed = if executed {
-                self.perform_withdrawal(&step)
-            } else {
-                Performed::Failed
-            };
-            let performed = match performed {
-                Performed::Done | Performed::SessionNamed(_) if failing => Performed::Failed,
-                performed => performed,
-            };
-            let ok = performed != Performed::Failed;
-            let _ = writeln!(
-                self.trace,
-                "   {} withdrawal {step:?}: {performed:?}",
-                if ok { "ok  " } else { "FAIL" }
-            );
-            let kind = match &step {
-                Step::Unlabel { .. } => "Unlabel",
-                Step::ReadSession(_) => "ReadSession",
-                Step::Release { .. } => "Release",
-                Step::Destroy(_) => "Destroy",
-                Step::Forget => "Forget",
-            };
-            let outcome = match performed {
-                Performed::Failed => "failed",
-                Performed::NoAccess => "without access",
-                Performed::Done | Performed::SessionNamed(_) => "ok",
-            };
-            *self
-                .seen
-                .entry(format!("withdrawal {outcome} {kind}"))
-                .or_default() += 1;
-            let checked_as = match &step {
-                Step::Unlabel { pod, uid } => Action::Unlabel {
-                    pod: pod.clone(),
-                    uid: uid.clone(),
-                },
-                Step::Release { session } => Action::Release {
-                    session: session.clone(),
-                },
-                Step::Destroy(SessionToEnd::Held(id) | SessionToEnd::Recorded(id)) => {
-                    Action::DestroySession {
-                        session: id.clone(),
-                    }
+        let performed = match performed {
+            Performed::Done | Performed::SessionNamed(_) if failing => Performed::Failed,
+            performed => performed,
+        };
+        let ok = performed != Performed::Failed;
+        let _ = writeln!(
+            self.trace,
+            "   {} withdrawal {step:?}: {performed:?}",
+            if ok { "ok  " } else { "FAIL" }
+        );
+        let kind = match step {
+            Step::Unlabel { .. } => "Unlabel",
+            Step::ReadSession(_) => "ReadSession",
+            Step::Release { .. } => "Release",
+            Step::Destroy(_) => "Destroy",
+            Step::Forget => "Forget",
+        };
+        let outcome = match performed {
+            Performed::Failed => "failed",
+            Performed::NoAccess => "without access",
+            Performed::Done | Performed::SessionNamed(_) => "ok",
+        };
+        *self
+            .seen
+            .entry(format!("withdrawal {outcome} {kind}"))
+            .or_default() += 1;
+        let checked_as = match step {
+            Step::Unlabel { pod, uid } => Action::Unlabel {
+                pod: pod.clone(),
+                uid: uid.clone(),
+            },
+            Step::Release { session } => Action::Release {
+                session: session.clone(),
+            },
+            Step::Destroy(SessionToEnd::Held(id) | SessionToEnd::Recorded(id)) => {
+                Action::DestroySession {
+                    session: id.clone(),
                 }
-                Step::ReadSession(_) | Step::Forget => Action::ForgetSession,
-            };
-            self.check_action(&checked_as, executed, leaders_before, &before);
-            withdrawal.done(performed);
-        }
-        withdrawal.outcome()
+            }
+            Step::ReadSession(_) | Step::Forget => Action::ForgetSession,
+        };
+        self.check_action(&checked_as, executed, leaders_before, &before);
+        performed
     }
 
     /// Whose sessions a withdrawal may end, as the controller's cleanup tells it: the session
@@ -495,34 +503,14 @@ impl Model {
         }
     }
 
-    /// One loop of a deleted election: the withdrawal with its Consul bound; the finalizer
-    /// goes once it is done or the bound gave up on Consul.
-    pub(super) fn finalize(&mut self, mut faults: Faults) {
-        self.tick_sessions();
+    /// One loop of a deleted election: the same machine withdraws it, with its Consul bound;
+    /// the finalizer goes once that reconcile succeeds.
+    pub(super) fn finalize(&mut self, faults: Faults) {
         if self.finalized {
+            self.tick_sessions();
             return;
         }
-        let managed = self.acted().managed;
-        let sessions = self.sessions();
-        let whole = |footprint: Footprint<'_>, pods: &[LabelledPod]| {
-            Withdrawal::whole(footprint, pods, sessions)
-        };
-        match self.withdraw(managed, &mut faults, whole) {
-            Withdrawn::Stopped => {}
-            Withdrawn::Done => self.finalized = true,
-            Withdrawn::ConsulFailed => {
-                let deleted_at = self.deleted_at;
-                if let Deadline::GiveUp(why) = deadline(None, deleted_at, self.now, CLEANUP_BOUND) {
-                    let _ = writeln!(self.trace, "   gave up on Consul: {why}");
-                    *self.seen.entry("cleanup gave up".into()).or_default() += 1;
-                    self.registered = None;
-                    self.finalized = true;
-                }
-            }
-        }
-        if self.finalized {
-            let _ = writeln!(self.trace, "   finalizer removed");
-        }
+        self.reconcile_with(faults);
     }
 
     /// Quiesce for a deleted election: Consul answers again, the cleanup finishes, and
