@@ -30,10 +30,7 @@ use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
 use crate::election::cleanup_deadline::gave_up;
 use crate::election::config::{ElectionKey, LabelConfig};
 use crate::election::machine::{ConsulWait, GiveUp, Left};
-use crate::election::observe::SessionView;
-use crate::election::unusable::{
-    UnusableLabel, UnusableLock, judged_ttl, session_unconfirmed_since, unusable_label,
-};
+use crate::election::unusable::{LockFacts, UnusableLabel};
 use crate::election::withdrawal::{
     self, LabelledPod, Performed, SessionToEnd, Sessions, Step, acted_with,
 };
@@ -214,41 +211,6 @@ pub fn give_up(
     ctx.publish_election_event(&event, "Cleanup", &le.object_ref(&()), None);
 }
 
-/// Rule 2 for an election the operator cannot act on (invalid spec, unusable Consul access,
-/// waiting for a younger election; see [`crate::election::unusable`]): its leader label goes
-/// once the key is read lost, or went unconfirmed for a TTL. Returns when to look again, if
-/// the label stays for now.
-///
-/// With `in_use_refused` (the Consul access the session was created with is the one now
-/// refused: a token Secret that withdrew its opt-in or is gone, an address or datacenter no
-/// longer allowed), that access is not used any more: the session is no longer renewed and the
-/// key no longer watched, so the label goes a TTL after the session's last renewal.
-pub async fn fence_unusable(
-    le: &LeaderElection,
-    key: &ElectionKey,
-    ctx: &Context,
-    in_use_refused: bool,
-    written_since_read: bool,
-) -> Result<Option<Duration>, Error> {
-    let session = ctx.sessions.view(key);
-    if in_use_refused {
-        ctx.sessions.forget(key);
-        ctx.locks.unwatch(key);
-    }
-    let verdict = judge_label(
-        le,
-        key,
-        ctx,
-        session.as_ref(),
-        Known {
-            in_use_refused,
-            written_since_read,
-        },
-        unusable_label,
-    );
-    fence_when(le, ctx, verdict).await
-}
-
 /// Carries out rule 2's `verdict` on `le`'s leader label: takes it off for
 /// [`UnusableLabel::Fence`] (and returns `None`), else returns when to judge again.
 pub async fn fence_when(
@@ -275,50 +237,23 @@ pub async fn fence_when(
     }
 }
 
-/// What a rule 2 judgement of an election that cannot act knows beside the caches.
-#[derive(Debug, Clone, Copy)]
-pub struct Known {
-    /// The Consul access the session was created with is the one refused.
-    pub in_use_refused: bool,
-    /// This process wrote the key since it last read it back
-    /// ([`crate::election::machine::Election::key_written_since_read`]).
-    pub written_since_read: bool,
-}
-
-/// `judge` (a rule 2 judgement of [`crate::election::unusable`]) applied to what this process
-/// knows of `le`'s lock now, `session` being the election's session as this process holds it.
-pub fn judge_label(
-    le: &LeaderElection,
-    key: &ElectionKey,
-    ctx: &Context,
-    session: Option<&SessionView>,
-    known: Known,
-    judge: impl FnOnce(&UnusableLock<'_>, tokio::time::Instant, Duration) -> UnusableLabel,
-) -> UnusableLabel {
-    let now = tokio::time::Instant::now();
-    let started_at = ctx.caches.written.started_at();
-    let session_unconfirmed_since =
-        session_unconfirmed_since(session.map(|s| s.health), known.in_use_refused, started_at);
+/// What this process knows of `le`'s lock now, for a rule 2 judgement of an election that
+/// cannot act.
+pub fn lock_facts(le: &LeaderElection, key: &ElectionKey, ctx: &Context) -> LockFacts {
     let status = ctx.caches.current_status(le);
-    let recorded_session = status.leader_or_last().and_then(|l| l.session_id.clone());
-    let lock = ctx.locks.lock(key);
-    let lock = UnusableLock {
-        lock: &lock,
-        session: session
-            .map(|s| s.id.as_str())
-            .or(recorded_session.as_deref()),
+    LockFacts {
+        lock: ctx.locks.lock(key),
         read_at: ctx.locks.read_at(key),
-        session_unconfirmed_since,
-        started_at,
-        written_since_read: known.written_since_read,
-    };
-    let applied_ttl = status
-        .applied
-        .as_ref()
-        .and_then(|applied| applied.session.as_ref())
-        .and_then(|s| parse_go_duration(&s.ttl).ok());
-    let ttl = judged_ttl(applied_ttl, session.map(|s| s.ttl));
-    judge(&lock, now, ttl)
+        held: ctx.sessions.view(key),
+        recorded_session: status.leader_or_last().and_then(|l| l.session_id.clone()),
+        applied_ttl: status
+            .applied
+            .as_ref()
+            .and_then(|applied| applied.session.as_ref())
+            .and_then(|s| parse_go_duration(&s.ttl).ok()),
+        started_at: ctx.caches.written.started_at(),
+        now: tokio::time::Instant::now(),
+    }
 }
 
 /// The pods `le` labelled under `label_key` ([`observe::labelled_by`]), as a withdrawal sees

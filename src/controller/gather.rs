@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
-use super::cleanup::{Known, fence_when, judge_label};
+use super::cleanup::{fence_when, lock_facts};
 use super::context::Context;
 use crate::Error;
 use crate::crd::LeaderElection;
@@ -78,12 +78,7 @@ fn verdict(
     ctx: &Context,
     written_since_read: bool,
 ) -> UnusableLabel {
-    let session = ctx.sessions.view(key);
-    let known = Known {
-        in_use_refused: false,
-        written_since_read,
-    };
-    judge_label(le, key, ctx, session.as_ref(), known, |lock, now, ttl| {
+    lock_facts(le, key, ctx).judge(false, written_since_read, |lock, now, ttl| {
         waiting_label(lock, now, ttl, config.mode, config.on_consul_unavailable)
     })
 }

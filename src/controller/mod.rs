@@ -163,9 +163,10 @@ async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Acti
             }
             Next::Do(step) => {
                 tracing::debug!(election = %key, ?step, why = election.why(), "step");
-                let recheck = inputs.perform(step, election.key_written_since_read());
-                election.done(recheck.await?);
+                inputs.perform(step).await?;
+                election.done();
             }
+            Next::Judge => election.judged(&cleanup::lock_facts(le, &key, ctx)),
             Next::Left => {
                 tracing::info!(election = %key, "withdrawing: {}", election.why());
                 let (left, reader) = cleanup::Withdrawer::read(le, ctx)?;
@@ -306,12 +307,8 @@ impl<'a> Inputs<'a> {
         Ok(act::Round::open(self.le, self.key, config, consul, self.ctx).await)
     }
 
-    /// Performs `step`; a fence returns when to judge again.
-    async fn perform(
-        &mut self,
-        step: Step,
-        written_since_read: bool,
-    ) -> Result<Option<Duration>, Error> {
+    /// Performs `step`.
+    async fn perform(&mut self, step: Step) -> Result<(), Error> {
         let (le, key, ctx) = (self.le, self.key, self.ctx);
         match step {
             Step::Unwatch => ctx.locks.unwatch(key),
@@ -322,14 +319,11 @@ impl<'a> Inputs<'a> {
                 }
             }
             Step::Report(back) => status_write::stand_back(le, ctx, &back).await?,
-            Step::Withdraw { .. } => {
-                return Err(Error::InvalidStatus(
-                    "a withdrawal handed out as one step".into(),
-                ));
-            }
-            Step::Fence { in_use_refused } => {
-                return cleanup::fence_unusable(le, key, ctx, in_use_refused, written_since_read)
-                    .await;
+            Step::Forget => ctx.sessions.forget(key),
+            Step::Withdraw { .. } | Step::Fence { .. } => {
+                return Err(Error::InvalidStatus(format!(
+                    "{step:?} handed out as one step: the machine hands out its steps"
+                )));
             }
             Step::Wake(name) => ctx.reconcile_soon(&ElectionKey {
                 namespace: key.namespace.clone(),
@@ -341,7 +335,7 @@ impl<'a> Inputs<'a> {
                 }
             }
         }
-        Ok(None)
+        Ok(())
     }
 }
 

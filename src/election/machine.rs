@@ -15,7 +15,8 @@
 //! loop {
 //!     match election.poll() {
 //!         Next::Gather(input) => election.gathered(gather(input)),
-//!         Next::Do(step) => election.done(perform(step)),
+//!         Next::Do(step) => { perform(step); election.done(); }
+//!         Next::Judge => election.judged(&what_is_known_of_the_lock()),
 //!         Next::Left => election.left(read_what_it_left()),
 //!         Next::Withdraw(step) => election.withdrew(perform(step)),
 //!         Next::GiveUp(give_up) => forget_the_session_and_warn(give_up),
@@ -30,7 +31,7 @@
 //! }
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -46,6 +47,7 @@ use super::plan::{Action, ConditionState, ElectionEvent, Plan};
 use super::plan_loop::{self, Answer, Elected, PlanLoop, World};
 use super::reconcile::{self, Found, Reconcile, Step};
 use super::refusal::ConsulRefusal;
+use super::unusable::{LockFacts, UnusableLabel, unusable_label};
 use super::withdrawal::{
     self, Acted, Footprint, LabelledPod, Performed, Sessions, Withdrawal, Withdrawn,
 };
@@ -128,6 +130,9 @@ pub enum Next {
     Gather(Input),
     /// Perform this step and report it with [`Election::done`].
     Do(Step),
+    /// Read what this process knows of the election's lock, and pass it to
+    /// [`Election::judged`]: rule 2 for an election that cannot act.
+    Judge,
     /// Read what the election left on its pods and in Consul, and pass it to
     /// [`Election::left`].
     Left,
@@ -171,8 +176,9 @@ enum Stage {
 /// A withdrawal under way in a reconcile.
 #[derive(Debug, Clone)]
 enum Withdrawing {
-    /// [`Next::Left`] was handed out; the operator's own session counts whatever the mode.
-    Reading { whatever_mode: bool },
+    /// [`Next::Left`] was handed out, for the whole withdrawal (the operator's own session
+    /// counting whatever the mode, with `whatever_mode`) or only the leader labels (`fence`).
+    Reading { whatever_mode: bool, fence: bool },
     /// Its steps are handed out.
     Running {
         withdrawal: Box<Withdrawal>,
@@ -184,11 +190,26 @@ enum Withdrawing {
     GaveUp,
 }
 
+/// Rule 2 carried out for an election that cannot act ([`Step::Fence`]).
+#[derive(Debug, Clone)]
+enum Fencing {
+    /// [`Next::Judge`] was handed out.
+    Judging { in_use_refused: bool },
+    /// The steps before the verdict is carried out (`out`: one was handed out, its outcome is
+    /// owed).
+    Carrying {
+        before: VecDeque<Step>,
+        out: bool,
+        verdict: UnusableLabel,
+    },
+}
+
 /// One reconcile under way.
 #[derive(Debug, Clone)]
 struct Run {
     stage: Stage,
     withdrawing: Option<Withdrawing>,
+    fencing: Option<Fencing>,
     /// The `SpecValid` condition of a reconcile that plans.
     spec_valid: Option<ConditionState>,
     token_secret: bool,
@@ -221,6 +242,7 @@ impl Election {
         self.run = Some(Box::new(Run {
             stage: Stage::Admitting(reconcile),
             withdrawing: None,
+            fencing: None,
             spec_valid: None,
             token_secret: start.token_secret,
             removal_failed: false,
@@ -248,6 +270,42 @@ impl Election {
                 }
             }
         }
+        if let Some(fencing) = &mut run.fencing {
+            let Fencing::Carrying {
+                before,
+                out: false,
+                verdict,
+            } = fencing
+            else {
+                // An answer is owed: the driver asked twice without giving it.
+                return Next::Stop(look_again::ERROR_REQUEUE);
+            };
+            if let Some(step) = before.pop_front() {
+                *fencing = Fencing::Carrying {
+                    before: std::mem::take(before),
+                    out: true,
+                    verdict: *verdict,
+                };
+                return Next::Do(step);
+            }
+            let verdict = *verdict;
+            run.fencing = None;
+            match verdict {
+                UnusableLabel::Keep(recheck) => {
+                    if let Stage::Admitting(reconcile) = &mut run.stage {
+                        reconcile.done(Some(recheck));
+                    }
+                }
+                UnusableLabel::Fence => {
+                    run.withdrawing = Some(Withdrawing::Reading {
+                        whatever_mode: false,
+                        fence: true,
+                    });
+                    return Next::Left;
+                }
+            }
+            return self.poll();
+        }
         match &mut run.stage {
             Stage::Over(after, _) => Next::Stop(*after),
             // An answer is owed: the driver asked twice without giving it.
@@ -257,8 +315,15 @@ impl Election {
                 reconcile::Next::Do(Step::Withdraw { whatever_mode }) => {
                     // A withdrawal may release the key: the next look reads it back.
                     self.memory.key.writing();
-                    run.withdrawing = Some(Withdrawing::Reading { whatever_mode });
+                    run.withdrawing = Some(Withdrawing::Reading {
+                        whatever_mode,
+                        fence: false,
+                    });
                     Next::Left
+                }
+                reconcile::Next::Do(Step::Fence { in_use_refused }) => {
+                    run.fencing = Some(Fencing::Judging { in_use_refused });
+                    Next::Judge
                 }
                 reconcile::Next::Do(step) => Next::Do(step),
                 reconcile::Next::Stop(after) => {
@@ -298,11 +363,39 @@ impl Election {
         }
     }
 
-    /// The step handed out last was performed; a fence names when to judge again.
-    pub fn done(&mut self, recheck: Option<Duration>) {
-        if let Some(Stage::Admitting(reconcile)) = self.stage() {
-            reconcile.done(recheck);
+    /// The step handed out last was performed.
+    pub fn done(&mut self) {
+        let Some(run) = self.run.as_deref_mut() else {
+            return;
+        };
+        if let Some(Fencing::Carrying { out, .. }) = &mut run.fencing {
+            *out = false;
+        } else if let Stage::Admitting(reconcile) = &mut run.stage {
+            reconcile.done(None);
         }
+    }
+
+    /// What this process knows of the election's lock, as read for [`Next::Judge`]: rule 2
+    /// decides whether its leader label goes ([`unusable_label`]). With the Consul access in
+    /// use refused, the session is no longer renewed and the key no longer watched first.
+    pub fn judged(&mut self, facts: &LockFacts) {
+        let written_since_read = self.memory.key.written_since_read();
+        let Some(run) = self.run.as_deref_mut() else {
+            return;
+        };
+        let Some(Fencing::Judging { in_use_refused }) = run.fencing else {
+            return;
+        };
+        let verdict = facts.judge(in_use_refused, written_since_read, unusable_label);
+        let before = match in_use_refused {
+            true => VecDeque::from([Step::Forget, Step::Unwatch]),
+            false => VecDeque::new(),
+        };
+        run.fencing = Some(Fencing::Carrying {
+            before,
+            out: false,
+            verdict,
+        });
     }
 
     /// What the election left, as read for [`Next::Left`]: its withdrawal begins.
@@ -310,7 +403,11 @@ impl Election {
         let Some(run) = self.run.as_deref_mut() else {
             return;
         };
-        let Some(Withdrawing::Reading { whatever_mode }) = run.withdrawing else {
+        let Some(Withdrawing::Reading {
+            whatever_mode,
+            fence,
+        }) = run.withdrawing
+        else {
             return;
         };
         let footprint = Footprint {
@@ -319,8 +416,12 @@ impl Election {
         };
         let Sessions { held, recorded, .. } = &left.sessions;
         let session = held.clone().or_else(|| recorded.clone());
+        let withdrawal = match fence {
+            true => Withdrawal::fence(footprint, &left.pods),
+            false => Withdrawal::whole(footprint, &left.pods, left.sessions),
+        };
         run.withdrawing = Some(Withdrawing::Running {
-            withdrawal: Box::new(Withdrawal::whole(footprint, &left.pods, left.sessions)),
+            withdrawal: Box::new(withdrawal),
             consul_key: left.acted.consul_key,
             session,
             wait: left.wait,

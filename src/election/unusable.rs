@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::config::{Mode, UnavailablePolicy};
-use super::observe::{LockView, SessionHealth};
+use super::observe::{LockView, SessionHealth, SessionView};
 
 /// The session TTL a leader label is judged with when nothing better is known.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
@@ -77,6 +77,65 @@ impl UnusableLock<'_> {
             true => &LockView::Unknown,
             false => self.lock,
         }
+    }
+}
+
+/// What this process knows of an election's lock, as read for a rule 2 judgement of an
+/// election that cannot act.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockFacts {
+    /// The key as the watch last saw it.
+    pub lock: LockView,
+    /// When the key was last read successfully; `None` when never by this process.
+    pub read_at: Option<Instant>,
+    /// The election's session as this process holds it.
+    pub held: Option<SessionView>,
+    /// The session the status records for the leader.
+    pub recorded_session: Option<String>,
+    /// The session TTL the status records as applied.
+    pub applied_ttl: Option<Duration>,
+    /// When this process started deciding.
+    pub started_at: Instant,
+    /// Now, on the monotonic clock.
+    pub now: Instant,
+}
+
+impl LockFacts {
+    /// `judge` (such as [`unusable_label`]) over these facts. With `in_use_refused` (the
+    /// Consul access the session was created with is the one refused) the session is no
+    /// longer renewed and the key no longer watched: the session counts as unconfirmed since
+    /// its last renewal, and the key as unread. `written_since_read`: see
+    /// [`UnusableLock::written_since_read`].
+    pub fn judge(
+        &self,
+        in_use_refused: bool,
+        written_since_read: bool,
+        judge: impl FnOnce(&UnusableLock<'_>, Instant, Duration) -> UnusableLabel,
+    ) -> UnusableLabel {
+        let unwatched = LockView::Unknown;
+        let health = self.held.as_ref().map(|s| s.health);
+        let lock = UnusableLock {
+            lock: if in_use_refused {
+                &unwatched
+            } else {
+                &self.lock
+            },
+            session: self
+                .held
+                .as_ref()
+                .map(|s| s.id.as_str())
+                .or(self.recorded_session.as_deref()),
+            read_at: self.read_at.filter(|_| !in_use_refused),
+            session_unconfirmed_since: session_unconfirmed_since(
+                health,
+                in_use_refused,
+                self.started_at,
+            ),
+            started_at: self.started_at,
+            written_since_read,
+        };
+        let ttl = judged_ttl(self.applied_ttl, self.held.as_ref().map(|s| s.ttl));
+        judge(&lock, self.now, ttl)
     }
 }
 

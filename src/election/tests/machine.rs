@@ -6,10 +6,12 @@ use crate::election::admission::{Access, Input};
 use crate::election::first_look::{KeyRead, Look, SessionRead};
 use crate::election::look_again::{self, ERROR_REQUEUE, INVALID_REQUEUE};
 use crate::election::machine::{ConsulWait, Election, GiveUp, Left, Next, Opening, Start};
+use crate::election::observe::{LockView, SessionView};
 use crate::election::plan::{ConditionState, EventReason};
 use crate::election::plan_loop::Answer;
 use crate::election::reconcile::{Found, Step};
 use crate::election::report::StandBack;
+use crate::election::unusable::LockFacts;
 use crate::election::withdrawal::{self, Acted, LabelledPod, Performed, SessionToEnd, Sessions};
 
 fn valid() -> ConditionState {
@@ -96,7 +98,7 @@ fn delete(election: &mut Election, consul: Performed, now: jiff::Timestamp) -> V
         let next = election.poll();
         asked.push(next.clone());
         match next {
-            Next::Do(_) => election.done(None),
+            Next::Do(_) => election.done(),
             Next::Left => election.left(left(Some(t(0)), now)),
             Next::Withdraw(step) if step.in_consul() => election.withdrew(consul.clone()),
             Next::Withdraw(_) => election.withdrew(Performed::Done),
@@ -137,9 +139,10 @@ fn reconcile(election: &mut Election, scene: &Scene, applied: Found) -> Vec<Next
                 Input::Access => Found::Access(Access::Usable),
                 Input::Applied => applied.clone(),
             }),
-            Next::Do(_) => election.done(None),
+            Next::Do(_) => election.done(),
             Next::Left => election.left(left(None, scene.now)),
             Next::Withdraw(_) => election.withdrew(Performed::Done),
+            Next::Judge => panic!("nothing to fence, yet asked to judge the lock"),
             Next::GiveUp(_) | Next::RetryConsul(_) => return asked,
             Next::Open => election.opened(Opening {
                 recorded: scene.recorded.clone(),
@@ -197,42 +200,126 @@ fn a_reconcile_that_plans_asks_in_one_sequence_and_writes_the_status_last() {
     assert!(election.is_empty(), "nothing to carry: {election:?}");
 }
 
-#[test]
-fn a_reconcile_that_cannot_act_stops_without_opening_or_writing_a_status() {
-    let mut election = Election::new();
-    let invalid = ConditionState {
-        status: false,
-        reason: "InvalidSpec",
-        ..valid()
-    };
+/// What this process knows of a lock held by session `s1` and read at `t(0)`, at `now`; the
+/// session renewed at `t(0)` with a TTL of 10 s.
+fn facts(lock: LockView, now: jiff::Timestamp) -> LockFacts {
+    LockFacts {
+        lock,
+        read_at: Some(mono(t(0))),
+        held: Some(SessionView {
+            ttl: secs(10),
+            ..session("s1", "a")
+        }),
+        recorded_session: Some("s1".into()),
+        applied_ttl: None,
+        started_at: mono(t(0)),
+        now: mono(now),
+    }
+}
+
+/// Drives a reconcile of an election whose spec is invalid, answering the lock's judgement
+/// with `facts` and every other request as taking effect; returns the requests in order.
+fn cannot_act(election: &mut Election, facts: &LockFacts) -> Vec<Next> {
     election.begin(Start {
-        spec: Err(invalid.clone()),
+        spec: Err(invalid()),
         ..start()
     });
     let mut asked = Vec::new();
     loop {
-        match election.poll() {
-            Next::Do(step) => {
-                asked.push(step);
-                election.done(None);
-            }
-            Next::Stop(after) => {
-                assert_eq!(after, INVALID_REQUEUE);
-                break;
-            }
+        let next = election.poll();
+        asked.push(next.clone());
+        match next {
+            Next::Do(_) => election.done(),
+            Next::Judge => election.judged(facts),
+            Next::Left => election.left(left(None, t(0))),
+            Next::Withdraw(_) => election.withdrew(Performed::Done),
+            Next::Stop(_) => return asked,
             other => panic!("an election that cannot act asked for {other:?}"),
         }
     }
+}
+
+fn invalid() -> ConditionState {
+    ConditionState {
+        status: false,
+        reason: "InvalidSpec",
+        ..valid()
+    }
+}
+
+#[test]
+fn a_reconcile_that_cannot_act_stops_without_opening_or_writing_a_status() {
+    let mut election = Election::new();
+    // The key read held by the election's session 4 s ago: the label stays for 6 s more,
+    // and the next look comes no later than that.
+    let asked = cannot_act(&mut election, &facts(held("s1", 5, "a"), t(4)));
     assert_eq!(
         asked,
         [
-            Step::Report(StandBack::invalid(invalid, EventReason::InvalidSpec)),
-            Step::Fence {
-                in_use_refused: false
-            },
+            Next::Do(Step::Report(StandBack::invalid(
+                invalid(),
+                EventReason::InvalidSpec
+            ))),
+            Next::Judge,
+            Next::Stop(secs(6).min(INVALID_REQUEUE)),
         ]
     );
     assert_eq!(election.end(), None);
+}
+
+#[test]
+fn an_election_that_cannot_act_loses_its_leader_label_once_the_key_is_read_lost() {
+    let mut election = Election::new();
+    let asked = cannot_act(&mut election, &facts(free(5), t(1)));
+    // Only the labels that may lead go; nothing is sent to Consul.
+    assert_eq!(
+        asked[1..],
+        [
+            Next::Judge,
+            Next::Left,
+            unlabel("a"),
+            Next::Stop(INVALID_REQUEUE),
+        ]
+    );
+}
+
+#[test]
+fn a_refused_access_in_use_stops_the_renewals_and_the_watch_before_it_fences() {
+    let mut election = Election::new();
+    election.begin(Start {
+        spec: Ok(()),
+        ..start()
+    });
+    for input in [
+        Input::LabelKey,
+        Input::Older,
+        Input::YieldingLeader,
+        Input::Access,
+    ] {
+        assert_eq!(election.poll(), Next::Gather(input));
+        election.gathered(match input {
+            Input::LabelKey => Found::LabelKey(valid()),
+            Input::Older => Found::Older(None),
+            Input::YieldingLeader => Found::YieldingLeader(None),
+            _ => Found::Access(Access::Invalid {
+                spec_valid: invalid(),
+                in_use: true,
+            }),
+        });
+    }
+    assert!(matches!(election.poll(), Next::Do(Step::Report(_))));
+    election.done();
+    assert_eq!(election.poll(), Next::Judge);
+    // The key read held a moment ago, but nothing watches it any more and the session went
+    // unrenewed since t(0): the label goes a TTL after that renewal, not after the read.
+    let mut known = facts(held("s1", 5, "a"), t(11));
+    known.read_at = Some(mono(t(10)));
+    election.judged(&known);
+    assert_eq!(election.poll(), Next::Do(Step::Forget));
+    election.done();
+    assert_eq!(election.poll(), Next::Do(Step::Unwatch));
+    election.done();
+    assert_eq!(election.poll(), Next::Left);
 }
 
 #[test]
@@ -291,7 +378,7 @@ fn a_request_asked_again_before_its_answer_ends_the_reconcile() {
     assert_eq!(election.poll(), Next::Gather(Input::Applied));
     election.gathered(UNEDITED);
     assert_eq!(election.poll(), Next::Do(Step::Watch));
-    election.done(None);
+    election.done();
     assert_eq!(election.poll(), Next::Open);
     assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
     // And one not begun has nothing to ask.
@@ -364,7 +451,7 @@ fn a_failed_pod_patch_ends_the_withdrawal_and_the_reconcile() {
         ..start()
     });
     assert_eq!(election.poll(), Next::Do(Step::Unwatch));
-    election.done(None);
+    election.done();
     assert_eq!(election.poll(), Next::Left);
     election.left(left(Some(t(0)), t(1)));
     assert_eq!(election.poll(), unlabel("a"));

@@ -1312,6 +1312,8 @@ impl Model {
         let mut failed = false;
         // A withdrawal was read and has not been seen to end yet.
         let mut withdrawing = false;
+        // The lock was judged for rule 2: a withdrawal that follows only fences.
+        let mut fencing = false;
         // The key as the reconcile last read it, as the controller's round keeps it.
         let mut lock = LockView::Unknown;
         loop {
@@ -1321,11 +1323,27 @@ impl Model {
                     self.election.gathered(found);
                     continue;
                 }
+                Next::Judge => {
+                    if self.served_elsewhere() {
+                        self.fail("rule 8: fenced an election another install serves");
+                    }
+                    fencing = true;
+                    let facts = self.lock_facts();
+                    self.election.judged(&facts);
+                    continue;
+                }
                 Next::Left => {
                     if self.served_elsewhere() && self.deleted_at.is_none() {
                         self.fail("rule 8: withdrew an election another install serves");
                     }
-                    withdrawing = true;
+                    if std::mem::take(&mut fencing) {
+                        *self
+                            .seen
+                            .entry("fenced an election that cannot act".into())
+                            .or_default() += 1;
+                    } else {
+                        withdrawing = true;
+                    }
                     let left = self.left();
                     self.election.left(left);
                     continue;
@@ -1350,10 +1368,8 @@ impl Model {
                         self.withdrew(&step);
                     }
                     let _ = writeln!(self.trace, "   step {step:?}");
-                    match self.perform(step, &spec, &mut faults) {
-                        Some(recheck) => self.election.done(recheck),
-                        None => return self.stopped_before_planning(&faults),
-                    }
+                    self.perform(step, &spec);
+                    self.election.done();
                     continue;
                 }
                 Next::Stop(look_again) if opened.is_none() => {

@@ -20,12 +20,9 @@ use crate::election::plan::{ConditionState, Plan};
 use crate::election::reconcile::{Found, Step as Before};
 use crate::election::session_names::session_name;
 use crate::election::spec_edits::{needs_withdrawal, same_access};
-use crate::election::unusable::{
-    UnusableLabel, UnusableLock, judged_ttl, session_unconfirmed_since, unusable_label,
-};
+use crate::election::unusable::LockFacts;
 use crate::election::withdrawal::{
-    Acted, Footprint, LabelledPod, Performed, SessionToEnd, Sessions, Step, Withdrawal, Withdrawn,
-    acted_with,
+    Acted, LabelledPod, Performed, SessionToEnd, Sessions, Step, acted_with,
 };
 
 /// How long a deleted election's cleanup waits for Consul (the controller's
@@ -166,19 +163,13 @@ impl Model {
         }
     }
 
-    /// Performs `step` as the controller's `Inputs::perform` does: `None` when it failed (the
-    /// reconcile fails), else when a fence judges again.
-    pub(super) fn perform(
-        &mut self,
-        step: Before,
-        now: &AppliedSpec,
-        faults: &mut Faults,
-    ) -> Option<Option<Duration>> {
+    /// Performs `step` as the controller's `Inputs::perform` does.
+    pub(super) fn perform(&mut self, step: Before, now: &AppliedSpec) {
         // Rule 8: an election another install serves is that install's to write.
         if self.served_elsewhere()
             && matches!(
                 step,
-                Before::Report(_) | Before::Withdraw { .. } | Before::Fence { .. }
+                Before::Report(_) | Before::Forget | Before::Withdraw { .. } | Before::Fence { .. }
             )
         {
             self.fail(&format!(
@@ -202,7 +193,10 @@ impl Model {
                     .entry(format!("stood back: {:?}", back.phase))
                     .or_default() += 1;
             }
-            Before::Withdraw { .. } => self.fail("a withdrawal handed out as one step"),
+            Before::Withdraw { .. } | Before::Fence { .. } => {
+                self.fail(&format!("{step:?} handed out as one step"));
+            }
+            Before::Forget => self.registered = None,
             Before::RecordApplied => {
                 let from = self.applied.as_ref().map(|a| a.key.clone());
                 if let Some(from) = from.filter(|from| *from != now.key) {
@@ -211,9 +205,7 @@ impl Model {
                 }
                 self.applied = Some(now.clone());
             }
-            Before::Fence { in_use_refused } => return self.fence_unusable(in_use_refused, faults),
         }
-        Some(None)
     }
 
     /// A withdrawal ended well, and the reconcile goes on with `next`: after yielding to an
@@ -251,84 +243,31 @@ impl Model {
         }
     }
 
-    /// Rule 2 for an election that cannot act, as `cleanup::fence_unusable` judges it
-    /// ([`unusable_label`] over what this process knows of the lock: the watch's last
-    /// answer, the session it renews) and carries it out ([`fence`]). With `in_use_refused`
-    /// the session manager forgets the session (no more renewals) and the key is no longer
-    /// watched, as the controller does before it judges.
-    fn fence_unusable(
-        &mut self,
-        in_use_refused: bool,
-        faults: &mut Faults,
-    ) -> Option<Option<Duration>> {
-        let held = self.registered.clone();
-        if in_use_refused {
-            self.registered = None;
-        } else if !self.consul.kv_stalled {
-            // The key stays watched: a stalled watch brings no answer.
+    /// What the model's operator knows of the lock for a rule 2 judgement of an election
+    /// that cannot act, as `cleanup::lock_facts` reads it: the watch's last answer (the key
+    /// stays watched until the machine says otherwise: an answer comes unless the watch
+    /// stalls), the session it renews.
+    pub(super) fn lock_facts(&mut self) -> LockFacts {
+        if !self.consul.kv_stalled {
             self.read_back();
         }
-        let recorded_session = self
-            .recorded
-            .leader
-            .as_ref()
-            .and_then(|l| l.session_id.clone());
-        let session = held.as_ref().map(|r| r.id.clone()).or(recorded_session);
-        let started_at = mono(self.started_at);
-        let unwatched = super::LockView::Unknown;
-        let lock = UnusableLock {
-            lock: if in_use_refused {
-                &unwatched
-            } else {
-                &self.cached_lock
-            },
-            session: session.as_deref(),
-            read_at: self.kv_read_at.filter(|_| !in_use_refused).map(mono),
-            session_unconfirmed_since: session_unconfirmed_since(
-                held.as_ref().map(|r| r.health),
-                in_use_refused,
-                started_at,
-            ),
-            started_at,
-            written_since_read: self.election.key_written_since_read(),
-        };
-        let applied_ttl = self
-            .applied
-            .as_ref()
-            .and_then(|a| a.session.as_ref())
-            .and_then(|s| parse_go_duration(&s.ttl).ok());
-        let ttl = judged_ttl(applied_ttl, held.as_ref().map(|r| r.ttl));
-        match unusable_label(&lock, mono(self.now), ttl) {
-            UnusableLabel::Keep(recheck) => Some(Some(recheck)),
-            UnusableLabel::Fence => {
-                *self
-                    .seen
-                    .entry("fenced an election that cannot act".into())
-                    .or_default() += 1;
-                let (follower, pods) = (self.footprint_follower(), self.labelled_pods());
-                let footprint = Footprint {
-                    follower: Some(&follower),
-                    managed: self.acted().managed,
-                };
-                let mut fence = Withdrawal::fence(footprint, &pods);
-                while let Some(step) = fence.poll() {
-                    let performed = self.withdrawal_step(&step, faults);
-                    fence.done(performed);
-                }
-                match fence.outcome() {
-                    Withdrawn::Stopped => None,
-                    _ => Some(None),
-                }
-            }
+        LockFacts {
+            lock: self.cached_lock.clone(),
+            read_at: self.kv_read_at.map(mono),
+            held: self.session_view(),
+            recorded_session: self
+                .recorded
+                .leader
+                .as_ref()
+                .and_then(|l| l.session_id.clone()),
+            applied_ttl: self
+                .applied
+                .as_ref()
+                .and_then(|a| a.session.as_ref())
+                .and_then(|s| parse_go_duration(&s.ttl).ok()),
+            started_at: mono(self.started_at),
+            now: mono(self.now),
         }
-    }
-
-    /// The follower value and label key the operator acted with.
-    fn footprint_follower(&self) -> String {
-        self.applied.as_ref().map_or_else(
-            || self.config.labels.follower.clone(),
-            |a| a.follower.clone(),
-        )
     }
 
     /// Whether the election labelled `pod` (its label or any of its annotations).
