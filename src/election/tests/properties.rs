@@ -665,3 +665,40 @@ fn a_takeover_that_keeps_the_other_installs_label_records_its_token_before_relab
     ];
     replay(config(), &[(true, 0)], &events);
 }
+
+/// Pausing moves nothing the operator decides, but in Observe mode the applications still
+/// elect: their leader's session goes with the key (Patroni's leader key), another pod
+/// re-creates it, and its LockIndex restarts at 1. The paused election mirrors the new
+/// holder with a token above the one recorded (rule 6), and rules 1 and 2 hold at every
+/// step. A random run composes this rarely.
+#[test]
+fn a_paused_observe_election_follows_a_re_created_key_with_a_growing_token() {
+    let config = ElectionConfig {
+        mode: Mode::Observe,
+        paused: true,
+        require_ready: false,
+        ..config()
+    };
+    let mut model = Model::new(config, KNOBS, &[(true, 20), (true, 10)]);
+    for _ in 0..3 {
+        model.apply(&Event::ForeignAcquire(0));
+        model.apply(&LOOP);
+    }
+    for _ in 0..2 {
+        model.apply(&Event::DeleteKey);
+        model.apply(&LOOP);
+        model.apply(&Event::ForeignAcquire(1));
+        model.apply(&LOOP);
+        model.apply(&Event::ForeignRelease);
+        model.apply(&Event::ForeignAcquire(0));
+        model.apply(&LOOP);
+    }
+    assert!(
+        model
+            .seen
+            .contains_key("observed token above a re-created key"),
+        "{}",
+        model.trace
+    );
+    model.quiesce();
+}
