@@ -120,9 +120,8 @@ impl<'a> Round<'a> {
                     },
                 };
                 let read = read.map_err(|error| refusal_of(&error.into()));
-                if let Ok(lock) = &read {
-                    self.lock = lock.clone();
-                }
+                // A key that cannot be read is known no more: not as it was before a write.
+                self.lock = read.clone().unwrap_or(LockView::Unknown);
                 if let Some(event) = election.key_read(read) {
                     self.publish(&event);
                 }
@@ -311,14 +310,10 @@ impl<'a> Round<'a> {
                     .kv_release(&self.config.key, &session, &value, LOCK_FLAGS)
                     .await
                 {
-                    Ok(_) => {
-                        self.refresh_lock().await?;
-                        Ok(Answer::Released)
-                    }
+                    Ok(_) => Ok(Answer::Released),
                     Err(ConsulError::InvalidSession { .. }) => {
                         self.session_gone(&session);
-                        self.refresh_lock().await?;
-                        Ok(Answer::SessionGone { read_back: true })
+                        Ok(Answer::SessionGone)
                     }
                     Err(error) => Err(error.into()),
                 }
@@ -349,7 +344,7 @@ impl<'a> Round<'a> {
                 Ok(_) => Ok(Answer::Done),
                 Err(ConsulError::SessionNotFound { .. }) => {
                     self.session_gone(&session);
-                    Ok(Answer::SessionGone { read_back: false })
+                    Ok(Answer::SessionGone)
                 }
                 Err(error) => Err(error.into()),
             },
@@ -450,24 +445,6 @@ impl<'a> Round<'a> {
         }
     }
 
-    async fn refresh_lock(&mut self) -> Result<(), Error> {
-        match self
-            .ctx
-            .locks
-            .refresh(self.key, &self.consul, &self.config.key)
-            .await
-        {
-            Ok(lock) => {
-                self.lock = lock;
-                Ok(())
-            }
-            Err(error) => {
-                self.lock = LockView::Unknown;
-                Err(error.into())
-            }
-        }
-    }
-
     async fn acquire(&mut self, session: &str, pod: &str) -> Result<Answer, Error> {
         let value = self.lock_value(pod);
         match self
@@ -475,17 +452,10 @@ impl<'a> Round<'a> {
             .kv_acquire(&self.config.key, session, &value, LOCK_FLAGS)
             .await
         {
-            Ok(acquired) => {
-                self.refresh_lock().await?;
-                Ok(Answer::Acquired {
-                    acquired,
-                    after: self.lock.clone(),
-                })
-            }
+            Ok(acquired) => Ok(Answer::Acquired(acquired)),
             Err(ConsulError::InvalidSession { .. }) => {
                 self.session_gone(session);
-                self.refresh_lock().await?;
-                Ok(Answer::SessionGone { read_back: true })
+                Ok(Answer::SessionGone)
             }
             Err(error) => Err(error.into()),
         }

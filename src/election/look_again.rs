@@ -27,7 +27,8 @@ pub struct Round {
     pub planned: Option<Duration>,
     /// The loop stopped with work left.
     pub unfinished: bool,
-    /// Removing a decided switchover request failed.
+    /// Removing a decided switchover request failed, or reading the key back after the
+    /// operator's own write.
     pub removal_failed: bool,
     /// The election reads its Consul token from a Secret.
     pub token_secret: bool,

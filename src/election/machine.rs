@@ -666,11 +666,12 @@ impl Run {
             _ => None,
         };
         let unfinished = plans.as_ref().is_some_and(PlanLoop::unfinished);
+        let read_back_failed = plans.as_ref().is_some_and(PlanLoop::read_back_failed);
         let last = plans.and_then(PlanLoop::into_last_plan);
         let after = look_again::after(look_again::Round {
             planned: last.as_ref().and_then(|p| p.requeue_after),
             unfinished,
-            removal_failed: self.removal_failed,
+            removal_failed: self.removal_failed || read_back_failed,
             token_secret: self.token_secret,
         });
         self.stage = Stage::Over(after, last);

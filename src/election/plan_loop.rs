@@ -5,12 +5,14 @@
 //! [`super::machine::Election`] runs it once a reconcile may act (the controller and the
 //! property test drive that machine). No driver decides when to plan again, what a
 //! status write changes for the next plan, what a lost session voids, or what an answer means
-//! for the election's memory (a key written and read back, a lock-delay, Consul's refusal):
-//! the loop does.
+//! for the election's memory (a key written and read back, a lock-delay, Consul's refusal),
+//! nor when the key is read back after the operator's own write (right after the answer,
+//! before anything else): the loop does.
 //!
 //! ```text
 //! loop {
 //!     match plans.poll(&mut memory) {
+//!         Next::Look(look) => { plans.key_read(read(look), &mut memory); }
 //!         Next::Observe => { plans.plan(&world_now(), &mut memory); }
 //!         Next::Act(action) => publish(plans.handle(execute(action), &mut memory, now())),
 //!         Next::Done => break,
@@ -25,7 +27,7 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::config::{ElectionConfig, Owner};
-use super::first_look::{Adopting, FirstLook, LeftAlone, Look, SessionRead};
+use super::first_look::{Adopting, FirstLook, KeyRead, LeftAlone, Look, SessionRead};
 use super::memory::ElectionMemory;
 use super::observe::{LockView, PodView, Recorded, SessionView};
 use super::plan::{Action, ElectionEvent, Plan};
@@ -61,15 +63,11 @@ pub struct Elected {
 pub enum Answer {
     /// It took effect (or had nothing to do).
     Done,
-    /// Consul answered an [`Action::Acquire`] (`acquired`), and `after` is the key as read
-    /// right after it.
-    Acquired {
-        /// Consul gave the lock.
-        acquired: bool,
-        /// The key as read after the answer.
-        after: LockView,
-    },
-    /// Consul released the key of an [`Action::Release`], and the key was read right after.
+    /// Consul answered an [`Action::Acquire`]: it gave the lock (`true`) or not. The loop
+    /// reads the key back before it goes on.
+    Acquired(bool),
+    /// Consul released the key of an [`Action::Release`]. The loop reads the key back before
+    /// it goes on.
     Released,
     /// The status was written with the token record of an [`Action::RecordToken`]; the next
     /// plans decide from this status.
@@ -78,11 +76,8 @@ pub enum Answer {
     /// see none.
     RequestCleared,
     /// Consul no longer has the operator's session: the rest of the plan was made for it and
-    /// is void. `read_back`: the key was read after the answer.
-    SessionGone {
-        /// The key was read after the answer.
-        read_back: bool,
-    },
+    /// is void. After a write of the key, the loop reads it back before it plans again.
+    SessionGone,
     /// Consul refused it for lack of rights: the loop ends with one more plan (its actions
     /// are not run) for the status to report the refusal.
     Refused(ConsulRefusal),
@@ -122,6 +117,11 @@ enum State {
     Acting,
     /// An action is out; its outcome is awaited.
     Awaiting,
+    /// The key is read back after the operator's own write ([`Look::ReadKey`] of
+    /// [`KeyRead::Fresh`]): a plan never decides from a view older than that write (rule 2).
+    ReadingBack,
+    /// That read is out; its answer is awaited.
+    ReadBackOut,
     /// One more plan, for the status only.
     Reporting,
     Done,
@@ -156,7 +156,13 @@ pub struct PlanLoop {
     elected: Option<Elected>,
     look: FirstLook,
     state: State,
+    /// Where the loop goes once the key is read back.
+    after_read_back: State,
+    /// Consul's answer to the acquisition whose read back is awaited.
+    acquired: Option<bool>,
     unfinished: bool,
+    /// A read back failed: the reconcile ends, to be retried soon.
+    read_back_failed: bool,
 }
 
 impl PlanLoop {
@@ -185,7 +191,10 @@ impl PlanLoop {
             elected: None,
             look: FirstLook::new(adopting),
             state: State::Looking,
+            after_read_back: State::Acting,
+            acquired: None,
             unfinished: false,
+            read_back_failed: false,
         }
     }
 
@@ -226,8 +235,12 @@ impl PlanLoop {
                     self.poll(memory)
                 }
             },
-            // An answer is owed: the driver asked twice without executing.
-            State::Awaiting | State::Done => Next::Done,
+            State::ReadingBack => {
+                self.state = State::ReadBackOut;
+                Next::Look(Look::ReadKey(KeyRead::Fresh))
+            }
+            // An answer is owed: the driver asked twice without executing or reading.
+            State::Awaiting | State::ReadBackOut | State::Done => Next::Done,
         }
     }
 
@@ -313,12 +326,12 @@ impl PlanLoop {
                 self.state = State::Reporting;
                 memory.refused(refusal)
             }
-            Answer::SessionGone { read_back } => {
-                if read_back {
-                    memory.key.read_back();
-                }
+            Answer::SessionGone => {
                 self.pending.clear();
                 self.state = State::Planning;
+                if action.writes_key() {
+                    self.read_back_then(State::Planning);
+                }
                 None
             }
             answer => {
@@ -326,11 +339,11 @@ impl PlanLoop {
                     memory.consul_wrote();
                 }
                 match answer {
-                    Answer::Acquired { acquired, after } => {
-                        memory.key.read_back();
-                        memory.key.acquire_answered(acquired, &after, now);
+                    Answer::Acquired(acquired) => {
+                        self.acquired = Some(acquired);
+                        self.read_back_then(State::Acting);
                     }
-                    Answer::Released => memory.key.read_back(),
+                    Answer::Released => self.read_back_then(State::Acting),
                     Answer::StatusWritten(recorded) => self.written = Some(*recorded),
                     Answer::RequestCleared => self.switchover = None,
                     Answer::Done => match action {
@@ -356,7 +369,7 @@ impl PlanLoop {
                         }
                         _ => {}
                     },
-                    Answer::Failed | Answer::Refused(_) | Answer::SessionGone { .. } => {}
+                    Answer::Failed | Answer::Refused(_) | Answer::SessionGone => {}
                 }
                 None
             }
@@ -370,7 +383,40 @@ impl PlanLoop {
         read: Result<LockView, Option<ConsulRefusal>>,
         memory: &mut ElectionMemory,
     ) -> Option<ElectionEvent> {
-        self.look.key_read(read, &self.recorded, memory)
+        if self.state != State::ReadBackOut {
+            return self.look.key_read(read, &self.recorded, memory);
+        }
+        match read {
+            Ok(lock) => {
+                memory.key.read_back();
+                if let (Some(acquired), Some(now)) = (self.acquired.take(), self.last_now) {
+                    memory.key.acquire_answered(acquired, &lock, now);
+                }
+                self.state = self.after_read_back;
+                None
+            }
+            // Nothing is planned on a key this process cannot see after its own write.
+            Err(refusal) => {
+                self.pending.clear();
+                self.read_back_failed = true;
+                match refusal {
+                    Some(refusal) => {
+                        self.state = State::Reporting;
+                        memory.refused(refusal)
+                    }
+                    None => {
+                        self.state = State::Done;
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads the key back before the loop goes on as `then`.
+    fn read_back_then(&mut self, then: State) {
+        self.state = State::ReadingBack;
+        self.after_read_back = then;
     }
 
     /// The session of [`Look::ReadSession`], as read; why it is left alone, if it is.
@@ -418,5 +464,11 @@ impl PlanLoop {
     /// Whether the loop stopped with work left (the driver looks again at once).
     pub fn unfinished(&self) -> bool {
         self.unfinished
+    }
+
+    /// Whether a read of the key back after the operator's own write failed (the driver
+    /// looks again soon).
+    pub fn read_back_failed(&self) -> bool {
+        self.read_back_failed
     }
 }

@@ -1477,7 +1477,7 @@ impl Model {
                                 {
                                     r.health = SessionHealth::Lost;
                                 }
-                                answer = Answer::SessionGone { read_back: false };
+                                answer = Answer::SessionGone;
                             }
                             !failing
                         }
@@ -1485,20 +1485,19 @@ impl Model {
                     },
                     false => false,
                 },
-                // As the executor: a refusal is an answer, not a failure, and the key is read
-                // right after the answer.
+                // As the executor: a refusal is an answer, not a failure (the machine then
+                // asks for the key to be read back).
                 Action::Acquire { session, pod } => {
                     match executed.then(|| self.acquire(session, pod)) {
-                        Some(Ok(acquired)) if !failing && self.read_back() => {
-                            let after = self.cached_lock.clone();
-                            answer = Answer::Acquired { acquired, after };
+                        Some(Ok(acquired)) if !failing => {
+                            answer = Answer::Acquired(acquired);
                             true
                         }
                         _ => false,
                     }
                 }
                 Action::Release { .. } => {
-                    let ok = executed && self.execute(&action) && !failing && self.read_back();
+                    let ok = executed && self.execute(&action) && !failing;
                     if ok {
                         answer = Answer::Released;
                     }
@@ -1506,9 +1505,6 @@ impl Model {
                 }
                 _ => executed && self.execute(&action) && !failing,
             };
-            if ok && matches!(action, Action::Acquire { .. } | Action::Release { .. }) {
-                lock = self.cached_lock.clone();
-            }
             self.count_action(&action, ok);
             self.check_action(&action, executed, leaders_before, &before);
             let answer = if ok { answer } else { Answer::Failed };

@@ -3,6 +3,7 @@
 //! and the model both drive it.
 
 use super::support::*;
+use crate::election::first_look::{KeyRead, Look};
 use crate::election::memory::ElectionMemory;
 use crate::election::observe::{LockView, Recorded};
 use crate::election::plan::Action;
@@ -104,11 +105,7 @@ fn a_lost_session_voids_the_rest_of_the_plan_and_the_world_is_observed_again() {
     plans.poll(&mut memory);
     plans.plan(&scene.world(), &mut memory);
     plans.poll(&mut memory);
-    plans.handle(
-        Answer::SessionGone { read_back: false },
-        &mut memory,
-        mono(t(100)),
-    );
+    plans.handle(Answer::SessionGone, &mut memory, mono(t(100)));
     assert_eq!(plans.poll(&mut memory), Next::Observe);
 }
 
@@ -225,7 +222,10 @@ fn act_until(
             Next::Observe => {
                 plans.plan(&scene.world(), memory);
             }
-            Next::Done | Next::Look(_) => break,
+            Next::Look(_) => {
+                plans.key_read(Ok(scene.lock.clone()), memory);
+            }
+            Next::Done => break,
         }
     }
     panic!("never handed out");
@@ -243,15 +243,38 @@ fn a_key_write_counts_from_when_it_is_handed_out_until_the_key_is_read_after_it(
         memory.key.written_since_read(),
         "before its answer: {acquire:?}"
     );
-    let after = scene.lock.clone();
-    let answer = Answer::Acquired {
-        acquired: false,
-        after,
-    };
-    plans.handle(answer, &mut memory, mono(scene.now));
+    plans.handle(Answer::Acquired(false), &mut memory, mono(scene.now));
+    assert!(memory.key.written_since_read(), "answered, not read back");
+    // Nothing is decided from the key until it is read after the write.
+    assert_eq!(
+        plans.poll(&mut memory),
+        Next::Look(Look::ReadKey(KeyRead::Fresh))
+    );
+    plans.key_read(Ok(scene.lock.clone()), &mut memory);
     assert!(!memory.key.written_since_read());
     // Refused although nobody holds the key: a lock-delay the operator did not know of.
     assert!(memory.key.lock_delay_until().is_some());
+    assert_eq!(plans.poll(&mut memory), Next::Observe);
+}
+
+#[test]
+fn a_key_that_cannot_be_read_back_after_a_write_ends_the_loop() {
+    let scene = Scene::elected("a", &["b"], 5).switchover("b");
+    let mut plans = plans_of(&scene, 16);
+    let mut memory = scene.memory();
+    act_until(&mut plans, &mut memory, &scene, |a| {
+        matches!(a, Action::Release { .. })
+    });
+    plans.handle(Answer::Released, &mut memory, mono(t(101)));
+    assert_eq!(
+        plans.poll(&mut memory),
+        Next::Look(Look::ReadKey(KeyRead::Fresh))
+    );
+    plans.key_read(Err(None), &mut memory);
+    // Nothing more is planned or done on a key unseen since the write; the next look reads it.
+    assert_eq!(plans.poll(&mut memory), Next::Done);
+    assert!(plans.read_back_failed());
+    assert!(memory.key.written_since_read());
 }
 
 #[test]
