@@ -86,27 +86,43 @@ fn withdrawn() -> [Next; 4] {
     ]
 }
 
-/// Drives a reconcile of a deleted election whose Consul steps `consul` answers, at `now`
-/// (deleted at `t(0)`); returns the requests in order.
-fn delete(election: &mut Election, consul: Performed, now: jiff::Timestamp) -> Vec<Next> {
-    election.begin(Start {
-        deleted: true,
-        ..start()
-    });
+/// Begins a reconcile from `start` and answers each request with `answer` until it says the
+/// reconcile is over (`false`); returns the requests in order.
+fn drive(
+    election: &mut Election,
+    start: Start,
+    mut answer: impl FnMut(&mut Election, Next) -> bool,
+) -> Vec<Next> {
+    election.begin(start);
     let mut asked = Vec::new();
     loop {
         let next = election.poll();
         asked.push(next.clone());
+        if !answer(election, next) {
+            return asked;
+        }
+    }
+}
+
+/// Drives a reconcile of a deleted election whose Consul steps `consul` answers, at `now`
+/// (deleted at `t(0)`); returns the requests in order.
+fn delete(election: &mut Election, consul: Performed, now: jiff::Timestamp) -> Vec<Next> {
+    let deleted = Start {
+        deleted: true,
+        ..start()
+    };
+    drive(election, deleted, |election, next| {
         match next {
             Next::Do(_) => election.done(),
             Next::Left => election.left(left(Some(t(0)), now)),
             Next::Withdraw(step) if step.in_consul() => election.withdrew(consul.clone()),
             Next::Withdraw(_) => election.withdrew(Performed::Done),
             Next::GiveUp(_) => {}
-            Next::Stop(_) | Next::RetryConsul(_) => return asked,
+            Next::Stop(_) | Next::RetryConsul(_) => return false,
             other => panic!("a deleted election asked for {other:?}"),
         }
-    }
+        true
+    })
 }
 
 /// The spec as the status records it acted with.
@@ -220,22 +236,39 @@ fn facts(lock: LockView, now: jiff::Timestamp) -> LockFacts {
 /// Drives a reconcile of an election whose spec is invalid, answering the lock's judgement
 /// with `facts` and every other request as taking effect; returns the requests in order.
 fn cannot_act(election: &mut Election, facts: &LockFacts) -> Vec<Next> {
-    election.begin(Start {
+    let invalid = Start {
         spec: Err(invalid()),
         ..start()
-    });
-    let mut asked = Vec::new();
-    loop {
-        let next = election.poll();
-        asked.push(next.clone());
+    };
+    drive(election, invalid, |election, next| {
         match next {
             Next::Do(_) => election.done(),
             Next::Judge => election.judged(facts),
             Next::Left => election.left(left(None, t(0))),
             Next::Withdraw(_) => election.withdrew(Performed::Done),
-            Next::Stop(_) => return asked,
+            Next::Stop(_) => return false,
             other => panic!("an election that cannot act asked for {other:?}"),
         }
+        true
+    })
+}
+
+/// Answers the admission's inputs up to the Consul access as "nothing in the way", and the
+/// access as `access`.
+fn admit(election: &mut Election, access: Access) {
+    for input in [
+        Input::LabelKey,
+        Input::Older,
+        Input::YieldingLeader,
+        Input::Access,
+    ] {
+        assert_eq!(election.poll(), Next::Gather(input));
+        election.gathered(match input {
+            Input::LabelKey => Found::LabelKey(valid()),
+            Input::Older => Found::Older(None),
+            Input::YieldingLeader => Found::YieldingLeader(None),
+            _ => Found::Access(access.clone()),
+        });
     }
 }
 
@@ -290,23 +323,13 @@ fn a_refused_access_in_use_stops_the_renewals_and_the_watch_before_it_fences() {
         spec: Ok(()),
         ..start()
     });
-    for input in [
-        Input::LabelKey,
-        Input::Older,
-        Input::YieldingLeader,
-        Input::Access,
-    ] {
-        assert_eq!(election.poll(), Next::Gather(input));
-        election.gathered(match input {
-            Input::LabelKey => Found::LabelKey(valid()),
-            Input::Older => Found::Older(None),
-            Input::YieldingLeader => Found::YieldingLeader(None),
-            _ => Found::Access(Access::Invalid {
-                spec_valid: invalid(),
-                in_use: true,
-            }),
-        });
-    }
+    admit(
+        &mut election,
+        Access::Invalid {
+            spec_valid: invalid(),
+            in_use: true,
+        },
+    );
     assert!(matches!(election.poll(), Next::Do(Step::Report(_))));
     election.done();
     assert_eq!(election.poll(), Next::Judge);
@@ -361,20 +384,7 @@ fn an_election_another_install_serves_leaves_the_status_to_it() {
 fn a_request_asked_again_before_its_answer_ends_the_reconcile() {
     let mut election = Election::new();
     election.begin(start());
-    for input in [
-        Input::LabelKey,
-        Input::Older,
-        Input::YieldingLeader,
-        Input::Access,
-    ] {
-        assert_eq!(election.poll(), Next::Gather(input));
-        election.gathered(match input {
-            Input::LabelKey => Found::LabelKey(valid()),
-            Input::Older => Found::Older(None),
-            Input::YieldingLeader => Found::YieldingLeader(None),
-            _ => Found::Access(Access::Usable),
-        });
-    }
+    admit(&mut election, Access::Usable);
     assert_eq!(election.poll(), Next::Gather(Input::Applied));
     election.gathered(UNEDITED);
     assert_eq!(election.poll(), Next::Do(Step::Watch));

@@ -201,6 +201,18 @@ fn a_removed_request_is_not_seen_by_the_next_plans() {
     assert!(!next.actions.contains(&clear("nope")), "{next:#?}");
 }
 
+/// A loop over `scene` (`a` leads, a switchover to `b` asked) that planned the move and had
+/// its release of the key answered at `t(101)`.
+fn released_for_a_switchover(scene: &Scene) -> (PlanLoop, ElectionMemory) {
+    let mut plans = plans_of(scene, 16);
+    let mut memory = scene.memory();
+    act_until(&mut plans, &mut memory, scene, |a| {
+        matches!(a, Action::Release { .. })
+    });
+    plans.handle(Answer::Released, &mut memory, mono(t(101)));
+    (plans, memory)
+}
+
 fn refusal() -> ConsulRefusal {
     ConsulRefusal::permission_denied("kv put", "elector/ns/web")
 }
@@ -260,12 +272,7 @@ fn a_key_write_counts_from_when_it_is_handed_out_until_the_key_is_read_after_it(
 #[test]
 fn a_key_that_cannot_be_read_back_after_a_write_ends_the_loop() {
     let scene = Scene::elected("a", &["b"], 5).switchover("b");
-    let mut plans = plans_of(&scene, 16);
-    let mut memory = scene.memory();
-    act_until(&mut plans, &mut memory, &scene, |a| {
-        matches!(a, Action::Release { .. })
-    });
-    plans.handle(Answer::Released, &mut memory, mono(t(101)));
+    let (mut plans, mut memory) = released_for_a_switchover(&scene);
     assert_eq!(
         plans.poll(&mut memory),
         Next::Look(Look::ReadKey(KeyRead::Fresh))
@@ -352,12 +359,7 @@ fn a_leader_labelled_in_this_reconcile_is_led_with_the_token_it_was_labelled_wit
 fn a_leader_labelled_after_a_move_reports_the_transition_and_how_long_the_move_took() {
     // A switchover from `a` to `b` at t(100): the move starts when the key is released.
     let scene = Scene::elected("a", &["b"], 5).switchover("b");
-    let mut plans = plans_of(&scene, 16);
-    let mut memory = scene.memory();
-    act_until(&mut plans, &mut memory, &scene, |a| {
-        matches!(a, Action::Release { .. })
-    });
-    plans.handle(Answer::Released, &mut memory, mono(t(101)));
+    let (mut plans, mut memory) = released_for_a_switchover(&scene);
     assert_eq!(plans.poll_elected(), None);
     // Three seconds later `b`'s session holds the key: `b` is labelled leader.
     let moved = Scene::new(vec![pod("a").follower(), pod("b").follower()])
