@@ -342,7 +342,8 @@ impl World {
         })
     }
 
-    /// Rule 7's withdrawal of `name`, as `controller::cleanup::withdraw` executes it.
+    /// Rule 7's withdrawal of `name` ([`withdrawal::withdrawal`]'s labels), as the controller's
+    /// `cleanup::Withdrawer` performs them.
     fn withdraw(&mut self, name: &'static str, faults: &mut Faults) -> Result<(), Stopped> {
         let Some(key) = self.elections.get(name).map(|e| e.key) else {
             return Ok(());

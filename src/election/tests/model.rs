@@ -1578,9 +1578,9 @@ impl Model {
         }
     }
 
-    /// A read of the key: the watch's answer, or the direct read after the operator's own
-    /// acquire or release (`controller::act::Round::refresh_lock`). When it succeeds the cache
-    /// takes the answer, which shows the operator's writes before it.
+    /// A read of the key: the watch's answer, or the direct read the machine asks for after
+    /// the operator's own acquire or release (`controller::act::Round::look`). When it
+    /// succeeds the cache takes the answer, which shows the operator's writes before it.
     /// Whether the read succeeded.
     fn read_back(&mut self) -> bool {
         self.cached_lock = self.consul.lock_view();
