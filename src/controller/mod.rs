@@ -39,8 +39,8 @@ use crate::election::admission::{Access, Input, served_elsewhere};
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::label_key_check::check_label_key;
 use crate::election::look_again;
-use crate::election::machine::{Next, Opening, Start};
-use crate::election::reconcile::{Found, Step};
+use crate::election::machine::{Do, Next, Opening, Start};
+use crate::election::reconcile::Found;
 use crate::election::withdrawal::Performed;
 pub use context::{Context, Settings};
 
@@ -308,28 +308,23 @@ impl<'a> Inputs<'a> {
     }
 
     /// Performs `step`.
-    async fn perform(&mut self, step: Step) -> Result<(), Error> {
+    async fn perform(&mut self, step: Do) -> Result<(), Error> {
         let (le, key, ctx) = (self.le, self.key, self.ctx);
         match step {
-            Step::Unwatch => ctx.locks.unwatch(key),
-            Step::Watch => {
+            Do::Unwatch => ctx.locks.unwatch(key),
+            Do::Watch => {
                 if let (Some(config), Some(consul)) = (&self.config, &self.consul) {
                     ctx.locks
                         .watch(key, consul, &config.key, config.session.ttl);
                 }
             }
-            Step::Report(back) => status_write::stand_back(le, ctx, &back).await?,
-            Step::Forget => ctx.sessions.forget(key),
-            Step::Withdraw { .. } | Step::Fence { .. } => {
-                return Err(Error::InvalidStatus(format!(
-                    "{step:?} handed out as one step: the machine hands out its steps"
-                )));
-            }
-            Step::Wake(name) => ctx.reconcile_soon(&ElectionKey {
+            Do::Report(back) => status_write::stand_back(le, ctx, &back).await?,
+            Do::Forget => ctx.sessions.forget(key),
+            Do::Wake(name) => ctx.reconcile_soon(&ElectionKey {
                 namespace: key.namespace.clone(),
                 name,
             }),
-            Step::RecordApplied => {
+            Do::RecordApplied => {
                 if let Some(edit) = &self.edit {
                     migrate::record(le, ctx, edit).await?;
                 }

@@ -47,6 +47,7 @@ use super::plan::{Action, ConditionState, ElectionEvent, Plan};
 use super::plan_loop::{self, Answer, Elected, PlanLoop, World};
 use super::reconcile::{self, Found, Reconcile, Step};
 use super::refusal::ConsulRefusal;
+use super::report::StandBack;
 use super::unusable::{LockFacts, UnusableLabel, unusable_label};
 use super::withdrawal::{
     self, Acted, Footprint, LabelledPod, Performed, Sessions, Withdrawal, Withdrawn,
@@ -123,13 +124,33 @@ pub struct Opening {
     pub adopting: Adopting,
 }
 
+/// A step before, or instead of, planning, for the driver to perform ([`Next::Do`]): the
+/// reconcile's own (see [`Step`]), and those the machine adds as it carries out a fence. A
+/// withdrawal and a fence are the machine's to carry out, as requests of their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Do {
+    /// Stop watching the election's key.
+    Unwatch,
+    /// Write this status (and its event when the condition is news).
+    Report(StandBack),
+    /// Stop renewing the election's session: the Consul access it was created with is the one
+    /// refused.
+    Forget,
+    /// Wake this other election of the namespace: it waits on this one.
+    Wake(String),
+    /// Record the spec's values as the ones the operator acts with (`status.applied`).
+    RecordApplied,
+    /// Watch the election's key.
+    Watch,
+}
+
 /// What the driver does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
     /// Gather this admission input and pass it to [`Election::gathered`].
     Gather(Input),
     /// Perform this step and report it with [`Election::done`].
-    Do(Step),
+    Do(Do),
     /// Read what this process knows of the election's lock, and pass it to
     /// [`Election::judged`]: rule 2 for an election that cannot act.
     Judge,
@@ -198,7 +219,7 @@ enum Fencing {
     /// The steps before the verdict is carried out (`out`: one was handed out, its outcome is
     /// owed).
     Carrying {
-        before: VecDeque<Step>,
+        before: VecDeque<Do>,
         out: bool,
         verdict: UnusableLabel,
     },
@@ -325,7 +346,11 @@ impl Election {
                     run.fencing = Some(Fencing::Judging { in_use_refused });
                     Next::Judge
                 }
-                reconcile::Next::Do(step) => Next::Do(step),
+                reconcile::Next::Do(Step::Unwatch) => Next::Do(Do::Unwatch),
+                reconcile::Next::Do(Step::Report(back)) => Next::Do(Do::Report(back)),
+                reconcile::Next::Do(Step::Wake(other)) => Next::Do(Do::Wake(other)),
+                reconcile::Next::Do(Step::RecordApplied) => Next::Do(Do::RecordApplied),
+                reconcile::Next::Do(Step::Watch) => Next::Do(Do::Watch),
                 reconcile::Next::Stop(after) => {
                     run.stage = Stage::Over(after, None);
                     Next::Stop(after)
@@ -388,7 +413,7 @@ impl Election {
         };
         let verdict = facts.judge(in_use_refused, written_since_read, unusable_label);
         let before = match in_use_refused {
-            true => VecDeque::from([Step::Forget, Step::Unwatch]),
+            true => VecDeque::from([Do::Forget, Do::Unwatch]),
             false => VecDeque::new(),
         };
         run.fencing = Some(Fencing::Carrying {

@@ -63,9 +63,6 @@ pub enum Step {
         /// renewal.
         in_use_refused: bool,
     },
-    /// Stop renewing the election's session: the Consul access it was created with is the one
-    /// refused. Handed out by [`super::machine::Election`] as it carries out a [`Step::Fence`].
-    Forget,
     /// Wake this other election of the namespace: it waits on this one.
     Wake(String),
     /// Record the spec's values as the ones the operator acts with (`status.applied`).

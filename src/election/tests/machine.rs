@@ -5,11 +5,11 @@ use super::support::*;
 use crate::election::admission::{Access, Input};
 use crate::election::first_look::{KeyRead, Look, SessionRead};
 use crate::election::look_again::{self, ERROR_REQUEUE, INVALID_REQUEUE};
-use crate::election::machine::{ConsulWait, Election, GiveUp, Left, Next, Opening, Start};
+use crate::election::machine::{ConsulWait, Do, Election, GiveUp, Left, Next, Opening, Start};
 use crate::election::observe::{LockView, SessionView};
 use crate::election::plan::{ConditionState, EventReason};
 use crate::election::plan_loop::Answer;
-use crate::election::reconcile::{Found, Step};
+use crate::election::reconcile::Found;
 use crate::election::report::StandBack;
 use crate::election::unusable::LockFacts;
 use crate::election::withdrawal::{self, Acted, LabelledPod, Performed, SessionToEnd, Sessions};
@@ -200,7 +200,7 @@ fn a_reconcile_that_plans_asks_in_one_sequence_and_writes_the_status_last() {
             Next::Gather(Input::YieldingLeader),
             Next::Gather(Input::Access),
             Next::Gather(Input::Applied),
-            Next::Do(Step::Watch),
+            Next::Do(Do::Watch),
             Next::Open,
             Next::Look(Look::ReadKey(KeyRead::Watched)),
             Next::Observe,
@@ -289,7 +289,7 @@ fn a_reconcile_that_cannot_act_stops_without_opening_or_writing_a_status() {
     assert_eq!(
         asked,
         [
-            Next::Do(Step::Report(StandBack::invalid(
+            Next::Do(Do::Report(StandBack::invalid(
                 invalid(),
                 EventReason::InvalidSpec
             ))),
@@ -330,7 +330,7 @@ fn a_refused_access_in_use_stops_the_renewals_and_the_watch_before_it_fences() {
             in_use: true,
         },
     );
-    assert!(matches!(election.poll(), Next::Do(Step::Report(_))));
+    assert!(matches!(election.poll(), Next::Do(Do::Report(_))));
     election.done();
     assert_eq!(election.poll(), Next::Judge);
     // The key read held a moment ago, but nothing watches it any more and the session went
@@ -338,9 +338,9 @@ fn a_refused_access_in_use_stops_the_renewals_and_the_watch_before_it_fences() {
     let mut known = facts(held("s1", 5, "a"), t(11));
     known.read_at = Some(mono(t(10)));
     election.judged(&known);
-    assert_eq!(election.poll(), Next::Do(Step::Forget));
+    assert_eq!(election.poll(), Next::Do(Do::Forget));
     election.done();
-    assert_eq!(election.poll(), Next::Do(Step::Unwatch));
+    assert_eq!(election.poll(), Next::Do(Do::Unwatch));
     election.done();
     assert_eq!(election.poll(), Next::Left);
 }
@@ -387,7 +387,7 @@ fn a_request_asked_again_before_its_answer_ends_the_reconcile() {
     admit(&mut election, Access::Usable);
     assert_eq!(election.poll(), Next::Gather(Input::Applied));
     election.gathered(UNEDITED);
-    assert_eq!(election.poll(), Next::Do(Step::Watch));
+    assert_eq!(election.poll(), Next::Do(Do::Watch));
     election.done();
     assert_eq!(election.poll(), Next::Open);
     assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
@@ -406,14 +406,14 @@ fn an_edit_withdraws_in_rule_7s_order_then_records_the_values_and_plans() {
         .expect("a withdrawal");
     let after = left + 1 + withdrawn().len();
     assert_eq!(asked[left + 1..after], withdrawn(), "{asked:?}");
-    assert_eq!(asked[after], Next::Do(Step::RecordApplied));
+    assert_eq!(asked[after], Next::Do(Do::RecordApplied));
 }
 
 #[test]
 fn a_deleted_election_is_withdrawn_and_nothing_else() {
     let mut election = Election::new();
     let asked = delete(&mut election, Performed::Done, t(10));
-    let mut expected = vec![Next::Do(Step::Unwatch), Next::Left];
+    let mut expected = vec![Next::Do(Do::Unwatch), Next::Left];
     expected.extend(withdrawn());
     expected.push(Next::Stop(INVALID_REQUEUE));
     assert_eq!(asked, expected);
@@ -423,7 +423,7 @@ fn a_deleted_election_is_withdrawn_and_nothing_else() {
 fn a_deletion_retries_consul_within_its_bound_and_then_gives_up() {
     let mut election = Election::new();
     let release_failed = [
-        Next::Do(Step::Unwatch),
+        Next::Do(Do::Unwatch),
         Next::Left,
         unlabel("a"),
         Next::Withdraw(withdrawal::Step::Release {
@@ -460,7 +460,7 @@ fn a_failed_pod_patch_ends_the_withdrawal_and_the_reconcile() {
         deleted: true,
         ..start()
     });
-    assert_eq!(election.poll(), Next::Do(Step::Unwatch));
+    assert_eq!(election.poll(), Next::Do(Do::Unwatch));
     election.done();
     assert_eq!(election.poll(), Next::Left);
     election.left(left(Some(t(0)), t(1)));

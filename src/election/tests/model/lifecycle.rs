@@ -15,9 +15,9 @@ use crate::consul::parse_go_duration;
 use crate::crd::{AppliedSession, AppliedSpec};
 use crate::election::admission::{Access, Input, served_elsewhere};
 use crate::election::config::Behavior;
-use crate::election::machine::{ConsulWait, Left, Start};
+use crate::election::machine::{ConsulWait, Do, Left, Start};
 use crate::election::plan::{ConditionState, Plan};
-use crate::election::reconcile::{Found, Step as Before};
+use crate::election::reconcile::Found;
 use crate::election::session_names::session_name;
 use crate::election::spec_edits::{needs_withdrawal, same_access};
 use crate::election::unusable::LockFacts;
@@ -164,22 +164,17 @@ impl Model {
     }
 
     /// Performs `step` as the controller's `Inputs::perform` does.
-    pub(super) fn perform(&mut self, step: Before, now: &AppliedSpec) {
+    pub(super) fn perform(&mut self, step: Do, now: &AppliedSpec) {
         // Rule 8: an election another install serves is that install's to write.
-        if self.served_elsewhere()
-            && matches!(
-                step,
-                Before::Report(_) | Before::Forget | Before::Withdraw { .. } | Before::Fence { .. }
-            )
-        {
+        if self.served_elsewhere() && matches!(step, Do::Report(_) | Do::Forget) {
             self.fail(&format!(
                 "rule 8: {step:?} for an election the status says another install serves"
             ));
         }
         match step {
             // The model's key watch is its cached view; the other elections are not modelled.
-            Before::Unwatch | Before::Watch => {}
-            Before::Wake(other) => {
+            Do::Unwatch | Do::Watch => {}
+            Do::Wake(other) => {
                 if other == "younger" {
                     *self
                         .seen
@@ -187,17 +182,14 @@ impl Model {
                         .or_default() += 1;
                 }
             }
-            Before::Report(back) => {
+            Do::Report(back) => {
                 *self
                     .seen
                     .entry(format!("stood back: {:?}", back.phase))
                     .or_default() += 1;
             }
-            Before::Withdraw { .. } | Before::Fence { .. } => {
-                self.fail(&format!("{step:?} handed out as one step"));
-            }
-            Before::Forget => self.registered = None,
-            Before::RecordApplied => {
+            Do::Forget => self.registered = None,
+            Do::RecordApplied => {
                 let from = self.applied.as_ref().map(|a| a.key.clone());
                 if let Some(from) = from.filter(|from| *from != now.key) {
                     self.consul.switch_key(&from, &now.key);
@@ -210,9 +202,9 @@ impl Model {
 
     /// A withdrawal ended well, and the reconcile goes on with `next`: after yielding to an
     /// older election it wakes that one, after an edit it records the values or watches.
-    pub(super) fn withdrew(&mut self, next: &Before) {
+    pub(super) fn withdrew(&mut self, next: &Do) {
         let situation = match next {
-            Before::Wake(_) => {
+            Do::Wake(_) => {
                 self.check_yielded();
                 "withdrew for an older election"
             }
