@@ -474,8 +474,19 @@ async fn the_documented_kubectl_commands_install_the_crd() {
             ),
         )
     };
+    // Right after a create, the API server's own controllers write the CRD's status
+    // (NamesAccepted, then Established), and `kubectl replace`, which reads the object's
+    // version before it writes, meets their write as a conflict. A user replaces a CRD that
+    // was installed long before; the test waits, with a bound, for what that user finds.
+    let established = || {
+        let (done, output) = kubectl(&["wait", "--for=condition=Established", "--timeout=60s"]);
+        assert!(done, "the CRD copy never became Established: {output}");
+    };
     if cluster.version().at_least(1, 25) {
-        for args in [&["create"][..], &["replace"], &["apply", "--server-side"]] {
+        let (created, output) = kubectl(&["create"]);
+        assert!(created, "kubectl create on {}: {output}", cluster.version());
+        established();
+        for args in [&["replace"][..], &["apply", "--server-side"]] {
             let (done, output) = kubectl(args);
             assert!(done, "kubectl {args:?} on {}: {output}", cluster.version());
         }
@@ -488,6 +499,7 @@ async fn the_documented_kubectl_commands_install_the_crd() {
         );
         let (created, output) = kubectl(&["create", "--validate=false"]);
         assert!(created, "kubectl create --validate=false: {output}");
+        established();
         let (replaced, output) = kubectl(&["replace", "--validate=false"]);
         assert!(replaced, "kubectl replace --validate=false: {output}");
     }
