@@ -57,12 +57,12 @@ impl Withdrawer {
     /// Reads what `le` left, for [`crate::election::machine::Election::left`].
     pub fn read(le: &LeaderElection, ctx: &Context) -> Result<(Left, Withdrawer), Error> {
         let key = election_key(le)?;
-        let config = crate::crd::validate(le).ok();
+        let config = ctx.caches.validated.of(&key, le).ok();
         let held = ctx.sessions.view(&key).map(|s| s.id);
         let status = ctx.caches.current_status(le);
         let acted = acted_with(
             status.applied.as_ref(),
-            config.as_ref(),
+            config.as_deref(),
             held.is_some(),
             default_key(&key.namespace, &key.name),
         );
@@ -222,12 +222,8 @@ pub async fn fence_when(
         UnusableLabel::Keep(recheck) => Ok(Some(recheck)),
         UnusableLabel::Fence => {
             let (left, mut withdrawer) = Withdrawer::read(le, ctx)?;
-            let footprint = withdrawal::Footprint {
-                follower: left.acted.follower.as_deref(),
-                managed: left.acted.managed,
-            };
             // Only labels: fencing plans no Consul step.
-            let mut fence = withdrawal::Withdrawal::fence(footprint, &left.pods);
+            let mut fence = withdrawal::Withdrawal::fence(left.footprint(false), &left.pods);
             while let Some(step) = fence.poll() {
                 let performed = withdrawer.perform(step, ctx).await?;
                 fence.done(performed);

@@ -27,9 +27,9 @@ pub struct Round {
     pub planned: Option<Duration>,
     /// The loop stopped with work left.
     pub unfinished: bool,
-    /// Removing a decided switchover request failed, or reading the key back after the
-    /// operator's own write.
-    pub removal_failed: bool,
+    /// Something failed that only a look soon repairs: removing a decided switchover
+    /// request, or reading the key back after the operator's own write.
+    pub retry_soon: bool,
     /// The election reads its Consul token from a Secret.
     pub token_secret: bool,
 }
@@ -40,7 +40,7 @@ pub fn after(round: Round) -> Duration {
         return Duration::ZERO;
     }
     let mut after = round.planned.map_or(RESYNC, |d| d.min(RESYNC));
-    if round.removal_failed {
+    if round.retry_soon {
         after = after.min(ERROR_REQUEUE);
     }
     if round.token_secret {
@@ -79,7 +79,7 @@ mod tests {
         };
         assert_eq!(after(round), SECRET_RECHECK);
         let round = Round {
-            removal_failed: true,
+            retry_soon: true,
             token_secret: true,
             ..Round::default()
         };

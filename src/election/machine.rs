@@ -86,6 +86,17 @@ pub struct Left {
     pub wait: ConsulWait,
 }
 
+impl Left {
+    /// The footprint a withdrawal takes off: the operator's own session counts whatever the
+    /// mode with `whatever_mode` (after an edit).
+    pub fn footprint(&self, whatever_mode: bool) -> Footprint<'_> {
+        Footprint {
+            follower: self.acted.follower.as_deref(),
+            managed: self.acted.managed || whatever_mode,
+        }
+    }
+}
+
 /// How long a withdrawal waits for Consul ([`deadline`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsulWait {
@@ -435,15 +446,12 @@ impl Election {
         else {
             return;
         };
-        let footprint = Footprint {
-            follower: left.acted.follower.as_deref(),
-            managed: left.acted.managed || whatever_mode,
-        };
         let Sessions { held, recorded, .. } = &left.sessions;
         let session = held.clone().or_else(|| recorded.clone());
+        let footprint = left.footprint(whatever_mode);
         let withdrawal = match fence {
             true => Withdrawal::fence(footprint, &left.pods),
-            false => Withdrawal::whole(footprint, &left.pods, left.sessions),
+            false => Withdrawal::whole(footprint, &left.pods, left.sessions.clone()),
         };
         run.withdrawing = Some(Withdrawing::Running {
             withdrawal: Box::new(withdrawal),
@@ -696,7 +704,7 @@ impl Run {
         let after = look_again::after(look_again::Round {
             planned: last.as_ref().and_then(|p| p.requeue_after),
             unfinished,
-            removal_failed: self.removal_failed || read_back_failed,
+            retry_soon: self.removal_failed || read_back_failed,
             token_secret: self.token_secret,
         });
         self.stage = Stage::Over(after, last);
