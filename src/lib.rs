@@ -6,6 +6,8 @@ pub mod cache;
 pub mod cli;
 pub mod cluster_identity;
 pub mod consul;
+pub mod consul_access;
+pub mod context;
 pub mod controller;
 pub mod crd;
 pub mod election;

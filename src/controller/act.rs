@@ -8,17 +8,16 @@ use std::sync::Arc;
 
 use crate::k8s::Pod;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
-use super::context::Context;
-use super::sharing::{self, Annotations};
+use super::pod_writes::PodWrites;
 use super::status_write::Basis;
 use crate::Error;
 use crate::cache::views as observe;
 use crate::consul::QueryOptions;
 use crate::consul::{ConsulClient, ConsulError};
+use crate::context::Context;
 use crate::crd::LeaderElection;
 use crate::crd::applied::recorded_session;
 use crate::election::annotation_owner::{Owner as AnnotationOwner, shared_view};
@@ -43,7 +42,7 @@ pub struct Round<'a> {
     config: Arc<ElectionConfig>,
     consul: ConsulClient,
     ctx: &'a Context,
-    pods_api: Api<Pod>,
+    pod_writes: PodWrites<'a>,
     pods: BTreeMap<String, (Arc<Pod>, bool)>,
     lock: LockView,
     /// The status the plans decide from was read from: what their status writes test.
@@ -87,7 +86,7 @@ impl<'a> Round<'a> {
             config,
             consul,
             ctx,
-            pods_api: Api::namespaced(ctx.client.clone(), &key.namespace),
+            pod_writes: PodWrites::new(ctx, key, true),
             pods: observe::pods_of(&ctx.caches, le),
             lock: LockView::Unknown,
             basis: Basis::of(&status),
@@ -387,40 +386,23 @@ impl<'a> Round<'a> {
         uid: &str,
         value: Option<&str>,
     ) -> Result<(), Error> {
-        let patched = k8s::set_handover(&self.pods_api, name, uid, value)
-            .await
-            .map_err(Error::kube("patch pod"))?;
-        let patched = Arc::new(patched);
-        self.ctx
-            .caches
-            .written
-            .remember_pod(&patched, Some(&self.key.name));
-        let selected = self.pods.get(name).is_some_and(|(_, s)| *s);
-        self.pods.insert(name.to_owned(), (patched, selected));
-        Ok(())
+        let patched = self.pod_writes.set_handover(name, uid, value).await;
+        self.patched(name, patched)
     }
 
     async fn set_role(&mut self, name: &str, uid: &str, role: PodRole) -> Result<(), Error> {
-        let election = self.key.name.as_str();
-        let annotations = self.pods.get(name).map_or(Annotations::Write, |(pod, _)| {
-            sharing::annotations_for(self.ctx, election, &self.config.labels.key, pod, role)
-        });
-        let patched = sharing::set_role(
-            &self.pods_api,
-            name,
-            uid,
-            &self.config.labels,
-            election,
-            role,
-            annotations,
-        )
-        .await
-        .map_err(Error::kube("patch pod"))?;
-        let patched = Arc::new(patched);
-        self.ctx
-            .caches
-            .written
-            .remember_pod(&patched, Some(&self.key.name));
+        let cached = self.pods.get(name).map(|(pod, _)| pod.as_ref());
+        let labels = &self.config.labels;
+        let patched = self
+            .pod_writes
+            .set_role(cached, name, uid, labels, role)
+            .await;
+        self.patched(name, patched)
+    }
+
+    /// Plans on from the pod as patched.
+    fn patched(&mut self, name: &str, patched: Result<Arc<Pod>, kube::Error>) -> Result<(), Error> {
+        let patched = patched.map_err(Error::kube("patch pod"))?;
         let selected = self.pods.get(name).is_some_and(|(_, s)| *s);
         self.pods.insert(name.to_owned(), (patched, selected));
         Ok(())

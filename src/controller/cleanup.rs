@@ -10,22 +10,22 @@
 //! [`SKIP_CONSUL_CLEANUP_ANNOTATION`] = `"true"`) the operator gives up on Consul, says in a
 //! Warning event what it left there, and lets the object go.
 //!
-//! [`Settings::consul_cleanup_bound`]: super::Settings::consul_cleanup_bound
+//! [`Settings::consul_cleanup_bound`]: crate::context::Settings::consul_cleanup_bound
 //! [`SKIP_CONSUL_CLEANUP_ANNOTATION`]: crate::crd::SKIP_CONSUL_CLEANUP_ANNOTATION
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::Api;
 use kube::{Resource, ResourceExt};
 
 use super::act::LOCK_FLAGS;
-use super::context::Context;
-use super::{consul_access, sharing};
+use super::pod_writes::PodWrites;
 use crate::Error;
 use crate::cache::keys::election_key;
 use crate::cache::views as observe;
 use crate::consul::{ConsulClient, QueryOptions, parse_go_duration};
+use crate::consul_access;
+use crate::context::Context;
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
 use crate::election::cleanup_deadline::gave_up;
 use crate::election::config::{ElectionKey, LabelConfig};
@@ -37,7 +37,7 @@ use crate::election::withdrawal::{
 use crate::k8s::{self, Pod, PodRole};
 
 /// Performs an election's withdrawal steps: what it left is read once, as the status recorded
-/// the values the operator acted with (see [`super::migrate`]), else as the spec says.
+/// the values the operator acted with (see [`crate::election::spec_edits`]), else as the spec says.
 pub struct Withdrawer {
     /// The election with the labels, key and Consul access it was acted on with.
     le: LeaderElection,
@@ -101,31 +101,33 @@ impl Withdrawer {
         Ok((left, withdrawer))
     }
 
-    /// Performs `step`.
+    /// Performs `step`; a step in Consul answers [`Performed::NoAccess`] when the election's own
+    /// access cannot be used.
     pub async fn perform(&mut self, step: Step, ctx: &Context) -> Result<Performed, Error> {
         match step {
             Step::Unlabel { pod, .. } => self.unlabel(ctx, &pod).await?,
             Step::Forget => ctx.sessions.forget(&self.key),
-            step => {
+            Step::ReadSession(id) => {
                 let Some(consul) = self.client(ctx).await? else {
                     return Ok(Performed::NoAccess);
                 };
-                match step {
-                    Step::ReadSession(id) => {
-                        let info = consul.session_info(&id, QueryOptions::default()).await?;
-                        return Ok(Performed::SessionNamed(info.value.map(|info| info.name)));
-                    }
-                    Step::Release { session } => {
-                        let key = &self.consul_key;
-                        consul.kv_release(key, &session, &[], LOCK_FLAGS).await?;
-                    }
-                    Step::Destroy(SessionToEnd::Held(_)) => {
-                        ctx.sessions.destroy(&self.key, &consul).await?;
-                    }
-                    Step::Destroy(SessionToEnd::Recorded(id)) => {
-                        consul.destroy_session(&id).await?
-                    }
-                    Step::Unlabel { .. } | Step::Forget => {}
+                let info = consul.session_info(&id, QueryOptions::default()).await?;
+                return Ok(Performed::SessionNamed(info.value.map(|info| info.name)));
+            }
+            Step::Release { session } => {
+                let Some(consul) = self.client(ctx).await? else {
+                    return Ok(Performed::NoAccess);
+                };
+                let key = &self.consul_key;
+                consul.kv_release(key, &session, &[], LOCK_FLAGS).await?;
+            }
+            Step::Destroy(session) => {
+                let Some(consul) = self.client(ctx).await? else {
+                    return Ok(Performed::NoAccess);
+                };
+                match session {
+                    SessionToEnd::Held(_) => ctx.sessions.destroy(&self.key, &consul).await?,
+                    SessionToEnd::Recorded(id) => consul.destroy_session(&id).await?,
                 }
             }
         }
@@ -161,26 +163,13 @@ impl Withdrawer {
             leader: String::new(),
             follower: String::new(),
         };
-        let election = &self.key.name;
-        let pods_api = Api::namespaced(ctx.client.clone(), &self.key.namespace);
-        let annotations = sharing::annotations_for(ctx, election, &labels.key, pod, PodRole::None);
-        let role = PodRole::None;
-        match sharing::set_role(
-            &pods_api,
-            name,
-            &view.uid,
-            &labels,
-            election,
-            role,
-            annotations,
-        )
-        .await
+        // The withdrawal does not plan again on the pod: its own event may wake it.
+        let writes = PodWrites::new(ctx, &self.key, false);
+        match writes
+            .set_role(Some(pod), name, &view.uid, &labels, PodRole::None)
+            .await
         {
-            Ok(patched) => {
-                // The withdrawal does not plan again on the pod: its own event may wake it.
-                ctx.caches.written.remember_pod(&Arc::new(patched), None);
-                Ok(())
-            }
+            Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
             Err(error) => Err(Error::kube("patch pod")(error)),
         }

@@ -15,11 +15,8 @@
 
 mod act;
 mod cleanup;
-pub(crate) mod consul_access;
-mod context;
 mod gather;
-mod migrate;
-mod sharing;
+mod pod_writes;
 pub(crate) mod status_write;
 mod switchover;
 
@@ -34,6 +31,8 @@ use crate::Error;
 use crate::cache::keys::election_key;
 use crate::cache::views;
 use crate::consul::ConsulClient;
+use crate::consul_access;
+use crate::context::Context;
 use crate::crd::{FINALIZER, LeaderElection};
 use crate::election::admission::{Access, Input, served_elsewhere};
 use crate::election::config::{ElectionConfig, ElectionKey};
@@ -42,7 +41,6 @@ use crate::election::look_again;
 use crate::election::machine::{Do, Next, Opening, Start};
 use crate::election::reconcile::Found;
 use crate::election::withdrawal::Performed;
-pub use context::{Context, Settings};
 
 /// How long after a LeaderElection's deletion (its `metadata.deletionTimestamp`) the operator
 /// keeps retrying to release its key and destroy its session in Consul before it gives up,
@@ -231,7 +229,7 @@ struct Inputs<'a> {
     ctx: &'a Context,
     config: Option<Arc<ElectionConfig>>,
     consul: Option<ConsulClient>,
-    edit: Option<migrate::Edit>,
+    edit: Option<gather::Edit>,
 }
 
 impl<'a> Inputs<'a> {
@@ -276,7 +274,7 @@ impl<'a> Inputs<'a> {
                         }
                         Err(consul_access::AccessProblem::Invalid(problem)) => Access::Invalid {
                             spec_valid: crate::election::report::spec_problems(&[problem]),
-                            in_use: migrate::access_in_use(le, ctx, config),
+                            in_use: gather::access_in_use(le, ctx, config),
                         },
                         Err(consul_access::AccessProblem::Failed(error)) => {
                             // Retried soon, and perhaps failing as fast again: rule 2 does not
@@ -288,7 +286,7 @@ impl<'a> Inputs<'a> {
                 )
             }
             Input::Applied => {
-                self.edit = migrate::edit(le, ctx, config);
+                self.edit = gather::edit(le, ctx, config);
                 Found::Applied {
                     edited: self.edit.is_some(),
                     needs_withdrawal: self.edit.as_ref().is_some_and(|e| e.needs_withdrawal),
@@ -326,7 +324,7 @@ impl<'a> Inputs<'a> {
             }),
             Do::RecordApplied => {
                 if let Some(edit) = &self.edit {
-                    migrate::record(le, ctx, edit).await?;
+                    gather::record(le, ctx, edit).await?;
                 }
             }
         }

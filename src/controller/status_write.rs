@@ -7,9 +7,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::context::Context;
 use crate::Error;
 use crate::cache::keys::election_key;
+use crate::context::Context;
 use crate::crd::{AppliedSpec, LeaderElection, LeaderElectionStatus, ReadElection};
 use crate::election::config::{ElectionConfig, Mode};
 use crate::election::observe::SwitchoverRecord;
@@ -79,7 +79,7 @@ fn decided(
             generation: le.metadata.generation,
             labelled,
             // First written with the first status: until then nothing was done that an edit
-            // of the spec would have to undo (see `migrate`).
+            // of the spec would have to undo (see `election::spec_edits`).
             applied: applied(le, config, &old),
             spec_valid,
             lease_timing: (config.mode == Mode::Managed)

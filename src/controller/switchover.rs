@@ -8,8 +8,8 @@ use json_patch::{PatchOperation, RemoveOperation, TestOperation};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 
-use super::context::Context;
 use crate::Error;
+use crate::context::Context;
 use crate::crd::{LeaderElection, SWITCHOVER_ANNOTATION};
 use crate::election::config::ElectionKey;
 use crate::election::observe::SwitchoverRecord;

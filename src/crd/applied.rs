@@ -77,6 +77,7 @@ pub fn recorded_session(applied: Option<&AppliedSpec>) -> Option<SessionConfig> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::election::spec_edits::needs_withdrawal;
     use std::time::Duration;
 
     fn with_session(ttl: &str, behavior: &str) -> AppliedSpec {
@@ -107,5 +108,75 @@ mod tests {
         assert_eq!(recorded_session(Some(&with_session("10s", "keep"))), None);
         assert_eq!(recorded_session(Some(&AppliedSpec::default())), None);
         assert_eq!(recorded_session(None), None);
+    }
+
+    fn election(spec: serde_json::Value) -> LeaderElection {
+        let le = serde_json::json!({
+            "apiVersion": "elector.dev/v1alpha1",
+            "kind": "LeaderElection",
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": spec,
+        });
+        serde_json::from_value(le).unwrap_or_else(|e| panic!("election: {e}"))
+    }
+
+    fn applied(le: &LeaderElection) -> AppliedSpec {
+        let config = crate::crd::validate(le).unwrap_or_else(|e| panic!("valid: {e:?}"));
+        applied_of(le, &config)
+    }
+
+    #[test]
+    fn the_record_round_trips_through_the_spec() {
+        let old = election(serde_json::json!({
+            "selector": {"matchLabels": {"app": "web"}},
+            "labels": {"key": "example.com/role", "leader": "primary", "follower": "standby"},
+            "key": "elector/ns/web/custom",
+            "consul": {
+                "address": "http://consul.example:8500",
+                "datacenter": "dc2",
+                "tokenSecretRef": {"name": "token", "key": "t"},
+            },
+        }));
+        let record = applied(&old);
+        let new = election(serde_json::json!({"selector": {"matchLabels": {"app": "web"}}}));
+        assert_ne!(applied(&new), record);
+        let restored = with_applied(&new.spec, &record);
+        assert_eq!(restored.labels, old.spec.labels);
+        assert_eq!(restored.key, old.spec.key);
+        assert_eq!(restored.consul, old.spec.consul);
+        assert_eq!(restored.selector, new.spec.selector);
+    }
+
+    #[test]
+    fn session_settings_are_recorded_in_canonical_form() {
+        // `needs_withdrawal` (election::spec_edits) compares records: the same durations
+        // written differently must make the same record, other settings another one.
+        let web = |session: serde_json::Value| {
+            applied(&election(serde_json::json!({
+                "selector": {"matchLabels": {"app": "web"}},
+                "session": session,
+            })))
+        };
+        let old = web(serde_json::json!({"ttl": "10s"}));
+        assert_eq!(old, web(serde_json::json!({"ttl": "10000ms"})));
+        assert!(needs_withdrawal(
+            &old,
+            &web(serde_json::json!({"ttl": "30s"}))
+        ));
+        assert!(needs_withdrawal(
+            &old,
+            &web(serde_json::json!({"ttl": "10s", "behavior": "Delete"}))
+        ));
+    }
+
+    #[test]
+    fn defaults_are_recorded_resolved_and_restore_without_a_consul_section() {
+        let le = election(serde_json::json!({"selector": {"matchLabels": {"app": "web"}}}));
+        let record = applied(&le);
+        assert_eq!(record.label_key, crate::crd::DEFAULT_ROLE_LABEL);
+        assert_eq!(record.key, crate::crd::default_key("ns", "web"));
+        let restored = with_applied(&le.spec, &record);
+        assert_eq!(restored.consul, None);
+        assert_eq!(restored.key, Some(crate::crd::default_key("ns", "web")));
     }
 }

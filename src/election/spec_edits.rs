@@ -1,7 +1,28 @@
-//! Spec edits of a live election (see `controller::migrate`): what the operator acts with is
-//! recorded in `status.applied`; comparing that record with what the spec asks now tells
-//! whether the old labels, key and session must be withdrawn first, and whether a refused
-//! Consul access is the one in use.
+//! Spec edits of a live election: `spec.labels` (key, leader, follower), `spec.key` and
+//! `spec.consul` (address, datacenter, tokenSecretRef) may change while the election runs.
+//!
+//! The object alone cannot tell what changed, so the status records what the operator acts
+//! with ([`AppliedSpec`]) before it acts with other values. A new election records them with
+//! its first status write (the fencing token's, before any pod is labelled leader), which
+//! spares a write per election; the price: if the operator crashes between that election's
+//! first acquisition and that write, and the spec's key is edited before it restarts, the
+//! first key stays held by the election's session until the session goes (the election is
+//! deleted, or its leader moves to another pod). A changed leader or follower value
+//! only needs recording: the planner rewrites the value of the one label key in place, so a
+//! pod never carries both, and the leader keeps its lock meanwhile. When the label key, the
+//! Consul key or the Consul access differs from that record, the operator first withdraws
+//! what it did with the recorded values, in rule 7's order
+//! (leader label off, old key released, old session destroyed in the old Consul, remaining
+//! old labels removed), then records the new values and elects again under them. No pod
+//! keeps a label a Service may select without holding the lock, and the old key is free
+//! before the new one is acquired.
+//!
+//! While the old Consul cannot be reached the labels are already off and the release is
+//! retried; the annotation `elector.dev/skip-consul-cleanup: "true"` lets the election go on
+//! without it (the old session, no longer renewed, expires after its TTL).
+//!
+//! Here: comparing that record with what the spec asks now tells whether the old labels, key
+//! and session must be withdrawn first, and whether a refused Consul access is the one in use.
 
 use crate::crd::AppliedSpec;
 

@@ -15,7 +15,7 @@ use kube::runtime::events::{Event, EventType};
 
 use crate::cache::keys::election_key;
 use crate::cache::views as observe;
-use crate::controller::Context;
+use crate::context::Context;
 use crate::crd::{LeaderElection, Phase};
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::invariants::{Disagreement, Snapshot, disagreements};

@@ -1,7 +1,7 @@
 //! The gauges that describe the whole operator: elections per phase, elections without a
 //! leader by reason, sessions held. Updated every few seconds from the caches.
 
-use crate::controller::Context;
+use crate::context::Context;
 use crate::crd::{LeaderElection, Phase};
 use crate::metrics;
 

@@ -30,8 +30,8 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::cache::keys::election_key;
 use crate::consul::{ConsulAddress, ConsulClient, QueryOptions, SessionEntry, TokenIdentity};
-use crate::controller::Context;
-use crate::controller::consul_access;
+use crate::consul_access;
+use crate::context::Context;
 use crate::crd::LeaderElection;
 use crate::crd::applied::recorded_session;
 use crate::election::adoption::{FoundSettings, settings_match, vouched_by_status};

@@ -22,7 +22,7 @@
 //! A parent and its children are modules like any other:
 //! - a child using an item of its parent (`super::Context`) depends on the parent, so when the
 //!   parent also uses the child it **is** a cycle: such shared items belong in a module of
-//!   their own (`controller/context.rs`), which both use;
+//!   their own (`src/context.rs`), which both use;
 //! - a re-export in a parent (`pub use child::Item;`) is a dependency of the parent on the
 //!   child, and users of `parent::Item` depend on the parent: a re-export does not hide a
 //!   cycle;

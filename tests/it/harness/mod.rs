@@ -24,7 +24,8 @@ use kube::runtime::watcher;
 use testkit::pods::wait_for;
 
 use consul_elector::consul::{ConsulAddress, ConsulClient, ConsulSettings};
-use consul_elector::controller::{self, Settings};
+use consul_elector::context::Settings;
+use consul_elector::controller;
 use consul_elector::crd::LeaderElection;
 use consul_elector::election::config::Owner;
 use consul_elector::http::Health;

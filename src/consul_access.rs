@@ -15,9 +15,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
 
-use super::context::Context;
 use crate::Error;
 use crate::consul::{ConsulAddress, ConsulClient, ConsulToken, Overrides};
+use crate::context::Context;
 use crate::crd::{LeaderElection, SECRET_ALLOWED_ELECTIONS_ANNOTATION, SpecProblem};
 use crate::election::consul_policy::{OwnToken, opted_in, own_token_allows};
 
