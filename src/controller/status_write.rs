@@ -52,43 +52,38 @@ pub async fn write(
     let Some(plan) = plan else {
         return Ok(());
     };
-    let (old, new) = decided(le, ctx, config, labelled, plan, spec_valid);
+    let old = ctx.caches.current_status(le);
+    let new = report::decided(plan, rendering(le, ctx, config, labelled, &old, spec_valid));
     patch_if_changed(le, ctx, &old, new, Write::Whole, basis)
         .await
         .map(|_| ())
 }
 
-/// The status as this process last wrote it, and the one `plan` decides when the pod with UID
-/// `labelled` carries the leader label ([`report::decided`]).
-fn decided(
+/// What [`report::decided`] renders the status of a plan from, when the pod with UID
+/// `labelled` carries the leader label and the status is `old` (as this process last wrote it).
+fn rendering<'r>(
     le: &LeaderElection,
     ctx: &Context,
     config: &ElectionConfig,
-    labelled: Option<&str>,
-    plan: &Plan,
+    labelled: Option<&'r str>,
+    old: &'r LeaderElectionStatus,
     spec_valid: ConditionState,
-) -> (LeaderElectionStatus, LeaderElectionStatus) {
-    let old = ctx.caches.current_status(le);
-    let failed_writes = election_key(le)
-        .ok()
-        .and_then(|key| ctx.caches.written.status_failures(&key));
-    let new = report::decided(
-        plan,
-        Rendering {
-            old: &old,
-            generation: le.metadata.generation,
-            labelled,
-            // First written with the first status: until then nothing was done that an edit
-            // of the spec would have to undo (see `election::spec_edits`).
-            applied: applied(le, config, &old),
-            spec_valid,
-            lease_timing: (config.mode == Mode::Managed)
-                .then(|| ctx.settings.lease.timing_condition(config.session.ttl)),
-            failed_writes,
-            now: ctx.wall_now(),
-        },
-    );
-    (old, new)
+) -> Rendering<'r> {
+    Rendering {
+        old,
+        generation: le.metadata.generation,
+        labelled,
+        // First written with the first status: until then nothing was done that an edit
+        // of the spec would have to undo (see `election::spec_edits`).
+        applied: applied(le, config, old),
+        spec_valid,
+        lease_timing: (config.mode == Mode::Managed)
+            .then(|| ctx.settings.lease.timing_condition(config.session.ttl)),
+        failed_writes: election_key(le)
+            .ok()
+            .and_then(|key| ctx.caches.written.status_failures(&key)),
+        now: ctx.wall_now(),
+    }
 }
 
 /// The status write before a leader label ([`crate::election::plan::Action::RecordToken`]).
@@ -118,16 +113,14 @@ pub async fn record_token(
     spec_valid: ConditionState,
     basis: Basis,
 ) -> Result<Basis, Error> {
-    // The planner asks only for a token above the recorded one; `max` keeps even a stale
-    // request from moving the token backwards.
     let current = ctx.caches.current_status(le);
     if !record.whole {
         let new = report::token_recorded(&current, record.token, applied(le, config, &current));
         return patch_if_changed(le, ctx, &current, new, Write::Record, basis).await;
     }
-    let (old, mut new) = decided(le, ctx, config, Some(record.uid), plan, spec_valid);
-    new.fencing_token = new.fencing_token.max(Some(record.token));
-    patch_if_changed(le, ctx, &old, new, Write::Whole, basis).await
+    let rendering = rendering(le, ctx, config, Some(record.uid), &current, spec_valid);
+    let new = report::decided_with_token(plan, rendering, record.token);
+    patch_if_changed(le, ctx, &current, new, Write::Whole, basis).await
 }
 
 /// Writes how a switchover request was decided (`status.lastSwitchover`) before the request

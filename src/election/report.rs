@@ -222,6 +222,15 @@ fn status_written(failed: Option<(u32, &'static str)>) -> ConditionState {
     }
 }
 
+/// Rule 6 before a pod is labelled with `token`, as a whole record: the status `plan` decides
+/// once the pod carries the label (its UID in `r.labelled`), holding the token (never a lower
+/// one than the plan's: a stale request must not move it backwards).
+pub fn decided_with_token(plan: &Plan, r: Rendering<'_>, token: u64) -> LeaderElectionStatus {
+    let mut new = decided(plan, r);
+    new.fencing_token = new.fencing_token.max(Some(token));
+    new
+}
+
 /// Rule 6 before a pod is labelled with `token`: the status as it is, holding the token
 /// (never a lower one than it holds: a stale request must not move it backwards) and what
 /// the operator acts with.

@@ -10,7 +10,9 @@
 //! violation panics with the trace of the run (events, observations, plans, actions).
 //!
 //! The status is written twice at most per reconcile, as the controller does: before a leader
-//! label (the token, with the status it leads to) and at the end. The end write can be lost
+//! label (the token, with the status it leads to) and at the end, each rendered by the
+//! controller's own `report` functions from the pods as they are labelled then; a status that
+//! names a leader no pod carries the label of is a violation. The end write can be lost
 //! ([`Event::LoseStatusWrite`]); the write before the label is what keeps rule 6 then
 //! ([`Knobs::token_before_label`]).
 //!
@@ -23,8 +25,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::support::{mono, not_ready_from, record, t};
-use crate::crd::AppliedSpec;
+use super::support::{mono, not_ready_from, t};
+use crate::crd::{AppliedSpec, LeaderElectionStatus};
 use crate::election::adoption::FoundSettings;
 use crate::election::config::{
     Behavior, ElectionConfig, ElectionKey, Mode, Owner, SessionConfig, UnavailablePolicy,
@@ -39,6 +41,7 @@ use crate::election::observe::{
 };
 use crate::election::plan::{Action, Phase, Plan};
 use crate::election::plan_loop::{Answer, World};
+use crate::election::report;
 use crate::election::session_names::session_name;
 use crate::election::switchover_request::{RequestSeen, RequestStep, step};
 use crate::election::withdrawal::Performed;
@@ -516,7 +519,8 @@ pub struct Model {
     next_uid: u64,
     pub consul: Consul,
     pub registered: Option<Registered>,
-    pub recorded: Recorded,
+    /// The election's status as last written.
+    status: LeaderElectionStatus,
     /// When this controller process last read the key (the lock watch's last answer).
     kv_read_at: Option<Timestamp>,
     /// The key as this controller process last read it (its lock watch's cache).
@@ -580,7 +584,7 @@ impl Model {
             next_uid: 0,
             consul: Consul::new(),
             registered: None,
-            recorded: Recorded::default(),
+            status: LeaderElectionStatus::default(),
             kv_read_at: None,
             cached_lock: LockView::Unknown,
             election: Election::new(),
@@ -921,9 +925,9 @@ impl Model {
             }
             Event::ServedElsewhere(claims) => {
                 if *claims {
-                    self.recorded.served_by = Some(OTHER_INSTALL.into());
+                    self.status.served_by = Some(OTHER_INSTALL.into());
                 } else if self.served_elsewhere() {
-                    self.recorded.served_by = None;
+                    self.status.served_by = None;
                 }
             }
             Event::Loop {
@@ -970,7 +974,7 @@ impl Model {
     /// its leader, when Consul's sessions answer and still have it under this install's
     /// name for that pod ([`session_names`]' `Found::InStatus`, `adoption::vouched_by_status`).
     fn take_over(&mut self) {
-        let Some(leader) = self.recorded.leader.clone() else {
+        let Some(leader) = self.recorded().leader.clone() else {
             return;
         };
         let Some(id) = leader.session_id.clone() else {
@@ -1069,7 +1073,7 @@ impl Model {
     /// Whether the status names another install as serving the election (the model's own
     /// reading, not the core's `served_elsewhere`).
     fn served_elsewhere(&self) -> bool {
-        self.recorded.served_by.as_deref() == Some(OTHER_INSTALL)
+        self.recorded().served_by.as_deref() == Some(OTHER_INSTALL)
     }
 
     /// Rule 5, judged on the model's own terms (not the core's eligibility): the pod that leads
@@ -1091,12 +1095,12 @@ impl Model {
         // The operator's own label: it carries the token the status records (a label put
         // there by someone else is re-elected with a token of its own).
         let recorded = self
-            .recorded
+            .recorded()
             .leader
             .as_ref()
             .is_some_and(|l| l.uid == leader.uid)
             && leader.fencing_token.is_some()
-            && leader.fencing_token == self.recorded.fencing_token.map(|t| t.to_string());
+            && leader.fencing_token == self.recorded().fencing_token.map(|t| t.to_string());
         let session = self.registered.as_ref().is_some_and(|r| {
             matches!(r.health, SessionHealth::Alive { .. })
                 && r.pod_uid == leader.uid
@@ -1196,7 +1200,7 @@ impl Model {
         if self.config.mode != Mode::Managed || self.registered.is_some() || !self.consul.all_up() {
             return;
         }
-        let Some(leader) = &self.recorded.leader else {
+        let Some(leader) = &self.recorded().leader else {
             return;
         };
         let holder = self.consul.holder().map(str::to_owned);
@@ -1387,7 +1391,7 @@ impl Model {
                     self.remove_decided_request();
                     opened = Some((self.sticky_leader(), self.operator_move_due(&faults)));
                     let opening = Opening {
-                        recorded: self.recorded.clone(),
+                        recorded: self.recorded(),
                         switchover: self.switchover.clone(),
                         removal_failed: false,
                         adopting: self.adopting(),
@@ -1445,14 +1449,14 @@ impl Model {
             let mut answer = Answer::Done;
             let ok = match &action {
                 Action::RecordToken {
+                    uid,
                     fencing_token,
                     whole,
-                    ..
                 } => {
                     if executed && self.knobs.token_before_label {
                         let plan = self.election.last_plan().cloned().expect("a plan acts");
-                        self.record_token(&plan, *fencing_token, *whole);
-                        answer = Answer::StatusWritten(Box::new(self.recorded.clone()));
+                        self.record_token(&plan, uid, *fencing_token, *whole);
+                        answer = Answer::StatusWritten(Box::new(self.recorded()));
                     }
                     executed && !failing
                 }
@@ -1568,7 +1572,7 @@ impl Model {
             true => RequestSeen::Unremoved,
             false => RequestSeen::New,
         };
-        if step(seen, self.recorded.last_switchover.as_ref(), &request) == RequestStep::Remove {
+        if step(seen, self.recorded().last_switchover.as_ref(), &request) == RequestStep::Remove {
             let _ = writeln!(self.trace, "   decided request {request} removed again");
             *self
                 .seen
@@ -1686,19 +1690,54 @@ impl Model {
     }
 
     fn write_status(&mut self, plan: &Plan) {
-        let new = record(&plan.status);
-        if new.fencing_token < self.recorded.fencing_token {
+        let labelled = self.leaders().first().map(|p| p.uid.clone());
+        let labelled = labelled.filter(|_| self.leaders().len() == 1);
+        let new = report::decided(plan, self.rendering(labelled.as_deref()));
+        if new.fencing_token < self.status.fencing_token {
             self.fail(&format!(
                 "status fencing token decreased: {:?} -> {:?}",
-                self.recorded.fencing_token, new.fencing_token
+                self.status.fencing_token, new.fencing_token
             ));
         }
-        if new.transitions < self.recorded.transitions {
+        if new.transitions < self.status.transitions {
             self.fail("status transitions decreased");
         }
-        self.recorded = new;
+        if let Some(leader) = &new.leader
+            && labelled.as_deref() != Some(leader.uid.as_str())
+        {
+            self.fail(&format!(
+                "the status names leader {} but no pod, or another, carries the label",
+                leader.pod
+            ));
+        }
+        self.status = new;
         if self.applied.is_none() {
             self.applied = Some(self.spec_applied());
+        }
+    }
+
+    /// The election's status as the core reads it back ([`report::recorded`]).
+    pub fn recorded(&self) -> Recorded {
+        report::recorded(&self.status)
+    }
+
+    /// What the controller renders a status from ([`report::Rendering`]), when the pod with UID
+    /// `labelled` carries the leader label.
+    fn rendering<'r>(&'r self, labelled: Option<&'r str>) -> report::Rendering<'r> {
+        report::Rendering {
+            old: &self.status,
+            generation: Some(1),
+            labelled,
+            applied: self.applied.clone().unwrap_or_else(|| self.spec_applied()),
+            spec_valid: crate::election::plan::ConditionState {
+                type_: "SpecValid",
+                status: true,
+                reason: "Valid",
+                message: String::new(),
+            },
+            lease_timing: None,
+            failed_writes: None,
+            now: self.now,
         }
     }
 
@@ -1757,7 +1796,7 @@ impl Model {
                 _ => false,
             },
             Action::RecordSwitchover { record, .. } => {
-                let outcome_recorded = self.recorded.last_switchover.as_ref().is_some_and(|r| {
+                let outcome_recorded = self.recorded().last_switchover.as_ref().is_some_and(|r| {
                     r.to == record.to && r.outcome != SwitchoverOutcome::InProgress
                 });
                 if record.outcome == SwitchoverOutcome::InProgress
@@ -1767,7 +1806,7 @@ impl Model {
                     self.fail("a switchover request whose outcome is recorded is decided again");
                 }
                 // Written at once, like the controller's write-ahead status patch.
-                self.recorded.last_switchover = Some(record.clone());
+                self.status = report::switchover_recorded(&self.status, record);
                 true
             }
             Action::ClearSwitchover { request } => {
@@ -2037,10 +2076,11 @@ impl Model {
                     "{action:?} while another pod carries the leader label"
                 ));
             }
-            if self.knobs.token_before_label && self.recorded.fencing_token < Some(*fencing_token) {
+            if self.knobs.token_before_label && self.recorded().fencing_token < Some(*fencing_token)
+            {
                 self.fail(&format!(
                     "{action:?}: labelled before the status held the token ({:?})",
-                    self.recorded.fencing_token
+                    self.recorded().fencing_token
                 ));
             }
             // Rule 6: tokens never decrease; one token, one acquisition.
@@ -2147,7 +2187,7 @@ impl Model {
                 "@{} the other install's claim goes",
                 self.secs()
             );
-            self.recorded.served_by = None;
+            self.status.served_by = None;
         }
         if self.config.paused {
             // Resumed: from here on the election must converge as any other.

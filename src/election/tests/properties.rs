@@ -520,7 +520,7 @@ fn a_switchover_and_a_failback_in_one_reconcile_count_two_transitions() {
         drain: 0,
     });
     model.apply(&LOOP);
-    assert_eq!(model.recorded.transitions, 2, "{}", model.trace);
+    assert_eq!(model.recorded().transitions, 2, "{}", model.trace);
     model.quiesce();
 }
 
@@ -537,7 +537,7 @@ fn a_star_switchover_interrupted_anywhere_moves_leadership_once() {
             model.apply(&LOOP);
             model.apply(&Event::Priority(1, 5));
             model.apply(&LOOP);
-            let before = model.recorded.transitions;
+            let before = model.recorded().transitions;
             model.apply(&Event::Switchover(None));
             model.apply(&Event::Loop {
                 fail_at: Some(fail_at),
@@ -545,7 +545,7 @@ fn a_star_switchover_interrupted_anywhere_moves_leadership_once() {
             });
             model.quiesce();
             assert_eq!(
-                model.recorded.transitions,
+                model.recorded().transitions,
                 before + 1,
                 "fail at {fail_at} (after effect: {after_effect})\n{}",
                 model.trace

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::super::support::mono;
-use super::{Action, Mode, Model, PodView, SessionHealth, model_election, model_owner, record};
+use super::{Action, Mode, Model, PodView, SessionHealth, model_election, model_owner};
 use crate::consul::parse_go_duration;
 use crate::crd::{AppliedSession, AppliedSpec};
 use crate::election::admission::{Access, Input, served_elsewhere};
@@ -18,6 +18,7 @@ use crate::election::config::Behavior;
 use crate::election::machine::{ConsulWait, Do, Left, Start};
 use crate::election::plan::{ConditionState, Plan};
 use crate::election::reconcile::Found;
+use crate::election::report;
 use crate::election::session_names::session_name;
 use crate::election::spec_edits::{needs_withdrawal, same_access};
 use crate::election::unusable::LockFacts;
@@ -108,7 +109,7 @@ impl Model {
     pub(super) fn start(&self) -> Start {
         Start {
             spec: Ok(()),
-            served_elsewhere: served_elsewhere(self.recorded.served_by.as_deref(), &model_owner()),
+            served_elsewhere: served_elsewhere(self.status.served_by.as_deref(), &model_owner()),
             paused: self.config.paused,
             token_secret: false,
             deleted: self.deleted_at.is_some(),
@@ -248,7 +249,7 @@ impl Model {
             read_at: self.kv_read_at.map(mono),
             held: self.session_view(),
             recorded_session: self
-                .recorded
+                .recorded()
                 .leader
                 .as_ref()
                 .and_then(|l| l.session_id.clone()),
@@ -359,7 +360,7 @@ impl Model {
         Sessions {
             held: self.registered.as_ref().map(|r| r.id.clone()),
             recorded: self
-                .recorded
+                .recorded()
                 .leader
                 .as_ref()
                 .and_then(|l| l.session_id.clone()),
@@ -413,22 +414,21 @@ impl Model {
         }
     }
 
-    /// Executes [`Action::RecordToken`] as `controller::status_write::record_token` does: the
-    /// token, and for a `whole` record the status the plan decides with its pod labelled.
-    pub(super) fn record_token(&mut self, plan: &Plan, token: u64, whole: bool) {
-        if self.recorded.fencing_token >= Some(token) {
+    /// Executes [`Action::RecordToken`] with the controller's rendering: the token, and for a
+    /// `whole` record the status the plan decides with its pod labelled.
+    pub(super) fn record_token(&mut self, plan: &Plan, uid: &str, token: u64, whole: bool) {
+        if self.status.fencing_token >= Some(token) {
             self.fail(&format!(
                 "RecordToken of {token}, but the status holds {:?} already",
-                self.recorded.fencing_token
+                self.status.fencing_token
             ));
         }
-        let mut new = if whole {
-            record(&plan.status)
+        self.status = if whole {
+            report::decided_with_token(plan, self.rendering(Some(uid)), token)
         } else {
-            self.recorded.clone()
+            let applied = self.applied.clone().unwrap_or_else(|| self.spec_applied());
+            report::token_recorded(&self.status, token, applied)
         };
-        new.fencing_token = new.fencing_token.max(Some(token));
-        self.recorded = new;
         if self.applied.is_none() {
             self.applied = Some(self.spec_applied());
         }
