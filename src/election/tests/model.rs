@@ -47,6 +47,7 @@ use crate::election::switchover_request::{RequestSeen, RequestStep, step};
 use crate::election::withdrawal::Performed;
 
 mod lifecycle;
+mod other_install;
 
 use lifecycle::Faults;
 
@@ -436,6 +437,9 @@ pub enum Event {
     /// Somebody deletes the key: in Observe mode the applications' next acquisition
     /// re-creates it, restarting its LockIndex at 1.
     DeleteKey,
+    /// An application deletes the key and acquires it again for the `i`th pod: its LockIndex
+    /// starts again at 1 (Observe mode's tokens must still grow, rule 6).
+    RecreateKey(usize),
     /// Another session acquires the key (if it can), naming the pod in its value.
     ForeignAcquire(usize),
     /// The foreign holder releases the key and destroys its session.
@@ -466,6 +470,11 @@ pub enum Event {
     /// Another install of the operator names itself in the status as serving the election
     /// (`true`, rule 8), or its claim is gone from the status (`false`).
     ServedElsewhere(bool),
+    /// Another install of the operator takes the free key for the `i`th pod (unless the status
+    /// names this install), see [`other_install`].
+    OtherInstallAcquires(usize),
+    /// The other install, holding the key, records itself in the status and labels its pod.
+    OtherInstallLabels,
     /// A younger election claiming the same pods under the same label key still carries its
     /// leader label on the pod (`Some`), until its withdrawal takes it off (`None`).
     YoungerLeader(Option<usize>),
@@ -764,6 +773,10 @@ impl Model {
                     self.consul.key = None;
                 }
             }
+            Event::RecreateKey(i) => {
+                self.apply(&Event::DeleteKey);
+                self.apply(&Event::ForeignAcquire(*i));
+            }
             Event::ForeignAcquire(i) => {
                 if self.consul.all_up() && self.consul.holder().is_none() {
                     let (name, uid) = match self.pod_at(*i) {
@@ -923,6 +936,8 @@ impl Model {
                 }
                 self.access_refused = *refused;
             }
+            Event::OtherInstallAcquires(i) => self.other_install_acquires(*i),
+            Event::OtherInstallLabels => self.other_install_labels(),
             Event::ServedElsewhere(claims) => {
                 if *claims {
                     self.status.served_by = Some(OTHER_INSTALL.into());
@@ -1617,6 +1632,7 @@ impl Model {
             })
             .cloned()
             .expect("a plan asked for");
+        self.check_standing_back(lock, &pods, &plan);
         let _ = writeln!(
             self.trace,
             "   observe lock={lock:?} session={session:?} recorded={recorded:?} lock_delay_for={:?}\n   pods {:?}\n   plan {:?} phase={:?} requeue={:?} stood_back={:?}",
@@ -1968,11 +1984,13 @@ impl Model {
     }
 
     /// Whether the leader labels are another install's to back or take off: while the status
-    /// names it, or this install still stands back for it (until the key stayed free for the
-    /// takeover grace). The model has no second install, and rule 8 forbids this one to touch
-    /// them: rules 1 and 2 are judged again once this install takes over.
+    /// names it, while its session holds the key, or while this install still stands back for
+    /// it (until the key stayed free for the takeover grace). Rule 8 forbids this install to
+    /// touch them: rules 1 and 2 are judged again once this install takes over.
     fn labels_are_another_installs(&self) -> bool {
-        self.served_elsewhere() || self.election.memory().stood_back().is_some()
+        self.served_elsewhere()
+            || self.election.memory().stood_back().is_some()
+            || self.other_install_holds_the_key()
     }
 
     /// Leader-labelled pods failing rule 2 (by UID), each with what fails (the lock or the

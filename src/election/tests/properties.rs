@@ -90,6 +90,7 @@ fn world_event() -> impl Strategy<Value = Event> {
         // operator, which never writes to Consul there, could not keep rule 6.
         1 => Just(Event::DeleteKey),
         2 => i.clone().prop_map(Event::ForeignAcquire),
+        1 => i.clone().prop_map(Event::RecreateKey),
         1 => Just(Event::ForeignRelease),
         1 => Just(Event::ForeignExpire),
         1 => Just(Event::Restart),
@@ -113,8 +114,10 @@ fn world_event() -> impl Strategy<Value = Event> {
         1 => Just(Event::LoseStatusWrite),
         1 => any::<bool>().prop_map(Event::OlderElection),
         1 => any::<bool>().prop_map(Event::ServedElsewhere),
+        1 => i.clone().prop_map(Event::OtherInstallAcquires),
+        1 => Just(Event::OtherInstallLabels),
         1 => prop::option::of(i.clone()).prop_map(Event::YoungerLeader),
-        1 => any::<bool>().prop_map(Event::AccessRefused),
+        2 => any::<bool>().prop_map(Event::AccessRefused),
     ]
 }
 
@@ -168,7 +171,7 @@ fn scenario() -> impl Strategy<Value = (ElectionConfig, Knobs, Vec<(bool, i64)>,
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 256,
+        cases: 512,
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
@@ -197,7 +200,7 @@ fn the_generator_reaches_every_interesting_situation() {
 
     let mut runner = TestRunner::deterministic();
     let mut seen: BTreeMap<String, u32> = BTreeMap::new();
-    for _ in 0..256 {
+    for _ in 0..512 {
         let (config, knobs, pods, events) = scenario()
             .new_tree(&mut runner)
             .expect("a scenario")
@@ -267,6 +270,8 @@ fn the_generator_reaches_every_interesting_situation() {
         "withdrawal ok Forget",
         "withdrawal failed Destroy",
         "status write lost",
+        "another install took the key",
+        "planned while another install holds the key",
     ] {
         assert!(
             seen.get(situation).copied().unwrap_or(0) > 0,
