@@ -1209,6 +1209,50 @@ impl Model {
         }
     }
 
+    /// Rule 5's choice of a successor, judged on the model's own terms: with no switchover
+    /// requested or in progress, a session is created only for the previous leader (the one the
+    /// status records) when it may lead (selected, not going away, Ready when required, a
+    /// valid priority of at least 0 and the highest among the pods that may lead) and no
+    /// planned move takes it away (its handover annotation).
+    fn check_successor(&mut self, action: &Action) {
+        let Action::CreateSession { pod, uid } = action else {
+            return;
+        };
+        let recorded = self.recorded();
+        let in_progress = recorded
+            .last_switchover
+            .as_ref()
+            .is_some_and(|r| r.outcome == SwitchoverOutcome::InProgress);
+        let (Some(previous), None, false) = (recorded.leader, &self.switchover, in_progress) else {
+            return;
+        };
+        let may_lead = |p: &PodView| {
+            p.selected
+                && !p.deleting
+                && !p.finished
+                && p.priority.is_some_and(|priority| priority >= 0)
+                && (p.ready || !self.config.require_ready)
+        };
+        let top = self
+            .pods
+            .iter()
+            .filter(|p| may_lead(p))
+            .map(|p| p.priority)
+            .max();
+        let preferred = self.pods.iter().any(|p| {
+            p.uid == previous.uid
+                && may_lead(p)
+                && p.priority == top.flatten()
+                && p.handover.is_none()
+        });
+        if preferred && *uid != previous.uid {
+            self.fail(&format!(
+                "rule 5: a session for {pod} while the previous leader {} may lead",
+                previous.pod
+            ));
+        }
+    }
+
     /// Rule 3: with Consul answering, a reconcile that holds no session has adopted the live
     /// session of this install that holds the key for the leader its status records.
     fn check_adopted(&mut self) {
@@ -1451,7 +1495,8 @@ impl Model {
             {
                 self.fail("Acquire executed during a lock-delay the planner was told about");
             }
-            let (executed, failing) = faults.next();
+            let in_process = matches!(action, Action::ForgetSession | Action::Emit(_));
+            let (executed, failing) = faults.next(in_process);
             if let Action::ClearSwitchover { request }
             | Action::RecordSwitchover {
                 decides: Some(request),
@@ -2045,6 +2090,7 @@ impl Model {
         leaders_before: usize,
         before: &[(String, &'static str)],
     ) {
+        self.check_successor(action);
         // Rule 1: no action makes a second leader label (only a world event can, see
         // `StrayLeaderLabel`; then the count may only go down until it is 1).
         let leaders = self.leaders();

@@ -565,8 +565,6 @@ fn a_star_switchover_interrupted_anywhere_moves_leadership_once() {
     assert!(removed_again > 0, "no run failed at the request's removal");
 }
 
-/// Found by the randomized run: a stray leader label on a pod going away, while the status
-/// names another install and the key is free.
 /// A case the randomized test found, shrunk: `events` over `pods` with the controller as it
 /// runs, then the quiesce.
 fn replay(config: ElectionConfig, pods: &[(bool, i64)], events: &[Event]) {
@@ -577,6 +575,8 @@ fn replay(config: ElectionConfig, pods: &[(bool, i64)], events: &[Event]) {
     model.quiesce();
 }
 
+/// Found by the randomized run: a stray leader label on a pod going away, while the status
+/// names another install and the key is free.
 #[test]
 fn a_stray_label_while_another_install_serves_is_left_to_that_install() {
     let config = ElectionConfig {
@@ -706,4 +706,35 @@ fn a_paused_observe_election_follows_a_re_created_key_with_a_growing_token() {
         model.trace
     );
     model.quiesce();
+}
+
+/// Found by the randomized run (a model misjudgement): forgetting a session is a step within
+/// the operator's process, which cannot fail; the model failed it, and judged the election
+/// that yielded for still renewing its session.
+#[test]
+fn a_yielding_election_whose_access_is_refused_forgets_its_session() {
+    let config = ElectionConfig {
+        require_ready: true,
+        failover_delay: Duration::from_secs(20),
+        on_consul_unavailable: UnavailablePolicy::Fence,
+        session: SessionConfig {
+            ttl: Duration::from_secs(15),
+            lock_delay: Duration::ZERO,
+            behavior: Behavior::Release,
+        },
+        ..config()
+    };
+    let events = [
+        Event::Ready(0, true),
+        LOOP,
+        Event::KvStall,
+        Event::OlderElection(true),
+        LOOP,
+        Event::AccessRefused(true),
+        Event::Loop {
+            fail_at: Some(1),
+            after_effect: false,
+        },
+    ];
+    replay(config, &[(false, 0)], &events);
 }

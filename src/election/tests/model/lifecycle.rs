@@ -75,8 +75,13 @@ impl Faults {
         self.fail_at.is_none()
     }
 
-    /// For the next action: whether it takes effect, and whether it reports a failure.
-    pub fn next(&mut self) -> (bool, bool) {
+    /// For the next action: whether it takes effect, and whether it reports a failure. A step
+    /// the operator performs within its own process (`in_process`: forgetting a session,
+    /// publishing an event) sends no request and cannot fail.
+    pub fn next(&mut self, in_process: bool) -> (bool, bool) {
+        if in_process {
+            return (true, false);
+        }
         let failing = self.fail_at == Some(self.index);
         self.index += 1;
         (!failing || self.after_effect, failing)
@@ -303,7 +308,7 @@ impl Model {
     pub(super) fn withdrawal_step(&mut self, step: &Step, faults: &mut Faults) -> Performed {
         let before = self.unbacked_labels();
         let leaders_before = self.leaders().len();
-        let (executed, failing) = faults.next();
+        let (executed, failing) = faults.next(matches!(step, Step::Forget));
         let performed = if executed {
             self.perform_withdrawal(step)
         } else {

@@ -36,11 +36,7 @@ impl Model {
     /// install (then the other one stands back, rule 8). Managed mode only: in Observe mode no
     /// install writes the key.
     pub(super) fn other_install_acquires(&mut self, i: usize) {
-        let claimed_here = self
-            .status
-            .served_by
-            .as_deref()
-            .is_some_and(model_owner_is);
+        let claimed_here = self.status.served_by.as_deref().is_some_and(model_owner_is);
         if self.config.mode != Mode::Managed
             || self.deleted_at.is_some()
             || claimed_here
