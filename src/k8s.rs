@@ -11,81 +11,39 @@ use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::crd::{
-    FENCING_TOKEN_ANNOTATION, HANDOVER_ANNOTATION, LEADER_SINCE_ANNOTATION, PRIORITY_ANNOTATION,
+    ELECTION_ANNOTATION, FENCING_TOKEN_ANNOTATION, HANDOVER_ANNOTATION, LEADER_SINCE_ANNOTATION,
+    PRIORITY_ANNOTATION,
 };
-use crate::election::config::LabelConfig;
 use crate::election::observe::PodView;
+use crate::election::pod_patch::PodPatch;
 
 mod cached_pod;
 
 pub use cached_pod::{Pod, PodSpec, PodStatus};
 
-/// Annotation naming the election that labelled the pod, so that a pod which stops matching
-/// is cleaned by the election that labelled it and by no other.
-pub const ELECTION_ANNOTATION: &str = "elector.dev/election";
-
-/// How a pod should be labelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodRole {
-    /// `<key>=<leader>` plus the fencing token and leader-since annotations.
-    Leader {
-        /// Consul `LockIndex`.
-        fencing_token: u64,
-        /// Leader since.
-        since: Timestamp,
-    },
-    /// `<key>=<follower>`, leader annotations removed.
-    Follower,
-    /// No label, no annotation of the operator.
-    None,
+/// The JSON merge patch that carries out `patch`: only the labels and annotations it names,
+/// and the pod's UID, so that a patch meant for one incarnation of a pod name fails on another
+/// instead of labelling it.
+pub fn merge_patch(patch: &PodPatch) -> Value {
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("uid".to_owned(), Value::from(patch.uid.as_str()));
+    if !patch.labels.is_empty() {
+        metadata.insert("labels".to_owned(), json!(patch.labels));
+    }
+    if !patch.annotations.is_empty() {
+        metadata.insert("annotations".to_owned(), json!(patch.annotations));
+    }
+    json!({ "metadata": metadata })
 }
 
-/// The merge patch that gives `uid` the `role` under `labels` for election `election`.
-pub fn role_patch(uid: &str, labels: &LabelConfig, election: &str, role: PodRole) -> Value {
-    let (label, token, since, owner) = match role {
-        PodRole::Leader {
-            fencing_token,
-            since,
-        } => (
-            Value::from(labels.leader.as_str()),
-            Value::from(fencing_token.to_string()),
-            Value::from(since.to_string()),
-            Value::from(election),
-        ),
-        PodRole::Follower => (
-            Value::from(labels.follower.as_str()),
-            Value::Null,
-            Value::Null,
-            Value::from(election),
-        ),
-        PodRole::None => (Value::Null, Value::Null, Value::Null, Value::Null),
-    };
-    json!({
-        "metadata": {
-            "uid": uid,
-            "labels": { labels.key.as_str(): label },
-            "annotations": {
-                FENCING_TOKEN_ANNOTATION: token,
-                LEADER_SINCE_ANNOTATION: since,
-                ELECTION_ANNOTATION: owner,
-                // A role change ends any planned move the handover announced.
-                HANDOVER_ANNOTATION: Value::Null,
-            },
-        }
-    })
-}
-
-/// Sets (`Some`) or removes (`None`) the pod's `elector.dev/handover` annotation, for the
-/// incarnation `uid` only, and returns the pod as the API server now has it (slimmed).
-pub async fn set_handover(
-    pods: &Api<Pod>,
-    name: &str,
-    uid: &str,
-    value: Option<&str>,
-) -> Result<Pod, kube::Error> {
-    let patch = json!({"metadata": {"uid": uid, "annotations": {HANDOVER_ANNOTATION: value}}});
+/// Sends `patch` and returns the pod as the API server now has it (slimmed).
+pub async fn patch_pod(pods: &Api<Pod>, patch: &PodPatch) -> Result<Pod, kube::Error> {
     let mut pod = pods
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(
+            &patch.pod,
+            &PatchParams::default(),
+            &Patch::Merge(&merge_patch(patch)),
+        )
         .await?;
     pod.slim();
     Ok(pod)
@@ -164,50 +122,34 @@ pub fn labels_of(pod: &Pod) -> &BTreeMap<String, String> {
 mod tests {
     use super::*;
 
-    fn labels() -> LabelConfig {
-        LabelConfig {
-            key: "elector.dev/role".into(),
-            leader: "leader".into(),
-            follower: "follower".into(),
-        }
-    }
-
     #[test]
-    fn leader_patch_names_only_our_keys_and_the_uid() {
-        let since: Timestamp = "2026-11-21T10:00:00Z".parse().expect("timestamp");
-        let p = role_patch(
-            "u1",
-            &labels(),
-            "web",
-            PodRole::Leader {
-                fencing_token: 7,
-                since,
-            },
-        );
+    fn a_merge_patch_names_the_uid_and_only_the_keys_of_the_patch() {
+        let patch = PodPatch {
+            pod: "web-1".into(),
+            uid: "u1".into(),
+            labels: BTreeMap::from([("elector.dev/role".to_owned(), Some("leader".to_owned()))]),
+            annotations: BTreeMap::from([
+                (FENCING_TOKEN_ANNOTATION, Some("7".to_owned())),
+                (HANDOVER_ANNOTATION, None),
+            ]),
+        };
         assert_eq!(
-            p,
+            merge_patch(&patch),
             json!({"metadata": {
                 "uid": "u1",
                 "labels": {"elector.dev/role": "leader"},
-                "annotations": {
-                    "elector.dev/fencing-token": "7",
-                    "elector.dev/leader-since": "2026-11-21T10:00:00Z",
-                    "elector.dev/election": "web",
-                    "elector.dev/handover": null,
-                },
+                "annotations": {"elector.dev/fencing-token": "7", "elector.dev/handover": null},
             }})
         );
-    }
-
-    #[test]
-    fn follower_patch_removes_leader_annotations_and_none_removes_everything() {
-        let f = role_patch("u1", &labels(), "web", PodRole::Follower);
-        assert_eq!(f["metadata"]["labels"]["elector.dev/role"], "follower");
-        assert!(f["metadata"]["annotations"]["elector.dev/fencing-token"].is_null());
-        assert_eq!(f["metadata"]["annotations"]["elector.dev/election"], "web");
-        let n = role_patch("u1", &labels(), "web", PodRole::None);
-        assert!(n["metadata"]["labels"]["elector.dev/role"].is_null());
-        assert!(n["metadata"]["annotations"]["elector.dev/election"].is_null());
+        let handover = PodPatch {
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::from([(HANDOVER_ANNOTATION, None)]),
+            ..patch
+        };
+        assert_eq!(
+            merge_patch(&handover),
+            json!({"metadata": {"uid": "u1", "annotations": {"elector.dev/handover": null}}})
+        );
     }
 
     #[test]

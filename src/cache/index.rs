@@ -586,8 +586,8 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
         );
-        pod.metadata.annotations =
-            owner.map(|o| BTreeMap::from([(k8s::ELECTION_ANNOTATION.to_owned(), o.to_owned())]));
+        pod.metadata.annotations = owner
+            .map(|o| BTreeMap::from([(crate::crd::ELECTION_ANNOTATION.to_owned(), o.to_owned())]));
         pod
     }
 

@@ -28,8 +28,9 @@ use crate::election::machine::{Election, Opening};
 use crate::election::observe::{LockView, PodView};
 use crate::election::plan::{Action, ElectionEvent};
 use crate::election::plan_loop::{Answer, World};
+use crate::election::pod_patch::PodPatch;
 use crate::election::refusal::ConsulRefusal;
-use crate::k8s::{self, PodRole};
+use crate::k8s;
 use crate::observers::sessions::found_settings;
 
 /// Flags written with every acquisition and release: marks the key as an elector lock.
@@ -274,31 +275,11 @@ impl<'a> Round<'a> {
                     crate::election::report::recorded(&status),
                 )))
             }
-            Action::LabelFollower { pod, uid } => self
-                .set_role(&pod, &uid, PodRole::Follower)
-                .await
-                .map(|()| Answer::Done),
-            Action::Unlabel { pod, uid } => self
-                .set_role(&pod, &uid, PodRole::None)
-                .await
-                .map(|()| Answer::Done),
-            Action::LabelLeader {
-                pod,
-                uid,
-                fencing_token,
-                since,
-            } => {
-                self.set_role(
-                    &pod,
-                    &uid,
-                    PodRole::Leader {
-                        fencing_token,
-                        since,
-                    },
-                )
-                .await?;
-                Ok(Answer::Done)
-            }
+            pod_action @ (Action::LabelFollower { .. }
+            | Action::Unlabel { .. }
+            | Action::LabelLeader { .. }
+            | Action::AnnotateHandover { .. }
+            | Action::ClearHandover { .. }) => self.patch_pod(&pod_action).await,
             Action::Release { session } => {
                 let value = match &self.lock {
                     LockView::Held { value, .. } => value.clone().unwrap_or_default(),
@@ -348,14 +329,6 @@ impl<'a> Round<'a> {
                 Err(error) => Err(error.into()),
             },
             Action::Acquire { session, pod } => self.acquire(&session, &pod).await,
-            Action::AnnotateHandover { pod, uid, deadline } => self
-                .set_handover(&pod, &uid, Some(&deadline.to_string()))
-                .await
-                .map(|()| Answer::Done),
-            Action::ClearHandover { pod, uid } => self
-                .set_handover(&pod, &uid, None)
-                .await
-                .map(|()| Answer::Done),
             Action::RecordSwitchover { record, decides } => {
                 if let Some(request) = &decides {
                     // Decided from here on, even if this write or the removal fails.
@@ -379,33 +352,26 @@ impl<'a> Round<'a> {
         }
     }
 
-    /// Sets or removes the pod's `elector.dev/handover` annotation.
-    async fn set_handover(
-        &mut self,
-        name: &str,
-        uid: &str,
-        value: Option<&str>,
-    ) -> Result<(), Error> {
-        let patched = self.pod_writes.set_handover(name, uid, value).await;
-        self.patched(name, patched)
-    }
-
-    async fn set_role(&mut self, name: &str, uid: &str, role: PodRole) -> Result<(), Error> {
-        let cached = self.pods.get(name).map(|(pod, _)| pod.as_ref());
-        let labels = &self.config.labels;
+    /// Sends the pod patch of `action` ([`PodPatch::of`]) and plans on from the pod as
+    /// patched.
+    async fn patch_pod(&mut self, action: &Action) -> Result<Answer, Error> {
+        let (labels, me) = (&self.config.labels, self.key.name.as_str());
+        let (pods, writes) = (&self.pods, &self.pod_writes);
+        let shared = |name: &str, to_leader: bool| {
+            let (pod, _) = pods.get(name)?;
+            Some(writes.shared(&labels.key, pod, to_leader))
+        };
+        let Some(patch) = PodPatch::of(action, labels, me, shared) else {
+            return Err(Error::InvalidStatus(format!("{action:?} patches no pod")));
+        };
         let patched = self
             .pod_writes
-            .set_role(cached, name, uid, labels, role)
-            .await;
-        self.patched(name, patched)
-    }
-
-    /// Plans on from the pod as patched.
-    fn patched(&mut self, name: &str, patched: Result<Arc<Pod>, kube::Error>) -> Result<(), Error> {
-        let patched = patched.map_err(Error::kube("patch pod"))?;
-        let selected = self.pods.get(name).is_some_and(|(_, s)| *s);
-        self.pods.insert(name.to_owned(), (patched, selected));
-        Ok(())
+            .send(&patch)
+            .await
+            .map_err(Error::kube("patch pod"))?;
+        let selected = self.pods.get(&patch.pod).is_some_and(|(_, s)| *s);
+        self.pods.insert(patch.pod, (patched, selected));
+        Ok(Answer::Done)
     }
 
     /// The planner reads the operator's annotations of a pod as this election's; on a pod

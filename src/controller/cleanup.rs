@@ -27,14 +27,16 @@ use crate::consul::{ConsulClient, QueryOptions, parse_go_duration};
 use crate::consul_access;
 use crate::context::Context;
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
+use crate::election::annotation_owner::annotations;
 use crate::election::cleanup_deadline::gave_up;
 use crate::election::config::{ElectionKey, LabelConfig};
 use crate::election::machine::{ConsulWait, GiveUp, Left};
+use crate::election::pod_patch::{PodPatch, PodRole};
 use crate::election::unusable::{LockFacts, UnusableLabel};
 use crate::election::withdrawal::{
     self, LabelledPod, Performed, SessionToEnd, Sessions, Step, acted_with,
 };
-use crate::k8s::{self, Pod, PodRole};
+use crate::k8s::{self, Pod};
 
 /// Performs an election's withdrawal steps: what it left is read once, as the status recorded
 /// the values the operator acted with (see [`crate::election::spec_edits`]), else as the spec says.
@@ -165,10 +167,17 @@ impl Withdrawer {
         };
         // The withdrawal does not plan again on the pod: its own event may wake it.
         let writes = PodWrites::new(ctx, &self.key, false);
-        match writes
-            .set_role(Some(pod), name, &view.uid, &labels, PodRole::None)
-            .await
-        {
+        let shared = writes.shared(&labels.key, pod, false);
+        let (me, role) = (self.key.name.as_str(), PodRole::None);
+        let patch = PodPatch::role(
+            name,
+            &view.uid,
+            &labels,
+            me,
+            role,
+            annotations(shared, false),
+        );
+        match writes.send(&patch).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
             Err(error) => Err(Error::kube("patch pod")(error)),

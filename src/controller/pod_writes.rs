@@ -1,18 +1,18 @@
-//! An election's pod patches: its role label and annotations, and the handover annotation.
-//! On a pod shared with elections of other label keys, what a role patch does with the
-//! annotations is [`annotations`]'s answer on what the caches say of the pod. Each patched pod
-//! is remembered as written, since the caches may not show it yet.
+//! An election's pod patches ([`PodPatch`], decided in the core), sent as they are. What a role
+//! patch does with the annotations of a pod other elections share is the core's answer on what
+//! the caches say of the pod ([`Self::shared`]). Each patched pod is remembered as written,
+//! since the caches may not show it yet.
 
 use std::sync::Arc;
 
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::{Value, json};
+use kube::api::Api;
 
 use crate::cache::views;
 use crate::context::Context;
-use crate::election::annotation_owner::{Annotations, SharedPod, annotations};
-use crate::election::config::{ElectionKey, LabelConfig};
-use crate::k8s::{self, Pod, PodRole};
+use crate::election::annotation_owner::SharedPod;
+use crate::election::config::ElectionKey;
+use crate::election::pod_patch::PodPatch;
+use crate::k8s::{self, Pod};
 
 /// Patches the pods of one election.
 pub struct PodWrites<'a> {
@@ -35,80 +35,27 @@ impl<'a> PodWrites<'a> {
         }
     }
 
-    /// Gives pod `name` (incarnation `uid`; `cached`, the pod as the caches have it) the
-    /// `role` under `labels`; returns the pod as the API server now has it.
-    pub async fn set_role(
-        &self,
-        cached: Option<&Pod>,
-        name: &str,
-        uid: &str,
-        labels: &LabelConfig,
-        role: PodRole,
-    ) -> Result<Arc<Pod>, kube::Error> {
-        let annotations = cached.map_or(Annotations::Write, |pod| {
-            self.annotations(&labels.key, pod, role)
-        });
-        let mut patch = k8s::role_patch(uid, labels, self.election, role);
-        if let Some(metadata) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
-            match annotations {
-                Annotations::Write => {}
-                Annotations::Keep => {
-                    metadata.remove("annotations");
-                }
-                Annotations::GiveUp => {
-                    metadata.insert(
-                        "annotations".to_owned(),
-                        json!({
-                            crate::crd::FENCING_TOKEN_ANNOTATION: null,
-                            crate::crd::LEADER_SINCE_ANNOTATION: null,
-                            k8s::ELECTION_ANNOTATION: null,
-                        }),
-                    );
-                }
-            }
-        }
-        let mut patched = self
-            .api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        patched.slim();
-        Ok(self.remember(patched))
-    }
-
-    /// Sets (`Some`) or removes the pod's `elector.dev/handover` annotation.
-    pub async fn set_handover(
-        &self,
-        name: &str,
-        uid: &str,
-        value: Option<&str>,
-    ) -> Result<Arc<Pod>, kube::Error> {
-        let patched = k8s::set_handover(&self.api, name, uid, value).await?;
-        Ok(self.remember(patched))
-    }
-
-    fn remember(&self, patched: Pod) -> Arc<Pod> {
-        let patched = Arc::new(patched);
+    /// Sends `patch`; returns the pod as the API server now has it.
+    pub async fn send(&self, patch: &PodPatch) -> Result<Arc<Pod>, kube::Error> {
+        let patched = Arc::new(k8s::patch_pod(&self.api, patch).await?);
         let by = self.replans.then_some(self.election);
         self.ctx.caches.written.remember_pod(&patched, by);
-        patched
+        Ok(patched)
     }
 
-    /// What a patch giving `pod` the `role` under label key `key` does with the annotations.
-    fn annotations(&self, key: &str, pod: &Pod, role: PodRole) -> Annotations {
+    /// What this election knows of `pod` (as cached) as elections writing other label keys
+    /// share it, for a role patch under `key` (making it leader: `to_leader`).
+    pub fn shared(&self, key: &str, pod: &Pod, to_leader: bool) -> SharedPod {
         let (caches, me) = (&self.ctx.caches, self.election);
         let foreign_owner_leads =
             views::foreign_owner(caches, me, pod).map(|owner| views::leads(&owner, pod));
-        let to_leader = matches!(role, PodRole::Leader { .. });
-        annotations(
-            SharedPod {
-                foreign_owner_leads,
-                owned_by_me: k8s::labelled_by(pod) == Some(me),
-                // Only asked when it can matter (an index lookup per label of the pod).
-                led_by_another: foreign_owner_leads.is_none()
-                    && !to_leader
-                    && views::led_by_another(caches, me, key, pod),
-            },
-            to_leader,
-        )
+        SharedPod {
+            foreign_owner_leads,
+            owned_by_me: k8s::labelled_by(pod) == Some(me),
+            // Only asked when it can matter (an index lookup per label of the pod).
+            led_by_another: foreign_owner_leads.is_none()
+                && !to_leader
+                && views::led_by_another(caches, me, key, pod),
+        }
     }
 }

@@ -12,6 +12,10 @@ pub const CRD_NAME: &str = "leaderelections.elector.dev";
 /// Finalizer that makes the operator clean up (release the key, destroy the session, remove
 /// its labels and annotations) before a `LeaderElection` goes.
 pub const FINALIZER: &str = "elector.dev/cleanup";
+/// Pod annotation naming the election that labelled the pod (and owns the operator's
+/// annotations on it), so that a pod which stops matching is cleaned by the election that
+/// labelled it and by no other.
+pub const ELECTION_ANNOTATION: &str = "elector.dev/election";
 /// Pod annotation with the leader's fencing token (Consul `LockIndex`).
 pub const FENCING_TOKEN_ANNOTATION: &str = "elector.dev/fencing-token";
 /// Pod annotation with the time (RFC 3339) the leader became leader.

@@ -25,6 +25,7 @@ pub mod observed_token;
 pub mod plan;
 pub mod plan_loop;
 pub mod planner;
+pub mod pod_patch;
 pub mod reconcile;
 pub mod refusal;
 pub mod report;

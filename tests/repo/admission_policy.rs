@@ -7,9 +7,10 @@
 //! the template renders as it is; the template's own two variables (the operator's username
 //! and `admissionPolicy.extraLabelKeys`) are bound to the values they would render.
 //!
-//! The operator's real patches (`k8s::role_patch`, applied as the JSON merge patch it is) must
-//! be allowed: becoming leader, changing leader, becoming follower, leaving the election, and
-//! a custom role label key when `extraLabelKeys` lists it. Anything else by the operator must
+//! The operator's real patches (`election::pod_patch::PodPatch::role`, applied as the JSON merge
+//! patch `k8s::merge_patch` makes of it) must be allowed: becoming leader, changing leader,
+//! becoming follower, leaving the election, and a custom role label key when `extraLabelKeys`
+//! lists it. Anything else by the operator must
 //! be denied by the validation meant for it; other users' requests are never denied.
 
 use std::collections::HashMap;
@@ -17,8 +18,10 @@ use std::path::Path;
 
 use cel::parser::{Expression, Parser};
 use cel::{Context, Value as CelValue};
+use consul_elector::election::annotation_owner::Annotations;
 use consul_elector::election::config::LabelConfig;
-use consul_elector::k8s::{PodRole, role_patch};
+use consul_elector::election::pod_patch::{PodPatch, PodRole};
+use consul_elector::k8s::merge_patch;
 use serde_json::{Value, json};
 
 const NAMESPACE: &str = "consul-elector";
@@ -252,7 +255,8 @@ fn leader(token: u64) -> PodRole {
 
 /// The pod as the operator leaves it after `role`.
 fn with_role(pod: &Value, key: &str, role: PodRole) -> Value {
-    patched(pod, &role_patch(UID, &labels(key), "web", role))
+    let patch = PodPatch::role("web-1", UID, &labels(key), "web", role, Annotations::Write);
+    patched(pod, &merge_patch(&patch))
 }
 
 fn denied_by(what: &str) -> impl Fn(&Decision) -> bool + '_ {

@@ -26,8 +26,12 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::support::{mono, not_ready_from, t};
-use crate::crd::{AppliedSpec, LeaderElectionStatus};
+use crate::crd::{
+    AppliedSpec, FENCING_TOKEN_ANNOTATION, HANDOVER_ANNOTATION, LEADER_SINCE_ANNOTATION,
+    LeaderElectionStatus,
+};
 use crate::election::adoption::FoundSettings;
+use crate::election::annotation_owner::SharedPod;
 use crate::election::config::{
     Behavior, ElectionConfig, ElectionKey, Mode, Owner, SessionConfig, UnavailablePolicy,
 };
@@ -41,6 +45,7 @@ use crate::election::observe::{
 };
 use crate::election::plan::{Action, Phase, Plan};
 use crate::election::plan_loop::{Answer, World};
+use crate::election::pod_patch::PodPatch;
 use crate::election::report;
 use crate::election::session_names::session_name;
 use crate::election::switchover_request::{RequestSeen, RequestStep, step};
@@ -1802,60 +1807,54 @@ impl Model {
         }
     }
 
-    fn pod_by_uid(&mut self, uid: &str) -> Option<&mut PodView> {
-        self.pods.iter_mut().find(|p| p.uid == uid)
+    /// Applies `patch` as the API server applies the operator's merge patch: to the pod of that
+    /// name and UID only (false when there is none), each named label and annotation set or
+    /// removed. The model's pods carry one election's label, under whichever key it acts with:
+    /// a label the patch names is that one.
+    fn apply_patch(&mut self, patch: &PodPatch) -> bool {
+        let Some(p) = self.pods.iter_mut().find(|p| p.uid == patch.uid) else {
+            return false;
+        };
+        if p.name != patch.pod {
+            return false;
+        }
+        for value in patch.labels.values() {
+            p.role.clone_from(value);
+        }
+        for (annotation, value) in &patch.annotations {
+            let field = match *annotation {
+                FENCING_TOKEN_ANNOTATION => &mut p.fencing_token,
+                LEADER_SINCE_ANNOTATION => &mut p.leader_since,
+                HANDOVER_ANNOTATION => &mut p.handover,
+                _ => continue,
+            };
+            field.clone_from(value);
+        }
+        true
     }
 
     /// Executes one action against the world; false when it failed.
     fn execute(&mut self, action: &Action) -> bool {
         let now = self.now;
         match action {
-            Action::LabelFollower { pod, uid } | Action::Unlabel { pod, uid } => {
-                let follower = self.config.labels.follower.clone();
-                let unlabel = matches!(action, Action::Unlabel { .. });
-                match self.pod_by_uid(uid) {
-                    Some(p) if p.name == *pod => {
-                        p.role = if unlabel { None } else { Some(follower) };
-                        p.fencing_token = None;
-                        p.leader_since = None;
-                        p.handover = None;
-                        true
-                    }
-                    _ => false,
-                }
+            Action::LabelFollower { .. }
+            | Action::Unlabel { .. }
+            | Action::LabelLeader { .. }
+            | Action::AnnotateHandover { .. }
+            | Action::ClearHandover { .. } => {
+                // The one election of the model owns its pods' annotations.
+                let shared = |_: &str, _: bool| {
+                    Some(SharedPod {
+                        foreign_owner_leads: None,
+                        owned_by_me: true,
+                        led_by_another: false,
+                    })
+                };
+                let labels = self.config.labels.clone();
+                let patch = PodPatch::of(action, &labels, &model_election().name, shared)
+                    .expect("a pod action makes a pod patch");
+                self.apply_patch(&patch)
             }
-            Action::LabelLeader {
-                pod,
-                uid,
-                fencing_token,
-                since,
-            } => {
-                let leader = self.config.labels.leader.clone();
-                match self.pod_by_uid(uid) {
-                    Some(p) if p.name == *pod => {
-                        p.role = Some(leader);
-                        p.fencing_token = Some(fencing_token.to_string());
-                        p.leader_since = Some(since.to_string());
-                        p.handover = None;
-                        true
-                    }
-                    _ => false,
-                }
-            }
-            Action::AnnotateHandover { pod, uid, deadline } => match self.pod_by_uid(uid) {
-                Some(p) if p.name == *pod => {
-                    p.handover = Some(deadline.to_string());
-                    true
-                }
-                _ => false,
-            },
-            Action::ClearHandover { pod, uid } => match self.pod_by_uid(uid) {
-                Some(p) if p.name == *pod => {
-                    p.handover = None;
-                    true
-                }
-                _ => false,
-            },
             Action::RecordSwitchover { record, .. } => {
                 let outcome_recorded = self.recorded().last_switchover.as_ref().is_some_and(|r| {
                     r.to == record.to && r.outcome != SwitchoverOutcome::InProgress

@@ -69,7 +69,7 @@ pub const ROLE: &str = "elector.dev/role";
 pub const TRACKED: [&str; 3] = [
     consul_elector::crd::FENCING_TOKEN_ANNOTATION,
     consul_elector::crd::LEADER_SINCE_ANNOTATION,
-    consul_elector::k8s::ELECTION_ANNOTATION,
+    consul_elector::crd::ELECTION_ANNOTATION,
 ];
 /// Generous bound for things that should take milliseconds (guards against hangs only).
 pub const SOON: Duration = Duration::from_secs(30);

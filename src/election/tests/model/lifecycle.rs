@@ -14,9 +14,11 @@ use super::{Action, Mode, Model, PodView, SessionHealth, model_election, model_o
 use crate::consul::parse_go_duration;
 use crate::crd::{AppliedSession, AppliedSpec};
 use crate::election::admission::{Access, Input, served_elsewhere};
-use crate::election::config::Behavior;
+use crate::election::annotation_owner::Annotations;
+use crate::election::config::{Behavior, LabelConfig};
 use crate::election::machine::{ConsulWait, Do, Left, Start};
 use crate::election::plan::{ConditionState, Plan};
+use crate::election::pod_patch::{PodPatch, PodRole};
 use crate::election::reconcile::Found;
 use crate::election::report;
 use crate::election::session_names::session_name;
@@ -384,13 +386,23 @@ impl Model {
             return Performed::NoAccess;
         }
         match step {
-            Step::Unlabel { uid, .. } => {
-                if let Some(p) = self.pods.iter_mut().find(|p| p.uid == *uid) {
-                    p.role = None;
-                    p.fencing_token = None;
-                    p.leader_since = None;
-                    p.handover = None;
-                }
+            Step::Unlabel { pod, uid } => {
+                // As `cleanup::Withdrawer` patches it; a pod gone meanwhile needs nothing.
+                let labels = LabelConfig {
+                    key: self.acted().label_key,
+                    leader: String::new(),
+                    follower: String::new(),
+                };
+                let election = model_election().name;
+                let patch = PodPatch::role(
+                    pod,
+                    uid,
+                    &labels,
+                    &election,
+                    PodRole::None,
+                    Annotations::Write,
+                );
+                self.apply_patch(&patch);
                 Performed::Done
             }
             Step::ReadSession(id) => match self.consul.sessions_reachable() {
