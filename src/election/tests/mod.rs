@@ -4,7 +4,6 @@
 mod model;
 pub(super) mod support;
 
-mod conflicts;
 mod fencing_causes;
 mod invariants;
 mod machine;
@@ -21,5 +20,6 @@ mod rule5_stickiness;
 mod rule6_token;
 mod rule7_cleanup;
 mod rule8_one_writer;
+mod shared_pods;
 mod status;
 mod switchover;

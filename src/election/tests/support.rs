@@ -5,6 +5,8 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
+
+use crate::crd::{AppliedSession, AppliedSpec};
 use tokio::time::Instant;
 
 use crate::election::config::{
@@ -895,5 +897,26 @@ impl World {
             }
             Action::Emit(_) | Action::ConfirmSession { .. } => {}
         }
+    }
+}
+
+/// What the operator acts with for a spec that validates to `config`, as
+/// `crd::applied::applied_of` records it in `status.applied`.
+pub fn applied_of(config: &ElectionConfig) -> AppliedSpec {
+    let session = &config.session;
+    AppliedSpec {
+        label_key: config.labels.key.clone(),
+        leader: config.labels.leader.clone(),
+        follower: config.labels.follower.clone(),
+        key: config.key.clone(),
+        session: (config.mode == Mode::Managed).then(|| AppliedSession {
+            ttl: format!("{}s", session.ttl.as_secs()),
+            lock_delay: format!("{}s", session.lock_delay.as_secs()),
+            behavior: match session.behavior {
+                Behavior::Release => "release".into(),
+                Behavior::Delete => "delete".into(),
+            },
+        }),
+        ..AppliedSpec::default()
     }
 }

@@ -9,13 +9,13 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::super::support::mono;
-use super::{Action, Mode, Model, PodView, SessionHealth, model_election, model_owner};
+use super::super::support::{applied_of, mono};
+use super::{Action, Model, PodView, SessionHealth, model_election, model_owner};
 use crate::consul::parse_go_duration;
-use crate::crd::{AppliedSession, AppliedSpec};
+use crate::crd::AppliedSpec;
 use crate::election::admission::{Access, Input, served_elsewhere};
 use crate::election::annotation_owner::Annotations;
-use crate::election::config::{Behavior, LabelConfig};
+use crate::election::config::LabelConfig;
 use crate::election::machine::{ConsulWait, Do, Left, Start};
 use crate::election::plan::{ConditionState, Plan};
 use crate::election::pod_patch::{PodPatch, PodRole};
@@ -91,24 +91,9 @@ impl Faults {
 }
 
 impl Model {
-    /// What the spec makes the operator act with (`crd::applied::applied_of`).
+    /// What the spec makes the operator act with ([`applied_of`]).
     pub(super) fn spec_applied(&self) -> AppliedSpec {
-        let session = &self.config.session;
-        AppliedSpec {
-            label_key: self.config.labels.key.clone(),
-            leader: self.config.labels.leader.clone(),
-            follower: self.config.labels.follower.clone(),
-            key: self.config.key.clone(),
-            session: (self.config.mode == Mode::Managed).then(|| AppliedSession {
-                ttl: format!("{}s", session.ttl.as_secs()),
-                lock_delay: format!("{}s", session.lock_delay.as_secs()),
-                behavior: match session.behavior {
-                    Behavior::Release => "release".into(),
-                    Behavior::Delete => "delete".into(),
-                },
-            }),
-            ..AppliedSpec::default()
-        }
+        applied_of(&self.config)
     }
 
     /// What a reconcile starts from, as the controller reads it: a valid spec, the install
