@@ -2,6 +2,7 @@
 //! and a log field (never a message with names in it).
 
 use crate::consul::ConsulError;
+use crate::election::refusal::ConsulRefusal;
 
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +79,20 @@ impl Error {
             },
             Self::CleanupPending { .. } => "consul_cleanup_pending",
             Self::MissingMetadata(_) => "missing_metadata",
+        }
+    }
+
+    /// What Consul refused, when this error is Consul refusing a request for lack of rights
+    /// (the election reports it as a condition until a request succeeds).
+    pub fn consul_refusal(&self) -> Option<ConsulRefusal> {
+        match self {
+            Self::Consul(ConsulError::PermissionDenied { context, .. }) => Some(
+                ConsulRefusal::permission_denied(context.operation, &context.target),
+            ),
+            Self::Consul(ConsulError::AclNotFound { context }) => Some(
+                ConsulRefusal::token_not_found(context.operation, &context.target),
+            ),
+            _ => None,
         }
     }
 

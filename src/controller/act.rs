@@ -12,7 +12,7 @@ use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
 use super::pod_writes::PodWrites;
-use super::status_write::Basis;
+use super::status_write::{self, Basis};
 use crate::Error;
 use crate::cache::views as observe;
 use crate::consul::QueryOptions;
@@ -29,7 +29,7 @@ use crate::election::observe::{LockView, PodView};
 use crate::election::plan::{Action, ElectionEvent};
 use crate::election::plan_loop::{Answer, World};
 use crate::election::pod_patch::PodPatch;
-use crate::election::refusal::ConsulRefusal;
+use crate::election::report;
 use crate::k8s;
 use crate::observers::sessions::found_settings;
 
@@ -119,7 +119,7 @@ impl<'a> Round<'a> {
                         cached => Ok(cached),
                     },
                 };
-                let read = read.map_err(|error| refusal_of(&error.into()));
+                let read = read.map_err(|error| Error::from(error).consul_refusal());
                 // A key that cannot be read is known no more: not as it was before a write.
                 self.lock = read.clone().unwrap_or(LockView::Unknown);
                 if let Some(event) = election.key_read(read) {
@@ -185,7 +185,7 @@ impl<'a> Round<'a> {
                 "a status to write without a label-key check".into(),
             ));
         };
-        super::status_write::write(
+        status_write::write(
             self.le,
             self.ctx,
             &self.config,
@@ -202,7 +202,9 @@ impl<'a> Round<'a> {
         let (answer, failure) = match self.execute(action, election).await {
             Ok(answer) => (answer, None),
             Err(error) => {
-                let answer = refusal_of(&error).map_or(Answer::Failed, Answer::Refused);
+                let answer = error
+                    .consul_refusal()
+                    .map_or(Answer::Failed, Answer::Refused);
                 (answer, Some(error))
             }
         };
@@ -256,12 +258,12 @@ impl<'a> Round<'a> {
                         "a fencing token to record without the plan it belongs to".into(),
                     ));
                 };
-                self.basis = super::status_write::record_token(
+                self.basis = status_write::record_token(
                     self.le,
                     self.ctx,
                     &self.config,
                     plan,
-                    super::status_write::TokenRecord {
+                    status_write::TokenRecord {
                         uid: &uid,
                         token: fencing_token,
                         whole,
@@ -334,9 +336,9 @@ impl<'a> Round<'a> {
                     // Decided from here on, even if this write or the removal fails.
                     self.ctx.caches.written.request_deciding(self.key, request);
                 }
+                let outcome = |current: &_| report::switchover_recorded(current, &record);
                 self.basis =
-                    super::status_write::record_switchover(self.le, self.ctx, &record, self.basis)
-                        .await?;
+                    status_write::record(self.le, self.ctx, Some(self.basis), outcome).await?;
                 Ok(Answer::Done)
             }
             Action::ClearSwitchover { request } => {
@@ -468,18 +470,5 @@ fn pod_reference(pod: &Pod) -> ObjectReference {
         namespace: pod.metadata.namespace.clone(),
         uid: pod.metadata.uid.clone(),
         ..ObjectReference::default()
-    }
-}
-
-/// The refusal `error` is, if Consul refused a request for lack of rights.
-fn refusal_of(error: &Error) -> Option<ConsulRefusal> {
-    match error {
-        Error::Consul(ConsulError::PermissionDenied { context, .. }) => Some(
-            ConsulRefusal::permission_denied(context.operation, &context.target),
-        ),
-        Error::Consul(ConsulError::AclNotFound { context }) => Some(
-            ConsulRefusal::token_not_found(context.operation, &context.target),
-        ),
-        _ => None,
     }
 }

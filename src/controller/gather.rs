@@ -17,7 +17,7 @@ use super::cleanup::{fence_when, lock_facts};
 use crate::Error;
 use crate::context::Context;
 use crate::crd::applied::applied_of;
-use crate::crd::{AppliedSpec, LeaderElection};
+use crate::crd::{AppliedSpec, LeaderElection, LeaderElectionStatus};
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::spec_edits::{needs_withdrawal, same_access};
 use crate::election::unusable::{UnusableLabel, waiting_label};
@@ -119,7 +119,14 @@ pub fn edit(le: &LeaderElection, ctx: &Context, config: &ElectionConfig) -> Opti
     })
 }
 
-/// Records the values of `edit` as the ones the operator acts with.
+/// Records the values of `edit` as the ones the operator acts with, before it acts with them
+/// (see [`AppliedSpec`]).
 pub async fn record(le: &LeaderElection, ctx: &Context, edit: &Edit) -> Result<(), Error> {
-    super::status_write::record_applied(le, ctx, &edit.now).await
+    let applied = |current: &LeaderElectionStatus| LeaderElectionStatus {
+        applied: Some(edit.now.clone()),
+        ..current.clone()
+    };
+    super::status_write::record(le, ctx, None, applied)
+        .await
+        .map(|_| ())
 }

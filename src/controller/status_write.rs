@@ -12,7 +12,6 @@ use crate::cache::keys::election_key;
 use crate::context::Context;
 use crate::crd::{AppliedSpec, LeaderElection, LeaderElectionStatus, ReadElection};
 use crate::election::config::{ElectionConfig, Mode};
-use crate::election::observe::SwitchoverRecord;
 use crate::election::plan::{ConditionState, Plan};
 use crate::election::report::{self, Rendering, StandBack};
 
@@ -113,28 +112,31 @@ pub async fn record_token(
     spec_valid: ConditionState,
     basis: Basis,
 ) -> Result<Basis, Error> {
-    let current = ctx.caches.current_status(le);
     if !record.whole {
-        let new = report::token_recorded(&current, record.token, applied(le, config, &current));
-        return patch_if_changed(le, ctx, &current, new, Write::Record, basis).await;
+        let token = |current: &LeaderElectionStatus| {
+            report::token_recorded(current, record.token, applied(le, config, current))
+        };
+        return self::record(le, ctx, Some(basis), token).await;
     }
+    let current = ctx.caches.current_status(le);
     let rendering = rendering(le, ctx, config, Some(record.uid), &current, spec_valid);
     let new = report::decided_with_token(plan, rendering, record.token);
     patch_if_changed(le, ctx, &current, new, Write::Whole, basis).await
 }
 
-/// Writes how a switchover request was decided (`status.lastSwitchover`) before the request
-/// annotation is removed, so whoever waits for the annotation to go finds the outcome at the
-/// same moment, never the previous request's. `basis` is the status the reconcile's plan was
-/// made from; returns the basis of the status written.
-pub async fn record_switchover(
+/// Writes a record made before acting (a fencing token, how a switchover request was decided,
+/// what the operator acts with): the status as this process last wrote it, as `change` makes
+/// it, conditional on `basis` (the status the record was decided from; `None`: the status as
+/// this process knows it now). Returns the basis of the status written.
+pub async fn record(
     le: &LeaderElection,
     ctx: &Context,
-    record: &SwitchoverRecord,
-    basis: Basis,
+    basis: Option<Basis>,
+    change: impl FnOnce(&LeaderElectionStatus) -> LeaderElectionStatus,
 ) -> Result<Basis, Error> {
     let current = ctx.caches.current_status(le);
-    let new = report::switchover_recorded(&current, record);
+    let new = change(&current);
+    let basis = basis.unwrap_or_else(|| Basis::of(&current));
     patch_if_changed(le, ctx, &current, new, Write::Record, basis).await
 }
 
@@ -159,27 +161,6 @@ pub async fn stand_back(le: &LeaderElection, ctx: &Context, back: &StandBack) ->
         ctx.publish_election_event(&event, "Validate", &le.object_ref(&()), None);
     }
     Ok(())
-}
-
-/// Records what the operator is about to act with (see [`AppliedSpec`]), before it acts:
-/// the status as this process last wrote it, with `applied`, applied like every other status
-/// write.
-pub async fn record_applied(
-    le: &LeaderElection,
-    ctx: &Context,
-    applied: &AppliedSpec,
-) -> Result<(), Error> {
-    let current = ctx.caches.current_status(le);
-    if current.applied.as_ref() == Some(applied) {
-        return Ok(());
-    }
-    let new = LeaderElectionStatus {
-        applied: Some(applied.clone()),
-        ..current.clone()
-    };
-    patch_if_changed(le, ctx, &current, new, Write::Record, Basis::of(&current))
-        .await
-        .map(|_| ())
 }
 
 /// What a status write is.
