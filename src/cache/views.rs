@@ -15,7 +15,7 @@ use super::caches::Caches;
 use super::index::{Indexes, Term};
 use crate::crd::{LeaderElection, selector_matches};
 use crate::election::config::{ElectionConfig, ElectionKey};
-use crate::election::conflict::{self, Claim, Writer, yielding_to_me, yields_to};
+use crate::election::conflict::{self, Claim, Writer, YieldingLabel, yielding_to_me, yields_to};
 use crate::election::observe::{NotReadySince, PodView};
 use crate::k8s;
 
@@ -233,10 +233,11 @@ pub fn conflicting_election(
     yields_to(&me, &others).map(|c| c.name.clone())
 }
 
-/// A pod that a younger election, which yields to `le`, still labels leader under the same
-/// label key, and that election's name: `le` waits until that election has withdrawn before
-/// it acts, so that the two never have a leader label on two pods at once (a Service
-/// selecting the younger's pods would reach both).
+/// The leader label `le` waits to see gone before it acts ([`conflict::label_to_wait_for`]):
+/// its pod's name and the name of the election that wrote it. Looked for on the pods of each
+/// younger election that yields to `le`: that election's own leader labels (wherever they
+/// are), and the leader labels on the pods it selects under the same key, with whether their
+/// writer yields itself.
 pub fn yielding_leader(
     caches: &Caches,
     le: &LeaderElection,
@@ -245,24 +246,77 @@ pub fn yielding_leader(
     let (me, others) = claims(caches, le, config)?;
     let claims: Vec<Claim> = others.iter().map(|(c, _)| c.clone()).collect();
     let namespace = le.namespace()?;
-    yielding_to_me(&me, &claims).into_iter().find_map(|claim| {
-        let (_, election) = others.iter().find(|(c, _)| c.name == claim.name)?;
-        let leading = [Term::Label(
-            config.labels.key.as_str().into(),
-            election.spec.labels.leader.as_str().into(),
+    let key = config.labels.key.as_str();
+    let mut labels = Vec::new();
+    for claim in yielding_to_me(&me, &claims) {
+        let Some((_, younger)) = others.iter().find(|(c, _)| c.name == claim.name) else {
+            continue;
+        };
+        let own = [Term::Label(
+            key.into(),
+            younger.spec.labels.leader.as_str().into(),
         )];
-        let pod = caches
-            .index
-            .pods_under_all(&namespace, &leading)
-            .into_iter()
-            .find(|name| {
-                caches
-                    .pods
-                    .get(&ObjectRef::new(name).within(&namespace))
-                    .is_some_and(|pod| labelled_by(caches, election, &pod))
-            })?;
-        Some((pod, claim.name.clone()))
-    })
+        for pod in pods_named(
+            caches,
+            &namespace,
+            caches.index.pods_under_all(&namespace, &own),
+        ) {
+            if labelled_by(caches, younger, &pod) {
+                labels.push(YieldingLabel {
+                    pod: pod.name_any(),
+                    writer: claim.name.clone(),
+                    writer_yields: true,
+                });
+            }
+        }
+        for pod in selected_pods(caches, younger, &namespace) {
+            let Some(writer) = leader_writer(caches, &namespace, key, &pod) else {
+                continue;
+            };
+            let writer_yields = caches
+                .validated
+                .of(&election_key_of(&namespace, &writer.name_any()), &writer)
+                .is_ok_and(|writes| conflicting_election(caches, &writer, &writes).is_some());
+            labels.push(YieldingLabel {
+                pod: pod.name_any(),
+                writer: writer.name_any(),
+                writer_yields,
+            });
+        }
+    }
+    conflict::label_to_wait_for(&me.name, &labels).map(|l| (l.pod.clone(), l.writer.clone()))
+}
+
+/// The cached pods of `namespace` with these names.
+fn pods_named(
+    caches: &Caches,
+    namespace: &str,
+    names: impl IntoIterator<Item = String>,
+) -> Vec<Arc<Pod>> {
+    names
+        .into_iter()
+        .filter_map(|name| caches.pods.get(&ObjectRef::new(&name).within(namespace)))
+        .collect()
+}
+
+/// The live election that labelled `pod` leader under `key`, if any.
+fn leader_writer(
+    caches: &Caches,
+    namespace: &str,
+    key: &str,
+    pod: &Pod,
+) -> Option<Arc<LeaderElection>> {
+    let value = k8s::labels_of(pod).get(key)?;
+    caches
+        .index
+        .elections_leading(namespace, key, value)
+        .into_iter()
+        .filter_map(|name| {
+            caches
+                .elections
+                .get(&ObjectRef::new(&name).within(namespace))
+        })
+        .find(|e| e.metadata.deletion_timestamp.is_none() && labelled_by(caches, e, pod))
 }
 
 /// The existing election of `pod`'s namespace, other than `me`, that owns the pod's

@@ -56,6 +56,29 @@ pub fn yielding_to_me<'a>(me: &Claim, others: &'a [Claim]) -> Vec<&'a Claim> {
         .collect()
 }
 
+/// A leader label under an election's key on a pod that an election yielding to it selects
+/// (or that election's own label, wherever it is), for [`label_to_wait_for`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct YieldingLabel {
+    /// The pod's name.
+    pub pod: String,
+    /// The election that wrote the label ([`labelled_by`]).
+    pub writer: String,
+    /// Whether that election yields itself (to whichever older election it overlaps): then it
+    /// withdraws the label.
+    pub writer_yields: bool,
+}
+
+/// The leader label `me` waits to see gone before it acts, if any: one written by an election
+/// other than `me` that yields, on the pods of an election that yields to `me` (`labels`).
+/// That is the yielding election's own label, or, in a chain A-B-C, C's label on a pod B
+/// shares with C: until it goes, a Service selecting B's pods would reach it and the leader
+/// A is about to label. A label of an election that acts is never waited for, as it does not
+/// go (B, overlapping two elections that act, reports `Conflict` either way).
+pub fn label_to_wait_for<'a>(me: &str, labels: &'a [YieldingLabel]) -> Option<&'a YieldingLabel> {
+    labels.iter().find(|l| l.writer != me && l.writer_yields)
+}
+
 /// An election that may have written a label, for [`labelled_by`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Writer {
@@ -109,6 +132,21 @@ mod tests {
             label_key: key.into(),
             pods: pods.iter().map(|p| (*p).to_owned()).collect(),
         }
+    }
+
+    #[test]
+    fn an_election_waits_for_the_labels_of_yielding_elections_only() {
+        let label = |pod: &str, writer: &str, writer_yields| YieldingLabel {
+            pod: pod.into(),
+            writer: writer.into(),
+            writer_yields,
+        };
+        // Its own label on a yielding election's pod, and one of an election that acts.
+        let acting = [label("p1", "a", false), label("p2", "d", false)];
+        assert_eq!(label_to_wait_for("a", &acting), None);
+        // The yielding election's own label, or one further down the chain.
+        let chain = [label("p1", "a", false), label("p2", "c", true)];
+        assert_eq!(label_to_wait_for("a", &chain), Some(&chain[1]));
     }
 
     #[test]

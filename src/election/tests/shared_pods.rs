@@ -168,3 +168,16 @@ fn a_yielding_election_leaves_the_labels_of_the_one_that_acts_on_pods_a_third_on
     }
     world.quiesce();
 }
+
+/// Found by the randomized run: a chain of three elections on one key. `e2` leads its pod;
+/// then `e1` comes to select that pod too, and `e1` already overlaps the older `e0`. Only `e0`
+/// acts, `e1` and `e2` yield; `e0` must not label its leader while `e2`'s leader label is
+/// still on a pod `e1` selects, or a Service selecting `e1`'s pods would reach two leaders.
+#[test]
+fn the_oldest_of_a_chain_waits_for_the_label_at_its_far_end() {
+    let mut world = Shared::new(&[1, 1, 1], &[(true, 3), (true, 4)]);
+    for event in [reconcile(2), Event::Select(1, 1, true)] {
+        world.apply(&event);
+    }
+    world.quiesce();
+}

@@ -19,7 +19,9 @@ use crate::crd::{
 use crate::election::admission::{Access, Input};
 use crate::election::annotation_owner::{Owner as AnnotationOwner, SharedPod, shared_view};
 use crate::election::config::{ElectionConfig, ElectionKey, LabelConfig, Mode, Owner};
-use crate::election::conflict::{self, Claim, Writer, yielding_to_me, yields_to};
+use crate::election::conflict::{
+    self, Claim, Writer, YieldingLabel, label_to_wait_for, yielding_to_me, yields_to,
+};
 use crate::election::machine::{ConsulWait, Election, Left};
 use crate::election::observe::{LockView, PodView, SessionHealth, SessionView};
 use crate::election::plan::ConditionState;
@@ -499,22 +501,51 @@ impl Shared {
                 me.and_then(|me| yields_to(me, &claims))
                     .map(|c| c.name.clone()),
             ),
-            Input::YieldingLeader => Found::YieldingLeader(me.and_then(|me| {
-                yielding_to_me(me, &claims).into_iter().find_map(|claim| {
-                    let other = self.sim_named(&claim.name)?;
-                    let pod = self
-                        .pods
-                        .iter()
-                        .find(|p| other.leads(p) && self.labelled_by(other, p))?;
-                    Some((pod.name.clone(), claim.name.clone()))
-                })
-            })),
+            Input::YieldingLeader => {
+                let waited = me.and_then(|me| {
+                    let labels = self.yielding_labels(me, &claims);
+                    label_to_wait_for(&me.name, &labels).map(|l| (l.pod.clone(), l.writer.clone()))
+                });
+                Found::YieldingLeader(waited)
+            }
             Input::Access => Found::Access(Access::Usable),
             Input::Applied => Found::Applied {
                 edited: false,
                 needs_withdrawal: false,
             },
         }
+    }
+
+    /// The leader labels on the pods of the elections yielding to `me`, each with its writer
+    /// and whether that writer yields (`views::yielding_leader`).
+    fn yielding_labels(&self, me: &Claim, claims: &[Claim]) -> Vec<YieldingLabel> {
+        let mut labels = Vec::new();
+        for claim in yielding_to_me(me, claims) {
+            let Some(younger) = self.sim_named(&claim.name) else {
+                continue;
+            };
+            let e = self.index_of(&younger.name);
+            for p in &self.pods {
+                let own = younger.leads(p) && self.labelled_by(younger, p);
+                let writer = self.sims.iter().find(|s| {
+                    s.live()
+                        && s.config.labels.key == younger.config.labels.key
+                        && s.leads(p)
+                        && self.labelled_by(s, p)
+                });
+                let selected = p.selected_by[e];
+                let Some(writer) = writer.filter(|_| own || selected) else {
+                    continue;
+                };
+                let writes = claims.iter().find(|c| c.name == writer.name);
+                labels.push(YieldingLabel {
+                    pod: p.name.clone(),
+                    writer: writer.name.clone(),
+                    writer_yields: writes.is_some_and(|w| yields_to(w, claims).is_some()),
+                });
+            }
+        }
+        labels
     }
 
     /// What election `e` left, for a withdrawal (`cleanup::Withdrawer::read`).
