@@ -327,3 +327,38 @@ fn observe_mode_tokens_stay_above_a_re_created_key() {
     assert!(steps(&next).is_empty(), "{:?}", next.actions);
     assert_eq!(next.status.fencing_token, Some(4));
 }
+
+/// The status written before a leader label, as a whole record, holds the token about to be
+/// labelled, and never a lower one than the plan's: a stale request must not move it back.
+#[test]
+fn a_whole_token_record_holds_the_new_token_and_never_a_lower_one() {
+    use crate::crd::{AppliedSpec, LeaderElectionStatus};
+    use crate::election::report::{Rendering, decided_with_token};
+
+    let plan = Scene::elected("a", &["b"], 5).plan();
+    assert_eq!(plan.status.fencing_token, Some(5));
+    let old = LeaderElectionStatus::default();
+    let rendering = || Rendering {
+        old: &old,
+        generation: Some(1),
+        labelled: Some("a-uid"),
+        applied: AppliedSpec::default(),
+        spec_valid: crate::election::plan::ConditionState {
+            type_: "SpecValid",
+            status: true,
+            reason: "Valid",
+            message: String::new(),
+        },
+        lease_timing: None,
+        failed_writes: None,
+        now: t(0),
+    };
+    assert_eq!(
+        decided_with_token(&plan, rendering(), 7).fencing_token,
+        Some(7)
+    );
+    assert_eq!(
+        decided_with_token(&plan, rendering(), 3).fencing_token,
+        Some(5)
+    );
+}
