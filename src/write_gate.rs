@@ -424,9 +424,15 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    /// A gate whose wall clock stands still: only the (paused) monotonic clock moves, so no
+    /// scheduling delay of the test's own thread can close it early.
+    fn gate_on_a_still_wall_clock() -> WriteGate {
+        WriteGate::closed_with(WallClock::from_fn(|| jiff::Timestamp::UNIX_EPOCH))
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_write_resumed_after_its_deadline_is_not_sent() {
-        let gate = WriteGate::closed();
+        let gate = gate_on_a_still_wall_clock();
         gate.open_until(Instant::now() + Duration::from_millis(50));
         // A permit already there: the write would go out at its first poll.
         let inner = SendsAfterAWait::default();
@@ -435,8 +441,9 @@ mod tests {
         let request = Request::builder().method(Method::POST).body(()).unwrap();
         // The gate was open when the write was handed over...
         let pending = service.call(request);
-        // ...then the process stopped (SIGSTOP, a frozen VM) past its deadline and resumed.
-        std::thread::sleep(Duration::from_millis(100));
+        // ...then the process stopped (SIGSTOP, a frozen VM) past its deadline and resumed:
+        // time passes while nothing polls the write.
+        tokio::time::advance(Duration::from_millis(100)).await;
         let refused = pending.await.unwrap_err();
         assert_eq!(
             refused.downcast_ref::<NotActive>(),
@@ -476,9 +483,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_write_that_waited_past_its_deadline_is_not_sent() {
-        let gate = WriteGate::closed();
+        let gate = gate_on_a_still_wall_clock();
         gate.open_until(Instant::now() + Duration::from_millis(50));
         let inner = SendsAfterAWait::default();
         let mut service = gate.layer().layer(inner.clone());
@@ -487,7 +494,7 @@ mod tests {
         // First poll: the gate is open, the write waits for its permit.
         assert!(futures::poll!(&mut pending).is_pending());
         // The process stops past its deadline; when it resumes, the permit is there.
-        std::thread::sleep(Duration::from_millis(100));
+        tokio::time::advance(Duration::from_millis(100)).await;
         inner.permit.notify_one();
         let stopped = pending.await.unwrap_err();
         assert_eq!(
