@@ -14,15 +14,6 @@ use crate::election::report::StandBack;
 use crate::election::unusable::LockFacts;
 use crate::election::withdrawal::{self, Acted, LabelledPod, Performed, SessionToEnd, Sessions};
 
-fn valid() -> ConditionState {
-    ConditionState {
-        type_: "SpecValid",
-        status: true,
-        reason: "Valid",
-        message: String::new(),
-    }
-}
-
 fn start() -> Start {
     Start {
         spec: Ok(()),
@@ -149,7 +140,7 @@ fn reconcile(election: &mut Election, scene: &Scene, applied: Found) -> Vec<Next
         asked.push(next.clone());
         match next {
             Next::Gather(input) => election.gathered(match input {
-                Input::Spec | Input::LabelKey => Found::LabelKey(valid()),
+                Input::Spec | Input::LabelKey => Found::LabelKey(spec_valid()),
                 Input::Older => Found::Older(None),
                 Input::YieldingLeader => Found::YieldingLeader(None),
                 Input::Access => Found::Access(Access::Usable),
@@ -237,7 +228,7 @@ fn facts(lock: LockView, now: jiff::Timestamp) -> LockFacts {
 /// with `facts` and every other request as taking effect; returns the requests in order.
 fn cannot_act(election: &mut Election, facts: &LockFacts) -> Vec<Next> {
     let invalid = Start {
-        spec: Err(invalid()),
+        spec: Err(inspec_valid()),
         ..start()
     };
     drive(election, invalid, |election, next| {
@@ -264,7 +255,7 @@ fn admit(election: &mut Election, access: Access) {
     ] {
         assert_eq!(election.poll(), Next::Gather(input));
         election.gathered(match input {
-            Input::LabelKey => Found::LabelKey(valid()),
+            Input::LabelKey => Found::LabelKey(spec_valid()),
             Input::Older => Found::Older(None),
             Input::YieldingLeader => Found::YieldingLeader(None),
             _ => Found::Access(access.clone()),
@@ -272,11 +263,11 @@ fn admit(election: &mut Election, access: Access) {
     }
 }
 
-fn invalid() -> ConditionState {
+fn inspec_valid() -> ConditionState {
     ConditionState {
         status: false,
         reason: "InvalidSpec",
-        ..valid()
+        ..spec_valid()
     }
 }
 
@@ -290,7 +281,7 @@ fn a_reconcile_that_cannot_act_stops_without_opening_or_writing_a_status() {
         asked,
         [
             Next::Do(Do::Report(StandBack::invalid(
-                invalid(),
+                inspec_valid(),
                 EventReason::InvalidSpec
             ))),
             Next::Judge,
@@ -326,7 +317,7 @@ fn a_refused_access_in_use_stops_the_renewals_and_the_watch_before_it_fences() {
     admit(
         &mut election,
         Access::Invalid {
-            spec_valid: invalid(),
+            spec_valid: inspec_valid(),
             in_use: true,
         },
     );

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::support::{mono, not_ready_from, t};
+use super::support::{mono, not_ready_from, spec_valid, t};
 use crate::crd::{
     AppliedSpec, FENCING_TOKEN_ANNOTATION, HANDOVER_ANNOTATION, LEADER_SINCE_ANNOTATION,
     LeaderElectionStatus,
@@ -1795,12 +1795,7 @@ impl Model {
             generation: Some(1),
             labelled,
             applied: self.applied.clone().unwrap_or_else(|| self.spec_applied()),
-            spec_valid: crate::election::plan::ConditionState {
-                type_: "SpecValid",
-                status: true,
-                reason: "Valid",
-                message: String::new(),
-            },
+            spec_valid: spec_valid(),
             lease_timing: None,
             failed_writes: None,
             now: self.now,

@@ -343,12 +343,7 @@ fn a_whole_token_record_holds_the_new_token_and_never_a_lower_one() {
         generation: Some(1),
         labelled: Some("a-uid"),
         applied: AppliedSpec::default(),
-        spec_valid: crate::election::plan::ConditionState {
-            type_: "SpecValid",
-            status: true,
-            reason: "Valid",
-            message: String::new(),
-        },
+        spec_valid: spec_valid(),
         lease_timing: None,
         failed_writes: None,
         now: t(0),

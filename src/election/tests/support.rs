@@ -13,6 +13,7 @@ use crate::election::config::{
     Behavior, ElectionConfig, LabelConfig, Mode, Owner, SessionConfig, UnavailablePolicy,
     ValueFormat,
 };
+use crate::election::label_key_check::check_label_key;
 use crate::election::memory::ElectionMemory;
 use crate::election::observe::{
     LeaderRecord, LockView, NotReadySince, PodView, Recorded, SessionHealth, SessionView,
@@ -919,4 +920,10 @@ pub fn applied_of(config: &ElectionConfig) -> AppliedSpec {
         }),
         ..AppliedSpec::default()
     }
+}
+
+/// The `SpecValid` condition of a valid spec, as the core reports it
+/// ([`check_label_key`] with no pod controller selecting the label key).
+pub fn spec_valid() -> ConditionState {
+    check_label_key(crate::crd::DEFAULT_ROLE_LABEL, &[])
 }

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::super::support::{applied_of, mono};
+use super::super::support::{applied_of, mono, spec_valid};
 use super::{Action, Model, PodView, SessionHealth, model_election, model_owner};
 use crate::consul::parse_go_duration;
 use crate::crd::AppliedSpec;
@@ -126,12 +126,7 @@ impl Model {
     /// The model's answer to `input`; `now` is what the spec makes the operator act with.
     pub(super) fn gather(&self, input: Input, now: &AppliedSpec) -> Found {
         match input {
-            Input::Spec | Input::LabelKey => Found::LabelKey(ConditionState {
-                type_: crate::crd::conditions::SPEC_VALID,
-                status: true,
-                reason: "Valid",
-                message: String::new(),
-            }),
+            Input::Spec | Input::LabelKey => Found::LabelKey(spec_valid()),
             Input::Older => Found::Older(self.older.clone()),
             Input::YieldingLeader => {
                 Found::YieldingLeader(self.younger.clone().map(|pod| (pod, "younger".to_owned())))

@@ -24,10 +24,10 @@ use crate::election::conflict::{
 };
 use crate::election::machine::{ConsulWait, Election, Left};
 use crate::election::observe::{LockView, PodView, SessionHealth, SessionView};
-use crate::election::plan::ConditionState;
+
 use crate::election::pod_patch::PodPatch;
 use crate::election::reconcile::Found;
-use crate::election::tests::support::t;
+use crate::election::tests::support::{spec_valid, t};
 use crate::election::withdrawal::{LabelledPod, Sessions, acted_with};
 
 const NAMESPACE: &str = "shop";
@@ -496,7 +496,7 @@ impl Shared {
         let claims = self.claims();
         let me = claims.iter().find(|c| c.name == self.sims[e].name);
         match input {
-            Input::Spec | Input::LabelKey => Found::LabelKey(valid()),
+            Input::Spec | Input::LabelKey => Found::LabelKey(spec_valid()),
             Input::Older => Found::Older(
                 me.and_then(|me| yields_to(me, &claims))
                     .map(|c| c.name.clone()),
@@ -757,15 +757,5 @@ impl Shared {
                 "{all} leader labels once quiet, of which the acting elections wrote {accounted}"
             ));
         }
-    }
-}
-
-/// A spec that validates.
-fn valid() -> ConditionState {
-    ConditionState {
-        type_: crate::crd::conditions::SPEC_VALID,
-        status: true,
-        reason: "Valid",
-        message: String::new(),
     }
 }

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{Pod, Registered, Shared, owner, valid};
+use super::{Pod, Registered, Shared, owner};
 use crate::election::annotation_owner;
 use crate::election::config::{LabelConfig, Mode};
 use crate::election::first_look::{Adopting, Look, SessionRead};
@@ -15,7 +15,7 @@ use crate::election::plan_loop::{Answer, World as PlanWorld};
 use crate::election::pod_patch::{PodPatch, PodRole};
 use crate::election::report;
 use crate::election::session_names::session_name;
-use crate::election::tests::support::{applied_of, mono, t};
+use crate::election::tests::support::{applied_of, mono, spec_valid, t};
 use crate::election::unusable::LockFacts;
 use crate::election::withdrawal::{Performed, SessionToEnd, Step};
 
@@ -405,7 +405,7 @@ impl Shared {
                 .applied
                 .clone()
                 .unwrap_or_else(|| applied_of(&sim.config)),
-            spec_valid: valid(),
+            spec_valid: spec_valid(),
             lease_timing: None,
             failed_writes: None,
             now: self.now,
