@@ -27,7 +27,6 @@ use crate::consul::{ConsulClient, QueryOptions, parse_go_duration};
 use crate::consul_access;
 use crate::context::Context;
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
-use crate::election::annotation_owner::annotations;
 use crate::election::cleanup_deadline::gave_up;
 use crate::election::config::{ElectionKey, LabelConfig};
 use crate::election::machine::{ConsulWait, GiveUp, Left};
@@ -169,14 +168,7 @@ impl Withdrawer {
         let writes = PodWrites::new(ctx, &self.key, false);
         let shared = writes.shared(&labels.key, pod, false);
         let (me, role) = (self.key.name.as_str(), PodRole::None);
-        let patch = PodPatch::role(
-            name,
-            &view.uid,
-            &labels,
-            me,
-            role,
-            annotations(shared, false),
-        );
+        let patch = PodPatch::for_role(name, &view.uid, &labels, me, role, Some(shared));
         match writes.send(&patch).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),

@@ -142,9 +142,23 @@ impl PodPatch {
             _ => return None,
         };
         let to_leader = matches!(role, PodRole::Leader { .. });
-        let treat = shared(pod, to_leader)
-            .map_or(Annotations::Write, |shared| annotations(shared, to_leader));
-        Some(Self::role(pod, uid, labels, election, role, treat))
+        let shared = shared(pod, to_leader);
+        Some(Self::for_role(pod, uid, labels, election, role, shared))
+    }
+
+    /// [`Self::role`], with the annotations treated as [`annotations`] says for a pod shared as
+    /// `shared` (`None`: a pod not known, whose annotations are written).
+    pub fn for_role(
+        pod: &str,
+        uid: &str,
+        labels: &LabelConfig,
+        election: &str,
+        role: PodRole,
+        shared: Option<SharedPod>,
+    ) -> Self {
+        let to_leader = matches!(role, PodRole::Leader { .. });
+        let treat = shared.map_or(Annotations::Write, |shared| annotations(shared, to_leader));
+        Self::role(pod, uid, labels, election, role, treat)
     }
 }
 

@@ -14,7 +14,6 @@ use super::{Action, Model, PodView, SessionHealth, model_election, model_owner};
 use crate::consul::parse_go_duration;
 use crate::crd::AppliedSpec;
 use crate::election::admission::{Access, Input, served_elsewhere};
-use crate::election::annotation_owner::Annotations;
 use crate::election::config::LabelConfig;
 use crate::election::machine::{ConsulWait, Do, Left, Start};
 use crate::election::plan::{ConditionState, Plan};
@@ -374,14 +373,8 @@ impl Model {
                     follower: String::new(),
                 };
                 let election = model_election().name;
-                let patch = PodPatch::role(
-                    pod,
-                    uid,
-                    &labels,
-                    &election,
-                    PodRole::None,
-                    Annotations::Write,
-                );
+                // The one election of the model owns its pods' annotations.
+                let patch = PodPatch::for_role(pod, uid, &labels, &election, PodRole::None, None);
                 self.apply_patch(&patch);
                 Performed::Done
             }

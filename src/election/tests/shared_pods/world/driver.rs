@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::{Pod, Registered, Shared, owner};
-use crate::election::annotation_owner;
 use crate::election::config::{LabelConfig, Mode};
 use crate::election::first_look::{Adopting, Look, SessionRead};
 use crate::election::machine::{Do, Next, Opening, Start};
@@ -353,15 +352,13 @@ impl Shared {
                     leader: String::new(),
                     follower: String::new(),
                 };
-                let treat = self
+                let shared = self
                     .pods
                     .iter()
                     .find(|p| p.uid == *uid)
-                    .map_or(annotation_owner::Annotations::Write, |p| {
-                        annotation_owner::annotations(self.shared(e, p, false), false)
-                    });
+                    .map(|p| self.shared(e, p, false));
                 let name = self.sims[e].name.clone();
-                let patch = PodPatch::role(pod, uid, &labels, &name, PodRole::None, treat);
+                let patch = PodPatch::for_role(pod, uid, &labels, &name, PodRole::None, shared);
                 // A pod gone meanwhile needs nothing.
                 self.apply_patch(&patch);
                 Performed::Done
