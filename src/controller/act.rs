@@ -30,6 +30,7 @@ use crate::election::plan::{Action, ElectionEvent};
 use crate::election::plan_loop::{Answer, World};
 use crate::election::pod_patch::PodPatch;
 use crate::election::report;
+use crate::election::status_change::StatusChange;
 use crate::k8s;
 use crate::observers::sessions::found_settings;
 
@@ -185,16 +186,23 @@ impl<'a> Round<'a> {
                 "a status to write without a label-key check".into(),
             ));
         };
-        status_write::write(
-            self.le,
-            self.ctx,
-            &self.config,
-            self.labelled_leader_uid().as_deref(),
-            election.last_plan(),
-            spec_valid.clone(),
-            self.basis,
-        )
-        .await
+        let Some(plan) = election.last_plan() else {
+            return Ok(());
+        };
+        let labelled = self.labelled_leader_uid();
+        let labelled = labelled.as_deref();
+        let change = StatusChange::Decided {
+            plan,
+            labelled,
+            spec_valid,
+        };
+        self.write(change).await.map(|_| ())
+    }
+
+    /// Writes `change`, based on the status the plans decide from.
+    async fn write(&self, change: StatusChange<'_>) -> Result<Basis, Error> {
+        let basis = Some(self.basis);
+        status_write::write(self.le, self.ctx, Some(&self.config), change, basis).await
     }
 
     /// Executes `action` and reports its outcome to `election`; returns the failure.
@@ -258,24 +266,16 @@ impl<'a> Round<'a> {
                         "a fencing token to record without the plan it belongs to".into(),
                     ));
                 };
-                self.basis = status_write::record_token(
-                    self.le,
-                    self.ctx,
-                    &self.config,
+                let token = StatusChange::Token {
                     plan,
-                    status_write::TokenRecord {
-                        uid: &uid,
-                        token: fencing_token,
-                        whole,
-                    },
-                    spec_valid.clone(),
-                    self.basis,
-                )
-                .await?;
+                    uid: &uid,
+                    token: fencing_token,
+                    whole,
+                    spec_valid,
+                };
+                self.basis = self.write(token).await?;
                 let status = self.ctx.caches.current_status(self.le);
-                Ok(Answer::StatusWritten(Box::new(
-                    crate::election::report::recorded(&status),
-                )))
+                Ok(Answer::StatusWritten(Box::new(report::recorded(&status))))
             }
             pod_action @ (Action::LabelFollower { .. }
             | Action::Unlabel { .. }
@@ -336,9 +336,7 @@ impl<'a> Round<'a> {
                     // Decided from here on, even if this write or the removal fails.
                     self.ctx.caches.written.request_deciding(self.key, request);
                 }
-                let outcome = |current: &_| report::switchover_recorded(current, &record);
-                self.basis =
-                    status_write::record(self.le, self.ctx, Some(self.basis), outcome).await?;
+                self.basis = self.write(StatusChange::Switchover(&record)).await?;
                 Ok(Answer::Done)
             }
             Action::ClearSwitchover { request } => {

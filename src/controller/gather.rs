@@ -17,9 +17,10 @@ use super::cleanup::{fence_when, lock_facts};
 use crate::Error;
 use crate::context::Context;
 use crate::crd::applied::applied_of;
-use crate::crd::{AppliedSpec, LeaderElection, LeaderElectionStatus};
+use crate::crd::{AppliedSpec, LeaderElection};
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::spec_edits::{needs_withdrawal, same_access};
+use crate::election::status_change::StatusChange;
 use crate::election::unusable::{UnusableLabel, waiting_label};
 
 /// `inputs` (reads only, so nothing is lost by waiting on them after a fence), with `le`'s
@@ -122,11 +123,8 @@ pub fn edit(le: &LeaderElection, ctx: &Context, config: &ElectionConfig) -> Opti
 /// Records the values of `edit` as the ones the operator acts with, before it acts with them
 /// (see [`AppliedSpec`]).
 pub async fn record(le: &LeaderElection, ctx: &Context, edit: &Edit) -> Result<(), Error> {
-    let applied = |current: &LeaderElectionStatus| LeaderElectionStatus {
-        applied: Some(edit.now.clone()),
-        ..current.clone()
-    };
-    super::status_write::record(le, ctx, None, applied)
+    let applied = StatusChange::Applied(&edit.now);
+    super::status_write::write(le, ctx, None, applied, None)
         .await
         .map(|_| ())
 }

@@ -40,6 +40,7 @@ use crate::election::label_key_check::check_label_key;
 use crate::election::look_again;
 use crate::election::machine::{Do, Next, Opening, Start};
 use crate::election::reconcile::Found;
+use crate::election::status_change::StatusChange;
 use crate::election::withdrawal::Performed;
 
 /// How long after a LeaderElection's deletion (its `metadata.deletionTimestamp`) the operator
@@ -316,7 +317,10 @@ impl<'a> Inputs<'a> {
                         .watch(key, consul, &config.key, config.session.ttl);
                 }
             }
-            Do::Report(back) => status_write::stand_back(le, ctx, &back).await?,
+            Do::Report(back) => {
+                let change = StatusChange::StandBack(&back);
+                status_write::write(le, ctx, None, change, None).await?;
+            }
             Do::Forget => ctx.sessions.forget(key),
             Do::Wake(name) => ctx.reconcile_soon(&ElectionKey {
                 namespace: key.namespace.clone(),

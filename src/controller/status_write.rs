@@ -1,7 +1,7 @@
-//! Writing the election's status (a JSON patch of the status subresource that first tests the
-//! revision and fencing token of the status the write was based on, only when the status
-//! changed) and the Warning events
-//! of elections that cannot act.
+//! Writing the election's status: the core's [`StatusChange`], rendered on the status as this
+//! process knows it now and sent (only when it changes the status) as a JSON patch of the
+//! status subresource that first tests the revision and fencing token of the status the write
+//! was based on.
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -10,10 +10,10 @@ use serde_json::json;
 use crate::Error;
 use crate::cache::keys::election_key;
 use crate::context::Context;
-use crate::crd::{AppliedSpec, LeaderElection, LeaderElectionStatus, ReadElection};
-use crate::election::config::{ElectionConfig, Mode};
-use crate::election::plan::{ConditionState, Plan};
-use crate::election::report::{self, Rendering, StandBack};
+use crate::crd::applied::applied_of;
+use crate::crd::{LeaderElection, LeaderElectionStatus, ReadElection};
+use crate::election::config::ElectionConfig;
+use crate::election::status_change::{Facts, StatusChange};
 
 /// What a status write is based on: the revision and fencing token of the status read when
 /// the write was decided. The write is sent only if the status still has both, so a plan
@@ -35,141 +35,36 @@ impl Basis {
     }
 }
 
-/// Writes the status of the last plan (`spec_valid`, which is True, and Exclusive True), as far
-/// as it was carried out: `labelled` is the pod that carries the leader label now. A plan whose leader
-/// is not labelled (an action failed) reports phase Electing and `LeaderElected` False, never
-/// a leader that no pod shows. `basis` is the status the plan was made from.
+/// Writes `change` ([`StatusChange::render`] of the status as this process knows it now),
+/// conditional on `basis` (the status the change was decided from; `None`: the status as this
+/// process knows it now), and publishes the event it renders. `config` is the validated spec
+/// (`None` when it is not valid). Returns the basis of the status written.
 pub async fn write(
     le: &LeaderElection,
     ctx: &Context,
-    config: &ElectionConfig,
-    labelled: Option<&str>,
-    plan: Option<&Plan>,
-    spec_valid: ConditionState,
-    basis: Basis,
-) -> Result<(), Error> {
-    let Some(plan) = plan else {
-        return Ok(());
-    };
-    let old = ctx.caches.current_status(le);
-    let new = report::decided(plan, rendering(le, ctx, config, labelled, &old, spec_valid));
-    patch_if_changed(le, ctx, &old, new, Write::Whole, basis)
-        .await
-        .map(|_| ())
-}
-
-/// What [`report::decided`] renders the status of a plan from, when the pod with UID
-/// `labelled` carries the leader label and the status is `old` (as this process last wrote it).
-fn rendering<'r>(
-    le: &LeaderElection,
-    ctx: &Context,
-    config: &ElectionConfig,
-    labelled: Option<&'r str>,
-    old: &'r LeaderElectionStatus,
-    spec_valid: ConditionState,
-) -> Rendering<'r> {
-    Rendering {
-        old,
+    config: Option<&ElectionConfig>,
+    change: StatusChange<'_>,
+    basis: Option<Basis>,
+) -> Result<Basis, Error> {
+    let current = ctx.caches.current_status(le);
+    let facts = Facts {
         generation: le.metadata.generation,
-        labelled,
-        // First written with the first status: until then nothing was done that an edit
-        // of the spec would have to undo (see `election::spec_edits`).
-        applied: applied(le, config, old),
-        spec_valid,
-        lease_timing: (config.mode == Mode::Managed)
-            .then(|| ctx.settings.lease.timing_condition(config.session.ttl)),
+        applied: config.map(|config| applied_of(le, config)),
+        mode: config.map(|config| config.mode),
+        lease_timing: config.map(|c| ctx.settings.lease.timing_condition(c.session.ttl)),
         failed_writes: election_key(le)
             .ok()
             .and_then(|key| ctx.caches.written.status_failures(&key)),
         now: ctx.wall_now(),
-    }
-}
-
-/// The status write before a leader label ([`crate::election::plan::Action::RecordToken`]).
-pub struct TokenRecord<'a> {
-    /// The pod about to be labelled.
-    pub uid: &'a str,
-    /// Its token.
-    pub token: u64,
-    /// Write the whole status the plan decides with the pod labelled (else only the token).
-    pub whole: bool,
-}
-
-/// Rule 6 across failures: before a pod is labelled with a token, the status holds it, so
-/// that a token handed out once is never handed out again even if the reconcile's final
-/// status write is lost and the key is later re-created (its LockIndex restarts at 1; the
-/// planner raises it above the recorded token). A `whole` record is the status `plan` decides
-/// once the pod carries the label: it names the pod an instant before its label is written,
-/// and the reconcile's final write then has nothing left to change. `basis` is the status
-/// the plan was made from; returns the basis of the status written (what the reconcile's
-/// later writes are based on).
-pub async fn record_token(
-    le: &LeaderElection,
-    ctx: &Context,
-    config: &ElectionConfig,
-    plan: &Plan,
-    record: TokenRecord<'_>,
-    spec_valid: ConditionState,
-    basis: Basis,
-) -> Result<Basis, Error> {
-    if !record.whole {
-        let token = |current: &LeaderElectionStatus| {
-            report::token_recorded(current, record.token, applied(le, config, current))
-        };
-        return self::record(le, ctx, Some(basis), token).await;
-    }
-    let current = ctx.caches.current_status(le);
-    let rendering = rendering(le, ctx, config, Some(record.uid), &current, spec_valid);
-    let new = report::decided_with_token(plan, rendering, record.token);
-    patch_if_changed(le, ctx, &current, new, Write::Whole, basis).await
-}
-
-/// Writes a record made before acting (a fencing token, how a switchover request was decided,
-/// what the operator acts with): the status as this process last wrote it, as `change` makes
-/// it, conditional on `basis` (the status the record was decided from; `None`: the status as
-/// this process knows it now). Returns the basis of the status written.
-pub async fn record(
-    le: &LeaderElection,
-    ctx: &Context,
-    basis: Option<Basis>,
-    change: impl FnOnce(&LeaderElectionStatus) -> LeaderElectionStatus,
-) -> Result<Basis, Error> {
-    let current = ctx.caches.current_status(le);
-    let new = change(&current);
+    };
+    let rendered = change.render(&current, &facts);
     let basis = basis.unwrap_or_else(|| Basis::of(&current));
-    patch_if_changed(le, ctx, &current, new, Write::Record, basis).await
-}
-
-/// What the status records as applied: the record, or for a new election what it acts with.
-fn applied(
-    le: &LeaderElection,
-    config: &ElectionConfig,
-    old: &LeaderElectionStatus,
-) -> AppliedSpec {
-    old.applied
-        .clone()
-        .unwrap_or_else(|| crate::crd::applied::applied_of(le, config))
-}
-
-/// Reports that the election stands back (an invalid spec, an older election claiming the
-/// same pods), with a Warning event when its condition is news (not on every requeue).
-pub async fn stand_back(le: &LeaderElection, ctx: &Context, back: &StandBack) -> Result<(), Error> {
-    let old = ctx.caches.current_status(le);
-    let (new, news) = report::standing_back(&old, le.metadata.generation, back, ctx.wall_now());
-    patch_if_changed(le, ctx, &old, new, Write::Whole, Basis::of(&old)).await?;
-    if let Some(event) = news {
+    let written =
+        patch_if_changed(le, ctx, &current, rendered.status, rendered.whole, basis).await?;
+    if let Some(event) = rendered.event {
         ctx.publish_election_event(&event, "Validate", &le.object_ref(&()), None);
     }
-    Ok(())
-}
-
-/// What a status write is.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Write {
-    /// The status decided by a reconcile (it carries the `StatusWritten` condition).
-    Whole,
-    /// A record made before acting (the fencing token, what the operator acts with).
-    Record,
+    Ok(written)
 }
 
 /// Writes `new` unless it is `old` (the status as this process knows it now), conditional on
@@ -180,7 +75,7 @@ async fn patch_if_changed(
     ctx: &Context,
     old: &LeaderElectionStatus,
     mut new: LeaderElectionStatus,
-    write: Write,
+    whole: bool,
     basis: Basis,
 ) -> Result<Basis, Error> {
     new.revision = old.revision;
@@ -224,7 +119,7 @@ async fn patch_if_changed(
     match written {
         Ok(written) => {
             // A record keeps the count: the whole status written next reports it.
-            if write == Write::Whole {
+            if whole {
                 ctx.caches.written.status_written(&key);
             }
             let version = written.0.metadata.resource_version.as_deref();

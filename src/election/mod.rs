@@ -31,6 +31,7 @@ pub mod refusal;
 pub mod report;
 pub mod session_names;
 pub mod spec_edits;
+pub mod status_change;
 pub mod status_failures;
 pub mod switchover_request;
 pub mod unusable;

@@ -27,7 +27,7 @@ pub struct Rendering<'a> {
     /// the label is written).
     pub labelled: Option<&'a str>,
     /// What the operator acts with (`status.applied`).
-    pub applied: AppliedSpec,
+    pub applied: Option<AppliedSpec>,
     /// The `SpecValid` condition (True: the spec is acted on).
     pub spec_valid: ConditionState,
     /// The `LeaseTimingSafe` condition of a managed election.
@@ -66,7 +66,7 @@ pub fn decided(plan: &Plan, r: Rendering<'_>) -> LeaderElectionStatus {
             .collect(),
         last_switchover: state.last_switchover.as_ref().map(switchover_status),
         observed_generation: r.generation,
-        applied: Some(r.applied),
+        applied: r.applied,
         // The write raises it from the status it was based on.
         revision: r.old.revision,
         served_by: state.served_by.clone(),
@@ -237,11 +237,11 @@ pub fn decided_with_token(plan: &Plan, r: Rendering<'_>, token: u64) -> LeaderEl
 pub fn token_recorded(
     current: &LeaderElectionStatus,
     token: u64,
-    applied: AppliedSpec,
+    applied: Option<AppliedSpec>,
 ) -> LeaderElectionStatus {
     LeaderElectionStatus {
         fencing_token: current.fencing_token.max(Some(token)),
-        applied: Some(applied),
+        applied,
         ..current.clone()
     }
 }
@@ -415,10 +415,10 @@ mod tests {
         };
         let applied = AppliedSpec::default();
         assert_eq!(
-            token_recorded(&current, 5, applied.clone()).fencing_token,
+            token_recorded(&current, 5, Some(applied.clone())).fencing_token,
             Some(7)
         );
-        let raised = token_recorded(&current, 9, applied.clone());
+        let raised = token_recorded(&current, 9, Some(applied.clone()));
         assert_eq!(raised.fencing_token, Some(9));
         assert_eq!(raised.applied, Some(applied));
     }

@@ -48,6 +48,7 @@ use crate::election::plan_loop::{Answer, World};
 use crate::election::pod_patch::PodPatch;
 use crate::election::report;
 use crate::election::session_names::session_name;
+use crate::election::status_change::{Facts, StatusChange};
 use crate::election::switchover_request::{RequestSeen, RequestStep, step};
 use crate::election::withdrawal::Performed;
 
@@ -1758,7 +1759,15 @@ impl Model {
     fn write_status(&mut self, plan: &Plan) {
         let labelled = self.leaders().first().map(|p| p.uid.clone());
         let labelled = labelled.filter(|_| self.leaders().len() == 1);
-        let new = report::decided(plan, self.rendering(labelled.as_deref()));
+        let spec_valid = spec_valid();
+        let decided = StatusChange::Decided {
+            plan,
+            labelled: labelled.as_deref(),
+            spec_valid: &spec_valid,
+        };
+        let before = self.status.clone();
+        self.write(decided);
+        let new = std::mem::replace(&mut self.status, before);
         if new.fencing_token < self.status.fencing_token {
             self.fail(&format!(
                 "status fencing token decreased: {:?} -> {:?}",
@@ -1787,19 +1796,18 @@ impl Model {
         report::recorded(&self.status)
     }
 
-    /// What the controller renders a status from ([`report::Rendering`]), when the pod with UID
-    /// `labelled` carries the leader label.
-    fn rendering<'r>(&'r self, labelled: Option<&'r str>) -> report::Rendering<'r> {
-        report::Rendering {
-            old: &self.status,
+    /// Renders `change` on the status as the controller does ([`StatusChange::render`]) and
+    /// writes it.
+    fn write(&mut self, change: StatusChange<'_>) {
+        let facts = Facts {
             generation: Some(1),
-            labelled,
-            applied: self.applied.clone().unwrap_or_else(|| self.spec_applied()),
-            spec_valid: spec_valid(),
+            applied: Some(self.spec_applied()),
+            mode: Some(self.config.mode),
             lease_timing: None,
             failed_writes: None,
             now: self.now,
-        }
+        };
+        self.status = change.render(&self.status, &facts).status;
     }
 
     /// Applies `patch` as the API server applies the operator's merge patch: to the pod of that
@@ -1861,7 +1869,7 @@ impl Model {
                     self.fail("a switchover request whose outcome is recorded is decided again");
                 }
                 // Written at once, like the controller's write-ahead status patch.
-                self.status = report::switchover_recorded(&self.status, record);
+                self.write(StatusChange::Switchover(record));
                 true
             }
             Action::ClearSwitchover { request } => {

@@ -225,3 +225,109 @@ fn a_refused_write_makes_consul_unavailable_naming_the_missing_right() {
         "Available"
     );
 }
+
+/// Each status write as the controller and the property tests render it
+/// ([`StatusChange::render`]): the first whole status records what the operator acts with and
+/// the lease timing of a managed election; records made before acting change only their own
+/// field and keep the values recorded before, and leave the `StatusWritten` count to the next
+/// whole status; a stand-back condition is news once.
+mod status_change {
+    use super::*;
+    use crate::crd::conditions::{LEASE_TIMING_SAFE, STATUS_WRITTEN};
+    use crate::crd::{AppliedSpec, LeaderElectionStatus, Phase as StatusPhase};
+    use crate::election::config::Mode;
+    use crate::election::observe::{SwitchoverOutcome, SwitchoverRecord};
+    use crate::election::plan::EventReason;
+    use crate::election::report::StandBack;
+    use crate::election::status_change::StatusChange;
+
+    fn has(status: &LeaderElectionStatus, type_: &str) -> bool {
+        status.conditions.iter().any(|c| c.type_ == type_)
+    }
+
+    #[test]
+    fn the_first_whole_status_records_what_the_operator_acts_with() {
+        let plan = Scene::elected("a", &["b"], 5).plan();
+        let (spec_valid, leader) = (spec_valid(), uid("a"));
+        let decided = StatusChange::Decided {
+            plan: &plan,
+            labelled: Some(&leader),
+            spec_valid: &spec_valid,
+        };
+        let first = decided.render(&LeaderElectionStatus::default(), &facts());
+        assert!(first.whole);
+        assert_eq!(first.status.applied, facts().applied);
+        assert_eq!(
+            first.status.leader.as_ref().map(|l| l.pod.as_str()),
+            Some("a")
+        );
+        assert!(has(&first.status, LEASE_TIMING_SAFE));
+        assert!(has(&first.status, STATUS_WRITTEN));
+        // An observing election reports no lease timing: it holds no session.
+        let observe = crate::election::status_change::Facts {
+            mode: Some(Mode::Observe),
+            ..facts()
+        };
+        let observed = decided.render(&LeaderElectionStatus::default(), &observe);
+        assert!(!has(&observed.status, LEASE_TIMING_SAFE));
+        // Once recorded, the record stands until an edit is recorded.
+        let recorded = AppliedSpec {
+            key: "recorded/key".into(),
+            ..AppliedSpec::default()
+        };
+        let before = LeaderElectionStatus {
+            applied: Some(recorded.clone()),
+            ..LeaderElectionStatus::default()
+        };
+        let next = decided.render(&before, &facts());
+        assert_eq!(next.status.applied, Some(recorded));
+    }
+
+    #[test]
+    fn records_change_their_own_field_only() {
+        let before = LeaderElectionStatus {
+            fencing_token: Some(3),
+            phase: Some(StatusPhase::Elected),
+            ..LeaderElectionStatus::default()
+        };
+        let edit = AppliedSpec {
+            key: "edited/key".into(),
+            ..AppliedSpec::default()
+        };
+        let applied = StatusChange::Applied(&edit).render(&before, &facts());
+        assert!(!applied.whole);
+        assert_eq!(
+            applied.status,
+            LeaderElectionStatus {
+                applied: Some(edit),
+                ..before.clone()
+            }
+        );
+        let switchover = SwitchoverRecord {
+            to: "b".into(),
+            from: Some("a".into()),
+            leader: None,
+            requested_at: t(90),
+            completed_at: None,
+            outcome: SwitchoverOutcome::InProgress,
+            message: String::new(),
+        };
+        let recorded = StatusChange::Switchover(&switchover).render(&before, &facts());
+        assert!(!recorded.whole);
+        assert_eq!(recorded.status.phase, before.phase);
+        assert!(recorded.status.last_switchover.is_some());
+        assert!(!has(&recorded.status, STATUS_WRITTEN));
+    }
+
+    #[test]
+    fn a_stand_back_warns_once() {
+        let back = StandBack::conflict("older");
+        let first =
+            StatusChange::StandBack(&back).render(&LeaderElectionStatus::default(), &facts());
+        assert!(first.whole);
+        assert_eq!(first.status.phase, Some(StatusPhase::Conflict));
+        assert_eq!(first.event.map(|e| e.reason), Some(EventReason::Conflict));
+        let again = StatusChange::StandBack(&back).render(&first.status, &facts());
+        assert_eq!(again.event, None);
+    }
+}

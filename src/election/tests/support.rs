@@ -927,3 +927,21 @@ pub fn applied_of(config: &ElectionConfig) -> AppliedSpec {
 pub fn spec_valid() -> ConditionState {
     check_label_key(crate::crd::DEFAULT_ROLE_LABEL, &[])
 }
+
+/// What a status is rendered from for a managed election of the default spec, generation 1,
+/// at `t(100)`, with no failed write before and a safe lease timing.
+pub fn facts() -> crate::election::status_change::Facts {
+    crate::election::status_change::Facts {
+        generation: Some(1),
+        applied: Some(applied_of(&config())),
+        mode: Some(crate::election::config::Mode::Managed),
+        lease_timing: Some(ConditionState {
+            type_: crate::crd::conditions::LEASE_TIMING_SAFE,
+            status: true,
+            reason: "SessionOutlivesFailover",
+            message: "safe".into(),
+        }),
+        failed_writes: None,
+        now: t(100),
+    }
+}

@@ -19,9 +19,9 @@ use crate::election::machine::{ConsulWait, Do, Left, Start};
 use crate::election::plan::{ConditionState, Plan};
 use crate::election::pod_patch::{PodPatch, PodRole};
 use crate::election::reconcile::Found;
-use crate::election::report;
 use crate::election::session_names::session_name;
 use crate::election::spec_edits::{needs_withdrawal, same_access};
+use crate::election::status_change::StatusChange;
 use crate::election::unusable::LockFacts;
 use crate::election::withdrawal::{
     Acted, LabelledPod, Performed, SessionToEnd, Sessions, Step, acted_with,
@@ -182,6 +182,7 @@ impl Model {
                     self.consul.switch_key(&from, &now.key);
                     self.cached_lock = super::LockView::Unknown;
                 }
+                self.write(StatusChange::Applied(now));
                 self.applied = Some(now.clone());
             }
         }
@@ -413,12 +414,14 @@ impl Model {
                 self.status.fencing_token
             ));
         }
-        self.status = if whole {
-            report::decided_with_token(plan, self.rendering(Some(uid)), token)
-        } else {
-            let applied = self.applied.clone().unwrap_or_else(|| self.spec_applied());
-            report::token_recorded(&self.status, token, applied)
-        };
+        let spec_valid = spec_valid();
+        self.write(StatusChange::Token {
+            plan,
+            uid,
+            token,
+            whole,
+            spec_valid: &spec_valid,
+        });
         if self.applied.is_none() {
             self.applied = Some(self.spec_applied());
         }

@@ -14,6 +14,7 @@ use crate::election::plan_loop::{Answer, World as PlanWorld};
 use crate::election::pod_patch::{PodPatch, PodRole};
 use crate::election::report;
 use crate::election::session_names::session_name;
+use crate::election::status_change::{Facts, StatusChange};
 use crate::election::tests::support::{applied_of, mono, spec_valid, t};
 use crate::election::unusable::LockFacts;
 use crate::election::withdrawal::{Performed, SessionToEnd, Step};
@@ -44,9 +45,7 @@ impl Shared {
                 Next::Do(step) => {
                     let _ = writeln!(self.trace, "   {} step {step:?}", self.sims[e].name);
                     if let Do::Report(back) = &step {
-                        let (new, _) =
-                            report::standing_back(&self.sims[e].status, Some(1), back, self.now);
-                        self.sims[e].status = new;
+                        self.write(e, StatusChange::StandBack(back));
                         self.see(&format!("stood back: {:?}", back.reason));
                     }
                     if matches!(step, Do::Forget) {
@@ -212,18 +211,18 @@ impl Shared {
                 fencing_token,
                 whole,
             } => {
-                let plan = self.sims[e].machine.last_plan().cloned();
-                let new = match (whole, plan) {
-                    (true, Some(plan)) => {
-                        let r = self.rendering(e, Some(uid));
-                        report::decided_with_token(&plan, r, *fencing_token)
-                    }
-                    _ => {
-                        let applied = self.rendering(e, None).applied;
-                        report::token_recorded(&self.sims[e].status, *fencing_token, applied)
-                    }
-                };
-                self.sims[e].status = new;
+                let plan = self.sims[e].machine.last_plan().cloned()?;
+                let spec_valid = spec_valid();
+                self.write(
+                    e,
+                    StatusChange::Token {
+                        plan: &plan,
+                        uid,
+                        token: *fencing_token,
+                        whole: *whole,
+                        spec_valid: &spec_valid,
+                    },
+                );
                 let recorded = report::recorded(&self.sims[e].status);
                 Some(Answer::StatusWritten(Box::new(recorded)))
             }
@@ -390,23 +389,19 @@ impl Shared {
         }
     }
 
-    /// What election `e`'s status is rendered from (`status_write.rs::rendering`).
-    fn rendering<'r>(&'r self, e: usize, labelled: Option<&'r str>) -> report::Rendering<'r> {
+    /// Renders `change` on election `e`'s status as the controller does
+    /// ([`StatusChange::render`]) and writes it.
+    fn write(&mut self, e: usize, change: StatusChange<'_>) {
         let sim = &self.sims[e];
-        report::Rendering {
-            old: &sim.status,
+        let facts = Facts {
             generation: Some(1),
-            labelled,
-            applied: sim
-                .status
-                .applied
-                .clone()
-                .unwrap_or_else(|| applied_of(&sim.config)),
-            spec_valid: spec_valid(),
+            applied: Some(applied_of(&sim.config)),
+            mode: Some(sim.config.mode),
             lease_timing: None,
             failed_writes: None,
             now: self.now,
-        }
+        };
+        self.sims[e].status = change.render(&sim.status, &facts).status;
     }
 
     fn write_status(&mut self, e: usize) {
@@ -423,8 +418,13 @@ impl Shared {
             [one] => Some(one.uid.clone()),
             _ => None,
         };
-        let new = report::decided(&plan, self.rendering(e, labelled.as_deref()));
-        self.sims[e].status = new;
+        let spec_valid = spec_valid();
+        let decided = StatusChange::Decided {
+            plan: &plan,
+            labelled: labelled.as_deref(),
+            spec_valid: &spec_valid,
+        };
+        self.write(e, decided);
     }
 }
 
