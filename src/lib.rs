@@ -14,6 +14,7 @@ pub mod election;
 pub mod error;
 pub mod event_queue;
 pub mod http;
+pub mod inputs;
 pub mod k8s;
 pub mod leadership;
 pub mod metrics;

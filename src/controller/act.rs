@@ -3,35 +3,29 @@
 //! election hands out (its outcome reported back), and the status write. The election
 //! ([`Election`]) decides what comes next and what each outcome means.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::k8s::Pod;
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 use tokio::time::Instant;
 
 use super::pod_writes::PodWrites;
 use super::status_write::{self, Basis};
 use crate::Error;
-use crate::cache::views as observe;
 use crate::consul::QueryOptions;
 use crate::consul::{ConsulClient, ConsulError};
 use crate::context::Context;
 use crate::crd::LeaderElection;
-use crate::crd::applied::recorded_session;
-use crate::election::annotation_owner::{Owner as AnnotationOwner, shared_view};
 use crate::election::config::{ElectionConfig, ElectionKey};
-use crate::election::first_look::{Adopting, KeyRead, Look, SessionRead};
+use crate::election::first_look::{KeyRead, Look, SessionRead};
 use crate::election::key_value;
 use crate::election::machine::{Election, Opening};
-use crate::election::observe::{LockView, PodView};
+use crate::election::observe::LockView;
 use crate::election::plan::{Action, ElectionEvent};
-use crate::election::plan_loop::{Answer, World};
+use crate::election::plan_loop::Answer;
 use crate::election::pod_patch::PodPatch;
 use crate::election::report;
 use crate::election::status_change::StatusChange;
-use crate::k8s;
+use crate::inputs::{self, plan_loop::Pods, shared::shared_pod};
 use crate::observers::sessions::found_settings;
 
 /// Flags written with every acquisition and release: marks the key as an elector lock.
@@ -45,7 +39,7 @@ pub struct Round<'a> {
     consul: ConsulClient,
     ctx: &'a Context,
     pod_writes: PodWrites<'a>,
-    pods: BTreeMap<String, (Arc<Pod>, bool)>,
+    pods: Pods,
     lock: LockView,
     /// The status the plans decide from was read from: what their status writes test.
     basis: Basis,
@@ -62,8 +56,8 @@ impl<'a> Round<'a> {
         consul: ConsulClient,
         ctx: &'a Context,
     ) -> (Round<'a>, Opening) {
-        let status = ctx.caches.current_status(le);
-        let recorded = crate::election::report::recorded(&status);
+        let start = inputs::plan_loop::start(le, key, ctx, &config);
+        let recorded = report::recorded(&start.status);
         let mut removal_failed = false;
         let last = recorded.last_switchover.as_ref();
         let switchover = match super::switchover::pending(ctx, key, le, last).await {
@@ -74,14 +68,6 @@ impl<'a> Round<'a> {
                 None
             }
         };
-        let adopting = Adopting {
-            election: key.clone(),
-            mode: config.mode,
-            holds_session: ctx.sessions.view(key).is_some(),
-            recorded_settings: recorded_session(status.applied.as_ref()),
-            spec_settings: config.session,
-            owner: ctx.settings.owner.clone(),
-        };
         let round = Round {
             le,
             key,
@@ -89,15 +75,15 @@ impl<'a> Round<'a> {
             consul,
             ctx,
             pod_writes: PodWrites::new(ctx, key, true),
-            pods: observe::pods_of(&ctx.caches, le),
+            pods: start.pods,
             lock: LockView::Unknown,
-            basis: Basis::of(&status),
+            basis: Basis::of(&start.status),
         };
         let opening = Opening {
             recorded,
             switchover,
             removal_failed,
-            adopting,
+            adopting: start.adopting,
         };
         (round, opening)
     }
@@ -164,21 +150,6 @@ impl<'a> Round<'a> {
         }
     }
 
-    /// The UID of the one pod that carries the leader label now, as far as this round knows
-    /// (its own patches included); `None` when no pod, or more than one, does.
-    fn labelled_leader_uid(&self) -> Option<String> {
-        let label = &self.config.labels;
-        let mut labelled = self
-            .pods
-            .values()
-            .filter(|(pod, _)| pod.labels().get(&label.key) == Some(&label.leader))
-            .filter_map(|(pod, _)| pod.metadata.uid.clone());
-        match (labelled.next(), labelled.next()) {
-            (Some(uid), None) => Some(uid),
-            _ => None,
-        }
-    }
-
     /// Writes the status of the election's last plan, as far as it was carried out.
     pub async fn write_status(&self, election: &Election) -> Result<(), Error> {
         let Some(spec_valid) = election.spec_valid() else {
@@ -189,7 +160,7 @@ impl<'a> Round<'a> {
         let Some(plan) = election.last_plan() else {
             return Ok(());
         };
-        let labelled = self.labelled_leader_uid();
+        let labelled = inputs::plan_loop::labelled_leader(&self.pods, &self.config.labels);
         let labelled = labelled.as_deref();
         let change = StatusChange::Decided {
             plan,
@@ -232,23 +203,8 @@ impl<'a> Round<'a> {
 
     /// Observes the world and lets the election plan from it.
     pub fn observe(&mut self, election: &mut Election) {
-        let (now, wall) = (Instant::now(), self.ctx.wall_now());
-        let mut views = observe::views(&self.pods, &self.config, |not_ready| {
-            election.not_ready_since(not_ready, now, wall)
-        });
-        self.shared_views(&mut views, election);
-        let session = self.ctx.sessions.view(self.key);
-        let world = World {
-            config: &self.config,
-            pods: &views,
-            lock: &self.lock,
-            session: session.as_ref(),
-            lock_confirmed_at: self.ctx.lock_confirmed_at(self.key),
-            now,
-            wall,
-            owner: &self.ctx.settings.owner,
-        };
-        election.plan(&world);
+        let (key, ctx, config) = (self.key, self.ctx, &self.config);
+        inputs::plan_loop::plan(election, key, ctx, config, &self.pods, &self.lock);
     }
 
     async fn execute(&mut self, action: Action, election: &Election) -> Result<Answer, Error> {
@@ -356,10 +312,10 @@ impl<'a> Round<'a> {
     /// patched.
     async fn patch_pod(&mut self, action: &Action) -> Result<Answer, Error> {
         let (labels, me) = (&self.config.labels, self.key.name.as_str());
-        let (pods, writes) = (&self.pods, &self.pod_writes);
+        let (pods, ctx) = (&self.pods, self.ctx);
         let shared = |name: &str, to_leader: bool| {
             let (pod, _) = pods.get(name)?;
-            Some(writes.shared(&labels.key, pod, to_leader))
+            Some(shared_pod(ctx, me, &labels.key, pod, to_leader))
         };
         let Some(patch) = PodPatch::of(action, labels, me, shared) else {
             return Err(Error::InvalidStatus(format!("{action:?} patches no pod")));
@@ -372,25 +328,6 @@ impl<'a> Round<'a> {
         let selected = self.pods.get(&patch.pod).is_some_and(|(_, s)| *s);
         self.pods.insert(patch.pod, (patched, selected));
         Ok(Answer::Done)
-    }
-
-    /// The planner reads the operator's annotations of a pod as this election's; on a pod
-    /// shared with elections of other label keys, it sees what this election wrote or would
-    /// write ([`shared_view`]).
-    fn shared_views(&self, views: &mut [PodView], election: &Election) {
-        let me = self.key.name.as_str();
-        for view in views {
-            let Some((pod, _)) = self.pods.get(&view.name) else {
-                continue;
-            };
-            let owner = AnnotationOwner::of(k8s::labelled_by(pod), me, || {
-                observe::foreign_owner(&self.ctx.caches, me, pod).is_some()
-            });
-            let labels = &self.config.labels;
-            let led_by_another = || observe::led_by_another(&self.ctx.caches, me, &labels.key, pod);
-            let leadership = election.leadership_of(&view.uid);
-            shared_view(view, owner, led_by_another, labels, leadership);
-        }
     }
 
     async fn acquire(&mut self, session: &str, pod: &str) -> Result<Answer, Error> {
@@ -422,19 +359,9 @@ impl<'a> Round<'a> {
 
     /// The key's value for `pod` ([`key_value::value_for`]).
     fn lock_value(&self, pod: &str) -> Vec<u8> {
-        let found = self.pods.get(pod).map(|(p, _)| p.as_ref());
-        let holding = key_value::Holding {
-            pod,
-            uid: found.and_then(|p| p.metadata.uid.as_deref()),
-            pod_ip: found.and_then(|p| p.status.as_ref()?.pod_ip.as_deref()),
-            node: found.and_then(|p| p.spec.as_ref()?.node_name.as_deref()),
-        };
-        key_value::value_for(
-            holding,
-            self.key,
-            &self.ctx.settings.owner,
-            self.ctx.wall_now(),
-        )
+        let holding = inputs::plan_loop::holding(&self.pods, pod);
+        let owner = &self.ctx.settings.owner;
+        key_value::value_for(holding, self.key, owner, self.ctx.wall_now())
     }
 
     fn publish(&self, event: &ElectionEvent) {
@@ -445,8 +372,7 @@ impl<'a> Round<'a> {
         let pod = event
             .pod
             .as_ref()
-            .and_then(|p| self.pods.get(p))
-            .map(|(pod, _)| pod_reference(pod));
+            .and_then(|p| inputs::plan_loop::pod_reference(&self.pods, p));
         // Each names the other as its related object. kube's recorder folds events into
         // one series by type, reason and objects, not by note: without the pod, "pod B is
         // leader" on the election would count as a repeat of an earlier "pod A is leader"
@@ -457,16 +383,5 @@ impl<'a> Round<'a> {
             self.ctx
                 .publish_election_event(event, "Elect", &pod, Some(election));
         }
-    }
-}
-
-fn pod_reference(pod: &Pod) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".to_owned()),
-        kind: Some("Pod".to_owned()),
-        name: pod.metadata.name.clone(),
-        namespace: pod.metadata.namespace.clone(),
-        uid: pod.metadata.uid.clone(),
-        ..ObjectReference::default()
     }
 }

@@ -13,42 +13,30 @@
 //! [`Settings::consul_cleanup_bound`]: crate::context::Settings::consul_cleanup_bound
 //! [`SKIP_CONSUL_CLEANUP_ANNOTATION`]: crate::crd::SKIP_CONSUL_CLEANUP_ANNOTATION
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 
 use super::act::LOCK_FLAGS;
 use super::pod_writes::PodWrites;
 use crate::Error;
 use crate::cache::keys::election_key;
-use crate::cache::views as observe;
-use crate::consul::{ConsulClient, QueryOptions, parse_go_duration};
+use crate::consul::{ConsulClient, QueryOptions};
 use crate::consul_access;
 use crate::context::Context;
-use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
+use crate::crd::LeaderElection;
 use crate::election::cleanup_deadline::gave_up;
 use crate::election::config::{ElectionKey, LabelConfig};
-use crate::election::machine::{ConsulWait, GiveUp, Left};
+use crate::election::machine::{GiveUp, Left};
 use crate::election::pod_patch::{PodPatch, PodRole};
-use crate::election::unusable::{LockFacts, UnusableLabel};
-use crate::election::withdrawal::{
-    self, LabelledPod, Performed, SessionToEnd, Sessions, Step, acted_with,
-};
-use crate::k8s::{self, Pod};
+use crate::election::unusable::UnusableLabel;
+use crate::election::withdrawal::{self, Performed, SessionToEnd, Step};
+use crate::inputs::{self, shared::shared_pod, withdrawal::ActedOn};
 
-/// Performs an election's withdrawal steps: what it left is read once, as the status recorded
-/// the values the operator acted with (see [`crate::election::spec_edits`]), else as the spec says.
+/// Performs an election's withdrawal steps on the election as the operator acted on it.
 pub struct Withdrawer {
-    /// The election with the labels, key and Consul access it was acted on with.
-    le: LeaderElection,
+    acted: ActedOn,
     key: ElectionKey,
-    /// The label key of its labels.
-    label_key: String,
-    /// Its Consul key.
-    consul_key: String,
-    /// The pods it labelled, each with the cached pod.
-    pods: Vec<(LabelledPod, Arc<Pod>)>,
     /// The election's own Consul client, opened at the first Consul step (`Some(None)`: its
     /// access cannot be used).
     client: Option<Option<ConsulClient>>,
@@ -58,45 +46,10 @@ impl Withdrawer {
     /// Reads what `le` left, for [`crate::election::machine::Election::left`].
     pub fn read(le: &LeaderElection, ctx: &Context) -> Result<(Left, Withdrawer), Error> {
         let key = election_key(le)?;
-        let config = ctx.caches.validated.of(&key, le).ok();
-        let held = ctx.sessions.view(&key).map(|s| s.id);
-        let status = ctx.caches.current_status(le);
-        let acted = acted_with(
-            status.applied.as_ref(),
-            config.as_deref(),
-            held.is_some(),
-            default_key(&key.namespace, &key.name),
-        );
-        let mut acted_on = le.clone();
-        if let Some(applied) = &status.applied {
-            acted_on.spec = crate::crd::applied::with_applied(&le.spec, applied);
-        }
-        let pods = labelled_pods(le, ctx, &acted.label_key);
-        let left = Left {
-            acted: acted.clone(),
-            pods: pods.iter().map(|(view, _)| view.clone()).collect(),
-            sessions: Sessions {
-                held,
-                recorded: status.leader_or_last().and_then(|l| l.session_id.clone()),
-                owner: ctx.settings.owner.clone(),
-                election: key.clone(),
-            },
-            wait: ConsulWait {
-                skip: le
-                    .annotations()
-                    .get(SKIP_CONSUL_CLEANUP_ANNOTATION)
-                    .cloned(),
-                deleted_at: le.metadata.deletion_timestamp.as_ref().map(|t| t.0),
-                now: ctx.wall_now(),
-                bound: ctx.settings.consul_cleanup_bound,
-            },
-        };
+        let (left, acted) = inputs::withdrawal::left(le, &key, ctx);
         let withdrawer = Withdrawer {
-            le: acted_on,
+            acted,
             key,
-            label_key: acted.label_key,
-            consul_key: acted.consul_key,
-            pods,
             client: None,
         };
         Ok((left, withdrawer))
@@ -119,7 +72,7 @@ impl Withdrawer {
                 let Some(consul) = self.client(ctx).await? else {
                     return Ok(Performed::NoAccess);
                 };
-                let key = &self.consul_key;
+                let key = &self.acted.consul_key;
                 consul.kv_release(key, &session, &[], LOCK_FLAGS).await?;
             }
             Step::Destroy(session) => {
@@ -142,7 +95,9 @@ impl Withdrawer {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
-        let opened = match consul_access::client_for(&self.le, &self.consul_key, ctx).await {
+        let opened = match consul_access::client_for(&self.acted.le, &self.acted.consul_key, ctx)
+            .await
+        {
             Ok(consul) => Some(consul),
             Err(consul_access::AccessProblem::Invalid(problem)) => {
                 tracing::warn!(election = %self.key, %problem, "withdrawing without Consul: the election has no usable Consul access");
@@ -156,18 +111,18 @@ impl Withdrawer {
     /// Gives pod `name` no role under the election's label key (a pod gone meanwhile needs
     /// nothing).
     async fn unlabel(&self, ctx: &Context, name: &str) -> Result<(), Error> {
-        let Some((view, pod)) = self.pods.iter().find(|(view, _)| view.pod == name) else {
+        let Some((view, pod)) = self.acted.pods.iter().find(|(view, _)| view.pod == name) else {
             return Ok(());
         };
         let labels = LabelConfig {
-            key: self.label_key.clone(),
+            key: self.acted.label_key.clone(),
             leader: String::new(),
             follower: String::new(),
         };
+        let (me, role) = (self.key.name.as_str(), PodRole::None);
+        let shared = shared_pod(ctx, me, &labels.key, pod, false);
         // The withdrawal does not plan again on the pod: its own event may wake it.
         let writes = PodWrites::new(ctx, &self.key, false);
-        let shared = writes.shared(&labels.key, pod, false);
-        let (me, role) = (self.key.name.as_str(), PodRole::None);
         let patch = PodPatch::for_role(name, &view.uid, &labels, me, role, Some(shared));
         match writes.send(&patch).await {
             Ok(_) => Ok(()),
@@ -221,44 +176,4 @@ pub async fn fence_when(
             Ok(None)
         }
     }
-}
-
-/// What this process knows of `le`'s lock now, for a rule 2 judgement of an election that
-/// cannot act.
-pub fn lock_facts(le: &LeaderElection, key: &ElectionKey, ctx: &Context) -> LockFacts {
-    let status = ctx.caches.current_status(le);
-    LockFacts {
-        lock: ctx.locks.lock(key),
-        read_at: ctx.locks.read_at(key),
-        held: ctx.sessions.view(key),
-        recorded_session: status.leader_or_last().and_then(|l| l.session_id.clone()),
-        applied_ttl: status
-            .applied
-            .as_ref()
-            .and_then(|applied| applied.session.as_ref())
-            .and_then(|s| parse_go_duration(&s.ttl).ok()),
-        started_at: ctx.caches.written.started_at(),
-        now: tokio::time::Instant::now(),
-    }
-}
-
-/// The pods `le` labelled under `label_key` ([`observe::labelled_by`]), as a withdrawal sees
-/// them, each with the cached pod.
-fn labelled_pods(
-    le: &LeaderElection,
-    ctx: &Context,
-    label_key: &str,
-) -> Vec<(LabelledPod, Arc<Pod>)> {
-    observe::pods_of(&ctx.caches, le)
-        .into_values()
-        .filter(|(pod, _)| observe::labelled_by(&ctx.caches, le, pod))
-        .filter_map(|(pod, _)| {
-            let view = LabelledPod {
-                pod: pod.name_any(),
-                uid: pod.metadata.uid.clone()?,
-                value: k8s::labels_of(&pod).get(label_key).cloned(),
-            };
-            Some((view, pod))
-        })
-        .collect()
 }

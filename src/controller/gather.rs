@@ -5,23 +5,22 @@
 //! cannot act ([`crate::election::unusable::waiting_label`]), again at the deadline that
 //! judgement names and whenever a lock changes, and fenced as soon as it says so.
 //!
-//! Also the facts of a spec edit ([`crate::election::spec_edits`]): the values the status
-//! records the operator acts with, against those the spec asks for now.
+//! Also the record of a spec edit ([`crate::election::spec_edits`]).
 
 use std::future::Future;
 use std::time::Duration;
 
 use futures::FutureExt;
 
-use super::cleanup::{fence_when, lock_facts};
+use super::cleanup::fence_when;
 use crate::Error;
 use crate::context::Context;
-use crate::crd::applied::applied_of;
-use crate::crd::{AppliedSpec, LeaderElection};
+use crate::crd::LeaderElection;
 use crate::election::config::{ElectionConfig, ElectionKey};
-use crate::election::spec_edits::{needs_withdrawal, same_access};
 use crate::election::status_change::StatusChange;
 use crate::election::unusable::{UnusableLabel, waiting_label};
+use crate::inputs::admission::Edit;
+use crate::inputs::withdrawal::lock_facts;
 
 /// `inputs` (reads only, so nothing is lost by waiting on them after a fence), with `le`'s
 /// leader label fenced meanwhile when rule 2 asks for it. A failure of the fence itself ends
@@ -89,39 +88,8 @@ fn verdict(
     })
 }
 
-/// Whether the Consul access the spec of `le` names (address, datacenter, token Secret) is
-/// the one the operator acts with (`status.applied`): then a refusal of it means the access in
-/// use was withdrawn, not that a new one cannot be used yet.
-pub fn access_in_use(le: &LeaderElection, ctx: &Context, config: &ElectionConfig) -> bool {
-    let Some(recorded) = ctx.caches.current_status(le).applied else {
-        return true;
-    };
-    same_access(&recorded, &applied_of(le, config))
-}
-
-/// The spec's values for `le` (validated as `config`) when the status records other ones.
-pub struct Edit {
-    /// What the spec makes the operator act with.
-    now: AppliedSpec,
-    /// Whether what was done with the recorded values must be withdrawn first
-    /// ([`needs_withdrawal`]).
-    pub needs_withdrawal: bool,
-}
-
-/// The edit of `le`'s spec since the operator last acted on it, if any. Nothing recorded yet
-/// is no edit: the reconcile's first status write records the values (sparing a write per new
-/// election).
-pub fn edit(le: &LeaderElection, ctx: &Context, config: &ElectionConfig) -> Option<Edit> {
-    let now = applied_of(le, config);
-    let recorded = ctx.caches.current_status(le).applied?;
-    (recorded != now).then(|| Edit {
-        needs_withdrawal: needs_withdrawal(&recorded, &now),
-        now,
-    })
-}
-
 /// Records the values of `edit` as the ones the operator acts with, before it acts with them
-/// (see [`AppliedSpec`]).
+/// (see [`crate::crd::AppliedSpec`]).
 pub async fn record(le: &LeaderElection, ctx: &Context, edit: &Edit) -> Result<(), Error> {
     let applied = StatusChange::Applied(&edit.now);
     super::status_write::write(le, ctx, None, applied, None)

@@ -42,6 +42,7 @@ use crate::election::machine::{Do, Next, Opening, Start};
 use crate::election::reconcile::Found;
 use crate::election::status_change::StatusChange;
 use crate::election::withdrawal::Performed;
+use crate::inputs::{self, admission::Edit};
 
 /// How long after a LeaderElection's deletion (its `metadata.deletionTimestamp`) the operator
 /// keeps retrying to release its key and destroy its session in Consul before it gives up,
@@ -165,7 +166,7 @@ async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Acti
                 inputs.perform(step).await?;
                 election.done();
             }
-            Next::Judge => election.judged(&cleanup::lock_facts(le, &key, ctx)),
+            Next::Judge => election.judged(&inputs::withdrawal::lock_facts(le, &key, ctx)),
             Next::Left => {
                 tracing::info!(election = %key, "withdrawing: {}", election.why());
                 let (left, reader) = cleanup::Withdrawer::read(le, ctx)?;
@@ -230,7 +231,7 @@ struct Inputs<'a> {
     ctx: &'a Context,
     config: Option<Arc<ElectionConfig>>,
     consul: Option<ConsulClient>,
-    edit: Option<gather::Edit>,
+    edit: Option<Edit>,
 }
 
 impl<'a> Inputs<'a> {
@@ -252,8 +253,7 @@ impl<'a> Inputs<'a> {
             Input::LabelKey => {
                 // A label key the pods' controller selects: writing it would make the
                 // controller disown the pods and create others, without end.
-                let mut selected = views::selected_pods(&ctx.caches, le, &key.namespace);
-                selected.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+                let selected = inputs::admission::selected_pods(le, ctx, &key.namespace);
                 let owners = ctx.caches.owner_selectors.of_pods(&ctx.client, &selected);
                 let owners =
                     gather::fenced_while(le, key, config, ctx, written_since_read, owners).await?;
@@ -275,7 +275,7 @@ impl<'a> Inputs<'a> {
                         }
                         Err(consul_access::AccessProblem::Invalid(problem)) => Access::Invalid {
                             spec_valid: crate::election::report::spec_problems(&[problem]),
-                            in_use: gather::access_in_use(le, ctx, config),
+                            in_use: inputs::admission::access_in_use(le, ctx, config),
                         },
                         Err(consul_access::AccessProblem::Failed(error)) => {
                             // Retried soon, and perhaps failing as fast again: rule 2 does not
@@ -287,7 +287,7 @@ impl<'a> Inputs<'a> {
                 )
             }
             Input::Applied => {
-                self.edit = gather::edit(le, ctx, config);
+                self.edit = inputs::admission::edit(le, ctx, config);
                 Found::Applied {
                     edited: self.edit.is_some(),
                     needs_withdrawal: self.edit.as_ref().is_some_and(|e| e.needs_withdrawal),
