@@ -20,6 +20,7 @@ use crate::consul::{ConsulAddress, ConsulClient, ConsulToken, Overrides};
 use crate::context::Context;
 use crate::crd::{LeaderElection, SECRET_ALLOWED_ELECTIONS_ANNOTATION, SpecProblem};
 use crate::election::consul_policy::{OwnToken, opted_in, own_token_allows};
+use crate::election::request::Via;
 
 const ADDRESS_FIELD: &str = "spec.consul.address";
 const SECRET_FIELD: &str = "spec.consul.tokenSecretRef";
@@ -35,6 +36,67 @@ pub enum AccessProblem {
 
 fn invalid(field: &'static str, message: String) -> AccessProblem {
     AccessProblem::Invalid(SpecProblem { field, message })
+}
+
+/// The Consul accesses of one reconcile of an election: the spec's, which admission opens, and
+/// the one the operator acted with (`status.applied`), which a withdrawal uses, opened at its
+/// first Consul request. Never the operator's own instead of the second: that would send its
+/// token (or release keys) where this election was never allowed to reach.
+#[derive(Default)]
+pub struct Accesses {
+    /// The spec's client and Consul key, once admission opened it.
+    spec: Option<(ConsulClient, String)>,
+    /// The election as acted on and its Consul key, with its client once opened (`Some(None)`:
+    /// it cannot be used).
+    acted: Option<(LeaderElection, String, Option<Option<ConsulClient>>)>,
+}
+
+impl Accesses {
+    /// Admission opened the spec's access, to Consul key `key`.
+    pub fn opened(&mut self, client: ConsulClient, key: String) {
+        self.spec = Some((client, key));
+    }
+
+    /// The spec's access, once opened.
+    pub fn spec(&self) -> Option<&(ConsulClient, String)> {
+        self.spec.as_ref()
+    }
+
+    /// A withdrawal read the election as the operator acted on it, with Consul key `key`.
+    pub fn acted_on(&mut self, le: LeaderElection, key: String) {
+        self.acted = Some((le, key, None));
+    }
+
+    /// The client and Consul key of `via`; `None` when the access the operator acted with
+    /// cannot be used.
+    pub async fn of(
+        &mut self,
+        via: Via,
+        ctx: &Context,
+    ) -> Result<Option<(ConsulClient, String)>, Error> {
+        let unopened = || {
+            Error::InvalidStatus(format!(
+                "a Consul request through {via:?} before it was read"
+            ))
+        };
+        let Via::ActedWith = via else {
+            return self.spec.clone().map(Some).ok_or_else(unopened);
+        };
+        let (le, key, client) = self.acted.as_mut().ok_or_else(unopened)?;
+        if let Some(client) = client {
+            return Ok(client.clone().map(|client| (client, key.clone())));
+        }
+        let opened = match client_for(le, key, ctx).await {
+            Ok(consul) => Some(consul),
+            Err(AccessProblem::Invalid(problem)) => {
+                tracing::warn!(%problem, "withdrawing without Consul: the election has no usable Consul access");
+                None
+            }
+            Err(AccessProblem::Failed(error)) => return Err(error),
+        };
+        let key = key.clone();
+        Ok(client.insert(opened).clone().map(|client| (client, key)))
+    }
 }
 
 /// The client for `le`, whose Consul key is `key`, sharing the operator's connection limits.

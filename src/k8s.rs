@@ -2,10 +2,13 @@
 //! label/annotation patches. Patches are JSON merge patches that name only the operator's own
 //! keys (the user's labels and annotations are never touched) and carry the pod's UID, so a
 //! patch meant for one incarnation of a pod name fails on another instead of labelling it.
+//! Also the removal of an annotation only while it reads what was decided on.
 
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{PatchOperation, RemoveOperation, TestOperation};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
@@ -47,6 +50,39 @@ pub async fn patch_pod(pods: &Api<Pod>, patch: &PodPatch) -> Result<Pod, kube::E
         .await?;
     pod.slim();
     Ok(pod)
+}
+
+/// Removes annotation `annotation` of object `name` if it still reads `value`: the JSON patch
+/// tests the value before removing it, so a value written since is never lost (the API server
+/// refuses the patch). Returns the object as it now is: without the annotation, or with
+/// another value when the test failed (read again); `None` when the object is gone.
+pub async fn remove_annotation_if<K>(
+    api: &Api<K>,
+    name: &str,
+    annotation: &str,
+    value: &str,
+) -> Result<Option<K>, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let path = PointerBuf::from_tokens(["metadata", "annotations", annotation]);
+    let patch = json_patch::Patch(vec![
+        PatchOperation::Test(TestOperation {
+            path: path.clone(),
+            value: value.into(),
+        }),
+        PatchOperation::Remove(RemoveOperation { path }),
+    ]);
+    let params = PatchParams::default();
+    match api.patch(name, &params, &Patch::Json::<()>(patch)).await {
+        Ok(object) => Ok(Some(object)),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+        // The test failed (already removed, or another value).
+        Err(kube::Error::Api(status)) if status.code == 422 || status.code == 409 => {
+            api.get_opt(name).await
+        }
+        Err(error) => Err(error),
+    }
 }
 
 /// When the pod's Ready condition last changed (its `lastTransitionTime`, on the kubelet's
@@ -100,6 +136,7 @@ pub fn pod_view(pod: &Pod, selected: bool, label_key: &str) -> Option<PodView> {
         handover: annotation(HANDOVER_ANNOTATION),
         // Decided with the other elections in view (`annotation_owner::shared_view`).
         reclaim: false,
+        shared: Default::default(),
     })
 }
 

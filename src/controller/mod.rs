@@ -7,16 +7,13 @@
 //! cluster's sessions); until then it returns at once, writing nothing.
 //!
 //! A reconcile holds the election's machine ([`crate::election::machine::Election`]) and
-//! answers what it asks, in the order it asks: admission inputs and the steps before planning
-//! (`Inputs`), then what the plan loop starts from, its reads, observations, actions and the
-//! status write (`act::Round`), until it says when to look again. An I/O failure ends the
-//! reconcile (the machine decides whether the status is still written first); kube-runtime
-//! retries it.
+//! answers what it asks, in the order it asks: what it observes (read in [`crate::inputs`]),
+//! and each request it hands out, which the executor performs as it is and whose outcome it
+//! reports back, until the machine says when to look again. A failure the machine says fails
+//! the reconcile is returned then; kube-runtime retries it.
 
-mod act;
-mod cleanup;
+mod executor;
 mod gather;
-mod pod_writes;
 pub(crate) mod status_write;
 mod switchover;
 
@@ -27,22 +24,18 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer;
 use kube::{Api, ResourceExt};
 
+use tokio::time::Instant;
+
 use crate::Error;
 use crate::cache::keys::election_key;
-use crate::cache::views;
-use crate::consul::ConsulClient;
-use crate::consul_access;
 use crate::context::Context;
 use crate::crd::{FINALIZER, LeaderElection};
-use crate::election::admission::{Access, Input, served_elsewhere};
-use crate::election::config::{ElectionConfig, ElectionKey};
-use crate::election::label_key_check::check_label_key;
+use crate::election::admission::served_elsewhere;
 use crate::election::look_again;
-use crate::election::machine::{Do, Next, Opening, Start};
-use crate::election::reconcile::Found;
-use crate::election::status_change::StatusChange;
-use crate::election::withdrawal::Performed;
-use crate::inputs::{self, admission::Edit};
+use crate::election::machine::{Next, Start};
+use crate::election::report::spec_problems;
+use crate::inputs;
+use executor::Executor;
 
 /// How long after a LeaderElection's deletion (its `metadata.deletionTimestamp`) the operator
 /// keeps retrying to release its key and destroy its session in Consul before it gives up,
@@ -123,7 +116,8 @@ async fn delete(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
 }
 
 /// Brings one election's pods, session and lock in line with its spec (or, `deleted`, takes
-/// it off them): drives the election's machine, performing each request it hands out.
+/// it off them): drives the election's machine, observing what it asks for and performing each
+/// request it hands out.
 async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Action, Error> {
     let key = election_key(le)?;
     let validation = ctx.caches.validated.of(&key, le);
@@ -132,7 +126,7 @@ async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Acti
         spec: validation
             .as_ref()
             .map(|_| ())
-            .map_err(|problems| crate::election::report::spec_problems(problems)),
+            .map_err(|p| spec_problems(p)),
         served_elsewhere: served_elsewhere(
             ctx.caches.current_status(le).served_by.as_deref(),
             &ctx.settings.owner,
@@ -145,47 +139,49 @@ async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Acti
             .is_some_and(|c| c.token_secret_ref.is_some()),
         deleted,
     });
-    let mut inputs = Inputs {
-        le,
-        key: &key,
-        ctx,
-        config: validation.ok(),
-        consul: None,
-        edit: None,
-    };
-    let (mut round, mut withdrawer) = (None, None);
+    let mut executor = Executor::new(le, &key, ctx, validation.ok());
+    // The failure the reconcile returns, as the machine keeps it.
     let mut failure = None;
     loop {
         match election.poll() {
             Next::Gather(input) => {
-                let found = inputs.gather(input, election.key_written_since_read());
-                election.gathered(found.await?);
-            }
-            Next::Do(step) => {
-                tracing::debug!(election = %key, ?step, why = election.why(), "step");
-                inputs.perform(step).await?;
-                election.done();
+                let written_since_read = election.key_written_since_read();
+                election.gathered(executor.gather(input, written_since_read).await?);
             }
             Next::Judge => election.judged(&inputs::withdrawal::lock_facts(le, &key, ctx)),
             Next::Left => {
                 tracing::info!(election = %key, "withdrawing: {}", election.why());
-                let (left, reader) = cleanup::Withdrawer::read(le, ctx)?;
-                withdrawer = Some(reader);
-                election.left(left);
+                election.left(executor.left());
             }
-            Next::Withdraw(step) => {
-                let Some(withdrawer) = withdrawer.as_mut() else {
-                    return Err(Error::InvalidStatus(
-                        "a withdrawal step before its read".into(),
-                    ));
-                };
-                let performed = withdrawer.perform(step, ctx).await;
-                election.withdrew(performed.unwrap_or_else(|error| {
-                    failure = failure.take().or(Some(error));
-                    Performed::Failed
-                }));
+            Next::Open => election.opened(executor.open().await?),
+            Next::Observe => executor.observe(&mut election),
+            Next::Perform(request) => {
+                tracing::debug!(election = %key, ?request, cause = ?election.cause(), "performing");
+                let (outcome, error) = executor.perform(request).await;
+                let reported = election.performed(outcome, Instant::now());
+                if let Some(event) = &reported.event {
+                    executor.publish(event, "Elect");
+                }
+                if let Some(why) = reported.left_alone {
+                    tracing::info!(election = %key, why = why.reason(), "leaving alone a session found after a start");
+                }
+                match error {
+                    Some(error) if reported.failed => failure = failure.or(Some(error)),
+                    Some(error) => {
+                        tracing::info!(election = %key, %error, "a request failed; the election goes on without it");
+                    }
+                    None => {}
+                }
+                if let Some(elected) = election.poll_elected() {
+                    if elected.transition {
+                        ctx.metrics.leader_transition();
+                    }
+                    if let Some(after) = elected.after_move {
+                        ctx.metrics.leader_elected(after);
+                    }
+                }
             }
-            Next::GiveUp(give_up) => cleanup::give_up(le, &key, ctx, give_up, failure.take()),
+            Next::GiveUp(give_up) => executor.give_up(give_up, failure.take()),
             Next::RetryConsul(after) => {
                 return Err(Error::CleanupPending {
                     retry_after: after,
@@ -194,145 +190,10 @@ async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Acti
                     })),
                 });
             }
-            Next::Open => {
-                let (opened, opening) = inputs.open().await?;
-                round = Some(opened);
-                election.opened(opening);
-            }
-            Next::Look(look) => opened(&mut round)?.look(look, &mut election).await,
-            Next::Observe => opened(&mut round)?.observe(&mut election),
-            Next::Act(action) => {
-                let acted = opened(&mut round)?.act(action, &mut election).await;
-                failure = failure.or(acted.err());
-            }
-            Next::WriteStatus => {
-                opened(&mut round)?.write_status(&election).await?;
-                election.status_written();
-            }
             Next::Stop(look_again) => {
                 return failure.map_or(Ok(Action::requeue(look_again)), Err);
             }
         }
-    }
-}
-
-/// The plan loop's round, once [`Next::Open`] opened it.
-fn opened<'r, 'a>(round: &'r mut Option<act::Round<'a>>) -> Result<&'r mut act::Round<'a>, Error> {
-    round
-        .as_mut()
-        .ok_or_else(|| Error::InvalidStatus("a plan loop request before it opened".into()))
-}
-
-/// What a reconcile reads and opens before it plans: the validated spec, the Consul client,
-/// the spec edit.
-struct Inputs<'a> {
-    le: &'a LeaderElection,
-    key: &'a ElectionKey,
-    ctx: &'a Context,
-    config: Option<Arc<ElectionConfig>>,
-    consul: Option<ConsulClient>,
-    edit: Option<Edit>,
-}
-
-impl<'a> Inputs<'a> {
-    /// Gathers `input`. Reads that wait for the API server or a Secret are
-    /// [`gather::fenced_while`]: rule 2 does not wait for them.
-    async fn gather(&mut self, input: Input, written_since_read: bool) -> Result<Found, Error> {
-        let (le, key, ctx) = (self.le, self.key, self.ctx);
-        let Some(config) = &self.config else {
-            return Err(Error::InvalidStatus(format!(
-                "{input:?} asked for an election whose spec is invalid"
-            )));
-        };
-        Ok(match input {
-            Input::Spec => {
-                return Err(Error::InvalidStatus(
-                    "the spec's validation asked for twice".into(),
-                ));
-            }
-            Input::LabelKey => {
-                // A label key the pods' controller selects: writing it would make the
-                // controller disown the pods and create others, without end.
-                let selected = inputs::admission::selected_pods(le, ctx, &key.namespace);
-                let owners = ctx.caches.owner_selectors.of_pods(&ctx.client, &selected);
-                let owners =
-                    gather::fenced_while(le, key, config, ctx, written_since_read, owners).await?;
-                Found::LabelKey(check_label_key(&config.labels.key, &owners))
-            }
-            Input::Older => Found::Older(views::conflicting_election(&ctx.caches, le, config)),
-            Input::YieldingLeader => {
-                Found::YieldingLeader(views::yielding_leader(&ctx.caches, le, config))
-            }
-            Input::Access => {
-                let access = consul_access::client_for(le, &config.key, ctx);
-                Found::Access(
-                    match gather::fenced_while(le, key, config, ctx, written_since_read, access)
-                        .await?
-                    {
-                        Ok(client) => {
-                            self.consul = Some(client);
-                            Access::Usable
-                        }
-                        Err(consul_access::AccessProblem::Invalid(problem)) => Access::Invalid {
-                            spec_valid: crate::election::report::spec_problems(&[problem]),
-                            in_use: inputs::admission::access_in_use(le, ctx, config),
-                        },
-                        Err(consul_access::AccessProblem::Failed(error)) => {
-                            // Retried soon, and perhaps failing as fast again: rule 2 does not
-                            // wait for it.
-                            gather::fence_if_due(le, key, config, ctx, written_since_read).await?;
-                            return Err(error);
-                        }
-                    },
-                )
-            }
-            Input::Applied => {
-                self.edit = inputs::admission::edit(le, ctx, config);
-                Found::Applied {
-                    edited: self.edit.is_some(),
-                    needs_withdrawal: self.edit.as_ref().is_some_and(|e| e.needs_withdrawal),
-                }
-            }
-        })
-    }
-
-    /// Opens the plan loop's round with the spec and the Consul client admission gathered.
-    async fn open(&mut self) -> Result<(act::Round<'a>, Opening), Error> {
-        let (Some(config), Some(consul)) = (self.config.take(), self.consul.take()) else {
-            return Err(Error::InvalidStatus(
-                "planning without a valid spec or a Consul access".into(),
-            ));
-        };
-        Ok(act::Round::open(self.le, self.key, config, consul, self.ctx).await)
-    }
-
-    /// Performs `step`.
-    async fn perform(&mut self, step: Do) -> Result<(), Error> {
-        let (le, key, ctx) = (self.le, self.key, self.ctx);
-        match step {
-            Do::Unwatch => ctx.locks.unwatch(key),
-            Do::Watch => {
-                if let (Some(config), Some(consul)) = (&self.config, &self.consul) {
-                    ctx.locks
-                        .watch(key, consul, &config.key, config.session.ttl);
-                }
-            }
-            Do::Report(back) => {
-                let change = StatusChange::StandBack(&back);
-                status_write::write(le, ctx, None, change, None).await?;
-            }
-            Do::Forget => ctx.sessions.forget(key),
-            Do::Wake(name) => ctx.reconcile_soon(&ElectionKey {
-                namespace: key.namespace.clone(),
-                name,
-            }),
-            Do::RecordApplied => {
-                if let Some(edit) = &self.edit {
-                    gather::record(le, ctx, edit).await?;
-                }
-            }
-        }
-        Ok(())
     }
 }
 

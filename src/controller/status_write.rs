@@ -5,47 +5,37 @@
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use crate::Error;
 use crate::cache::keys::election_key;
 use crate::context::Context;
 use crate::crd::applied::applied_of;
+use crate::crd::status_basis::Basis;
 use crate::crd::{LeaderElection, LeaderElectionStatus, ReadElection};
 use crate::election::config::ElectionConfig;
+use crate::election::plan::ElectionEvent;
 use crate::election::status_change::{Facts, StatusChange};
 
-/// What a status write is based on: the revision and fencing token of the status read when
-/// the write was decided. The write is sent only if the status still has both, so a plan
-/// made from an older status never replaces a newer one, even when the newer one arrived
-/// while the plan was carried out.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Basis {
-    revision: Option<u64>,
-    fencing_token: Option<u64>,
-}
-
-impl Basis {
-    /// The basis of a write decided from `status`.
-    pub fn of(status: &LeaderElectionStatus) -> Self {
-        Basis {
-            revision: status.revision,
-            fencing_token: status.fencing_token,
-        }
-    }
+/// A status write as sent.
+pub struct Written {
+    /// The basis of the status written.
+    pub basis: Basis,
+    /// The event the change renders, to publish.
+    pub event: Option<ElectionEvent>,
 }
 
 /// Writes `change` ([`StatusChange::render`] of the status as this process knows it now),
 /// conditional on `basis` (the status the change was decided from; `None`: the status as this
-/// process knows it now), and publishes the event it renders. `config` is the validated spec
-/// (`None` when it is not valid). Returns the basis of the status written.
+/// process knows it now). `config` is the validated spec (`None` when it is not valid);
+/// `labelled` the UID of the one pod that carries the leader label now.
 pub async fn write(
     le: &LeaderElection,
     ctx: &Context,
     config: Option<&ElectionConfig>,
-    change: StatusChange<'_>,
+    change: &StatusChange,
     basis: Option<Basis>,
-) -> Result<Basis, Error> {
+    labelled: Option<String>,
+) -> Result<Written, Error> {
     let current = ctx.caches.current_status(le);
     let facts = Facts {
         generation: le.metadata.generation,
@@ -55,16 +45,16 @@ pub async fn write(
         failed_writes: election_key(le)
             .ok()
             .and_then(|key| ctx.caches.written.status_failures(&key)),
+        labelled,
         now: ctx.wall_now(),
     };
     let rendered = change.render(&current, &facts);
     let basis = basis.unwrap_or_else(|| Basis::of(&current));
-    let written =
-        patch_if_changed(le, ctx, &current, rendered.status, rendered.whole, basis).await?;
-    if let Some(event) = rendered.event {
-        ctx.publish_election_event(&event, "Validate", &le.object_ref(&()), None);
-    }
-    Ok(written)
+    let basis = patch_if_changed(le, ctx, &current, rendered.status, rendered.whole, basis).await?;
+    Ok(Written {
+        basis,
+        event: rendered.event,
+    })
 }
 
 /// Writes `new` unless it is `old` (the status as this process knows it now), conditional on
@@ -88,7 +78,9 @@ async fn patch_if_changed(
         &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
     );
     let status_exists = ctx.caches.status_exists(le);
-    let patch = conditional_status_patch(basis, status_exists, &new)?;
+    let patch = basis
+        .patch(status_exists, &new)
+        .map_err(|error| Error::InvalidStatus(error.to_string()))?;
     let written = api
         .patch_status(
             &le.name_any(),
@@ -140,28 +132,4 @@ async fn patch_if_changed(
             Err(error)
         }
     }
-}
-
-/// The status write: a JSON patch that replaces the whole status only if its revision and
-/// fencing token are still those of `basis`, the status the write was decided from
-/// (docs/design.md rules 6 and 8: a late write, based on an older status, is refused by the API
-/// server instead of replacing a newer leader, record or switchover outcome, or moving the
-/// token backwards). A field `basis` lacks is tested absent; when no status existed (and none
-/// was based on), the patch tests that there is none.
-fn conditional_status_patch(
-    basis: Basis,
-    status_exists: bool,
-    new: &LeaderElectionStatus,
-) -> Result<json_patch::Patch, Error> {
-    let mut ops = if status_exists || basis != Basis::default() {
-        vec![
-            json!({"op": "test", "path": "/status/fencingToken", "value": basis.fencing_token}),
-            json!({"op": "test", "path": "/status/revision", "value": basis.revision}),
-        ]
-    } else {
-        vec![json!({"op": "test", "path": "/status", "value": null})]
-    };
-    ops.push(json!({"op": "add", "path": "/status", "value": new}));
-    serde_json::from_value(serde_json::Value::Array(ops))
-        .map_err(|error| Error::InvalidStatus(error.to_string()))
 }

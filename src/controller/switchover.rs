@@ -3,10 +3,8 @@
 //! (`election::switchover_request`): this process remembers the request it decided and the
 //! resourceVersion that no longer has it (`cache::written::Memory`).
 
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{PatchOperation, RemoveOperation, TestOperation};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 
 use crate::Error;
 use crate::context::Context;
@@ -14,6 +12,7 @@ use crate::crd::{LeaderElection, SWITCHOVER_ANNOTATION};
 use crate::election::config::ElectionKey;
 use crate::election::observe::SwitchoverRecord;
 use crate::election::switchover_request::{self, RequestStep};
+use crate::k8s;
 
 /// The request on `le` still to decide, if any (`last`: the status's record of the last
 /// switchover); a decided request whose removal may not have happened is removed again, and
@@ -43,33 +42,9 @@ pub async fn pending(
 /// recorded (see the module documentation).
 pub async fn clear_request(ctx: &Context, key: &ElectionKey, decided: &str) -> Result<(), Error> {
     let api: Api<LeaderElection> = Api::namespaced(ctx.client.clone(), &key.namespace);
-    let path = PointerBuf::from_tokens(["metadata", "annotations", SWITCHOVER_ANNOTATION]);
-    let patch = json_patch::Patch(vec![
-        PatchOperation::Test(TestOperation {
-            path: path.clone(),
-            value: decided.into(),
-        }),
-        PatchOperation::Remove(RemoveOperation { path }),
-    ]);
-    let removed = match api
-        .patch(
-            &key.name,
-            &PatchParams::default(),
-            &Patch::Json::<()>(patch),
-        )
+    let now = k8s::remove_annotation_if(&api, &key.name, SWITCHOVER_ANNOTATION, decided)
         .await
-    {
-        Ok(le) => Some(le),
-        Err(kube::Error::Api(status)) if status.is_not_found() => None,
-        // The test failed (already removed, or a newer request): the current version is the
-        // first one whose request is not the decided one.
-        Err(kube::Error::Api(status)) if status.code == 422 || status.code == 409 => {
-            api.get_opt(&key.name).await.map_err(Error::kube(
-                "read the election after removing its switchover request",
-            ))?
-        }
-        Err(error) => return Err(Error::kube("clear switchover request")(error)),
-    };
-    ctx.caches.written.request_removed(key, removed.as_ref());
+        .map_err(Error::kube("clear switchover request"))?;
+    ctx.caches.written.request_removed(key, now.as_ref());
     Ok(())
 }

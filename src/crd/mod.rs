@@ -25,6 +25,7 @@ pub mod rules;
 mod selector;
 mod spec;
 mod status;
+pub mod status_basis;
 mod syntax;
 mod validate;
 

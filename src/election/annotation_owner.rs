@@ -30,8 +30,8 @@ pub enum Annotations {
     GiveUp,
 }
 
-/// What one election knows of a pod it is about to patch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What one election knows of a pod it is about to patch (the default: nothing shares it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SharedPod {
     /// Another existing election owns the pod's annotations; `Some(true)` when that election
     /// labels the pod leader.
@@ -187,6 +187,7 @@ mod tests {
             priority: Some(0),
             handover: None,
             reclaim: false,
+            shared: Default::default(),
         }
     }
 

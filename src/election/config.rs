@@ -48,7 +48,7 @@ pub struct SessionConfig {
 }
 
 /// The label the operator puts on every selected pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LabelConfig {
     /// The label key, for example `elector.dev/role`.
     pub key: String,

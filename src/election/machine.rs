@@ -6,27 +6,29 @@
 //! a withdrawal it decides runs as the [`Withdrawal`]'s steps, with rule 7's bound on
 //! Consul), then the [`PlanLoop`] (its first look, the plans and their actions), then the
 //! status write, and stops with when to look again. A deletion is a reconcile that only
-//! withdraws ([`Start::deleted`]). The driver (the controller against the API
-//! server and Consul, the property test against its simulated world) performs each request
-//! and reports back; it never decides which request follows:
+//! withdraws ([`Start::deleted`]). The driver (the controller against the API server and
+//! Consul, the property tests against their simulated worlds) observes what the machine asks
+//! for, performs each [`Request`] as it is and reports its [`Outcome`]; it never decides which
+//! request follows, nor what an outcome means:
 //!
 //! ```text
 //! election.begin(start);
 //! loop {
 //!     match election.poll() {
 //!         Next::Gather(input) => election.gathered(gather(input)),
-//!         Next::Do(step) => { perform(step); election.done(); }
 //!         Next::Judge => election.judged(&what_is_known_of_the_lock()),
 //!         Next::Left => election.left(read_what_it_left()),
-//!         Next::Withdraw(step) => election.withdrew(perform(step)),
-//!         Next::GiveUp(give_up) => forget_the_session_and_warn(give_up),
-//!         Next::RetryConsul(after) => break fail_and_retry(after),
 //!         Next::Open => election.opened(read_the_status_and_the_request()),
-//!         Next::Look(look) => election.key_read(read(look)) /* or session_read, adopted */,
 //!         Next::Observe => { election.plan(&world_now()); }
-//!         Next::Act(action) => publish(election.handle(execute(action), now())),
-//!         Next::WriteStatus => { write(election.last_plan()); election.status_written(); }
-//!         Next::Stop(look_again) => break requeue(look_again),
+//!         Next::Perform(request) => {
+//!             let (outcome, error) = perform(request);
+//!             let reported = election.performed(outcome, now());
+//!             publish(reported.event);
+//!             if reported.failed { keep(error) }
+//!         }
+//!         Next::GiveUp(give_up) => forget_the_session_and_warn(give_up, kept_error()),
+//!         Next::RetryConsul(after) => break fail_and_retry(kept_error(), after),
+//!         Next::Stop(look_again) => break kept_error().map_or(requeue(look_again), fail),
 //!     }
 //! }
 //! ```
@@ -42,12 +44,14 @@ use super::cleanup_deadline::{Deadline, deadline};
 use super::first_look::{Adopting, LeftAlone, Look, SessionRead};
 use super::look_again;
 use super::memory::ElectionMemory;
-use super::observe::{LockView, NotReadySince, Recorded};
+use super::observe::{NotReadySince, Recorded};
 use super::plan::{Action, ConditionState, ElectionEvent, Plan};
 use super::plan_loop::{self, Answer, Elected, PlanLoop, World};
 use super::reconcile::{self, Found, Reconcile, Step};
-use super::refusal::ConsulRefusal;
-use super::report::StandBack;
+use super::request::{
+    self, Acting, ActionKind, Outcome, Request, Via, Withdrawing as WithdrawalRequests,
+};
+use super::status_change::StatusChange;
 use super::unusable::{LockFacts, UnusableLabel, unusable_label};
 use super::withdrawal::{
     self, Acted, Footprint, LabelledPod, Performed, Sessions, Withdrawal, Withdrawn,
@@ -135,61 +139,68 @@ pub struct Opening {
     pub adopting: Adopting,
 }
 
-/// A step before, or instead of, planning, for the driver to perform ([`Next::Do`]): the
-/// reconcile's own (see [`Step`]), and those the machine adds as it carries out a fence. A
-/// withdrawal and a fence are the machine's to carry out, as requests of their own.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Do {
-    /// Stop watching the election's key.
-    Unwatch,
-    /// Write this status (and its event when the condition is news).
-    Report(StandBack),
-    /// Stop renewing the election's session: the Consul access it was created with is the one
-    /// refused.
-    Forget,
-    /// Wake this other election of the namespace: it waits on this one.
-    Wake(String),
-    /// Record the spec's values as the ones the operator acts with (`status.applied`).
-    RecordApplied,
-    /// Watch the election's key.
-    Watch,
-}
-
 /// What the driver does next.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Next {
     /// Gather this admission input and pass it to [`Election::gathered`].
     Gather(Input),
-    /// Perform this step and report it with [`Election::done`].
-    Do(Do),
     /// Read what this process knows of the election's lock, and pass it to
     /// [`Election::judged`]: rule 2 for an election that cannot act.
     Judge,
     /// Read what the election left on its pods and in Consul, and pass it to
     /// [`Election::left`].
     Left,
-    /// Perform this step of a withdrawal and report it with [`Election::withdrew`].
-    Withdraw(withdrawal::Step),
-    /// Stop waiting for Consul: forget the session (no more renewals) and publish the Warning
-    /// [`crate::election::cleanup_deadline::gave_up`] renders with the Consul step's failure.
-    GiveUp(GiveUp),
-    /// Consul could not be cleaned up yet: the reconcile fails with the Consul step's failure,
-    /// to be retried after this long.
-    RetryConsul(Duration),
     /// Read what the plan loop starts from and pass it to [`Election::opened`].
     Open,
-    /// Read or take over what [`Look`] says, and answer with [`Election::key_read`],
-    /// [`Election::session_read`] or [`Election::adopted`].
-    Look(Look),
     /// Observe the world and pass it to [`Election::plan`].
     Observe,
-    /// Execute this action and pass its answer to [`Election::handle`].
-    Act(Action),
-    /// Write the status of [`Election::last_plan`] and report it with
-    /// [`Election::status_written`].
-    WriteStatus,
-    /// The reconcile is over: look again after this long.
+    /// Perform this request and report how it went with [`Election::performed`].
+    Perform(Request),
+    /// Stop waiting for Consul: forget the session (no more renewals) and publish the Warning
+    /// [`crate::election::cleanup_deadline::gave_up`] renders with the failure kept last.
+    GiveUp(GiveUp),
+    /// Consul could not be cleaned up yet: the reconcile fails with the failure kept last, to
+    /// be retried after this long.
+    RetryConsul(Duration),
+    /// The reconcile is over (failed, if a failure was kept): look again after this long.
     Stop(Duration),
+}
+
+/// What [`Election::performed`] tells the driver.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reported {
+    /// An event to publish: a refusal by Consul that is news.
+    pub event: Option<ElectionEvent>,
+    /// The request's failure fails the reconcile: the driver keeps its error to return.
+    pub failed: bool,
+    /// Why a session read for adoption is left alone, for the log.
+    pub left_alone: Option<LeftAlone>,
+}
+
+/// What a request handed out stands for, for logs and the property tests' checks (the
+/// driver performs the request as it is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause<'a> {
+    /// A step before planning, or of a fence.
+    Step,
+    /// This withdrawal step.
+    Withdrawal(&'a withdrawal::Step),
+    /// This read or take-over of the plan loop's first look.
+    Look(&'a Look),
+    /// This action of the last plan.
+    Action(&'a Action),
+    /// The reconcile's status write.
+    Status,
+}
+
+/// Where the request handed out last came from: what its outcome answers.
+#[derive(Debug, Clone)]
+enum Origin {
+    Step,
+    Withdrawal(withdrawal::Step),
+    Look(Look),
+    Action(ActionKind),
+    Status,
 }
 
 /// Where a reconcile is.
@@ -199,7 +210,7 @@ enum Stage {
     /// [`Next::Open`] was handed out.
     Opening,
     Planning(PlanLoop),
-    /// [`Next::WriteStatus`] was handed out.
+    /// The status write was handed out.
     Writing(PlanLoop),
     /// The reconcile is over: look again after this long.
     Over(Duration, Option<Plan>),
@@ -214,6 +225,7 @@ enum Withdrawing {
     /// Its steps are handed out.
     Running {
         withdrawal: Box<Withdrawal>,
+        requests: Box<WithdrawalRequests>,
         consul_key: String,
         session: Option<String>,
         wait: ConsulWait,
@@ -227,11 +239,9 @@ enum Withdrawing {
 enum Fencing {
     /// [`Next::Judge`] was handed out.
     Judging { in_use_refused: bool },
-    /// The steps before the verdict is carried out (`out`: one was handed out, its outcome is
-    /// owed).
+    /// The requests before the verdict is carried out.
     Carrying {
-        before: VecDeque<Do>,
-        out: bool,
+        before: VecDeque<Request>,
         verdict: UnusableLabel,
     },
 }
@@ -246,6 +256,10 @@ struct Run {
     spec_valid: Option<ConditionState>,
     token_secret: bool,
     removal_failed: bool,
+    /// What the requests of the plans' actions are made with.
+    acting: Acting,
+    /// Where the request handed out last came from, until its outcome is reported.
+    pending: Option<Origin>,
 }
 
 /// One election (see the module docs).
@@ -278,17 +292,34 @@ impl Election {
             spec_valid: None,
             token_secret: start.token_secret,
             removal_failed: false,
+            acting: Acting::default(),
+            pending: None,
         }));
     }
 
     /// What to do next.
     pub fn poll(&mut self) -> Next {
+        let next = self.next();
+        if let (Next::Perform(_), Some(run)) = (&next, &self.run) {
+            debug_assert!(run.pending.is_some(), "a request without its origin");
+        }
+        next
+    }
+
+    fn next(&mut self) -> Next {
         let Some(run) = &mut self.run else {
             return Next::Stop(look_again::ERROR_REQUEUE);
         };
+        if run.pending.is_some() {
+            // An outcome is owed: the driver asked twice without reporting it.
+            return Next::Stop(look_again::ERROR_REQUEUE);
+        }
         if let Some(withdrawing) = &mut run.withdrawing {
             match withdrawing.poll() {
-                Then::Ask(next) => return next,
+                Then::Ask(next, step) => {
+                    run.pending = step.map(Origin::Withdrawal);
+                    return next;
+                }
                 Then::GoOn => {
                     run.withdrawing = None;
                     if let Stage::Admitting(reconcile) = &mut run.stage {
@@ -303,22 +334,13 @@ impl Election {
             }
         }
         if let Some(fencing) = &mut run.fencing {
-            let Fencing::Carrying {
-                before,
-                out: false,
-                verdict,
-            } = fencing
-            else {
-                // An answer is owed: the driver asked twice without giving it.
+            let Fencing::Carrying { before, verdict } = fencing else {
+                // The lock facts are owed: the driver asked twice without giving them.
                 return Next::Stop(look_again::ERROR_REQUEUE);
             };
-            if let Some(step) = before.pop_front() {
-                *fencing = Fencing::Carrying {
-                    before: std::mem::take(before),
-                    out: true,
-                    verdict: *verdict,
-                };
-                return Next::Do(step);
+            if let Some(request) = before.pop_front() {
+                run.pending = Some(Origin::Step);
+                return Next::Perform(request);
             }
             let verdict = *verdict;
             run.fencing = None;
@@ -336,55 +358,95 @@ impl Election {
                     return Next::Left;
                 }
             }
-            return self.poll();
+            return self.next();
         }
         match &mut run.stage {
             Stage::Over(after, _) => Next::Stop(*after),
             // An answer is owed: the driver asked twice without giving it.
             Stage::Opening | Stage::Writing(_) => Next::Stop(look_again::ERROR_REQUEUE),
-            Stage::Admitting(reconcile) => match reconcile.poll() {
-                reconcile::Next::Gather(input) => Next::Gather(input),
-                reconcile::Next::Do(Step::Withdraw { whatever_mode }) => {
-                    // A withdrawal may release the key: the next look reads it back.
-                    self.memory.key.writing();
-                    run.withdrawing = Some(Withdrawing::Reading {
-                        whatever_mode,
-                        fence: false,
-                    });
-                    Next::Left
-                }
-                reconcile::Next::Do(Step::Fence { in_use_refused }) => {
-                    run.fencing = Some(Fencing::Judging { in_use_refused });
-                    Next::Judge
-                }
-                reconcile::Next::Do(Step::Unwatch) => Next::Do(Do::Unwatch),
-                reconcile::Next::Do(Step::Report(back)) => Next::Do(Do::Report(back)),
-                reconcile::Next::Do(Step::Wake(other)) => Next::Do(Do::Wake(other)),
-                reconcile::Next::Do(Step::RecordApplied) => Next::Do(Do::RecordApplied),
-                reconcile::Next::Do(Step::Watch) => Next::Do(Do::Watch),
-                reconcile::Next::Stop(after) => {
-                    run.stage = Stage::Over(after, None);
-                    Next::Stop(after)
-                }
-                reconcile::Next::Plan => {
-                    run.spec_valid = reconcile.spec_valid().cloned();
-                    run.stage = Stage::Opening;
-                    Next::Open
-                }
-            },
+            Stage::Admitting(reconcile) => {
+                let step = match reconcile.poll() {
+                    reconcile::Next::Gather(input) => return Next::Gather(input),
+                    reconcile::Next::Do(Step::Withdraw { whatever_mode }) => {
+                        // A withdrawal may release the key: the next look reads it back.
+                        self.memory.key.writing();
+                        run.withdrawing = Some(Withdrawing::Reading {
+                            whatever_mode,
+                            fence: false,
+                        });
+                        return Next::Left;
+                    }
+                    reconcile::Next::Do(Step::Fence { in_use_refused }) => {
+                        run.fencing = Some(Fencing::Judging { in_use_refused });
+                        return Next::Judge;
+                    }
+                    reconcile::Next::Do(Step::Unwatch) => Request::Unwatch,
+                    reconcile::Next::Do(Step::Report(back)) => {
+                        Request::WriteStatus(StatusChange::StandBack(back))
+                    }
+                    reconcile::Next::Do(Step::Wake(other)) => Request::Wake(other),
+                    reconcile::Next::Do(Step::RecordApplied) => {
+                        Request::WriteStatus(StatusChange::Applied)
+                    }
+                    reconcile::Next::Do(Step::Watch) => Request::Watch,
+                    reconcile::Next::Stop(after) => {
+                        run.stage = Stage::Over(after, None);
+                        return Next::Stop(after);
+                    }
+                    reconcile::Next::Plan => {
+                        run.spec_valid = reconcile.spec_valid().cloned();
+                        run.stage = Stage::Opening;
+                        return Next::Open;
+                    }
+                };
+                run.pending = Some(Origin::Step);
+                Next::Perform(step)
+            }
             Stage::Planning(plans) => match plans.poll(&mut self.memory) {
-                plan_loop::Next::Look(look) => Next::Look(look),
+                plan_loop::Next::Look(look) => {
+                    let request = match look.clone() {
+                        Look::ReadKey(read) => Request::ReadKey(read),
+                        Look::ReadSession(session) => Request::ReadSession {
+                            session,
+                            via: Via::Spec,
+                        },
+                        Look::Adopt { session, pod, uid } => {
+                            Request::AdoptSession { session, pod, uid }
+                        }
+                    };
+                    run.pending = Some(Origin::Look(look));
+                    Next::Perform(request)
+                }
                 plan_loop::Next::Observe => Next::Observe,
-                plan_loop::Next::Act(action) => Next::Act(action),
+                plan_loop::Next::Act(action) => {
+                    let made = match (plans.last_plan(), &run.spec_valid) {
+                        (Some(plan), Some(spec_valid)) => {
+                            run.acting.request(action, plan, spec_valid)
+                        }
+                        _ => None,
+                    };
+                    let Some((request, kind)) = made else {
+                        // An action no request carries out (none does): it fails.
+                        plans.handle(Answer::Failed, &mut self.memory, Instant::now());
+                        return self.next();
+                    };
+                    run.pending = Some(Origin::Action(kind));
+                    Next::Perform(request)
+                }
                 // Standing back for another install (rule 8): the status is that install's
                 // to write.
-                plan_loop::Next::Done => match plans.last_plan() {
-                    Some(plan) if !plan.leaves_status_to_another_install() => {
+                plan_loop::Next::Done => match (plans.last_plan(), &run.spec_valid) {
+                    (Some(plan), Some(spec_valid)) if !plan.leaves_status_to_another_install() => {
+                        let decided = StatusChange::Decided {
+                            plan: Box::new(plan.clone()),
+                            spec_valid: spec_valid.clone(),
+                        };
                         run.stage = match std::mem::replace(&mut run.stage, Stage::Opening) {
                             Stage::Planning(plans) => Stage::Writing(plans),
                             other => other,
                         };
-                        Next::WriteStatus
+                        run.pending = Some(Origin::Status);
+                        Next::Perform(Request::WriteStatus(decided))
                     }
                     _ => Next::Stop(run.stop()),
                 },
@@ -399,16 +461,75 @@ impl Election {
         }
     }
 
-    /// The step handed out last was performed.
-    pub fn done(&mut self) {
+    /// How the request handed out last went, at `now`.
+    pub fn performed(&mut self, outcome: Outcome, now: Instant) -> Reported {
         let Some(run) = self.run.as_deref_mut() else {
-            return;
+            return Reported::default();
         };
-        if let Some(Fencing::Carrying { out, .. }) = &mut run.fencing {
-            *out = false;
-        } else if let Stage::Admitting(reconcile) = &mut run.stage {
-            reconcile.done(None);
+        let Some(origin) = run.pending.take() else {
+            return Reported::default();
+        };
+        let mut reported = Reported::default();
+        match origin {
+            Origin::Step if !outcome.took_effect() => {
+                // The reconcile fails with it, and is retried.
+                reported.failed = true;
+                run.withdrawing = None;
+                run.fencing = None;
+                run.stage = Stage::Over(look_again::ERROR_REQUEUE, None);
+            }
+            Origin::Step => {
+                if run.fencing.is_none()
+                    && let Stage::Admitting(reconcile) = &mut run.stage
+                {
+                    reconcile.done(None);
+                }
+            }
+            Origin::Withdrawal(_) => {
+                let performed = request::performed(outcome);
+                reported.failed = performed == Performed::Failed;
+                if let Some(Withdrawing::Running { withdrawal, .. }) = &mut run.withdrawing {
+                    withdrawal.done(performed);
+                }
+            }
+            Origin::Look(look) => {
+                let Stage::Planning(plans) = &mut run.stage else {
+                    return reported;
+                };
+                match (look, outcome) {
+                    (Look::ReadKey(_), Outcome::Key(read)) => {
+                        reported.event = plans.key_read(read, &mut self.memory);
+                    }
+                    (Look::ReadKey(_), Outcome::Refused(refusal)) => {
+                        reported.event = plans.key_read(Err(Some(refusal)), &mut self.memory);
+                    }
+                    (Look::ReadKey(_), _) => {
+                        reported.event = plans.key_read(Err(None), &mut self.memory);
+                    }
+                    (Look::ReadSession(_), Outcome::Session(read)) => {
+                        reported.left_alone = plans.session_read(read);
+                    }
+                    (Look::ReadSession(_), _) => {
+                        reported.left_alone = plans.session_read(SessionRead::Missing);
+                    }
+                    (Look::Adopt { .. }, Outcome::Adopted(adopted)) => plans.adopted(Ok(adopted)),
+                    (Look::Adopt { .. }, _) => plans.adopted(Err(())),
+                }
+            }
+            Origin::Action(kind) => {
+                let Stage::Planning(plans) = &mut run.stage else {
+                    return reported;
+                };
+                let answer = kind.answer(outcome);
+                reported.failed = matches!(answer, Answer::Failed | Answer::Refused(_));
+                reported.event = plans.handle(answer, &mut self.memory, now);
+            }
+            Origin::Status => {
+                reported.failed = !outcome.took_effect();
+                run.stop();
+            }
         }
+        reported
     }
 
     /// What this process knows of the election's lock, as read for [`Next::Judge`]: rule 2
@@ -424,14 +545,10 @@ impl Election {
         };
         let verdict = facts.judge(in_use_refused, written_since_read, unusable_label);
         let before = match in_use_refused {
-            true => VecDeque::from([Do::Forget, Do::Unwatch]),
+            true => VecDeque::from([Request::ForgetSession, Request::Unwatch]),
             false => VecDeque::new(),
         };
-        run.fencing = Some(Fencing::Carrying {
-            before,
-            out: false,
-            verdict,
-        });
+        run.fencing = Some(Fencing::Carrying { before, verdict });
     }
 
     /// What the election left, as read for [`Next::Left`]: its withdrawal begins.
@@ -453,21 +570,14 @@ impl Election {
             true => Withdrawal::fence(footprint, &left.pods),
             false => Withdrawal::whole(footprint, &left.pods, left.sessions.clone()),
         };
+        let requests = Box::new(WithdrawalRequests::of(&left));
         run.withdrawing = Some(Withdrawing::Running {
             withdrawal: Box::new(withdrawal),
+            requests,
             consul_key: left.acted.consul_key,
             session,
             wait: left.wait,
         });
-    }
-
-    /// How the withdrawal step handed out last went.
-    pub fn withdrew(&mut self, performed: Performed) {
-        if let Some(Withdrawing::Running { withdrawal, .. }) =
-            self.run.as_deref_mut().and_then(|r| r.withdrawing.as_mut())
-        {
-            withdrawal.done(performed);
-        }
     }
 
     /// What the plan loop starts from, as read for [`Next::Open`].
@@ -476,39 +586,13 @@ impl Election {
             && matches!(run.stage, Stage::Opening)
         {
             run.removal_failed = opening.removal_failed;
+            run.acting.election = opening.adopting.election.name.clone();
             run.stage = Stage::Planning(PlanLoop::new(
                 opening.recorded,
                 opening.switchover,
                 MAX_PLANS,
                 opening.adopting,
             ));
-        }
-    }
-
-    /// The key as read for [`Look::ReadKey`] (`Err`: the read failed, with Consul's refusal
-    /// if it refused it). Returns the event of a new refusal.
-    pub fn key_read(
-        &mut self,
-        read: Result<LockView, Option<ConsulRefusal>>,
-    ) -> Option<ElectionEvent> {
-        let Some(Stage::Planning(plans)) = self.run.as_deref_mut().map(|r| &mut r.stage) else {
-            return None;
-        };
-        plans.key_read(read, &mut self.memory)
-    }
-
-    /// The session of [`Look::ReadSession`], as read; why it is left alone, if it is.
-    pub fn session_read(&mut self, read: SessionRead) -> Option<LeftAlone> {
-        let Some(Stage::Planning(plans)) = self.stage() else {
-            return None;
-        };
-        plans.session_read(read)
-    }
-
-    /// The outcome of [`Look::Adopt`].
-    pub fn adopted(&mut self, outcome: Result<bool, ()>) {
-        if let Some(Stage::Planning(plans)) = self.stage() {
-            plans.adopted(outcome);
         }
     }
 
@@ -525,28 +609,32 @@ impl Election {
 
     /// Plans from `world` ([`PlanLoop::plan`]); `None` when no plan was asked for.
     pub fn plan(&mut self, world: &World<'_>) -> Option<&Plan> {
-        let Some(Stage::Planning(plans)) = self.run.as_deref_mut().map(|r| &mut r.stage) else {
+        let run = self.run.as_deref_mut()?;
+        let Stage::Planning(plans) = &mut run.stage else {
             return None;
         };
+        run.acting.labels.clone_from(&world.config.labels);
+        run.acting.shared = world
+            .pods
+            .iter()
+            .map(|view| (view.name.clone(), view.shared))
+            .collect();
         Some(plans.plan(world, &mut self.memory))
     }
 
-    /// Takes the answer to the action handed out last, at `now`. Returns an event to publish:
-    /// a refusal by Consul that is news.
-    pub fn handle(&mut self, answer: Answer, now: Instant) -> Option<ElectionEvent> {
-        let Some(Stage::Planning(plans)) = self.run.as_deref_mut().map(|r| &mut r.stage) else {
-            return None;
-        };
-        plans.handle(answer, &mut self.memory, now)
-    }
-
-    /// The status of [`Next::WriteStatus`] was written.
-    pub fn status_written(&mut self) {
-        if let Some(run) = &mut self.run
-            && matches!(run.stage, Stage::Writing(_))
-        {
-            run.stop();
-        }
+    /// What the request handed out last stands for, while its outcome is owed.
+    pub fn cause(&self) -> Option<Cause<'_>> {
+        let run = self.run.as_ref()?;
+        Some(match run.pending.as_ref()? {
+            Origin::Step => Cause::Step,
+            Origin::Withdrawal(step) => Cause::Withdrawal(step),
+            Origin::Look(look) => Cause::Look(look),
+            Origin::Action(_) => match &run.stage {
+                Stage::Planning(plans) => Cause::Action(plans.in_flight()?),
+                _ => return None,
+            },
+            Origin::Status => Cause::Status,
+        })
     }
 
     /// Ends the reconcile: returns its last plan, if it planned.
@@ -635,8 +723,8 @@ impl Election {
 
 /// Where a withdrawal takes the reconcile.
 enum Then {
-    /// Hand this request out.
-    Ask(Next),
+    /// Hand this request out (a withdrawal step's request, with the step).
+    Ask(Next, Option<withdrawal::Step>),
     /// The withdrawal is over: the reconcile goes on.
     GoOn,
     /// The reconcile ends with this request.
@@ -647,6 +735,7 @@ impl Withdrawing {
     fn poll(&mut self) -> Then {
         let Withdrawing::Running {
             withdrawal,
+            requests,
             consul_key,
             session,
             wait,
@@ -662,7 +751,8 @@ impl Withdrawing {
             };
         };
         if let Some(step) = withdrawal.poll() {
-            return Then::Ask(Next::Withdraw(step));
+            let request = requests.request(step.clone());
+            return Then::Ask(Next::Perform(request), Some(step));
         }
         match withdrawal.outcome() {
             Withdrawn::Done => Then::GoOn,
@@ -683,7 +773,7 @@ impl Withdrawing {
                             session: session.take(),
                         };
                         *self = Withdrawing::GaveUp;
-                        Then::Ask(Next::GiveUp(give_up))
+                        Then::Ask(Next::GiveUp(give_up), None)
                     }
                 }
             }

@@ -29,6 +29,7 @@ pub mod pod_patch;
 pub mod reconcile;
 pub mod refusal;
 pub mod report;
+pub mod request;
 pub mod session_names;
 pub mod spec_edits;
 pub mod status_change;

@@ -43,6 +43,9 @@ pub struct PodView {
     /// A follower of this election whose operator annotations no election owns (their owner
     /// went away): labelling it again claims them ([`super::annotation_owner::shared_view`]).
     pub reclaim: bool,
+    /// What the election knows of the pod as elections writing other label keys share it:
+    /// what a role patch does with its annotations.
+    pub shared: super::annotation_owner::SharedPod,
 }
 
 /// The Consul lock (the election's key) as last read.

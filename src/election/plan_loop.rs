@@ -434,6 +434,11 @@ impl PlanLoop {
         self.elected.take()
     }
 
+    /// The action whose answer is owed, if one is.
+    pub fn in_flight(&self) -> Option<&Action> {
+        self.in_flight.as_ref()
+    }
+
     /// The last plan made (its status is what the reconcile writes).
     pub fn last_plan(&self) -> Option<&Plan> {
         self.last.as_ref()

@@ -12,31 +12,42 @@ use super::report::{self, Rendering, StandBack};
 use crate::crd::{AppliedSpec, LeaderElectionStatus};
 
 /// A status write.
-#[derive(Debug, Clone, Copy)]
-pub enum StatusChange<'a> {
-    /// The status `plan` decides, as far as it was carried out: `labelled` is the UID of the
-    /// one pod that carries the leader label now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StatusChange {
+    /// The status `plan` decides, as far as it was carried out ([`Facts::labelled`]).
     Decided {
-        plan: &'a Plan,
-        labelled: Option<&'a str>,
-        spec_valid: &'a ConditionState,
+        /// The plan.
+        plan: Box<Plan>,
+        /// The `SpecValid` condition (True).
+        spec_valid: ConditionState,
     },
     /// Rule 6 before pod `uid` is labelled with `token`: for a `whole` record the status
     /// `plan` decides once the pod carries the label, else the status as it is with the token.
     Token {
-        plan: &'a Plan,
-        uid: &'a str,
+        /// The plan that labels the pod.
+        plan: Box<Plan>,
+        /// The pod's UID.
+        uid: String,
+        /// Its token.
         token: u64,
+        /// See above.
         whole: bool,
-        spec_valid: &'a ConditionState,
+        /// The `SpecValid` condition (True).
+        spec_valid: ConditionState,
     },
-    /// How a switchover request was decided.
-    Switchover(&'a SwitchoverRecord),
-    /// The values the operator acts with from now on (`status.applied`), recorded before it
-    /// acts with them.
-    Applied(&'a AppliedSpec),
+    /// How a switchover request was decided; `decides`: the request it decides, decided from
+    /// now on even if the write fails.
+    Switchover {
+        /// The record.
+        record: SwitchoverRecord,
+        /// See above.
+        decides: Option<String>,
+    },
+    /// The spec's values ([`Facts::applied`]) are the ones the operator acts with from now on
+    /// (`status.applied`), recorded before it acts with them.
+    Applied,
     /// The election stands back (an invalid spec, an older election claiming its pods).
-    StandBack(&'a StandBack),
+    StandBack(StandBack),
 }
 
 /// What a status is rendered from beside the change and the status before it.
@@ -54,6 +65,8 @@ pub struct Facts {
     pub lease_timing: Option<ConditionState>,
     /// Status writes that failed in a row before this one, with the last error's category.
     pub failed_writes: Option<(u32, &'static str)>,
+    /// The UID of the one pod that carries the election's leader label now, if one does.
+    pub labelled: Option<String>,
     /// The wall clock, for the transition times of conditions that change.
     pub now: Timestamp,
 }
@@ -71,7 +84,7 @@ pub struct Rendered {
     pub event: Option<ElectionEvent>,
 }
 
-impl StatusChange<'_> {
+impl StatusChange {
     /// The status this change makes of `current`, the status as the writer knows it now.
     pub fn render(&self, current: &LeaderElectionStatus, facts: &Facts) -> Rendered {
         let rendering = |labelled, spec_valid: &ConditionState| Rendering {
@@ -97,12 +110,11 @@ impl StatusChange<'_> {
             whole: false,
             event: None,
         };
-        match *self {
-            StatusChange::Decided {
-                plan,
-                labelled,
-                spec_valid,
-            } => whole(report::decided(plan, rendering(labelled, spec_valid))),
+        match self {
+            StatusChange::Decided { plan, spec_valid } => {
+                let labelled = facts.labelled.as_deref();
+                whole(report::decided(plan, rendering(labelled, spec_valid)))
+            }
             StatusChange::Token {
                 plan,
                 uid,
@@ -112,18 +124,18 @@ impl StatusChange<'_> {
             } => whole(report::decided_with_token(
                 plan,
                 rendering(Some(uid), spec_valid),
-                token,
+                *token,
             )),
             StatusChange::Token { token, .. } => record(report::token_recorded(
                 current,
-                token,
+                *token,
                 applied(current, facts),
             )),
-            StatusChange::Switchover(switchover) => {
-                record(report::switchover_recorded(current, switchover))
+            StatusChange::Switchover { record: r, .. } => {
+                record(report::switchover_recorded(current, r))
             }
-            StatusChange::Applied(applied) => record(LeaderElectionStatus {
-                applied: Some(applied.clone()),
+            StatusChange::Applied => record(LeaderElectionStatus {
+                applied: facts.applied.clone(),
                 ..current.clone()
             }),
             StatusChange::StandBack(back) => {
@@ -135,6 +147,14 @@ impl StatusChange<'_> {
                     event,
                 }
             }
+        }
+    }
+
+    /// The switchover request this write decides, if it decides one.
+    pub fn decides(&self) -> Option<&str> {
+        match self {
+            StatusChange::Switchover { decides, .. } => decides.as_deref(),
+            _ => None,
         }
     }
 }

@@ -15,6 +15,7 @@
 
 use std::collections::VecDeque;
 
+use super::annotation_owner::SharedPod;
 use super::config::{ElectionConfig, ElectionKey, Mode, Owner};
 use super::session_names::{Found, adoptable_pod};
 use crate::crd::{AppliedSpec, DEFAULT_ROLE_LABEL};
@@ -28,6 +29,8 @@ pub struct LabelledPod {
     pub uid: String,
     /// The value the pod carries under the election's label key, if any.
     pub value: Option<String>,
+    /// What the election knows of the pod as elections writing other label keys share it.
+    pub shared: SharedPod,
 }
 
 /// What the election left behind, as the status recorded it (or as the spec says).

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use crate::cache::views;
 use crate::context::Context;
+use crate::crd::LeaderElection;
 use crate::crd::applied::applied_of;
-use crate::crd::{AppliedSpec, LeaderElection};
 use crate::election::config::ElectionConfig;
 use crate::election::spec_edits::{needs_withdrawal, same_access};
 use crate::k8s::Pod;
@@ -31,8 +31,6 @@ pub fn access_in_use(le: &LeaderElection, ctx: &Context, config: &ElectionConfig
 
 /// The spec's values for `le` when the status records other ones.
 pub struct Edit {
-    /// What the spec makes the operator act with.
-    pub now: AppliedSpec,
     /// Whether what was done with the recorded values must be withdrawn first
     /// ([`needs_withdrawal`]).
     pub needs_withdrawal: bool,
@@ -46,6 +44,5 @@ pub fn edit(le: &LeaderElection, ctx: &Context, config: &ElectionConfig) -> Opti
     let recorded = ctx.caches.current_status(le).applied?;
     (recorded != now).then(|| Edit {
         needs_withdrawal: needs_withdrawal(&recorded, &now),
-        now,
     })
 }

@@ -108,6 +108,7 @@ fn shared_views(
         let led_by_another = || views::led_by_another(&ctx.caches, me, &labels.key, pod);
         let leadership = election.leadership_of(&view.uid);
         shared_view(view, owner, led_by_another, labels, leadership);
+        view.shared = super::shared::shared_pod(ctx, me, &labels.key, pod);
     }
 }
 

@@ -3,8 +3,6 @@
 //! [`crate::election::spec_edits`]), else as the spec says; and, for rule 2 on an election that
 //! cannot act, what this process knows of its lock.
 
-use std::sync::Arc;
-
 use kube::ResourceExt;
 
 use crate::cache::views;
@@ -15,23 +13,12 @@ use crate::election::config::ElectionKey;
 use crate::election::machine::{ConsulWait, Left};
 use crate::election::unusable::LockFacts;
 use crate::election::withdrawal::{LabelledPod, Sessions, acted_with};
-use crate::k8s::{self, Pod};
-
-/// The election as the operator acted on it: what its withdrawal steps work on.
-pub struct ActedOn {
-    /// The election with the values the operator acted with.
-    pub le: LeaderElection,
-    /// The label key of its labels.
-    pub label_key: String,
-    /// Its Consul key.
-    pub consul_key: String,
-    /// The pods it labelled, each with the cached pod.
-    pub pods: Vec<(LabelledPod, Arc<Pod>)>,
-}
+use crate::k8s;
 
 /// Reads what election `le` (its key `key`) left, for
-/// [`crate::election::machine::Election::left`], and what its steps work on.
-pub fn left(le: &LeaderElection, key: &ElectionKey, ctx: &Context) -> (Left, ActedOn) {
+/// [`crate::election::machine::Election::left`], and the election with the values the operator
+/// acted with: its withdrawal's Consul steps go through that election's access.
+pub fn left(le: &LeaderElection, key: &ElectionKey, ctx: &Context) -> (Left, LeaderElection) {
     let config = ctx.caches.validated.of(key, le).ok();
     let held = ctx.sessions.view(key).map(|s| s.id);
     let status = ctx.caches.current_status(le);
@@ -45,10 +32,10 @@ pub fn left(le: &LeaderElection, key: &ElectionKey, ctx: &Context) -> (Left, Act
     if let Some(applied) = &status.applied {
         acted_on.spec = crate::crd::applied::with_applied(&le.spec, applied);
     }
-    let pods = labelled_pods(le, ctx, &acted.label_key);
+    let pods = labelled_pods(le, ctx, &key.name, &acted.label_key);
     let left = Left {
-        acted: acted.clone(),
-        pods: pods.iter().map(|(view, _)| view.clone()).collect(),
+        acted,
+        pods,
         sessions: Sessions {
             held,
             recorded: status.leader_or_last().and_then(|l| l.session_id.clone()),
@@ -64,12 +51,6 @@ pub fn left(le: &LeaderElection, key: &ElectionKey, ctx: &Context) -> (Left, Act
             now: ctx.wall_now(),
             bound: ctx.settings.consul_cleanup_bound,
         },
-    };
-    let acted_on = ActedOn {
-        le: acted_on,
-        label_key: acted.label_key,
-        consul_key: acted.consul_key,
-        pods,
     };
     (left, acted_on)
 }
@@ -93,23 +74,24 @@ pub fn lock_facts(le: &LeaderElection, key: &ElectionKey, ctx: &Context) -> Lock
     }
 }
 
-/// The pods `le` labelled under `label_key` ([`views::labelled_by`]), as a withdrawal sees
-/// them, each with the cached pod.
+/// The pods `le` (named `me`) labelled under `label_key` ([`views::labelled_by`]), as a
+/// withdrawal sees them.
 fn labelled_pods(
     le: &LeaderElection,
     ctx: &Context,
+    me: &str,
     label_key: &str,
-) -> Vec<(LabelledPod, Arc<Pod>)> {
+) -> Vec<LabelledPod> {
     views::pods_of(&ctx.caches, le)
         .into_values()
         .filter(|(pod, _)| views::labelled_by(&ctx.caches, le, pod))
         .filter_map(|(pod, _)| {
-            let view = LabelledPod {
+            Some(LabelledPod {
                 pod: pod.name_any(),
                 uid: pod.metadata.uid.clone()?,
                 value: k8s::labels_of(&pod).get(label_key).cloned(),
-            };
-            Some((view, pod))
+                shared: super::shared::shared_pod(ctx, me, label_key, &pod),
+            })
         })
         .collect()
 }

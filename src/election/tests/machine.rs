@@ -3,16 +3,19 @@
 
 use super::support::*;
 use crate::election::admission::{Access, Input};
-use crate::election::first_look::{KeyRead, Look, SessionRead};
+use crate::election::config::LabelConfig;
+use crate::election::first_look::{KeyRead, SessionRead};
 use crate::election::look_again::{self, ERROR_REQUEUE, INVALID_REQUEUE};
-use crate::election::machine::{ConsulWait, Do, Election, GiveUp, Left, Next, Opening, Start};
+use crate::election::machine::{ConsulWait, Election, GiveUp, Left, Next, Opening, Start};
 use crate::election::observe::{LockView, SessionView};
 use crate::election::plan::{ConditionState, EventReason};
-use crate::election::plan_loop::Answer;
+use crate::election::pod_patch::{PodPatch, PodRole};
 use crate::election::reconcile::Found;
 use crate::election::report::StandBack;
+use crate::election::request::{Kept, Outcome, Request, Via};
+use crate::election::status_change::StatusChange;
 use crate::election::unusable::LockFacts;
-use crate::election::withdrawal::{self, Acted, LabelledPod, Performed, SessionToEnd, Sessions};
+use crate::election::withdrawal::{Acted, LabelledPod, Sessions};
 
 fn start() -> Start {
     Start {
@@ -31,6 +34,7 @@ fn left(deleted_at: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Left {
         pod: name.to_owned(),
         uid: uid(name),
         value: Some(value.to_owned()),
+        shared: Default::default(),
     };
     Left {
         acted: Acted {
@@ -58,23 +62,60 @@ fn left(deleted_at: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Left {
     }
 }
 
+/// The withdrawal's request that takes pod `name` off the election's label key.
 fn unlabel(name: &str) -> Next {
-    Next::Withdraw(withdrawal::Step::Unlabel {
-        pod: name.to_owned(),
-        uid: uid(name),
+    let labels = LabelConfig {
+        key: "role".into(),
+        ..LabelConfig::default()
+    };
+    let patch = PodPatch::for_role(
+        name,
+        &uid(name),
+        &labels,
+        "web",
+        PodRole::None,
+        Some(Default::default()),
+    );
+    Next::Perform(Request::PatchPod {
+        patch,
+        replans: false,
     })
+}
+
+/// The withdrawal's release of the key held by `s1`, through the access the operator acted
+/// with.
+fn release() -> Next {
+    Next::Perform(Request::Release {
+        session: "s1".into(),
+        keeps: Kept::Nothing,
+        via: Via::ActedWith,
+    })
+}
+
+/// A step before planning.
+fn step(request: Request) -> Next {
+    Next::Perform(request)
 }
 
 /// The withdrawal of [`left`], every step taking effect.
 fn withdrawn() -> [Next; 4] {
     [
         unlabel("a"),
-        Next::Withdraw(withdrawal::Step::Release {
-            session: "s1".into(),
+        release(),
+        Next::Perform(Request::DestroySession {
+            recorded: None,
+            via: Via::ActedWith,
         }),
-        Next::Withdraw(withdrawal::Step::Destroy(SessionToEnd::Held("s1".into()))),
         unlabel("b"),
     ]
+}
+
+/// Whether `request` is a withdrawal's in Consul.
+fn in_consul(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::ReadSession { .. } | Request::Release { .. } | Request::DestroySession { .. }
+    )
 }
 
 /// Begins a reconcile from `start` and answers each request with `answer` until it says the
@@ -97,17 +138,20 @@ fn drive(
 
 /// Drives a reconcile of a deleted election whose Consul steps `consul` answers, at `now`
 /// (deleted at `t(0)`); returns the requests in order.
-fn delete(election: &mut Election, consul: Performed, now: jiff::Timestamp) -> Vec<Next> {
+fn delete(election: &mut Election, consul: Outcome, now: jiff::Timestamp) -> Vec<Next> {
     let deleted = Start {
         deleted: true,
         ..start()
     };
     drive(election, deleted, |election, next| {
         match next {
-            Next::Do(_) => election.done(),
             Next::Left => election.left(left(Some(t(0)), now)),
-            Next::Withdraw(step) if step.in_consul() => election.withdrew(consul.clone()),
-            Next::Withdraw(_) => election.withdrew(Performed::Done),
+            Next::Perform(request) if in_consul(&request) => {
+                election.performed(consul.clone(), mono(now));
+            }
+            Next::Perform(_) => {
+                election.performed(Outcome::Done, mono(now));
+            }
             Next::GiveUp(_) => {}
             Next::Stop(_) | Next::RetryConsul(_) => return false,
             other => panic!("a deleted election asked for {other:?}"),
@@ -146,9 +190,7 @@ fn reconcile(election: &mut Election, scene: &Scene, applied: Found) -> Vec<Next
                 Input::Access => Found::Access(Access::Usable),
                 Input::Applied => applied.clone(),
             }),
-            Next::Do(_) => election.done(),
             Next::Left => election.left(left(None, scene.now)),
-            Next::Withdraw(_) => election.withdrew(Performed::Done),
             Next::Judge => panic!("nothing to fence, yet asked to judge the lock"),
             Next::GiveUp(_) | Next::RetryConsul(_) => return asked,
             Next::Open => election.opened(Opening {
@@ -157,21 +199,23 @@ fn reconcile(election: &mut Election, scene: &Scene, applied: Found) -> Vec<Next
                 removal_failed: false,
                 adopting: scene.adopting(),
             }),
-            Next::Look(Look::ReadKey(_)) => {
-                election.key_read(Ok(scene.lock.clone()));
+            Next::Perform(Request::ReadKey(_)) => {
+                election.performed(Outcome::Key(Ok(scene.lock.clone())), mono(scene.now));
             }
             // Consul no longer has it: nothing is adopted.
-            Next::Look(Look::ReadSession(_)) => {
-                election.session_read(SessionRead::Missing);
+            Next::Perform(Request::ReadSession { .. }) => {
+                let missing = Outcome::Session(SessionRead::Missing);
+                election.performed(missing, mono(scene.now));
             }
-            Next::Look(look) => panic!("nothing to adopt, yet asked for {look:?}"),
+            Next::Perform(adopt @ Request::AdoptSession { .. }) => {
+                panic!("nothing to adopt, yet asked for {adopt:?}")
+            }
             Next::Observe => {
                 election.plan(&scene.world());
             }
-            Next::Act(_) => {
-                election.handle(Answer::Done, mono(scene.now));
+            Next::Perform(_) => {
+                election.performed(Outcome::Done, mono(scene.now));
             }
-            Next::WriteStatus => election.status_written(),
             Next::Stop(_) => return asked,
         }
     }
@@ -191,11 +235,14 @@ fn a_reconcile_that_plans_asks_in_one_sequence_and_writes_the_status_last() {
             Next::Gather(Input::YieldingLeader),
             Next::Gather(Input::Access),
             Next::Gather(Input::Applied),
-            Next::Do(Do::Watch),
+            step(Request::Watch),
             Next::Open,
-            Next::Look(Look::ReadKey(KeyRead::Watched)),
+            Next::Perform(Request::ReadKey(KeyRead::Watched)),
             Next::Observe,
-            Next::WriteStatus,
+            Next::Perform(Request::WriteStatus(StatusChange::Decided {
+                plan: Box::new(election.last_plan().cloned().expect("a plan")),
+                spec_valid: spec_valid(),
+            })),
             Next::Stop(look_again::after(look_again::Round {
                 planned,
                 ..look_again::Round::default()
@@ -233,10 +280,11 @@ fn cannot_act(election: &mut Election, facts: &LockFacts) -> Vec<Next> {
     };
     drive(election, invalid, |election, next| {
         match next {
-            Next::Do(_) => election.done(),
+            Next::Perform(_) => {
+                election.performed(Outcome::Done, mono(t(0)));
+            }
             Next::Judge => election.judged(facts),
             Next::Left => election.left(left(None, t(0))),
-            Next::Withdraw(_) => election.withdrew(Performed::Done),
             Next::Stop(_) => return false,
             other => panic!("an election that cannot act asked for {other:?}"),
         }
@@ -280,9 +328,8 @@ fn a_reconcile_that_cannot_act_stops_without_opening_or_writing_a_status() {
     assert_eq!(
         asked,
         [
-            Next::Do(Do::Report(StandBack::invalid(
-                inspec_valid(),
-                EventReason::InvalidSpec
+            step(Request::WriteStatus(StatusChange::StandBack(
+                StandBack::invalid(inspec_valid(), EventReason::InvalidSpec)
             ))),
             Next::Judge,
             Next::Stop(secs(6).min(INVALID_REQUEUE)),
@@ -321,18 +368,21 @@ fn a_refused_access_in_use_stops_the_renewals_and_the_watch_before_it_fences() {
             in_use: true,
         },
     );
-    assert!(matches!(election.poll(), Next::Do(Do::Report(_))));
-    election.done();
+    assert!(matches!(
+        election.poll(),
+        Next::Perform(Request::WriteStatus(StatusChange::StandBack(_)))
+    ));
+    election.performed(Outcome::Done, mono(t(0)));
     assert_eq!(election.poll(), Next::Judge);
     // The key read held a moment ago, but nothing watches it any more and the session went
     // unrenewed since t(0): the label goes a TTL after that renewal, not after the read.
     let mut known = facts(held("s1", 5, "a"), t(11));
     known.read_at = Some(mono(t(10)));
     election.judged(&known);
-    assert_eq!(election.poll(), Next::Do(Do::Forget));
-    election.done();
-    assert_eq!(election.poll(), Next::Do(Do::Unwatch));
-    election.done();
+    assert_eq!(election.poll(), step(Request::ForgetSession));
+    election.performed(Outcome::Done, mono(t(11)));
+    assert_eq!(election.poll(), step(Request::Unwatch));
+    election.performed(Outcome::Done, mono(t(11)));
     assert_eq!(election.poll(), Next::Left);
 }
 
@@ -343,11 +393,13 @@ fn after_a_withdrawal_the_first_look_reads_the_key_back_instead_of_trusting_the_
     let mut election = Election::new();
     let asked = reconcile(&mut election, &scene, EDITED);
     let withdrew = asked.iter().position(|n| *n == Next::Left);
-    let looked = asked.iter().position(|n| matches!(n, Next::Look(_)));
+    let looked = asked
+        .iter()
+        .position(|n| matches!(n, Next::Perform(Request::ReadKey(_))));
     assert!(withdrew < looked, "{asked:?}");
     assert_eq!(
         asked[looked.expect("a look")],
-        Next::Look(Look::ReadKey(KeyRead::Fresh))
+        Next::Perform(Request::ReadKey(KeyRead::Fresh))
     );
     election.end();
     assert!(!election.key_written_since_read(), "read back by that look");
@@ -363,7 +415,8 @@ fn an_election_another_install_serves_leaves_the_status_to_it() {
     ));
     let mut election = Election::new();
     let asked = reconcile(&mut election, &scene, UNEDITED);
-    assert!(!asked.contains(&Next::WriteStatus), "{asked:?}");
+    let writes_status = |n: &Next| matches!(n, Next::Perform(Request::WriteStatus(_)));
+    assert!(!asked.iter().any(writes_status), "{asked:?}");
     let last = election.end().expect("the reconcile planned");
     assert!(last.leaves_status_to_another_install());
     // What the next reconcile needs to know: it stood back.
@@ -378,8 +431,8 @@ fn a_request_asked_again_before_its_answer_ends_the_reconcile() {
     admit(&mut election, Access::Usable);
     assert_eq!(election.poll(), Next::Gather(Input::Applied));
     election.gathered(UNEDITED);
-    assert_eq!(election.poll(), Next::Do(Do::Watch));
-    election.done();
+    assert_eq!(election.poll(), step(Request::Watch));
+    election.performed(Outcome::Done, mono(t(0)));
     assert_eq!(election.poll(), Next::Open);
     assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
     // And one not begun has nothing to ask.
@@ -397,14 +450,17 @@ fn an_edit_withdraws_in_rule_7s_order_then_records_the_values_and_plans() {
         .expect("a withdrawal");
     let after = left + 1 + withdrawn().len();
     assert_eq!(asked[left + 1..after], withdrawn(), "{asked:?}");
-    assert_eq!(asked[after], Next::Do(Do::RecordApplied));
+    assert_eq!(
+        asked[after],
+        step(Request::WriteStatus(StatusChange::Applied))
+    );
 }
 
 #[test]
 fn a_deleted_election_is_withdrawn_and_nothing_else() {
     let mut election = Election::new();
-    let asked = delete(&mut election, Performed::Done, t(10));
-    let mut expected = vec![Next::Do(Do::Unwatch), Next::Left];
+    let asked = delete(&mut election, Outcome::Done, t(10));
+    let mut expected = vec![step(Request::Unwatch), Next::Left];
     expected.extend(withdrawn());
     expected.push(Next::Stop(INVALID_REQUEUE));
     assert_eq!(asked, expected);
@@ -414,20 +470,18 @@ fn a_deleted_election_is_withdrawn_and_nothing_else() {
 fn a_deletion_retries_consul_within_its_bound_and_then_gives_up() {
     let mut election = Election::new();
     let release_failed = [
-        Next::Do(Do::Unwatch),
+        step(Request::Unwatch),
         Next::Left,
         unlabel("a"),
-        Next::Withdraw(withdrawal::Step::Release {
-            session: "s1".into(),
-        }),
+        release(),
         // Consul failing does not keep the other labels on.
         unlabel("b"),
     ];
-    let within = delete(&mut election, Performed::Failed, t(20));
+    let within = delete(&mut election, Outcome::Failed, t(20));
     let mut expected = release_failed.to_vec();
     expected.push(Next::RetryConsul(secs(5)));
     assert_eq!(within, expected);
-    let past = delete(&mut election, Performed::Failed, t(300));
+    let past = delete(&mut election, Outcome::Failed, t(300));
     let mut expected = release_failed.to_vec();
     expected.push(Next::GiveUp(GiveUp {
         why: past
@@ -451,12 +505,13 @@ fn a_failed_pod_patch_ends_the_withdrawal_and_the_reconcile() {
         deleted: true,
         ..start()
     });
-    assert_eq!(election.poll(), Next::Do(Do::Unwatch));
-    election.done();
+    assert_eq!(election.poll(), step(Request::Unwatch));
+    election.performed(Outcome::Done, mono(t(1)));
     assert_eq!(election.poll(), Next::Left);
     election.left(left(Some(t(0)), t(1)));
     assert_eq!(election.poll(), unlabel("a"));
-    election.withdrew(Performed::Failed);
+    let reported = election.performed(Outcome::Failed, mono(t(1)));
+    assert!(reported.failed, "the reconcile fails with it");
     // The key is not released while the leader label may still be on (rule 7).
     assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
     assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));

@@ -1,10 +1,10 @@
 //! A model world for the property tests: the API server's pods, a Consul that keeps
 //! `LockIndex`, sessions, TTLs and lock-delays the way Consul does
 //! (`docs/consul.md`), the operator's session manager (`sessions.rs`:
-//! create, destroy, forget, adopt, Alive/Unconfirmed/Lost), a clock, and a controller that
-//! reconciles the way `controller::act::Round` does: read the status once, then observe, plan
-//! and execute the actions one by one (any of which may fail, before or after taking effect)
-//! until a plan is empty or an action failed, then write the last plan's status.
+//! create, destroy, forget, adopt, Alive/Unconfirmed/Lost), a clock, and a driver of the real
+//! machine ([`Election`]) that performs each request it hands out the way
+//! `controller::executor::Executor` does (any of which may fail, before or after taking
+//! effect), checking each against the action it stands for ([`Cause`]).
 //!
 //! Every executed action is followed by the safety checks of docs/design.md section 2; a
 //! violation panics with the trace of the run (events, observations, plans, actions).
@@ -25,13 +25,12 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::support::{mono, not_ready_from, spec_valid, t};
+use super::support::{mono, not_ready_from, t};
 use crate::crd::{
     AppliedSpec, FENCING_TOKEN_ANNOTATION, HANDOVER_ANNOTATION, LEADER_SINCE_ANNOTATION,
     LeaderElectionStatus,
 };
 use crate::election::adoption::FoundSettings;
-use crate::election::annotation_owner::SharedPod;
 use crate::election::config::{
     Behavior, ElectionConfig, ElectionKey, Mode, Owner, SessionConfig, UnavailablePolicy,
 };
@@ -39,18 +38,18 @@ use crate::election::eligibility::{elapsed, eligibility};
 use crate::election::first_look::{Adopting, KeyRead, Look, SessionRead};
 use crate::election::key_memory::KeyMemory;
 use crate::election::key_value::holder_from_value;
-use crate::election::machine::{Election, Next, Opening};
+use crate::election::machine::{Cause, Election, Next, Opening};
 use crate::election::observe::{
     LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverOutcome,
 };
 use crate::election::plan::{Action, Phase, Plan};
-use crate::election::plan_loop::{Answer, World};
+use crate::election::plan_loop::World;
 use crate::election::pod_patch::PodPatch;
 use crate::election::report;
+use crate::election::request::{Outcome, Request};
 use crate::election::session_names::session_name;
 use crate::election::status_change::{Facts, StatusChange};
 use crate::election::switchover_request::{RequestSeen, RequestStep, step};
-use crate::election::withdrawal::Performed;
 
 mod lifecycle;
 mod other_install;
@@ -684,6 +683,7 @@ impl Model {
             priority: Some(0),
             handover: None,
             reclaim: false,
+            shared: Default::default(),
         });
     }
 
@@ -1016,6 +1016,15 @@ impl Model {
     /// The first look's reads and take-over ([`Look`]), answered from this world as the
     /// controller's executor answers them. Returns the key when it was read.
     fn look(&mut self, look: Look) -> Option<LockView> {
+        let (lock, outcome) = self.look_outcome(look);
+        let reported = self.election.performed(outcome, mono(self.now));
+        if let Some(why) = reported.left_alone {
+            let _ = writeln!(self.trace, "   left a session alone: {}", why.reason());
+        }
+        lock
+    }
+
+    fn look_outcome(&mut self, look: Look) -> (Option<LockView>, Outcome) {
         match look {
             Look::ReadKey(read) => {
                 // A stalled watch brings no answer, and the operator's own read after its
@@ -1031,8 +1040,7 @@ impl Model {
                     LockView::Unknown => Err(None),
                     lock => Ok(lock),
                 };
-                self.election.key_read(read);
-                return Some(lock);
+                (Some(lock), Outcome::Key(read))
             }
             Look::ReadSession(session) => {
                 let found = match self.consul.sessions_reachable() {
@@ -1050,21 +1058,18 @@ impl Model {
                         behavior: found.behavior,
                     },
                 });
-                if let Some(why) = self.election.session_read(read) {
-                    let _ = writeln!(self.trace, "   left {session} alone: {}", why.reason());
-                }
+                (None, Outcome::Session(read))
             }
             Look::Adopt { session, pod, uid } => {
-                let outcome = self.consul.renew(&session, self.now).map_err(|Failed| ());
+                let outcome = self.consul.renew(&session, self.now);
                 if outcome == Ok(true) {
                     let _ = writeln!(self.trace, "   adopted {session}");
                     *self.seen.entry("adopted".into()).or_default() += 1;
                     self.register(session, pod, uid);
                 }
-                self.election.adopted(outcome);
+                (None, outcome.map_or(Outcome::Failed, Outcome::Adopted))
             }
         }
-        None
     }
 
     /// What the first look adopts with: the settings `status.applied` records, the spec's.
@@ -1383,10 +1388,10 @@ impl Model {
         let mut withdrawing = false;
         // The lock was judged for rule 2: a withdrawal that follows only fences.
         let mut fencing = false;
-        // The key as the reconcile last read it, as the controller's round keeps it.
+        // The key as the reconcile last read it, as the controller's executor keeps it.
         let mut lock = LockView::Unknown;
         loop {
-            let action = match self.election.poll() {
+            let (action, request) = match self.election.poll() {
                 Next::Gather(input) => {
                     let found = self.gather(input, &spec);
                     self.election.gathered(found);
@@ -1417,12 +1422,43 @@ impl Model {
                     self.election.left(left);
                     continue;
                 }
-                Next::Withdraw(step) => {
-                    let performed = self.withdrawal_step(&step, &mut faults);
-                    failed |= performed == Performed::Failed;
-                    self.election.withdrew(performed);
-                    continue;
-                }
+                Next::Perform(request) => match self.election.cause() {
+                    Some(Cause::Withdrawal(step)) => {
+                        let step = step.clone();
+                        let outcome = self.withdrawal_step(&step, &request, &mut faults);
+                        failed |= self.election.performed(outcome, mono(self.now)).failed;
+                        continue;
+                    }
+                    Some(Cause::Step) => {
+                        if std::mem::take(&mut withdrawing) {
+                            self.withdrew(&request);
+                        }
+                        let _ = writeln!(self.trace, "   step {request:?}");
+                        self.perform(&request, &spec);
+                        self.election.performed(Outcome::Done, mono(self.now));
+                        continue;
+                    }
+                    Some(Cause::Look(look)) => {
+                        if let Some(read) = self.look(look.clone()) {
+                            lock = read;
+                        }
+                        continue;
+                    }
+                    Some(Cause::Status) => {
+                        let outcome = if std::mem::take(&mut self.lose_status_write) {
+                            let _ = writeln!(self.trace, "   status write lost");
+                            *self.seen.entry("status write lost".into()).or_default() += 1;
+                            Outcome::Done
+                        } else {
+                            self.write_status(&request);
+                            Outcome::StatusWritten(Box::new(self.recorded()))
+                        };
+                        self.election.performed(outcome, mono(self.now));
+                        continue;
+                    }
+                    Some(Cause::Action(action)) => (action.clone(), request),
+                    None => self.fail(&format!("{request:?} without a cause")),
+                },
                 Next::GiveUp(give_up) => {
                     failed = false;
                     let _ = writeln!(self.trace, "   gave up on Consul: {}", give_up.why);
@@ -1432,15 +1468,6 @@ impl Model {
                 }
                 Next::RetryConsul(_) => return self.stopped_before_planning(&faults),
                 Next::Stop(_) if failed => return self.stopped_before_planning(&faults),
-                Next::Do(step) => {
-                    if std::mem::take(&mut withdrawing) {
-                        self.withdrew(&step);
-                    }
-                    let _ = writeln!(self.trace, "   step {step:?}");
-                    self.perform(step, &spec);
-                    self.election.done();
-                    continue;
-                }
                 Next::Stop(look_again) if opened.is_none() => {
                     if self.deleted_at.is_some() {
                         self.finalized = true;
@@ -1464,12 +1491,6 @@ impl Model {
                     self.election.opened(opening);
                     continue;
                 }
-                Next::Look(look) => {
-                    if let Some(read) = self.look(look) {
-                        lock = read;
-                    }
-                    continue;
-                }
                 Next::Observe if !looked => {
                     looked = true;
                     self.check_adopted();
@@ -1480,18 +1501,6 @@ impl Model {
                     self.plan_once(&lock);
                     continue;
                 }
-                Next::WriteStatus => {
-                    if std::mem::take(&mut self.lose_status_write) {
-                        let _ = writeln!(self.trace, "   status write lost");
-                        *self.seen.entry("status write lost".into()).or_default() += 1;
-                    } else {
-                        let plan = self.election.last_plan().cloned().expect("a plan");
-                        self.write_status(&plan);
-                    }
-                    self.election.status_written();
-                    continue;
-                }
-                Next::Act(action) => action,
             };
             let before = self.unbacked_labels();
             let leaders_before = self.leaders().len();
@@ -1512,26 +1521,17 @@ impl Model {
                 self.decided_request = Some(request.clone());
                 self.request_decided = true;
             }
-            let mut answer = Answer::Done;
+            let mut answer = Outcome::Done;
             let ok = match &action {
-                Action::RecordToken {
-                    uid,
-                    fencing_token,
-                    whole,
-                } => {
+                Action::RecordToken { fencing_token, .. } => {
                     if executed && self.knobs.token_before_label {
-                        let plan = self.election.last_plan().cloned().expect("a plan acts");
-                        self.record_token(&plan, uid, *fencing_token, *whole);
-                        answer = Answer::StatusWritten(Box::new(self.recorded()));
+                        self.record_token(&request, *fencing_token);
+                        answer = Outcome::StatusWritten(Box::new(self.recorded()));
                     }
                     executed && !failing
                 }
                 Action::ClearSwitchover { .. } => {
-                    let ok = executed && self.execute(&action) && !failing;
-                    if ok {
-                        answer = Answer::RequestCleared;
-                    }
-                    ok
+                    executed && self.execute(&action, &request) && !failing
                 }
                 Action::ConfirmSession { session } => match executed {
                     true => match self.consul.renew(session, self.now) {
@@ -1547,7 +1547,7 @@ impl Model {
                                 {
                                     r.health = SessionHealth::Lost;
                                 }
-                                answer = Answer::SessionGone;
+                                answer = Outcome::SessionGone;
                             }
                             !failing
                         }
@@ -1560,25 +1560,18 @@ impl Model {
                 Action::Acquire { session, pod } => {
                     match executed.then(|| self.acquire(session, pod)) {
                         Some(Ok(acquired)) if !failing => {
-                            answer = Answer::Acquired(acquired);
+                            answer = Outcome::Acquired(acquired);
                             true
                         }
                         _ => false,
                     }
                 }
-                Action::Release { .. } => {
-                    let ok = executed && self.execute(&action) && !failing;
-                    if ok {
-                        answer = Answer::Released;
-                    }
-                    ok
-                }
-                _ => executed && self.execute(&action) && !failing,
+                _ => executed && self.execute(&action, &request) && !failing,
             };
             self.count_action(&action, ok);
             self.check_action(&action, executed, leaders_before, &before);
-            let answer = if ok { answer } else { Answer::Failed };
-            self.election.handle(answer, mono(self.now));
+            let answer = if ok { answer } else { Outcome::Failed };
+            self.election.performed(answer, mono(self.now));
             if !self.knobs.tell_lock_delay {
                 // The controller as it would be if it learned of no lock-delay.
                 let memory = self.election.memory_mut();
@@ -1649,7 +1642,7 @@ impl Model {
     }
 
     /// A read of the key: the watch's answer, or the direct read the machine asks for after
-    /// the operator's own acquire or release (`controller::act::Round::look`). When it
+    /// the operator's own acquire or release (`controller::executor::Executor::read_key`). When it
     /// succeeds the cache takes the answer, which shows the operator's writes before it.
     /// Whether the read succeeded.
     fn read_back(&mut self) -> bool {
@@ -1756,17 +1749,14 @@ impl Model {
         );
     }
 
-    fn write_status(&mut self, plan: &Plan) {
+    fn write_status(&mut self, request: &Request) {
         let labelled = self.leaders().first().map(|p| p.uid.clone());
         let labelled = labelled.filter(|_| self.leaders().len() == 1);
-        let spec_valid = spec_valid();
-        let decided = StatusChange::Decided {
-            plan,
-            labelled: labelled.as_deref(),
-            spec_valid: &spec_valid,
+        let Request::WriteStatus(decided) = request else {
+            self.fail(&format!("the status write is {request:?}"));
         };
         let before = self.status.clone();
-        self.write(decided);
+        self.write(decided, labelled.clone());
         let new = std::mem::replace(&mut self.status, before);
         if new.fencing_token < self.status.fencing_token {
             self.fail(&format!(
@@ -1798,13 +1788,14 @@ impl Model {
 
     /// Renders `change` on the status as the controller does ([`StatusChange::render`]) and
     /// writes it.
-    fn write(&mut self, change: StatusChange<'_>) {
+    fn write(&mut self, change: &StatusChange, labelled: Option<String>) {
         let facts = Facts {
             generation: Some(1),
             applied: Some(self.spec_applied()),
             mode: Some(self.config.mode),
             lease_timing: None,
             failed_writes: None,
+            labelled,
             now: self.now,
         };
         self.status = change.render(&self.status, &facts).status;
@@ -1836,28 +1827,19 @@ impl Model {
         true
     }
 
-    /// Executes one action against the world; false when it failed.
-    fn execute(&mut self, action: &Action) -> bool {
+    /// Executes one action, as `request` carries it out, against the world; false when it
+    /// failed.
+    fn execute(&mut self, action: &Action, request: &Request) -> bool {
         let now = self.now;
         match action {
             Action::LabelFollower { .. }
             | Action::Unlabel { .. }
             | Action::LabelLeader { .. }
             | Action::AnnotateHandover { .. }
-            | Action::ClearHandover { .. } => {
-                // The one election of the model owns its pods' annotations.
-                let shared = |_: &str, _: bool| {
-                    Some(SharedPod {
-                        foreign_owner_leads: None,
-                        owned_by_me: true,
-                        led_by_another: false,
-                    })
-                };
-                let labels = self.config.labels.clone();
-                let patch = PodPatch::of(action, &labels, &model_election().name, shared)
-                    .expect("a pod action makes a pod patch");
-                self.apply_patch(&patch)
-            }
+            | Action::ClearHandover { .. } => match request {
+                Request::PatchPod { patch, .. } => self.apply_patch(patch),
+                other => self.fail(&format!("{action:?} sent as {other:?}")),
+            },
             Action::RecordSwitchover { record, .. } => {
                 let outcome_recorded = self.recorded().last_switchover.as_ref().is_some_and(|r| {
                     r.to == record.to && r.outcome != SwitchoverOutcome::InProgress
@@ -1869,7 +1851,10 @@ impl Model {
                     self.fail("a switchover request whose outcome is recorded is decided again");
                 }
                 // Written at once, like the controller's write-ahead status patch.
-                self.write(StatusChange::Switchover(record));
+                match request {
+                    Request::WriteStatus(change) => self.write(change, None),
+                    other => self.fail(&format!("{action:?} sent as {other:?}")),
+                }
                 true
             }
             Action::ClearSwitchover { request } => {

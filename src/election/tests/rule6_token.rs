@@ -342,14 +342,13 @@ fn a_token_record_holds_the_new_token_and_never_a_lower_one() {
         fencing_token: Some(4),
         ..LeaderElectionStatus::default()
     };
-    let (spec_valid, leader) = (spec_valid(), uid("a"));
     let recorded = |token, whole| {
         let change = StatusChange::Token {
-            plan: &plan,
-            uid: &leader,
+            plan: Box::new(plan.clone()),
+            uid: uid("a"),
             token,
             whole,
-            spec_valid: &spec_valid,
+            spec_valid: spec_valid(),
         };
         change.render(&old, &facts()).status.fencing_token
     };

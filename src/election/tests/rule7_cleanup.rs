@@ -23,6 +23,7 @@ fn pod(name: &str, value: Option<&str>) -> LabelledPod {
         pod: name.to_owned(),
         uid: format!("uid-{name}"),
         value: value.map(str::to_owned),
+        shared: Default::default(),
     }
 }
 

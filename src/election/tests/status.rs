@@ -248,11 +248,13 @@ mod status_change {
     #[test]
     fn the_first_whole_status_records_what_the_operator_acts_with() {
         let plan = Scene::elected("a", &["b"], 5).plan();
-        let (spec_valid, leader) = (spec_valid(), uid("a"));
         let decided = StatusChange::Decided {
-            plan: &plan,
-            labelled: Some(&leader),
-            spec_valid: &spec_valid,
+            plan: Box::new(plan),
+            spec_valid: spec_valid(),
+        };
+        let facts = || crate::election::status_change::Facts {
+            labelled: Some(uid("a")),
+            ..facts()
         };
         let first = decided.render(&LeaderElectionStatus::default(), &facts());
         assert!(first.whole);
@@ -294,7 +296,11 @@ mod status_change {
             key: "edited/key".into(),
             ..AppliedSpec::default()
         };
-        let applied = StatusChange::Applied(&edit).render(&before, &facts());
+        let edited = crate::election::status_change::Facts {
+            applied: Some(edit.clone()),
+            ..facts()
+        };
+        let applied = StatusChange::Applied.render(&before, &edited);
         assert!(!applied.whole);
         assert_eq!(
             applied.status,
@@ -312,7 +318,11 @@ mod status_change {
             outcome: SwitchoverOutcome::InProgress,
             message: String::new(),
         };
-        let recorded = StatusChange::Switchover(&switchover).render(&before, &facts());
+        let change = StatusChange::Switchover {
+            record: switchover,
+            decides: None,
+        };
+        let recorded = change.render(&before, &facts());
         assert!(!recorded.whole);
         assert_eq!(recorded.status.phase, before.phase);
         assert!(recorded.status.last_switchover.is_some());
@@ -322,12 +332,12 @@ mod status_change {
     #[test]
     fn a_stand_back_warns_once() {
         let back = StandBack::conflict("older");
-        let first =
-            StatusChange::StandBack(&back).render(&LeaderElectionStatus::default(), &facts());
+        let change = StatusChange::StandBack(back);
+        let first = change.render(&LeaderElectionStatus::default(), &facts());
         assert!(first.whole);
         assert_eq!(first.status.phase, Some(StatusPhase::Conflict));
         assert_eq!(first.event.map(|e| e.reason), Some(EventReason::Conflict));
-        let again = StatusChange::StandBack(&back).render(&first.status, &facts());
+        let again = change.render(&first.status, &facts());
         assert_eq!(again.event, None);
     }
 }

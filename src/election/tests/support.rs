@@ -105,6 +105,7 @@ pub fn pod(name: &str) -> PodView {
         priority: Some(0),
         handover: None,
         reclaim: false,
+        shared: Default::default(),
     }
 }
 
@@ -942,6 +943,7 @@ pub fn facts() -> crate::election::status_change::Facts {
             message: "safe".into(),
         }),
         failed_writes: None,
+        labelled: None,
         now: t(100),
     }
 }

@@ -14,18 +14,17 @@ use super::{Action, Model, PodView, SessionHealth, model_election, model_owner};
 use crate::consul::parse_go_duration;
 use crate::crd::AppliedSpec;
 use crate::election::admission::{Access, Input, served_elsewhere};
-use crate::election::config::LabelConfig;
-use crate::election::machine::{ConsulWait, Do, Left, Start};
-use crate::election::plan::{ConditionState, Plan};
-use crate::election::pod_patch::{PodPatch, PodRole};
+use crate::election::adoption::FoundSettings;
+use crate::election::first_look::SessionRead;
+use crate::election::machine::{ConsulWait, Left, Start};
+use crate::election::plan::ConditionState;
 use crate::election::reconcile::Found;
+use crate::election::request::{Outcome, Request};
 use crate::election::session_names::session_name;
 use crate::election::spec_edits::{needs_withdrawal, same_access};
 use crate::election::status_change::StatusChange;
 use crate::election::unusable::LockFacts;
-use crate::election::withdrawal::{
-    Acted, LabelledPod, Performed, SessionToEnd, Sessions, Step, acted_with,
-};
+use crate::election::withdrawal::{Acted, LabelledPod, SessionToEnd, Sessions, Step, acted_with};
 
 /// How long a deleted election's cleanup waits for Consul (the controller's
 /// `CONSUL_CLEANUP_BOUND`).
@@ -150,18 +149,22 @@ impl Model {
         }
     }
 
-    /// Performs `step` as the controller's `Inputs::perform` does.
-    pub(super) fn perform(&mut self, step: Do, now: &AppliedSpec) {
+    /// Performs `step`, a request before planning, as the controller's executor does.
+    pub(super) fn perform(&mut self, step: &Request, now: &AppliedSpec) {
         // Rule 8: an election another install serves is that install's to write.
-        if self.served_elsewhere() && matches!(step, Do::Report(_) | Do::Forget) {
+        let writes = matches!(
+            step,
+            Request::WriteStatus(StatusChange::StandBack(_)) | Request::ForgetSession
+        );
+        if self.served_elsewhere() && writes {
             self.fail(&format!(
                 "rule 8: {step:?} for an election the status says another install serves"
             ));
         }
         match step {
             // The model's key watch is its cached view; the other elections are not modelled.
-            Do::Unwatch | Do::Watch => {}
-            Do::Wake(other) => {
+            Request::Unwatch | Request::Watch => {}
+            Request::Wake(other) => {
                 if other == "younger" {
                     *self
                         .seen
@@ -169,30 +172,31 @@ impl Model {
                         .or_default() += 1;
                 }
             }
-            Do::Report(back) => {
+            Request::WriteStatus(StatusChange::StandBack(back)) => {
                 *self
                     .seen
                     .entry(format!("stood back: {:?}", back.phase))
                     .or_default() += 1;
             }
-            Do::Forget => self.registered = None,
-            Do::RecordApplied => {
+            Request::ForgetSession => self.registered = None,
+            Request::WriteStatus(applied @ StatusChange::Applied) => {
                 let from = self.applied.as_ref().map(|a| a.key.clone());
                 if let Some(from) = from.filter(|from| *from != now.key) {
                     self.consul.switch_key(&from, &now.key);
                     self.cached_lock = super::LockView::Unknown;
                 }
-                self.write(StatusChange::Applied(now));
+                self.write(applied, None);
                 self.applied = Some(now.clone());
             }
+            other => self.fail(&format!("{other:?} is no step before planning")),
         }
     }
 
     /// A withdrawal ended well, and the reconcile goes on with `next`: after yielding to an
     /// older election it wakes that one, after an edit it records the values or watches.
-    pub(super) fn withdrew(&mut self, next: &Do) {
+    pub(super) fn withdrew(&mut self, next: &Request) {
         let situation = match next {
-            Do::Wake(_) => {
+            Request::Wake(_) => {
                 self.check_yielded();
                 "withdrew for an older election"
             }
@@ -201,7 +205,7 @@ impl Model {
         *self.seen.entry(situation.into()).or_default() += 1;
     }
 
-    /// What the election was acted with, as `cleanup::Withdrawer::read` asks
+    /// What the election was acted with, as `inputs::withdrawal::left` asks
     /// [`acted_with`]: a registered session is the operator's whatever the mode says now.
     fn acted(&self) -> Acted {
         acted_with(
@@ -258,7 +262,7 @@ impl Model {
             || pod.handover.is_some()
     }
 
-    /// What the election left, as `cleanup::Withdrawer::read` reads it for the machine.
+    /// What the election left, as `inputs::withdrawal::left` reads it for the machine.
     pub(super) fn left(&self) -> Left {
         Left {
             pods: self.labelled_pods(),
@@ -282,25 +286,32 @@ impl Model {
                 pod: p.name.clone(),
                 uid: p.uid.clone(),
                 value: p.role.clone(),
+                shared: Default::default(),
             })
             .collect()
     }
 
-    /// Performs one step of a withdrawal with `faults`, checked like a planner's action.
-    pub(super) fn withdrawal_step(&mut self, step: &Step, faults: &mut Faults) -> Performed {
+    /// Performs one step of a withdrawal, as `request` carries it out, with `faults`, checked
+    /// like a planner's action.
+    pub(super) fn withdrawal_step(
+        &mut self,
+        step: &Step,
+        request: &Request,
+        faults: &mut Faults,
+    ) -> Outcome {
         let before = self.unbacked_labels();
         let leaders_before = self.leaders().len();
-        let (executed, failing) = faults.next(matches!(step, Step::Forget));
+        let (executed, failing) = faults.next(request.in_process());
         let performed = if executed {
-            self.perform_withdrawal(step)
+            self.perform_withdrawal(step, request)
         } else {
-            Performed::Failed
+            Outcome::Failed
         };
         let performed = match performed {
-            Performed::Done | Performed::SessionNamed(_) if failing => Performed::Failed,
+            Outcome::Done | Outcome::Session(_) if failing => Outcome::Failed,
             performed => performed,
         };
-        let ok = performed != Performed::Failed;
+        let ok = performed != Outcome::Failed;
         let _ = writeln!(
             self.trace,
             "   {} withdrawal {step:?}: {performed:?}",
@@ -314,9 +325,9 @@ impl Model {
             Step::Forget => "Forget",
         };
         let outcome = match performed {
-            Performed::Failed => "failed",
-            Performed::NoAccess => "without access",
-            Performed::Done | Performed::SessionNamed(_) => "ok",
+            Outcome::NoAccess => "without access",
+            Outcome::Done | Outcome::Session(_) => "ok",
+            _ => "failed",
         };
         *self
             .seen
@@ -356,37 +367,38 @@ impl Model {
         }
     }
 
-    /// Performs one step of a withdrawal as the controller's cleanup does, through the
-    /// election's own Consul access (refused while the model refuses it).
-    fn perform_withdrawal(&mut self, step: &Step) -> Performed {
-        let done = |result: Result<(), super::Failed>| {
-            result.map_or(Performed::Failed, |()| Performed::Done)
-        };
+    /// Performs one step of a withdrawal as the controller's executor performs its `request`,
+    /// through the election's own Consul access (refused while the model refuses it).
+    fn perform_withdrawal(&mut self, step: &Step, request: &Request) -> Outcome {
+        let done =
+            |result: Result<(), super::Failed>| result.map_or(Outcome::Failed, |()| Outcome::Done);
         if step.in_consul() && self.access_refused {
-            return Performed::NoAccess;
+            return Outcome::NoAccess;
         }
         match step {
-            Step::Unlabel { pod, uid } => {
-                // As `cleanup::Withdrawer` patches it; a pod gone meanwhile needs nothing.
-                let labels = LabelConfig {
-                    key: self.acted().label_key,
-                    leader: String::new(),
-                    follower: String::new(),
-                };
-                let election = model_election().name;
-                // The one election of the model owns its pods' annotations.
-                let patch = PodPatch::for_role(pod, uid, &labels, &election, PodRole::None, None);
-                self.apply_patch(&patch);
-                Performed::Done
+            Step::Unlabel { .. } => {
+                // The patch the core made; a pod gone meanwhile needs nothing.
+                if let Request::PatchPod { patch, .. } = request {
+                    self.apply_patch(patch);
+                }
+                Outcome::Done
             }
             Step::ReadSession(id) => match self.consul.sessions_reachable() {
-                Ok(()) => Performed::SessionNamed(self.consul.sessions.get(id).map(|found| {
-                    match &found.pod {
-                        Some(pod) => session_name(&model_owner(), &model_election(), pod),
-                        None => "an application's session".into(),
-                    }
-                })),
-                Err(_) => Performed::Failed,
+                Ok(()) => Outcome::Session(self.consul.sessions.get(id).map_or(
+                    SessionRead::Missing,
+                    |found| SessionRead::Found {
+                        name: match &found.pod {
+                            Some(pod) => session_name(&model_owner(), &model_election(), pod),
+                            None => "an application's session".into(),
+                        },
+                        settings: FoundSettings {
+                            ttl: Some(found.ttl),
+                            lock_delay: found.lock_delay,
+                            behavior: found.behavior,
+                        },
+                    },
+                )),
+                Err(_) => Outcome::Failed,
             },
             Step::Release { session } => done(self.consul.release(session).map(|_| ())),
             Step::Destroy(session) => {
@@ -400,28 +412,25 @@ impl Model {
             }
             Step::Forget => {
                 self.registered = None;
-                Performed::Done
+                Outcome::Done
             }
         }
     }
 
-    /// Executes [`Action::RecordToken`] with the controller's rendering: the token, and for a
-    /// `whole` record the status the plan decides with its pod labelled.
-    pub(super) fn record_token(&mut self, plan: &Plan, uid: &str, token: u64, whole: bool) {
+    /// Executes [`Action::RecordToken`] as its `request` says, with the controller's
+    /// rendering: the token, and for a `whole` record the status the plan decides with its pod
+    /// labelled.
+    pub(super) fn record_token(&mut self, request: &Request, token: u64) {
         if self.status.fencing_token >= Some(token) {
             self.fail(&format!(
                 "RecordToken of {token}, but the status holds {:?} already",
                 self.status.fencing_token
             ));
         }
-        let spec_valid = spec_valid();
-        self.write(StatusChange::Token {
-            plan,
-            uid,
-            token,
-            whole,
-            spec_valid: &spec_valid,
-        });
+        let Request::WriteStatus(change @ StatusChange::Token { .. }) = request else {
+            self.fail(&format!("a token record sent as {request:?}"));
+        };
+        self.write(change, None);
         if self.applied.is_none() {
             self.applied = Some(self.spec_applied());
         }

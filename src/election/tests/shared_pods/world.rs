@@ -382,7 +382,7 @@ impl Shared {
     }
 
     /// What the planner of election `e` reads of its pods (`k8s::pod_view`, then
-    /// `act.rs::shared_views`).
+    /// `inputs::plan_loop::shared_views`).
     fn views(&self, e: usize) -> Vec<PodView> {
         let sim = &self.sims[e];
         let labels = &sim.config.labels;
@@ -406,6 +406,7 @@ impl Shared {
                     priority: Some(0),
                     handover: p.annotations.get(HANDOVER_ANNOTATION).cloned(),
                     reclaim: false,
+                    shared: self.shared(e, &p, &labels.key),
                 };
                 let named = p.annotations.get(ELECTION_ANNOTATION).map(String::as_str);
                 let owner = AnnotationOwner::of(named, &sim.name, || {
@@ -424,16 +425,16 @@ impl Shared {
             .collect()
     }
 
-    /// What election `e` knows of `pod` as other elections share it (`pod_writes::shared`).
-    fn shared(&self, e: usize, pod: &Pod, to_leader: bool) -> SharedPod {
+    /// What election `e` knows of `pod` as elections writing other label keys than `key`
+    /// share it (`inputs::shared::shared_pod`).
+    fn shared(&self, e: usize, pod: &Pod, key: &str) -> SharedPod {
         let sim = &self.sims[e];
         let foreign_owner_leads = self.foreign_owner(&sim.name, pod).map(|o| o.leads(pod));
         SharedPod {
             foreign_owner_leads,
             owned_by_me: pod.annotations.get(ELECTION_ANNOTATION) == Some(&sim.name),
             led_by_another: foreign_owner_leads.is_none()
-                && !to_leader
-                && self.led_by_another(&sim.name, &sim.config.labels.key, pod),
+                && self.led_by_another(&sim.name, key, pod),
         }
     }
 
@@ -548,7 +549,7 @@ impl Shared {
         labels
     }
 
-    /// What election `e` left, for a withdrawal (`cleanup::Withdrawer::read`).
+    /// What election `e` left, for a withdrawal (`inputs::withdrawal::left`).
     fn left(&self, e: usize) -> Left {
         let sim = &self.sims[e];
         let held = sim.registered.as_ref().map(|r| r.id.clone());
@@ -564,6 +565,7 @@ impl Shared {
             .filter(|(p, _)| self.labelled_by(sim, p))
             .map(|(p, _)| LabelledPod {
                 value: p.labels.get(&acted.label_key).cloned(),
+                shared: self.shared(e, &p, &acted.label_key),
                 pod: p.name,
                 uid: p.uid,
             })

@@ -5,19 +5,17 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::{Pod, Registered, Shared, owner};
-use crate::election::config::{LabelConfig, Mode};
-use crate::election::first_look::{Adopting, Look, SessionRead};
-use crate::election::machine::{Do, Next, Opening, Start};
+use crate::election::config::Mode;
+use crate::election::first_look::{Adopting, SessionRead};
+use crate::election::machine::{Next, Opening, Start};
 use crate::election::observe::{LockView, SessionHealth};
-use crate::election::plan::Action;
-use crate::election::plan_loop::{Answer, World as PlanWorld};
-use crate::election::pod_patch::{PodPatch, PodRole};
+use crate::election::plan_loop::World as PlanWorld;
 use crate::election::report;
+use crate::election::request::{Outcome, Request};
 use crate::election::session_names::session_name;
 use crate::election::status_change::{Facts, StatusChange};
-use crate::election::tests::support::{applied_of, mono, spec_valid, t};
+use crate::election::tests::support::{applied_of, mono, t};
 use crate::election::unusable::LockFacts;
-use crate::election::withdrawal::{Performed, SessionToEnd, Step};
 
 impl Shared {
     /// One reconcile of election `e`, driven as the controller drives it; returns when its
@@ -42,21 +40,10 @@ impl Shared {
                     let found = self.gather(e, input);
                     self.sims[e].machine.gathered(found);
                 }
-                Next::Do(step) => {
-                    let _ = writeln!(self.trace, "   {} step {step:?}", self.sims[e].name);
-                    if let Do::Report(back) = &step {
-                        self.write(e, StatusChange::StandBack(back));
-                        self.see(&format!("stood back: {:?}", back.reason));
-                    }
-                    if matches!(step, Do::Forget) {
-                        self.sims[e].registered = None;
-                    }
-                    if matches!(step, Do::Wake(_))
-                        && self.sims[e].machine.why().contains("waiting for a younger")
-                    {
-                        self.see("waited for a younger election's leader label to go");
-                    }
-                    self.sims[e].machine.done();
+                Next::Perform(request) => {
+                    let outcome = self.execute(e, &request, &mut faults, &mut lock);
+                    let reported = self.sims[e].machine.performed(outcome, mono(self.now));
+                    failed |= reported.failed;
                 }
                 Next::Judge => {
                     // Rule 2 while the election waits: the world's Consul always answers.
@@ -78,11 +65,6 @@ impl Shared {
                 Next::Left => {
                     let left = self.left(e);
                     self.sims[e].machine.left(left);
-                }
-                Next::Withdraw(step) => {
-                    let performed = self.withdraw(e, &step, &mut faults);
-                    failed |= performed == Performed::Failed;
-                    self.sims[e].machine.withdrew(performed);
                 }
                 Next::GiveUp(_) => {
                     failed = false;
@@ -106,7 +88,6 @@ impl Shared {
                     };
                     self.sims[e].machine.opened(opening);
                 }
-                Next::Look(look) => self.look(e, look, &mut lock),
                 Next::Observe => {
                     let views = self.views(e);
                     let session = self.session_view(e);
@@ -126,15 +107,6 @@ impl Shared {
                     let actions = plan.map(|p| p.actions.clone()).unwrap_or_default();
                     let _ = writeln!(self.trace, "   {} plan {actions:?}", self.sims[e].name);
                 }
-                Next::Act(action) => {
-                    let answer = self.act(e, &action, &mut faults);
-                    failed |= answer == Answer::Failed;
-                    self.sims[e].machine.handle(answer, mono(self.now));
-                }
-                Next::WriteStatus => {
-                    self.write_status(e);
-                    self.sims[e].machine.status_written();
-                }
                 Next::Stop(_) => {
                     if self.sims[e].deleted && !failed {
                         self.sims[e].finalized = true;
@@ -150,83 +122,69 @@ impl Shared {
             .and_then(|plan| plan.requeue_after)
     }
 
-    fn look(&mut self, e: usize, look: Look, lock: &mut LockView) {
-        match look {
-            Look::ReadKey(_) => {
-                *lock = self.lock_view(e);
-                self.sims[e].machine.key_read(Ok(lock.clone()));
+    /// Performs `request` of election `e` against the world with the reconcile's `faults`, as
+    /// the controller's executor performs it (`lock`: the key as the reconcile last read it).
+    fn execute(
+        &mut self,
+        e: usize,
+        request: &Request,
+        faults: &mut Faults,
+        lock: &mut LockView,
+    ) -> Outcome {
+        let (executed, failing) = faults.next(request.in_process());
+        let before = self.leaders_per_election();
+        let cause = format!("{:?}", self.sims[e].machine.cause());
+        let outcome = match executed {
+            true => self.perform(e, request, lock),
+            false => Outcome::Failed,
+        };
+        let outcome = if failing { Outcome::Failed } else { outcome };
+        let name = &self.sims[e].name;
+        let _ = writeln!(self.trace, "   {name} {request:?} ({cause}): {outcome:?}");
+        self.check_step(&before, &format!("{name} {request:?} ({cause})"));
+        outcome
+    }
+
+    /// Carries out `request` of election `e`.
+    fn perform(&mut self, e: usize, request: &Request, lock: &mut LockView) -> Outcome {
+        match request {
+            Request::PatchPod { patch, replans } => {
+                if !self.apply_patch(patch) {
+                    return Outcome::Gone;
+                }
+                if !replans {
+                    self.see("withdrew a label");
+                }
+                Outcome::Done
             }
-            Look::ReadSession(id) => {
-                let read = match (self.sessions.get(&id), &self.sims[e].registered) {
-                    (Some(_), Some(r)) if r.id == id => SessionRead::Found {
-                        name: session_name(&owner(), &self.sims[e].key(), &r.pod),
+            Request::WriteStatus(change) => {
+                if let StatusChange::StandBack(back) = change {
+                    self.see(&format!("stood back: {:?}", back.reason));
+                }
+                self.write(e, change);
+                Outcome::StatusWritten(Box::new(report::recorded(&self.sims[e].status)))
+            }
+            Request::ReadKey(_) => {
+                *lock = self.lock_view(e);
+                Outcome::Key(Ok(lock.clone()))
+            }
+            Request::ReadSession { session, .. } => {
+                let sim = &self.sims[e];
+                let read = match (self.sessions.get(session), &sim.registered) {
+                    (Some(_), Some(r)) if r.id == *session => SessionRead::Found {
+                        name: session_name(&owner(), &sim.key(), &r.pod),
                         settings: crate::election::adoption::FoundSettings {
-                            ttl: Some(self.sims[e].config.session.ttl),
-                            lock_delay: self.sims[e].config.session.lock_delay,
-                            behavior: self.sims[e].config.session.behavior,
+                            ttl: Some(sim.config.session.ttl),
+                            lock_delay: sim.config.session.lock_delay,
+                            behavior: sim.config.session.behavior,
                         },
                     },
                     _ => SessionRead::Missing,
                 };
-                self.sims[e].machine.session_read(read);
+                Outcome::Session(read)
             }
-            Look::Adopt { .. } => self.sims[e].machine.adopted(Ok(false)),
-        }
-    }
-
-    /// Performs `action` of election `e` and answers for it.
-    fn act(&mut self, e: usize, action: &Action, faults: &mut Faults) -> Answer {
-        let in_process = matches!(action, Action::ForgetSession | Action::Emit(_));
-        let (executed, failing) = faults.next(in_process);
-        let before = self.leaders_per_election();
-        let answer = if executed {
-            self.perform(e, action)
-        } else {
-            Some(Answer::Failed)
-        };
-        let answer = match answer {
-            Some(answer) if !failing => answer,
-            _ => Answer::Failed,
-        };
-        let _ = writeln!(
-            self.trace,
-            "   {} {} {action:?}",
-            self.sims[e].name,
-            if answer == Answer::Failed {
-                "FAIL"
-            } else {
-                "ok  "
-            }
-        );
-        self.check_step(&before, &format!("{} {action:?}", self.sims[e].name));
-        answer
-    }
-
-    /// Carries out `action` of election `e`; `None` when it could not be (a pod patch for an
-    /// incarnation that is gone).
-    fn perform(&mut self, e: usize, action: &Action) -> Option<Answer> {
-        match action {
-            Action::RecordToken {
-                uid,
-                fencing_token,
-                whole,
-            } => {
-                let plan = self.sims[e].machine.last_plan().cloned()?;
-                let spec_valid = spec_valid();
-                self.write(
-                    e,
-                    StatusChange::Token {
-                        plan: &plan,
-                        uid,
-                        token: *fencing_token,
-                        whole: *whole,
-                        spec_valid: &spec_valid,
-                    },
-                );
-                let recorded = report::recorded(&self.sims[e].status);
-                Some(Answer::StatusWritten(Box::new(recorded)))
-            }
-            Action::CreateSession { pod, uid } => {
+            Request::AdoptSession { .. } => Outcome::Adopted(false),
+            Request::CreateSession { pod, uid } => {
                 self.writes += 1;
                 self.next_session += 1;
                 let id = format!("s{}", self.next_session);
@@ -239,9 +197,9 @@ impl Shared {
                         renewed_at: mono(self.now),
                     },
                 });
-                Some(Answer::Done)
+                Outcome::Done
             }
-            Action::ConfirmSession { session } | Action::Acquire { session, .. }
+            Request::RenewSession(session) | Request::Acquire { session, .. }
                 if !self.sessions.contains_key(session) =>
             {
                 // Consul answered `invalid session`: the operator marks its session lost.
@@ -252,18 +210,21 @@ impl Shared {
                 {
                     r.health = SessionHealth::Lost;
                 }
-                Some(Answer::SessionGone)
+                Outcome::SessionGone
             }
-            Action::ConfirmSession { .. } => Some(Answer::Done),
-            Action::DestroySession { session } => {
-                self.end_session(e, session);
-                Some(Answer::Done)
+            Request::RenewSession(_) => Outcome::Done,
+            Request::DestroySession { recorded, .. } => {
+                let held = self.sims[e].registered.as_ref().map(|r| r.id.clone());
+                if let Some(id) = recorded.clone().or(held) {
+                    self.end_session(e, &id);
+                }
+                Outcome::Done
             }
-            Action::ForgetSession => {
+            Request::ForgetSession => {
                 self.sims[e].registered = None;
-                Some(Answer::Done)
+                Outcome::Done
             }
-            Action::Acquire { session, .. } => {
+            Request::Acquire { session, .. } => {
                 self.writes += 1;
                 let sim = &mut self.sims[e];
                 let acquired = match &sim.holder {
@@ -274,29 +235,23 @@ impl Shared {
                     }
                     Some(holder) => holder == session,
                 };
-                Some(Answer::Acquired(acquired))
+                Outcome::Acquired(acquired)
             }
-            Action::Release { session } => {
+            Request::Release { session, .. } => {
                 let sim = &mut self.sims[e];
                 if sim.holder.as_ref() == Some(session) {
                     sim.holder = None;
                 }
-                Some(Answer::Released)
+                Outcome::Done
             }
-            Action::Emit(_) | Action::RecordSwitchover { .. } => Some(Answer::Done),
-            Action::ClearSwitchover { .. } => Some(Answer::RequestCleared),
-            Action::LabelFollower { .. }
-            | Action::Unlabel { .. }
-            | Action::LabelLeader { .. }
-            | Action::AnnotateHandover { .. }
-            | Action::ClearHandover { .. } => {
-                let sim = &self.sims[e];
-                let shared = |pod: &str, to_leader: bool| {
-                    let p = self.pods.iter().find(|p| p.name == pod)?;
-                    Some(self.shared(e, p, to_leader))
-                };
-                let patch = PodPatch::of(action, &sim.config.labels, &sim.name, shared)?;
-                self.apply_patch(&patch).then_some(Answer::Done)
+            Request::Wake(_) => {
+                if self.sims[e].machine.why().contains("waiting for a younger") {
+                    self.see("waited for a younger election's leader label to go");
+                }
+                Outcome::Done
+            }
+            Request::ClearRequest(_) | Request::Publish(_) | Request::Watch | Request::Unwatch => {
+                Outcome::Done
             }
         }
     }
@@ -315,99 +270,9 @@ impl Shared {
         }
     }
 
-    /// Performs withdrawal `step` of election `e` (`cleanup::Withdrawer::perform`).
-    fn withdraw(&mut self, e: usize, step: &Step, faults: &mut Faults) -> Performed {
-        let (executed, failing) = faults.next(matches!(step, Step::Forget));
-        let before = self.leaders_per_election();
-        let performed = if executed {
-            self.perform_withdrawal(e, step)
-        } else {
-            Performed::Failed
-        };
-        let performed = match performed {
-            Performed::Done | Performed::SessionNamed(_) if failing => Performed::Failed,
-            performed => performed,
-        };
-        let _ = writeln!(
-            self.trace,
-            "   {} withdrawal {step:?}: {performed:?}",
-            self.sims[e].name
-        );
-        if matches!(step, Step::Unlabel { .. }) && performed == Performed::Done {
-            self.see("withdrew a label");
-        }
-        self.check_step(
-            &before,
-            &format!("{} withdrawal {step:?}", self.sims[e].name),
-        );
-        performed
-    }
-
-    fn perform_withdrawal(&mut self, e: usize, step: &Step) -> Performed {
-        match step {
-            Step::Unlabel { pod, uid } => {
-                let labels = LabelConfig {
-                    key: self.left(e).acted.label_key,
-                    leader: String::new(),
-                    follower: String::new(),
-                };
-                let shared = self
-                    .pods
-                    .iter()
-                    .find(|p| p.uid == *uid)
-                    .map(|p| self.shared(e, p, false));
-                let name = self.sims[e].name.clone();
-                let patch = PodPatch::for_role(pod, uid, &labels, &name, PodRole::None, shared);
-                // A pod gone meanwhile needs nothing.
-                self.apply_patch(&patch);
-                Performed::Done
-            }
-            Step::ReadSession(id) => {
-                let sim = &self.sims[e];
-                let named = sim
-                    .registered
-                    .as_ref()
-                    .filter(|r| r.id == *id && self.sessions.contains_key(id))
-                    .map(|r| session_name(&owner(), &sim.key(), &r.pod));
-                Performed::SessionNamed(named)
-            }
-            Step::Release { session } => {
-                let sim = &mut self.sims[e];
-                if sim.holder.as_ref() == Some(session) {
-                    sim.holder = None;
-                }
-                Performed::Done
-            }
-            Step::Destroy(SessionToEnd::Held(id) | SessionToEnd::Recorded(id)) => {
-                self.end_session(e, id);
-                Performed::Done
-            }
-            Step::Forget => {
-                self.sims[e].registered = None;
-                Performed::Done
-            }
-        }
-    }
-
     /// Renders `change` on election `e`'s status as the controller does
     /// ([`StatusChange::render`]) and writes it.
-    fn write(&mut self, e: usize, change: StatusChange<'_>) {
-        let sim = &self.sims[e];
-        let facts = Facts {
-            generation: Some(1),
-            applied: Some(applied_of(&sim.config)),
-            mode: Some(sim.config.mode),
-            lease_timing: None,
-            failed_writes: None,
-            now: self.now,
-        };
-        self.sims[e].status = change.render(&sim.status, &facts).status;
-    }
-
-    fn write_status(&mut self, e: usize) {
-        let Some(plan) = self.sims[e].machine.last_plan().cloned() else {
-            return;
-        };
+    fn write(&mut self, e: usize, change: &StatusChange) {
         let sim = &self.sims[e];
         let leaders: Vec<&Pod> = self
             .pods
@@ -418,13 +283,16 @@ impl Shared {
             [one] => Some(one.uid.clone()),
             _ => None,
         };
-        let spec_valid = spec_valid();
-        let decided = StatusChange::Decided {
-            plan: &plan,
-            labelled: labelled.as_deref(),
-            spec_valid: &spec_valid,
+        let facts = Facts {
+            generation: Some(1),
+            applied: Some(applied_of(&sim.config)),
+            mode: Some(sim.config.mode),
+            lease_timing: None,
+            failed_writes: None,
+            labelled,
+            now: self.now,
         };
-        self.write(e, decided);
+        self.sims[e].status = change.render(&sim.status, &facts).status;
     }
 }
 

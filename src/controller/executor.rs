@@ -1,0 +1,383 @@
+//! The executor: performs each [`Request`] of an election's machine against the API server and
+//! Consul, as it is, and reports its [`Outcome`]. Its branches are about I/O only: which client
+//! a request goes through, what an answer or an error of the API server or Consul is, what
+//! this process remembers it wrote. Also what the machine observes through it: what the plan
+//! loop starts from, each plan's world, what a withdrawal finds (read in [`crate::inputs`]).
+
+use std::sync::Arc;
+
+use kube::Resource;
+use kube::api::Api;
+
+use super::status_write;
+use crate::Error;
+use crate::consul::{ConsulClient, ConsulError, QueryOptions};
+use crate::consul_access::Accesses;
+use crate::context::Context;
+use crate::crd::LeaderElection;
+use crate::crd::status_basis::Basis;
+use crate::election::cleanup_deadline::gave_up;
+use crate::election::config::{ElectionConfig, ElectionKey};
+use crate::election::first_look::{KeyRead, SessionRead};
+use crate::election::key_value;
+use crate::election::machine::{Election, GiveUp, Left, Opening};
+use crate::election::observe::LockView;
+use crate::election::plan::ElectionEvent;
+use crate::election::pod_patch::PodPatch;
+use crate::election::report;
+use crate::election::request::{Kept, Outcome, Request};
+use crate::election::status_change::StatusChange;
+use crate::inputs::plan_loop::{self, Pods};
+use crate::inputs::withdrawal as left;
+use crate::k8s::{self, Pod};
+use crate::observers::sessions::found_settings;
+
+/// Flags written with every acquisition and release: marks the key as an elector lock.
+pub const LOCK_FLAGS: u64 = 0x0065_6c65_6374_6f72;
+
+/// Performs the requests of one reconcile of one election.
+pub struct Executor<'a> {
+    pub(super) le: &'a LeaderElection,
+    pub(super) key: &'a ElectionKey,
+    pub(super) ctx: &'a Context,
+    /// The validated spec (`None`: it is not valid).
+    pub config: Option<Arc<ElectionConfig>>,
+    /// The Consul accesses: the spec's once admission opened it, the one acted with once a
+    /// withdrawal read it.
+    pub access: Accesses,
+    /// The plan loop's pods, as this reconcile patched them.
+    pods: Pods,
+    /// The key as last read.
+    lock: LockView,
+    /// What status writes are based on once the plan loop opened (before: the status as this
+    /// process knows it).
+    basis: Option<Basis>,
+}
+
+impl<'a> Executor<'a> {
+    /// The executor of a reconcile of `le` (its key `key`; `config`: its validated spec).
+    pub fn new(
+        le: &'a LeaderElection,
+        key: &'a ElectionKey,
+        ctx: &'a Context,
+        config: Option<Arc<ElectionConfig>>,
+    ) -> Self {
+        Executor {
+            le,
+            key,
+            ctx,
+            config,
+            access: Accesses::default(),
+            pods: Pods::new(),
+            lock: LockView::Unknown,
+            basis: None,
+        }
+    }
+
+    /// Reads what the election left, for [`Election::left`].
+    pub fn left(&mut self) -> Left {
+        let (left, acted) = left::left(self.le, self.key, self.ctx);
+        let consul_key = left.acted.consul_key.clone();
+        self.access.acted_on(acted, consul_key);
+        left
+    }
+
+    /// Reads what the plan loop starts from, for [`Election::opened`]: its pods, its status,
+    /// its switchover request (removing one decided before), what its first look may adopt.
+    pub async fn open(&mut self) -> Result<Opening, Error> {
+        let (ctx, key) = (self.ctx, self.key);
+        let Some(config) = &self.config else {
+            return Err(Error::InvalidStatus("planning without a valid spec".into()));
+        };
+        let start = plan_loop::start(self.le, key, ctx, config);
+        let recorded = report::recorded(&start.status);
+        let last = recorded.last_switchover.as_ref();
+        let (switchover, removal_failed) = match super::switchover::pending(ctx, key, self.le, last)
+            .await
+        {
+            Ok(request) => (request, false),
+            Err(error) => {
+                tracing::warn!(election = %key, %error, "cannot remove a decided switchover request");
+                (None, true)
+            }
+        };
+        self.pods = start.pods;
+        self.basis = Some(Basis::of(&start.status));
+        Ok(Opening {
+            recorded,
+            switchover,
+            removal_failed,
+            adopting: start.adopting,
+        })
+    }
+
+    /// Observes the world and lets `election` plan from it.
+    pub fn observe(&self, election: &mut Election) {
+        if let Some(config) = &self.config {
+            plan_loop::plan(election, self.key, self.ctx, config, &self.pods, &self.lock);
+        }
+    }
+
+    /// Performs `request`: how it went, and the error when it failed.
+    pub async fn perform(&mut self, request: Request) -> (Outcome, Option<Error>) {
+        let patches_pod = matches!(request, Request::PatchPod { .. });
+        match self.send(request).await {
+            Ok(outcome) => (outcome, None),
+            Err(error) => {
+                let gone = patches_pod
+                    && matches!(&error, Error::Kube { source: kube::Error::Api(s), .. } if s.is_not_found());
+                let outcome = match error.consul_refusal() {
+                    _ if gone => Outcome::Gone,
+                    Some(refusal) => Outcome::Refused(refusal),
+                    None => Outcome::Failed,
+                };
+                (outcome, Some(error))
+            }
+        }
+    }
+
+    async fn send(&mut self, request: Request) -> Result<Outcome, Error> {
+        let (ctx, key) = (self.ctx, self.key);
+        match request {
+            Request::PatchPod { patch, replans } => self.patch_pod(&patch, replans).await,
+            Request::WriteStatus(change) => self.write_status(&change).await,
+            Request::ReadKey(read) => self.read_key(read).await,
+            Request::ReadSession { session, via } => {
+                let Some((consul, _)) = self.access.of(via, ctx).await? else {
+                    return Ok(Outcome::NoAccess);
+                };
+                let found = consul
+                    .session_info(&session, QueryOptions::default())
+                    .await?;
+                let read = found.value.map_or(SessionRead::Missing, |info| {
+                    let settings = found_settings(&info);
+                    SessionRead::Found {
+                        name: info.name,
+                        settings,
+                    }
+                });
+                Ok(Outcome::Session(read))
+            }
+            Request::AdoptSession { session, pod, uid } => {
+                let (consul, _) = self.spec_access()?;
+                let adopted = ctx
+                    .sessions
+                    .adopt(key, &consul, &session, &pod, &uid)
+                    .await?;
+                if adopted {
+                    tracing::info!(election = %key, session, pod, "adopted session");
+                }
+                Ok(Outcome::Adopted(adopted))
+            }
+            Request::CreateSession { pod, uid } => {
+                let ((consul, _), config) = (self.spec_access()?, self.spec()?);
+                let owner = &ctx.settings.owner;
+                let settings = &config.session;
+                ctx.sessions
+                    .create(key, &consul, owner, &pod, &uid, settings)
+                    .await?;
+                Ok(Outcome::Done)
+            }
+            Request::RenewSession(session) => {
+                match self.spec_access()?.0.renew_session(&session).await {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(ConsulError::SessionNotFound { .. }) => Ok(self.session_gone(&session)),
+                    Err(error) => Err(error.into()),
+                }
+            }
+            Request::DestroySession { recorded, via } => {
+                let Some((consul, _)) = self.access.of(via, ctx).await? else {
+                    return Ok(Outcome::NoAccess);
+                };
+                match recorded {
+                    None => ctx.sessions.destroy(key, &consul).await?,
+                    Some(id) => consul.destroy_session(&id).await?,
+                }
+                Ok(Outcome::Done)
+            }
+            Request::ForgetSession => {
+                ctx.sessions.forget(key);
+                Ok(Outcome::Done)
+            }
+            Request::Acquire { session, pod } => {
+                let (consul, consul_key) = self.spec_access()?;
+                let value = self.lock_value(&pod);
+                match consul
+                    .kv_acquire(&consul_key, &session, &value, LOCK_FLAGS)
+                    .await
+                {
+                    Ok(acquired) => Ok(Outcome::Acquired(acquired)),
+                    Err(ConsulError::InvalidSession { .. }) => Ok(self.session_gone(&session)),
+                    Err(error) => Err(error.into()),
+                }
+            }
+            Request::Release {
+                session,
+                keeps,
+                via,
+            } => {
+                let Some((consul, consul_key)) = self.access.of(via, ctx).await? else {
+                    return Ok(Outcome::NoAccess);
+                };
+                let value = match (keeps, &self.lock) {
+                    (Kept::Value, LockView::Held { value, .. }) => {
+                        value.clone().unwrap_or_default()
+                    }
+                    _ => Vec::new(),
+                };
+                match consul
+                    .kv_release(&consul_key, &session, &value, LOCK_FLAGS)
+                    .await
+                {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(ConsulError::InvalidSession { .. }) => Ok(self.session_gone(&session)),
+                    Err(error) => Err(error.into()),
+                }
+            }
+            Request::ClearRequest(request) => {
+                // Decided from here on, even if the removal fails.
+                ctx.caches.written.request_deciding(key, &request);
+                super::switchover::clear_request(ctx, key, &request).await?;
+                Ok(Outcome::Done)
+            }
+            Request::Publish(event) => {
+                self.publish(&event, "Elect");
+                Ok(Outcome::Done)
+            }
+            Request::Watch => {
+                if let (Some(config), Ok((consul, consul_key))) = (&self.config, self.spec_access())
+                {
+                    ctx.locks
+                        .watch(key, &consul, &consul_key, config.session.ttl);
+                }
+                Ok(Outcome::Done)
+            }
+            Request::Unwatch => {
+                ctx.locks.unwatch(key);
+                Ok(Outcome::Done)
+            }
+            Request::Wake(name) => {
+                let namespace = key.namespace.clone();
+                ctx.reconcile_soon(&ElectionKey { namespace, name });
+                Ok(Outcome::Done)
+            }
+        }
+    }
+
+    /// Sends `patch` and remembers the pod as written (by the election when it `replans` on
+    /// it); the plan loop plans on from the pod as patched.
+    async fn patch_pod(&mut self, patch: &PodPatch, replans: bool) -> Result<Outcome, Error> {
+        let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.key.namespace);
+        let patched = k8s::patch_pod(&api, patch)
+            .await
+            .map_err(Error::kube("patch pod"))?;
+        let patched = Arc::new(patched);
+        let by = replans.then_some(self.key.name.as_str());
+        self.ctx.caches.written.remember_pod(&patched, by);
+        if let Some((pod, _)) = self.pods.get_mut(&patch.pod) {
+            *pod = patched;
+        }
+        Ok(Outcome::Done)
+    }
+
+    /// Writes `change` and answers the status as it now reads.
+    async fn write_status(&mut self, change: &StatusChange) -> Result<Outcome, Error> {
+        let (ctx, le) = (self.ctx, self.le);
+        if let Some(request) = change.decides() {
+            // Decided from here on, even if this write or the removal fails.
+            ctx.caches.written.request_deciding(self.key, request);
+        }
+        let config = self.config.as_deref();
+        let labelled = config.and_then(|c| plan_loop::labelled_leader(&self.pods, &c.labels));
+        let written = status_write::write(le, ctx, config, change, self.basis, labelled).await?;
+        if self.basis.is_some() {
+            self.basis = Some(written.basis);
+        }
+        if let Some(event) = written.event {
+            self.publish(&event, "Validate");
+        }
+        let status = ctx.caches.current_status(le);
+        Ok(Outcome::StatusWritten(Box::new(report::recorded(&status))))
+    }
+
+    /// Reads the key (without retries: the watch retries, and a Fence deadline must not wait
+    /// for a backoff); the watch's answer when it has one.
+    async fn read_key(&mut self, read: KeyRead) -> Result<Outcome, Error> {
+        let (ctx, key) = (self.ctx, self.key);
+        let (consul, consul_key) = self.spec_access()?;
+        let (direct, consul_key) = (consul.without_retries(), &consul_key);
+        let read = match read {
+            KeyRead::Fresh => ctx.locks.refresh(key, &direct, consul_key).await,
+            KeyRead::Watched => match ctx.locks.lock(key) {
+                LockView::Unknown => ctx.locks.current(key, &direct, consul_key).await,
+                cached => Ok(cached),
+            },
+        };
+        let read = read.map_err(|error| Error::from(error).consul_refusal());
+        // A key that cannot be read is known no more: not as it was before a write.
+        self.lock = read.clone().unwrap_or(LockView::Unknown);
+        Ok(Outcome::Key(read))
+    }
+
+    /// Consul answered that the operator's session is gone: it was invalidated (TTL expiry,
+    /// destroyed from outside) and the renewal loop has not noticed yet. It is marked lost, so
+    /// the next plan handles it as Consul intends instead of retrying with a dead session.
+    fn session_gone(&self, session: &str) -> Outcome {
+        if self.ctx.sessions.mark_lost(self.key, session) {
+            tracing::info!(election = %self.key, session, "consul no longer has the session");
+        }
+        Outcome::SessionGone
+    }
+
+    /// The key's value for `pod` ([`key_value::value_for`]).
+    fn lock_value(&self, pod: &str) -> Vec<u8> {
+        let holding = plan_loop::holding(&self.pods, pod);
+        let owner = &self.ctx.settings.owner;
+        key_value::value_for(holding, self.key, owner, self.ctx.wall_now())
+    }
+
+    /// The validated spec.
+    fn spec(&self) -> Result<&ElectionConfig, Error> {
+        let config = self.config.as_deref();
+        config.ok_or_else(|| Error::InvalidStatus("a Consul request without a valid spec".into()))
+    }
+
+    /// The spec's Consul client and key, which admission opened.
+    fn spec_access(&self) -> Result<(ConsulClient, String), Error> {
+        let access = self.access.spec().cloned();
+        access.ok_or_else(|| Error::InvalidStatus("a Consul request before admission".into()))
+    }
+
+    /// Stops waiting for Consul, as [`GiveUp`] says after `error`: the session is no longer
+    /// renewed (it expires after its TTL unless the key was released), and a Warning event
+    /// names what was left there.
+    pub fn give_up(&self, give_up: GiveUp, error: Option<Error>) {
+        self.ctx.sessions.forget(self.key);
+        let error = error.map_or_else(String::new, |error| error.to_string());
+        let session = give_up.session.as_deref();
+        let event = gave_up(&give_up.consul_key, session, &give_up.why, &error);
+        tracing::warn!(election = %self.key, "{}", event.note);
+        self.publish(&event, "Cleanup");
+    }
+
+    /// Publishes `event` on the election, and on the pod it names (each names the other as
+    /// its related object: kube's recorder folds events into one series by type, reason and
+    /// objects, not by note, so without the pod "pod B is leader" would count as a repeat of
+    /// an earlier "pod A is leader" and show A's note).
+    pub fn publish(&self, event: &ElectionEvent, action: &'static str) {
+        if let Some(cause) = event.fenced {
+            self.ctx.metrics.fenced(cause);
+        }
+        let election = self.le.object_ref(&());
+        let pod = event
+            .pod
+            .as_ref()
+            .and_then(|p| plan_loop::pod_reference(&self.pods, p));
+        self.ctx
+            .publish_election_event(event, action, &election, pod.clone());
+        if let Some(pod) = pod {
+            self.ctx
+                .publish_election_event(event, action, &pod, Some(election));
+        }
+    }
+}
