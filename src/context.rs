@@ -40,7 +40,7 @@ pub struct Settings {
     pub owner: Owner,
     /// The Lease that chooses the one replica that writes.
     pub lease: LeaseSettings,
-    /// How long a deletion retries Consul before giving up (see [`CONSUL_CLEANUP_BOUND`](crate::controller::CONSUL_CLEANUP_BOUND)).
+    /// How long a deletion retries Consul before giving up (see [`CONSUL_CLEANUP_BOUND`](crate::election::cleanup_deadline::CONSUL_CLEANUP_BOUND)).
     pub consul_cleanup_bound: Duration,
 }
 

@@ -2,7 +2,8 @@
 //! label/annotation patches. Patches are JSON merge patches that name only the operator's own
 //! keys (the user's labels and annotations are never touched) and carry the pod's UID, so a
 //! patch meant for one incarnation of a pod name fails on another instead of labelling it.
-//! Also the removal of an annotation only while it reads what was decided on.
+//! Also the removal of an annotation only while it reads what was decided on, and the end of
+//! a finalizer's cleanup.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +12,8 @@ use json_patch::jsonptr::PointerBuf;
 use json_patch::{PatchOperation, RemoveOperation, TestOperation};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer;
 use serde_json::{Value, json};
 
 use crate::crd::{
@@ -82,6 +85,27 @@ where
             api.get_opt(name).await
         }
         Err(error) => Err(error),
+    }
+}
+
+/// A cleanup whose finalizer removal found the object gone is done, not failed: kube's
+/// finalizer helper removes the finalizer only after the cleanup succeeded, and the object can
+/// only be gone once its finalizer went, by an earlier reconcile of the same deletion that saw a
+/// newer copy. (Many of those follow a mass deletion; each would count as a failed
+/// reconcile, log a warning and be retried for an object that no longer exists.)
+pub fn done_when_gone<E>(
+    result: Result<Action, finalizer::Error<E>>,
+) -> Result<Action, finalizer::Error<E>>
+where
+    E: std::error::Error + 'static,
+{
+    match result {
+        Err(finalizer::Error::RemoveFinalizer(kube::Error::Api(status)))
+            if status.is_not_found() =>
+        {
+            Ok(Action::await_change())
+        }
+        other => other,
     }
 }
 
@@ -217,5 +241,30 @@ mod tests {
             ready_changed_at(&pod),
             Some("2026-11-21T09:30:00Z".parse().expect("ts"))
         );
+    }
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        let status = kube::core::Status::failure("refused", reason).with_code(code);
+        kube::Error::Api(status.boxed())
+    }
+
+    type Finalized = Result<Action, finalizer::Error<crate::Error>>;
+
+    #[test]
+    fn a_finalizer_removal_that_finds_the_election_gone_is_done() {
+        let gone: Finalized = Err(finalizer::Error::RemoveFinalizer(api_error(
+            404, "NotFound",
+        )));
+        assert_eq!(done_when_gone(gone).ok(), Some(Action::await_change()));
+        // Anything else stays a failure: a changed finalizer list (422), an unreachable API
+        // server, a missing election when adding the finalizer, a failed cleanup.
+        let changed: Finalized = Err(finalizer::Error::RemoveFinalizer(api_error(422, "Invalid")));
+        assert!(done_when_gone(changed).is_err());
+        let adding: Finalized = Err(finalizer::Error::AddFinalizer(api_error(404, "NotFound")));
+        assert!(done_when_gone(adding).is_err());
+        let cleanup: Finalized = Err(finalizer::Error::CleanupFailed(
+            crate::Error::MissingMetadata("name"),
+        ));
+        assert!(done_when_gone(cleanup).is_err());
     }
 }

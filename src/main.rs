@@ -9,7 +9,6 @@ use consul_elector::cli::{Cli, Command, DeleteElectionsArgs, LogFormat, RunArgs,
 use consul_elector::cluster_identity;
 use consul_elector::consul::{ConsulClient, ConsulSettings};
 use consul_elector::context::Settings;
-use consul_elector::controller;
 use consul_elector::election::config::Owner;
 use consul_elector::http::{self, Health};
 use consul_elector::leadership::{LeaseSettings, WallClock};
@@ -222,7 +221,7 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
         )
         .with_former(args.former_names.entries().to_vec()),
         lease,
-        consul_cleanup_bound: controller::CONSUL_CLEANUP_BOUND,
+        consul_cleanup_bound: consul_elector::election::cleanup_deadline::CONSUL_CLEANUP_BOUND,
     };
     match operator::run(kube, consul, settings, metrics, health, stopped()).await {
         Ok(()) => {

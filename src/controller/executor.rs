@@ -14,8 +14,8 @@ use crate::Error;
 use crate::consul::{ConsulClient, ConsulError, QueryOptions};
 use crate::consul_access::Accesses;
 use crate::context::Context;
-use crate::crd::LeaderElection;
 use crate::crd::status_basis::Basis;
+use crate::crd::{LeaderElection, SWITCHOVER_ANNOTATION};
 use crate::election::cleanup_deadline::gave_up;
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::first_look::{KeyRead, SessionRead};
@@ -82,31 +82,17 @@ impl<'a> Executor<'a> {
         left
     }
 
-    /// Reads what the plan loop starts from, for [`Election::opened`]: its pods, its status,
-    /// its switchover request (removing one decided before), what its first look may adopt.
-    pub async fn open(&mut self) -> Result<Opening, Error> {
-        let (ctx, key) = (self.ctx, self.key);
+    /// Reads what the plan loop starts from, for [`Election::opened`].
+    pub fn open(&mut self) -> Result<Opening, Error> {
         let Some(config) = &self.config else {
             return Err(Error::InvalidStatus("planning without a valid spec".into()));
         };
-        let start = plan_loop::start(self.le, key, ctx, config);
-        let recorded = report::recorded(&start.status);
-        let last = recorded.last_switchover.as_ref();
-        let (switchover, removal_failed) = match super::switchover::pending(ctx, key, self.le, last)
-            .await
-        {
-            Ok(request) => (request, false),
-            Err(error) => {
-                tracing::warn!(election = %key, %error, "cannot remove a decided switchover request");
-                (None, true)
-            }
-        };
+        let start = plan_loop::start(self.le, self.key, self.ctx, config);
         self.pods = start.pods;
         self.basis = Some(Basis::of(&start.status));
         Ok(Opening {
-            recorded,
-            switchover,
-            removal_failed,
+            recorded: report::recorded(&start.status),
+            switchover: start.switchover,
             adopting: start.adopting,
         })
     }
@@ -237,7 +223,13 @@ impl<'a> Executor<'a> {
             Request::ClearRequest(request) => {
                 // Decided from here on, even if the removal fails.
                 ctx.caches.written.request_deciding(key, &request);
-                super::switchover::clear_request(ctx, key, &request).await?;
+                let api: Api<LeaderElection> = Api::namespaced(ctx.client.clone(), &key.namespace);
+                let annotation = SWITCHOVER_ANNOTATION;
+                let now = k8s::remove_annotation_if(&api, &key.name, annotation, &request)
+                    .await
+                    .map_err(Error::kube("clear switchover request"))?;
+                // The version without the request: a copy older than it still has it.
+                ctx.caches.written.request_removed(key, now.as_ref());
                 Ok(Outcome::Done)
             }
             Request::Publish(event) => {

@@ -15,10 +15,8 @@
 mod executor;
 mod gather;
 pub(crate) mod status_write;
-mod switchover;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer;
@@ -35,13 +33,8 @@ use crate::election::look_again;
 use crate::election::machine::{Next, Start};
 use crate::election::report::spec_problems;
 use crate::inputs;
+use crate::k8s;
 use executor::Executor;
-
-/// How long after a LeaderElection's deletion (its `metadata.deletionTimestamp`) the operator
-/// keeps retrying to release its key and destroy its session in Consul before it gives up,
-/// removes the finalizer anyway and says in a Warning event what was left behind: a
-/// namespace must never stay Terminating because Consul is unreachable.
-pub const CONSUL_CLEANUP_BOUND: Duration = Duration::from_secs(300);
 
 /// Reconciles one election (finalizer first: cleanup on deletion).
 pub(crate) async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -73,27 +66,9 @@ pub(crate) async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Res
         }
     })
     .await;
-    let result = done_when_gone(result).map_err(|e| Error::Finalizer(Box::new(e)));
+    let result = k8s::done_when_gone(result).map_err(|e| Error::Finalizer(Box::new(e)));
     timer.finish(result.as_ref().map(|_| ()).map_err(Error::category));
     result
-}
-
-/// A cleanup whose finalizer removal found the election gone is done, not failed: the
-/// helper removes the finalizer only after the cleanup succeeded, and the election can only
-/// be gone once its finalizer went, by an earlier reconcile of the same deletion that saw a
-/// newer copy. (Many of those follow a mass deletion; each would count as a failed
-/// reconcile, log a warning and be retried for an election that no longer exists.)
-fn done_when_gone(
-    result: Result<Action, finalizer::Error<Error>>,
-) -> Result<Action, finalizer::Error<Error>> {
-    match result {
-        Err(finalizer::Error::RemoveFinalizer(kube::Error::Api(status)))
-            if status.is_not_found() =>
-        {
-            Ok(Action::await_change())
-        }
-        other => other,
-    }
 }
 
 /// A failed reconcile is retried soon; its error was already counted by the reconcile timer.
@@ -153,7 +128,7 @@ async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Acti
                 tracing::info!(election = %key, "withdrawing: {}", election.why());
                 election.left(executor.left());
             }
-            Next::Open => election.opened(executor.open().await?),
+            Next::Open => election.opened(executor.open()?),
             Next::Observe => executor.observe(&mut election),
             Next::Perform(request) => {
                 tracing::debug!(election = %key, ?request, cause = ?election.cause(), "performing");
@@ -194,33 +169,5 @@ async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Acti
                 return failure.map_or(Ok(Action::requeue(look_again)), Err);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kube::core::Status;
-
-    fn api_error(code: u16, reason: &str) -> kube::Error {
-        kube::Error::Api(Status::failure("refused", reason).with_code(code).boxed())
-    }
-
-    #[test]
-    fn a_finalizer_removal_that_finds_the_election_gone_is_done() {
-        let gone = Err(finalizer::Error::RemoveFinalizer(api_error(
-            404, "NotFound",
-        )));
-        assert_eq!(done_when_gone(gone).ok(), Some(Action::await_change()));
-        // Anything else stays a failure: a changed finalizer list (422), an unreachable API
-        // server, a missing election when adding the finalizer, a failed cleanup.
-        let changed = Err(finalizer::Error::RemoveFinalizer(api_error(422, "Invalid")));
-        assert!(done_when_gone(changed).is_err());
-        let adding = Err(finalizer::Error::AddFinalizer(api_error(404, "NotFound")));
-        assert!(done_when_gone(adding).is_err());
-        let cleanup = Err(finalizer::Error::CleanupFailed(Error::MissingMetadata(
-            "name",
-        )));
-        assert!(done_when_gone(cleanup).is_err());
     }
 }

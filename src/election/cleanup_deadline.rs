@@ -11,6 +11,11 @@ use jiff::{SignedDuration, Timestamp};
 use super::plan::{ElectionEvent, EventReason};
 use crate::crd::SKIP_CONSUL_CLEANUP_ANNOTATION;
 
+/// How long after a LeaderElection's deletion (its `metadata.deletionTimestamp`) the operator
+/// keeps retrying to release its key and destroy its session in Consul before it gives up,
+/// removes the finalizer anyway and says in a Warning event what was left behind.
+pub const CONSUL_CLEANUP_BOUND: Duration = Duration::from_secs(300);
+
 /// Shortest and longest wait between two attempts to clean up in Consul.
 pub const RETRY_BOUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
 

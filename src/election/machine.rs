@@ -52,6 +52,7 @@ use super::request::{
     self, Acting, ActionKind, Outcome, Request, Via, Withdrawing as WithdrawalRequests,
 };
 use super::status_change::StatusChange;
+use super::switchover_request::{self, RequestSeen, RequestStep};
 use super::unusable::{LockFacts, UnusableLabel, unusable_label};
 use super::withdrawal::{
     self, Acted, Footprint, LabelledPod, Performed, Sessions, Withdrawal, Withdrawn,
@@ -131,10 +132,10 @@ pub struct GiveUp {
 pub struct Opening {
     /// The status as this process knows it now.
     pub recorded: Recorded,
-    /// The switchover request still to decide (one decided before is removed, not passed).
-    pub switchover: Option<String>,
-    /// Removing a decided switchover request failed (it is retried soon).
-    pub removal_failed: bool,
+    /// The switchover request on the election, if any, and what this process remembers of
+    /// it: [`switchover_request::step`] decides whether the plans decide it, or a request
+    /// decided before is removed again first.
+    pub switchover: Option<(String, RequestSeen)>,
     /// What the first look may adopt.
     pub adopting: Adopting,
 }
@@ -197,6 +198,9 @@ pub enum Cause<'a> {
 #[derive(Debug, Clone)]
 enum Origin {
     Step,
+    /// The removal of a switchover request decided before: when it fails, the reconcile goes
+    /// on and looks again soon.
+    Removal,
     Withdrawal(withdrawal::Step),
     Look(Look),
     Action(ActionKind),
@@ -260,6 +264,8 @@ struct Run {
     acting: Acting,
     /// Where the request handed out last came from, until its outcome is reported.
     pending: Option<Origin>,
+    /// A switchover request decided before, to remove again before the first plan.
+    removing: Option<String>,
 }
 
 /// One election (see the module docs).
@@ -294,6 +300,7 @@ impl Election {
             removal_failed: false,
             acting: Acting::default(),
             pending: None,
+            removing: None,
         }));
     }
 
@@ -359,6 +366,11 @@ impl Election {
                 }
             }
             return self.next();
+        }
+        // Set only as the plan loop opens: removed before its first plan.
+        if let Some(request) = run.removing.take() {
+            run.pending = Some(Origin::Removal);
+            return Next::Perform(Request::ClearRequest(request));
         }
         match &mut run.stage {
             Stage::Over(after, _) => Next::Stop(*after),
@@ -485,6 +497,7 @@ impl Election {
                     reconcile.done(None);
                 }
             }
+            Origin::Removal => run.removal_failed = !outcome.took_effect(),
             Origin::Withdrawal(_) => {
                 let performed = request::performed(outcome);
                 reported.failed = performed == Performed::Failed;
@@ -585,11 +598,22 @@ impl Election {
         if let Some(run) = &mut self.run
             && matches!(run.stage, Stage::Opening)
         {
-            run.removal_failed = opening.removal_failed;
             run.acting.election = opening.adopting.election.name.clone();
+            let last = opening.recorded.last_switchover.as_ref();
+            let switchover = match opening.switchover {
+                Some((request, seen)) => match switchover_request::step(seen, last, &request) {
+                    RequestStep::Decide => Some(request),
+                    RequestStep::Skip => None,
+                    RequestStep::Remove => {
+                        run.removing = Some(request);
+                        None
+                    }
+                },
+                None => None,
+            };
             run.stage = Stage::Planning(PlanLoop::new(
                 opening.recorded,
-                opening.switchover,
+                switchover,
                 MAX_PLANS,
                 opening.adopting,
             ));
@@ -626,7 +650,7 @@ impl Election {
     pub fn cause(&self) -> Option<Cause<'_>> {
         let run = self.run.as_ref()?;
         Some(match run.pending.as_ref()? {
-            Origin::Step => Cause::Step,
+            Origin::Step | Origin::Removal => Cause::Step,
             Origin::Withdrawal(step) => Cause::Withdrawal(step),
             Origin::Look(look) => Cause::Look(look),
             Origin::Action(_) => match &run.stage {

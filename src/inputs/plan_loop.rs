@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::cache::views;
 use crate::context::Context;
 use crate::crd::applied::recorded_session;
-use crate::crd::{LeaderElection, LeaderElectionStatus};
+use crate::crd::{LeaderElection, LeaderElectionStatus, SWITCHOVER_ANNOTATION};
 use crate::election::annotation_owner::{Owner as AnnotationOwner, shared_view};
 use crate::election::config::{ElectionConfig, ElectionKey, LabelConfig};
 use crate::election::first_look::Adopting;
@@ -19,6 +19,7 @@ use crate::election::key_value::Holding;
 use crate::election::machine::Election;
 use crate::election::observe::{LockView, PodView};
 use crate::election::plan_loop::World;
+use crate::election::switchover_request::RequestSeen;
 use crate::k8s::{self, Pod};
 
 /// The pods an election works on, by name, each with whether its selector matches it
@@ -33,6 +34,8 @@ pub struct Start {
     pub pods: Pods,
     /// What its first look may adopt.
     pub adopting: Adopting,
+    /// Its switchover request, if any, with what this process remembers of it.
+    pub switchover: Option<(String, RequestSeen)>,
 }
 
 /// Reads what the plan loop of `le` (its key `key`, validated as `config`) starts from.
@@ -51,10 +54,15 @@ pub fn start(
         spec_settings: config.session,
         owner: ctx.settings.owner.clone(),
     };
+    let switchover = le.annotations().get(SWITCHOVER_ANNOTATION).map(|request| {
+        let seen = ctx.caches.written.request_seen(key, le, request);
+        (request.clone(), seen)
+    });
     Start {
         status,
         pods: views::pods_of(&ctx.caches, le),
         adopting,
+        switchover,
     }
 }
 

@@ -7,13 +7,14 @@ use crate::election::config::LabelConfig;
 use crate::election::first_look::{KeyRead, SessionRead};
 use crate::election::look_again::{self, ERROR_REQUEUE, INVALID_REQUEUE};
 use crate::election::machine::{ConsulWait, Election, GiveUp, Left, Next, Opening, Start};
-use crate::election::observe::{LockView, SessionView};
+use crate::election::observe::{LockView, SessionView, SwitchoverOutcome, SwitchoverRecord};
 use crate::election::plan::{ConditionState, EventReason};
 use crate::election::pod_patch::{PodPatch, PodRole};
 use crate::election::reconcile::Found;
 use crate::election::report::StandBack;
 use crate::election::request::{Kept, Outcome, Request, Via};
 use crate::election::status_change::StatusChange;
+use crate::election::switchover_request::RequestSeen;
 use crate::election::unusable::LockFacts;
 use crate::election::withdrawal::{Acted, LabelledPod, Sessions};
 
@@ -177,6 +178,18 @@ const EDITED: Found = Found::Applied {
 /// effect, the key reads as the scene has it, no session is found to adopt. Returns the
 /// requests in order.
 fn reconcile(election: &mut Election, scene: &Scene, applied: Found) -> Vec<Next> {
+    reconcile_with(election, scene, applied, None, Outcome::Done)
+}
+
+/// [`reconcile`] with the switchover request `switchover` on the election, whose removal
+/// has `removal` as its outcome.
+fn reconcile_with(
+    election: &mut Election,
+    scene: &Scene,
+    applied: Found,
+    switchover: Option<(String, RequestSeen)>,
+    removal: Outcome,
+) -> Vec<Next> {
     election.begin(start());
     let mut asked = Vec::new();
     loop {
@@ -195,8 +208,7 @@ fn reconcile(election: &mut Election, scene: &Scene, applied: Found) -> Vec<Next
             Next::GiveUp(_) | Next::RetryConsul(_) => return asked,
             Next::Open => election.opened(Opening {
                 recorded: scene.recorded.clone(),
-                switchover: None,
-                removal_failed: false,
+                switchover: switchover.clone(),
                 adopting: scene.adopting(),
             }),
             Next::Perform(Request::ReadKey(_)) => {
@@ -212,6 +224,9 @@ fn reconcile(election: &mut Election, scene: &Scene, applied: Found) -> Vec<Next
             }
             Next::Observe => {
                 election.plan(&scene.world());
+            }
+            Next::Perform(Request::ClearRequest(_)) => {
+                election.performed(removal.clone(), mono(scene.now));
             }
             Next::Perform(_) => {
                 election.performed(Outcome::Done, mono(scene.now));
@@ -515,4 +530,48 @@ fn a_failed_pod_patch_ends_the_withdrawal_and_the_reconcile() {
     // The key is not released while the leader label may still be on (rule 7).
     assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
     assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
+}
+
+#[test]
+fn a_request_decided_before_is_removed_before_the_first_plan_and_not_decided_again() {
+    let done = SwitchoverRecord {
+        to: "b".into(),
+        from: Some("a".into()),
+        leader: Some("b".into()),
+        requested_at: t(0),
+        completed_at: Some(t(1)),
+        outcome: SwitchoverOutcome::Completed,
+        message: String::new(),
+    };
+    let mut recorded = record(&Scene::elected("b", &["a"], 6).plan().status);
+    recorded.last_switchover = Some(done);
+    let scene = Scene::elected("b", &["a"], 6).recorded(recorded);
+    let unremoved = Some(("b".to_owned(), RequestSeen::Unremoved));
+    let mut election = Election::new();
+    let asked = reconcile_with(
+        &mut election,
+        &scene,
+        UNEDITED,
+        unremoved.clone(),
+        Outcome::Done,
+    );
+    let opened = asked.iter().position(|n| *n == Next::Open).expect("opened");
+    assert_eq!(
+        asked[opened + 1],
+        Next::Perform(Request::ClearRequest("b".into()))
+    );
+    let plan = election.end().expect("a plan");
+    assert_eq!(
+        plan.status.last_switchover.map(|r| r.outcome),
+        Some(SwitchoverOutcome::Completed)
+    );
+    // A removal that fails is retried soon, and the reconcile goes on.
+    let asked = reconcile_with(&mut election, &scene, UNEDITED, unremoved, Outcome::Failed);
+    let stop = asked.last().cloned();
+    let soon = look_again::after(look_again::Round {
+        planned: scene.plan().requeue_after,
+        retry_soon: true,
+        ..look_again::Round::default()
+    });
+    assert_eq!(stop, Some(Next::Stop(soon)));
 }

@@ -49,7 +49,7 @@ use crate::election::report;
 use crate::election::request::{Outcome, Request};
 use crate::election::session_names::session_name;
 use crate::election::status_change::{Facts, StatusChange};
-use crate::election::switchover_request::{RequestSeen, RequestStep, step};
+use crate::election::switchover_request::RequestSeen;
 
 mod lifecycle;
 mod other_install;
@@ -1480,12 +1480,10 @@ impl Model {
                 Next::Stop(_) => break,
                 Next::Open => {
                     self.check_may_plan();
-                    self.remove_decided_request();
                     opened = Some((self.sticky_leader(), self.operator_move_due(&faults)));
                     let opening = Opening {
                         recorded: self.recorded(),
-                        switchover: self.switchover.clone(),
-                        removal_failed: false,
+                        switchover: self.switchover_seen(),
                         adopting: self.adopting(),
                     };
                     self.election.opened(opening);
@@ -1620,25 +1618,16 @@ impl Model {
         }
     }
 
-    /// As `controller::switchover::pending` does at the start of a reconcile: a request the
-    /// controller decided but may not have removed (the model's copy of the election is
-    /// never older than the removal) goes through `switchover_request::step`.
-    fn remove_decided_request(&mut self) {
-        let Some(request) = self.switchover.clone() else {
-            return;
-        };
+    /// The switchover request and what the controller remembers of it, as
+    /// `inputs::plan_loop::start` reads it: a request it decided but may not have removed
+    /// (the model's copy of the election is never older than the removal).
+    fn switchover_seen(&self) -> Option<(String, RequestSeen)> {
+        let request = self.switchover.clone()?;
         let seen = match self.decided_request.as_ref() == Some(&request) {
             true => RequestSeen::Unremoved,
             false => RequestSeen::New,
         };
-        if step(seen, self.recorded().last_switchover.as_ref(), &request) == RequestStep::Remove {
-            let _ = writeln!(self.trace, "   decided request {request} removed again");
-            *self
-                .seen
-                .entry("decided request removed again".into())
-                .or_default() += 1;
-            self.switchover = None;
-        }
+        Some((request, seen))
     }
 
     /// A read of the key: the watch's answer, or the direct read the machine asks for after

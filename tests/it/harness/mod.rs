@@ -25,7 +25,6 @@ use testkit::pods::wait_for;
 
 use consul_elector::consul::{ConsulAddress, ConsulClient, ConsulSettings};
 use consul_elector::context::Settings;
-use consul_elector::controller;
 use consul_elector::crd::LeaderElection;
 use consul_elector::election::config::Owner;
 use consul_elector::http::Health;
@@ -187,7 +186,7 @@ impl Default for HarnessOptions {
             secret_access: false,
             operator_consul: OperatorConsul::default(),
             cluster_name: "test-cluster".into(),
-            consul_cleanup_bound: controller::CONSUL_CLEANUP_BOUND,
+            consul_cleanup_bound: consul_elector::election::cleanup_deadline::CONSUL_CLEANUP_BOUND,
             extra_watch_namespaces: Vec::new(),
             lease: (LEASE_DURATION, LEASE_RENEW_DEADLINE),
         }

@@ -15,6 +15,7 @@ use crate::consul::parse_go_duration;
 use crate::crd::AppliedSpec;
 use crate::election::admission::{Access, Input, served_elsewhere};
 use crate::election::adoption::FoundSettings;
+use crate::election::cleanup_deadline::CONSUL_CLEANUP_BOUND;
 use crate::election::first_look::SessionRead;
 use crate::election::machine::{ConsulWait, Left, Start};
 use crate::election::plan::ConditionState;
@@ -25,10 +26,6 @@ use crate::election::spec_edits::{needs_withdrawal, same_access};
 use crate::election::status_change::StatusChange;
 use crate::election::unusable::LockFacts;
 use crate::election::withdrawal::{Acted, LabelledPod, SessionToEnd, Sessions, Step, acted_with};
-
-/// How long a deleted election's cleanup waits for Consul (the controller's
-/// `CONSUL_CLEANUP_BOUND`).
-const CLEANUP_BOUND: Duration = Duration::from_secs(300);
 
 /// The second label key and Consul key the edits switch to.
 const OTHER_LABEL_KEY: &str = "example.com/role";
@@ -188,6 +185,17 @@ impl Model {
                 self.write(applied, None);
                 self.applied = Some(now.clone());
             }
+            // A request decided before, removed again before the first plan.
+            Request::ClearRequest(request) => {
+                if self.switchover.as_ref() == Some(request) {
+                    let _ = writeln!(self.trace, "   decided request {request} removed again");
+                    *self
+                        .seen
+                        .entry("decided request removed again".into())
+                        .or_default() += 1;
+                    self.switchover = None;
+                }
+            }
             other => self.fail(&format!("{other:?} is no step before planning")),
         }
     }
@@ -272,7 +280,7 @@ impl Model {
                 skip: None,
                 deleted_at: self.deleted_at,
                 now: self.now,
-                bound: CLEANUP_BOUND,
+                bound: CONSUL_CLEANUP_BOUND,
             },
         }
     }

@@ -76,7 +76,6 @@ impl Shared {
                     let opening = Opening {
                         recorded: report::recorded(&sim.status),
                         switchover: None,
-                        removal_failed: false,
                         adopting: Adopting {
                             election: sim.key(),
                             mode: Mode::Managed,
