@@ -96,16 +96,21 @@ impl Context {
         let _ = self.changes.send(key.clone());
     }
 
-    /// Queues the election's `event` about `target` for writing ([`Self::publish`]), as a
-    /// Kubernetes event of `action` naming `related`.
+    /// Publishes `event` about an election (`election`) and, when it names one, its pod: each
+    /// names the other as its related object (kube's recorder folds events into one series by
+    /// type, reason and objects, not by note, so without the pod "pod B is leader" would count
+    /// as a repeat of an earlier "pod A is leader" and show A's note).
     pub(crate) fn publish_election_event(
         &self,
         event: &ElectionEvent,
         action: &str,
-        target: &ObjectReference,
-        related: Option<ObjectReference>,
+        election: ObjectReference,
+        pod: Option<ObjectReference>,
     ) {
-        let event = Event {
+        if let Some(cause) = event.fenced {
+            self.metrics.fenced(cause);
+        }
+        let of = |related: Option<ObjectReference>| Event {
             type_: if event.warning {
                 EventType::Warning
             } else {
@@ -116,7 +121,10 @@ impl Context {
             action: action.to_owned(),
             secondary: related,
         };
-        self.publish(&event, target);
+        self.publish(&of(pod.clone()), &election);
+        if let Some(pod) = pod {
+            self.publish(&of(Some(election)), &pod);
+        }
     }
 
     /// Queues `event` about `target` for writing, without waiting for the write, unless the

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use crate::consul::RequestObserver;
 use crate::election::invariants::Disagreement;
+use crate::election::plan_loop::Elected;
 
 /// Prefix of every metric name.
 const PREFIX: &str = "consul_elector";
@@ -465,14 +466,15 @@ impl Metrics {
         self.inner.events_suppressed.inc();
     }
 
-    /// Counts one change of an election's leader.
-    pub fn leader_transition(&self) {
-        self.inner.leader_transitions.inc();
-    }
-
-    /// Records how long a leadership move took, from the decision to the successor's label.
-    pub fn leader_elected(&self, latency: Duration) {
-        self.inner.leader_elected.observe(latency.as_secs_f64());
+    /// Counts a pod labelled leader: a change of an election's leader (a `transition`), and
+    /// how long a leadership move took, from the decision to the successor's label.
+    pub fn elected(&self, elected: Elected) {
+        if elected.transition {
+            self.inner.leader_transitions.inc();
+        }
+        if let Some(latency) = elected.after_move {
+            self.inner.leader_elected.observe(latency.as_secs_f64());
+        }
     }
 
     /// Counts one leader label removed for `cause`.
@@ -804,10 +806,16 @@ mod tests {
     #[test]
     fn leadership_metrics() {
         let metrics = Metrics::new();
-        metrics.leader_transition();
-        metrics.leader_transition();
-        metrics.leader_elected(Duration::from_millis(80));
-        metrics.leader_elected(Duration::from_secs(20));
+        let elected = |transition, after| Elected {
+            transition,
+            after_move: Some(after),
+        };
+        metrics.elected(elected(true, Duration::from_millis(80)));
+        metrics.elected(elected(true, Duration::from_secs(20)));
+        metrics.elected(Elected {
+            transition: false,
+            after_move: None,
+        });
         metrics.fenced(FencingCause::Lost);
         metrics.fenced(FencingCause::Unconfirmed);
         metrics.fenced(FencingCause::Unconfirmed);

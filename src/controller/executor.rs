@@ -156,20 +156,23 @@ impl<'a> Executor<'a> {
                 Ok(Outcome::Adopted(adopted))
             }
             Request::CreateSession { pod, uid } => {
-                let ((consul, _), config) = (self.spec_access()?, self.spec()?);
+                let (consul, _) = self.spec_access()?;
+                let settings = &self
+                    .config
+                    .as_ref()
+                    .ok_or(Error::MissingMetadata("spec"))?
+                    .session;
                 let owner = &ctx.settings.owner;
-                let settings = &config.session;
                 ctx.sessions
                     .create(key, &consul, owner, &pod, &uid, settings)
                     .await?;
                 Ok(Outcome::Done)
             }
             Request::RenewSession(session) => {
-                match self.spec_access()?.0.renew_session(&session).await {
-                    Ok(_) => Ok(Outcome::Done),
-                    Err(ConsulError::SessionNotFound { .. }) => Ok(self.session_gone(&session)),
-                    Err(error) => Err(error.into()),
-                }
+                let renewed = self.spec_access()?.0.renew_session(&session).await;
+                renewed
+                    .map(|_| Outcome::Done)
+                    .or_else(|error| self.session_gone(&session, error))
             }
             Request::DestroySession { recorded, via } => {
                 let Some((consul, _)) = self.access.of(via, ctx).await? else {
@@ -188,14 +191,11 @@ impl<'a> Executor<'a> {
             Request::Acquire { session, pod } => {
                 let (consul, consul_key) = self.spec_access()?;
                 let value = self.lock_value(&pod);
-                match consul
-                    .kv_acquire(&consul_key, &session, &value, LOCK_FLAGS)
+                let acquired = consul.kv_acquire(&consul_key, &session, &value, LOCK_FLAGS);
+                acquired
                     .await
-                {
-                    Ok(acquired) => Ok(Outcome::Acquired(acquired)),
-                    Err(ConsulError::InvalidSession { .. }) => Ok(self.session_gone(&session)),
-                    Err(error) => Err(error.into()),
-                }
+                    .map(Outcome::Acquired)
+                    .or_else(|error| self.session_gone(&session, error))
             }
             Request::Release {
                 session,
@@ -211,14 +211,11 @@ impl<'a> Executor<'a> {
                     }
                     _ => Vec::new(),
                 };
-                match consul
-                    .kv_release(&consul_key, &session, &value, LOCK_FLAGS)
+                let released = consul.kv_release(&consul_key, &session, &value, LOCK_FLAGS);
+                released
                     .await
-                {
-                    Ok(_) => Ok(Outcome::Done),
-                    Err(ConsulError::InvalidSession { .. }) => Ok(self.session_gone(&session)),
-                    Err(error) => Err(error.into()),
-                }
+                    .map(|_| Outcome::Done)
+                    .or_else(|error| self.session_gone(&session, error))
             }
             Request::ClearRequest(request) => {
                 // Decided from here on, even if the removal fails.
@@ -311,14 +308,19 @@ impl<'a> Executor<'a> {
         Ok(Outcome::Key(read))
     }
 
-    /// Consul answered that the operator's session is gone: it was invalidated (TTL expiry,
-    /// destroyed from outside) and the renewal loop has not noticed yet. It is marked lost, so
-    /// the next plan handles it as Consul intends instead of retrying with a dead session.
-    fn session_gone(&self, session: &str) -> Outcome {
+    /// Consul's `error` for a request with the operator's `session`. When it says the session
+    /// is gone (invalidated by TTL expiry or destroyed from outside, and the renewal loop has
+    /// not noticed yet), it is marked lost, so the next plan handles it as Consul intends
+    /// instead of retrying with a dead session.
+    fn session_gone(&self, session: &str, error: ConsulError) -> Result<Outcome, Error> {
+        let (ConsulError::InvalidSession { .. } | ConsulError::SessionNotFound { .. }) = error
+        else {
+            return Err(error.into());
+        };
         if self.ctx.sessions.mark_lost(self.key, session) {
             tracing::info!(election = %self.key, session, "consul no longer has the session");
         }
-        Outcome::SessionGone
+        Ok(Outcome::SessionGone)
     }
 
     /// The key's value for `pod` ([`key_value::value_for`]).
@@ -326,12 +328,6 @@ impl<'a> Executor<'a> {
         let holding = plan_loop::holding(&self.pods, pod);
         let owner = &self.ctx.settings.owner;
         key_value::value_for(holding, self.key, owner, self.ctx.wall_now())
-    }
-
-    /// The validated spec.
-    fn spec(&self) -> Result<&ElectionConfig, Error> {
-        let config = self.config.as_deref();
-        config.ok_or_else(|| Error::InvalidStatus("a Consul request without a valid spec".into()))
     }
 
     /// The spec's Consul client and key, which admission opened.
@@ -352,24 +348,12 @@ impl<'a> Executor<'a> {
         self.publish(&event, "Cleanup");
     }
 
-    /// Publishes `event` on the election, and on the pod it names (each names the other as
-    /// its related object: kube's recorder folds events into one series by type, reason and
-    /// objects, not by note, so without the pod "pod B is leader" would count as a repeat of
-    /// an earlier "pod A is leader" and show A's note).
+    /// Publishes `event` on the election, and on the pod it names.
     pub fn publish(&self, event: &ElectionEvent, action: &'static str) {
-        if let Some(cause) = event.fenced {
-            self.ctx.metrics.fenced(cause);
-        }
+        let pod = event.pod.as_ref();
+        let pod = pod.and_then(|p| plan_loop::pod_reference(&self.pods, p));
         let election = self.le.object_ref(&());
-        let pod = event
-            .pod
-            .as_ref()
-            .and_then(|p| plan_loop::pod_reference(&self.pods, p));
         self.ctx
-            .publish_election_event(event, action, &election, pod.clone());
-        if let Some(pod) = pod {
-            self.ctx
-                .publish_election_event(event, action, &pod, Some(election));
-        }
+            .publish_election_event(event, action, election, pod);
     }
 }

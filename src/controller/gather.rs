@@ -18,7 +18,7 @@ use crate::election::admission::{Access, Input};
 use crate::election::label_key_check::check_label_key;
 use crate::election::reconcile::Found;
 use crate::election::report::spec_problems;
-use crate::election::request::{self, Withdrawing};
+use crate::election::request;
 use crate::election::unusable::{UnusableLabel, waiting_label};
 use crate::election::withdrawal::{Performed, Withdrawal};
 use crate::inputs::{self, admission};
@@ -126,7 +126,7 @@ impl Executor<'_> {
             UnusableLabel::Keep(recheck) => Ok(Some(recheck)),
             UnusableLabel::Fence => {
                 let left = self.left();
-                let requests = Withdrawing::of(&left);
+                let requests = left.requests();
                 // Only labels: fencing plans no Consul step.
                 let mut fence = Withdrawal::fence(left.footprint(false), &left.pods);
                 while let Some(step) = fence.poll() {

@@ -28,10 +28,8 @@ use crate::Error;
 use crate::cache::keys::election_key;
 use crate::context::Context;
 use crate::crd::{FINALIZER, LeaderElection};
-use crate::election::admission::served_elsewhere;
 use crate::election::look_again;
-use crate::election::machine::{Next, Start};
-use crate::election::report::spec_problems;
+use crate::election::machine::Next;
 use crate::inputs;
 use crate::k8s;
 use executor::Executor;
@@ -97,23 +95,7 @@ async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Acti
     let key = election_key(le)?;
     let validation = ctx.caches.validated.of(&key, le);
     let mut election = ctx.caches.written.hold(&key);
-    election.begin(Start {
-        spec: validation
-            .as_ref()
-            .map(|_| ())
-            .map_err(|p| spec_problems(p)),
-        served_elsewhere: served_elsewhere(
-            ctx.caches.current_status(le).served_by.as_deref(),
-            &ctx.settings.owner,
-        ),
-        paused: le.spec.paused,
-        token_secret: le
-            .spec
-            .consul
-            .as_ref()
-            .is_some_and(|c| c.token_secret_ref.is_some()),
-        deleted,
-    });
+    election.begin(inputs::admission::start(le, ctx, &validation, deleted));
     let mut executor = Executor::new(le, &key, ctx, validation.ok());
     // The failure the reconcile returns, as the machine keeps it.
     let mut failure = None;
@@ -148,12 +130,7 @@ async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Acti
                     None => {}
                 }
                 if let Some(elected) = election.poll_elected() {
-                    if elected.transition {
-                        ctx.metrics.leader_transition();
-                    }
-                    if let Some(after) = elected.after_move {
-                        ctx.metrics.leader_elected(after);
-                    }
+                    ctx.metrics.elected(elected);
                 }
             }
             Next::GiveUp(give_up) => executor.give_up(give_up, failure.take()),

@@ -127,7 +127,7 @@ async fn patch_if_changed(
                 .status_write_failed(&key, error.category(), &text);
             ctx.metrics.status_write_failed();
             if let Some(report) = report {
-                ctx.publish_election_event(&report, "WriteStatus", &le.object_ref(&()), None);
+                ctx.publish_election_event(&report, "WriteStatus", le.object_ref(&()), None);
             }
             Err(error)
         }

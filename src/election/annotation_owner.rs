@@ -18,6 +18,7 @@ use jiff::Timestamp;
 
 use super::config::LabelConfig;
 use super::observe::PodView;
+pub use super::observe::SharedPod;
 
 /// How a patch of a pod by one election treats the operator's annotations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,18 +29,6 @@ pub enum Annotations {
     Keep,
     /// Remove them all, the ownership included (the pod leads in another election).
     GiveUp,
-}
-
-/// What one election knows of a pod it is about to patch (the default: nothing shares it).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SharedPod {
-    /// Another existing election owns the pod's annotations; `Some(true)` when that election
-    /// labels the pod leader.
-    pub foreign_owner_leads: Option<bool>,
-    /// The annotations name this election as their owner.
-    pub owned_by_me: bool,
-    /// Another election, writing another label key, labels the pod leader.
-    pub led_by_another: bool,
 }
 
 /// What a patch giving the pod the leader role (`to_leader`) or another role does with the

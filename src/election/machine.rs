@@ -92,6 +92,15 @@ pub struct Left {
 }
 
 impl Left {
+    /// The requests of the withdrawal of what the election left.
+    pub fn requests(&self) -> WithdrawalRequests {
+        WithdrawalRequests {
+            election: self.sessions.election.name.clone(),
+            label_key: self.acted.label_key.clone(),
+            pods: self.pods.clone(),
+        }
+    }
+
     /// The footprint a withdrawal takes off: the operator's own session counts whatever the
     /// mode with `whatever_mode` (after an edit).
     pub fn footprint(&self, whatever_mode: bool) -> Footprint<'_> {
@@ -583,7 +592,7 @@ impl Election {
             true => Withdrawal::fence(footprint, &left.pods),
             false => Withdrawal::whole(footprint, &left.pods, left.sessions.clone()),
         };
-        let requests = Box::new(WithdrawalRequests::of(&left));
+        let requests = Box::new(left.requests());
         run.withdrawing = Some(Withdrawing::Running {
             withdrawal: Box::new(withdrawal),
             requests,

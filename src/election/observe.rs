@@ -45,7 +45,19 @@ pub struct PodView {
     pub reclaim: bool,
     /// What the election knows of the pod as elections writing other label keys share it:
     /// what a role patch does with its annotations.
-    pub shared: super::annotation_owner::SharedPod,
+    pub shared: SharedPod,
+}
+
+/// What one election knows of a pod it is about to patch (the default: nothing shares it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SharedPod {
+    /// Another existing election owns the pod's annotations; `Some(true)` when that election
+    /// labels the pod leader.
+    pub foreign_owner_leads: Option<bool>,
+    /// The annotations name this election as their owner.
+    pub owned_by_me: bool,
+    /// Another election, writing another label key, labels the pod leader.
+    pub led_by_another: bool,
 }
 
 /// The Consul lock (the election's key) as last read.

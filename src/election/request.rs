@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use super::annotation_owner::SharedPod;
 use super::config::LabelConfig;
 use super::first_look::{KeyRead, SessionRead};
-use super::machine::Left;
 use super::observe::{LockView, Recorded};
 use super::plan::{Action, ConditionState, ElectionEvent, Plan};
 use super::plan_loop::Answer;
@@ -297,15 +296,6 @@ pub struct Withdrawing {
 }
 
 impl Withdrawing {
-    /// The requests of the withdrawal of what `left` says.
-    pub fn of(left: &Left) -> Withdrawing {
-        Withdrawing {
-            election: left.sessions.election.name.clone(),
-            label_key: left.acted.label_key.clone(),
-            pods: left.pods.clone(),
-        }
-    }
-
     /// The request of withdrawal `step`: through the Consul access the operator acted with,
     /// never its own.
     pub fn request(&self, step: Step) -> Request {

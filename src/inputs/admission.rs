@@ -3,13 +3,34 @@
 
 use std::sync::Arc;
 
+use crate::cache::validated::Validation;
 use crate::cache::views;
 use crate::context::Context;
 use crate::crd::LeaderElection;
 use crate::crd::applied::applied_of;
+use crate::election::admission::served_elsewhere;
 use crate::election::config::ElectionConfig;
+use crate::election::machine::Start;
+use crate::election::report::spec_problems;
 use crate::election::spec_edits::{needs_withdrawal, same_access};
 use crate::k8s::Pod;
+
+/// What a reconcile of `le` starts from: its object and spec validated as `validation`, the
+/// status as this process knows it (`deleted`: it only withdraws the election).
+pub fn start(le: &LeaderElection, ctx: &Context, validation: &Validation, deleted: bool) -> Start {
+    let status = ctx.caches.current_status(le);
+    let consul = le.spec.consul.as_ref();
+    Start {
+        spec: validation
+            .as_ref()
+            .map(|_| ())
+            .map_err(|p| spec_problems(p)),
+        served_elsewhere: served_elsewhere(status.served_by.as_deref(), &ctx.settings.owner),
+        paused: le.spec.paused,
+        token_secret: consul.is_some_and(|c| c.token_secret_ref.is_some()),
+        deleted,
+    }
+}
 
 /// The cached pods `le` selects, by name: their owners' selectors decide which label keys the
 /// election may write ([`crate::election::label_key_check`]).

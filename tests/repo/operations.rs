@@ -87,8 +87,10 @@ fn registered() -> BTreeMap<String, Family> {
     drop(metrics.count_and_measure());
     metrics.status_write_failed();
     metrics.event_suppressed();
-    metrics.leader_transition();
-    metrics.leader_elected(Duration::from_millis(5));
+    metrics.elected(consul_elector::election::plan_loop::Elected {
+        transition: true,
+        after_move: Some(Duration::from_millis(5)),
+    });
     metrics.fenced(FencingCause::Unconfirmed);
     metrics.set_phase_count("elected", 1);
     metrics.set_without_leader("electing", 1);

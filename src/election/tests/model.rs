@@ -1042,24 +1042,7 @@ impl Model {
                 };
                 (Some(lock), Outcome::Key(read))
             }
-            Look::ReadSession(session) => {
-                let found = match self.consul.sessions_reachable() {
-                    Ok(()) => self.consul.sessions.get(&session),
-                    Err(Failed) => None,
-                };
-                let read = found.map_or(SessionRead::Missing, |found| SessionRead::Found {
-                    name: match &found.pod {
-                        Some(pod) => session_name(&model_owner(), &model_election(), pod),
-                        None => "an application's session".into(),
-                    },
-                    settings: FoundSettings {
-                        ttl: Some(found.ttl),
-                        lock_delay: found.lock_delay,
-                        behavior: found.behavior,
-                    },
-                });
-                (None, Outcome::Session(read))
-            }
+            Look::ReadSession(session) => (None, self.read_session(&session)),
             Look::Adopt { session, pod, uid } => {
                 let outcome = self.consul.renew(&session, self.now);
                 if outcome == Ok(true) {
@@ -1070,6 +1053,27 @@ impl Model {
                 (None, outcome.map_or(Outcome::Failed, Outcome::Adopted))
             }
         }
+    }
+
+    /// Reads session `id` as the executor does (`Request::ReadSession`), without renewing it.
+    pub(super) fn read_session(&self, id: &str) -> Outcome {
+        if self.consul.sessions_reachable().is_err() {
+            return Outcome::Failed;
+        }
+        let found = self.consul.sessions.get(id);
+        Outcome::Session(
+            found.map_or(SessionRead::Missing, |found| SessionRead::Found {
+                name: match &found.pod {
+                    Some(pod) => session_name(&model_owner(), &model_election(), pod),
+                    None => "an application's session".into(),
+                },
+                settings: FoundSettings {
+                    ttl: Some(found.ttl),
+                    lock_delay: found.lock_delay,
+                    behavior: found.behavior,
+                },
+            }),
+        )
     }
 
     /// What the first look adopts with: the settings `status.applied` records, the spec's.

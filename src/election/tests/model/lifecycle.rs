@@ -14,14 +14,11 @@ use super::{Action, Model, PodView, SessionHealth, model_election, model_owner};
 use crate::consul::parse_go_duration;
 use crate::crd::AppliedSpec;
 use crate::election::admission::{Access, Input, served_elsewhere};
-use crate::election::adoption::FoundSettings;
 use crate::election::cleanup_deadline::CONSUL_CLEANUP_BOUND;
-use crate::election::first_look::SessionRead;
 use crate::election::machine::{ConsulWait, Left, Start};
 use crate::election::plan::ConditionState;
 use crate::election::reconcile::Found;
 use crate::election::request::{Outcome, Request};
-use crate::election::session_names::session_name;
 use crate::election::spec_edits::{needs_withdrawal, same_access};
 use crate::election::status_change::StatusChange;
 use crate::election::unusable::LockFacts;
@@ -391,23 +388,7 @@ impl Model {
                 }
                 Outcome::Done
             }
-            Step::ReadSession(id) => match self.consul.sessions_reachable() {
-                Ok(()) => Outcome::Session(self.consul.sessions.get(id).map_or(
-                    SessionRead::Missing,
-                    |found| SessionRead::Found {
-                        name: match &found.pod {
-                            Some(pod) => session_name(&model_owner(), &model_election(), pod),
-                            None => "an application's session".into(),
-                        },
-                        settings: FoundSettings {
-                            ttl: Some(found.ttl),
-                            lock_delay: found.lock_delay,
-                            behavior: found.behavior,
-                        },
-                    },
-                )),
-                Err(_) => Outcome::Failed,
-            },
+            Step::ReadSession(id) => self.read_session(id),
             Step::Release { session } => done(self.consul.release(session).map(|_| ())),
             Step::Destroy(session) => {
                 let (SessionToEnd::Held(id) | SessionToEnd::Recorded(id)) = session;
