@@ -237,7 +237,7 @@ pub fn conflicting_election(
 /// its pod's name and the name of the election that wrote it. Looked for on the pods of each
 /// younger election that yields to `le`: that election's own leader labels (wherever they
 /// are), and the leader labels on the pods it selects under the same key, with whether their
-/// writer yields itself.
+/// writer yields itself and still selects the pod.
 pub fn yielding_leader(
     caches: &Caches,
     le: &LeaderElection,
@@ -266,6 +266,7 @@ pub fn yielding_leader(
                     pod: pod.name_any(),
                     writer: claim.name.clone(),
                     writer_yields: true,
+                    writer_selects: selector_matches(&younger.spec.selector, k8s::labels_of(&pod)),
                 });
             }
         }
@@ -281,6 +282,7 @@ pub fn yielding_leader(
                 pod: pod.name_any(),
                 writer: writer.name_any(),
                 writer_yields,
+                writer_selects: selector_matches(&writer.spec.selector, k8s::labels_of(&pod)),
             });
         }
     }

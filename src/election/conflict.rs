@@ -67,16 +67,23 @@ pub struct YieldingLabel {
     /// Whether that election yields itself (to whichever older election it overlaps): then it
     /// withdraws the label.
     pub writer_yields: bool,
+    /// Whether that election's selector matches the pod: when it no longer does, the election
+    /// takes the label off at its next reconcile.
+    pub writer_selects: bool,
 }
 
-/// The leader label `me` waits to see gone before it acts, if any: one written by an election
-/// other than `me` that yields, on the pods of an election that yields to `me` (`labels`).
-/// That is the yielding election's own label, or, in a chain A-B-C, C's label on a pod B
-/// shares with C: until it goes, a Service selecting B's pods would reach it and the leader
-/// A is about to label. A label of an election that acts is never waited for, as it does not
-/// go (B, overlapping two elections that act, reports `Conflict` either way).
+/// The leader label `me` waits to see gone before it acts, if any: one on the pods of an
+/// election that yields to `me` (`labels`), written by an election other than `me` that takes
+/// it off: one that yields, or that no longer selects the pod. That is the yielding election's
+/// own label; in a chain A-B-C, C's label on a pod B shares with C; or the label an election
+/// left on a pod its selector stopped matching. Until it goes, a Service selecting B's pods
+/// would reach it and the leader A is about to label. A label an election that acts keeps on a
+/// pod it selects is never waited for, as it does not go (B, overlapping two elections that
+/// act, reports `Conflict` either way).
 pub fn label_to_wait_for<'a>(me: &str, labels: &'a [YieldingLabel]) -> Option<&'a YieldingLabel> {
-    labels.iter().find(|l| l.writer != me && l.writer_yields)
+    labels
+        .iter()
+        .find(|l| l.writer != me && (l.writer_yields || !l.writer_selects))
 }
 
 /// An election that may have written a label, for [`labelled_by`].
@@ -136,17 +143,24 @@ mod tests {
 
     #[test]
     fn an_election_waits_for_the_labels_of_yielding_elections_only() {
-        let label = |pod: &str, writer: &str, writer_yields| YieldingLabel {
+        let label = |pod: &str, writer: &str, writer_yields, writer_selects| YieldingLabel {
             pod: pod.into(),
             writer: writer.into(),
             writer_yields,
+            writer_selects,
         };
         // Its own label on a yielding election's pod, and one of an election that acts.
-        let acting = [label("p1", "a", false), label("p2", "d", false)];
+        let acting = [label("p1", "a", false, true), label("p2", "d", false, true)];
         assert_eq!(label_to_wait_for("a", &acting), None);
         // The yielding election's own label, or one further down the chain.
-        let chain = [label("p1", "a", false), label("p2", "c", true)];
+        let chain = [label("p1", "a", false, true), label("p2", "c", true, true)];
         assert_eq!(label_to_wait_for("a", &chain), Some(&chain[1]));
+        // One left by an election that acts, on a pod it no longer selects.
+        let left = [
+            label("p1", "a", false, false),
+            label("p2", "d", false, false),
+        ];
+        assert_eq!(label_to_wait_for("a", &left), Some(&left[1]));
     }
 
     #[test]

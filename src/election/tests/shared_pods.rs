@@ -181,3 +181,24 @@ fn the_oldest_of_a_chain_waits_for_the_label_at_its_far_end() {
     }
     world.quiesce();
 }
+
+/// An election whose selector no longer matches the pod it labelled leader keeps that label
+/// until it reconciles; meanwhile an older election must not label a second leader among the
+/// pods of a younger election that selects both.
+#[test]
+fn a_leader_label_its_election_no_longer_selects_is_waited_for() {
+    let mut world = Shared::new(&[0, 0, 0], &[(true, 6), (false, 1), (false, 1)]);
+    for event in [
+        reconcile(1),
+        Event::Gone(1),
+        Event::Select(0, 1, false),
+        Event::AddPod {
+            ready: true,
+            mask: 7,
+        },
+        Event::Select(2, 1, false),
+    ] {
+        world.apply(&event);
+    }
+    world.quiesce();
+}

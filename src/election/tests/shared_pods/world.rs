@@ -517,8 +517,8 @@ impl Shared {
         }
     }
 
-    /// The leader labels on the pods of the elections yielding to `me`, each with its writer
-    /// and whether that writer yields (`views::yielding_leader`).
+    /// The leader labels on the pods of the elections yielding to `me`, each with its writer,
+    /// whether that writer yields and whether it selects the pod (`views::yielding_leader`).
     fn yielding_labels(&self, me: &Claim, claims: &[Claim]) -> Vec<YieldingLabel> {
         let mut labels = Vec::new();
         for claim in yielding_to_me(me, claims) {
@@ -543,6 +543,7 @@ impl Shared {
                     pod: p.name.clone(),
                     writer: writer.name.clone(),
                     writer_yields: writes.is_some_and(|w| yields_to(w, claims).is_some()),
+                    writer_selects: p.selected_by[self.index_of(&writer.name)],
                 });
             }
         }
