@@ -40,7 +40,6 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::admission::Input;
-use super::cleanup_deadline::{Deadline, deadline};
 use super::first_look::{Adopting, LeftAlone, Look, SessionRead};
 use super::look_again;
 use super::memory::ElectionMemory;
@@ -48,15 +47,16 @@ use super::observe::{NotReadySince, Recorded};
 use super::plan::{Action, ConditionState, ElectionEvent, Plan};
 use super::plan_loop::{self, Answer, Elected, PlanLoop, World};
 use super::reconcile::{self, Found, Reconcile, Step};
-use super::request::{
-    self, Acting, ActionKind, Outcome, Request, Via, Withdrawing as WithdrawalRequests,
-};
+use super::request::{self, Acting, ActionKind, Outcome, Request, Via};
 use super::status_change::StatusChange;
 use super::switchover_request::{self, RequestSeen, RequestStep};
 use super::unusable::{LockFacts, UnusableLabel, unusable_label};
-use super::withdrawal::{
-    self, Acted, Footprint, LabelledPod, Performed, Sessions, Withdrawal, Withdrawn,
-};
+use super::withdrawal::{self, Performed, Sessions, Withdrawal};
+
+mod withdrawing;
+
+pub use withdrawing::{ConsulWait, GiveUp, Left};
+use withdrawing::{Then, Withdrawing};
 
 /// How many plans with actions one reconcile may make (a move takes three; raising a
 /// re-created key's LockIndex takes one per step).
@@ -76,64 +76,6 @@ pub struct Start {
     pub token_secret: bool,
     /// It is being deleted: the reconcile only withdraws it (rule 7).
     pub deleted: bool,
-}
-
-/// What an election left on its pods and in Consul, read for [`Next::Left`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Left {
-    /// What the operator acted with ([`withdrawal::acted_with`]).
-    pub acted: Acted,
-    /// The pods it labelled, under [`Acted::label_key`].
-    pub pods: Vec<LabelledPod>,
-    /// The sessions a withdrawal may end.
-    pub sessions: Sessions,
-    /// How long Consul is waited for.
-    pub wait: ConsulWait,
-}
-
-impl Left {
-    /// The requests of the withdrawal of what the election left.
-    pub fn requests(&self) -> WithdrawalRequests {
-        WithdrawalRequests {
-            election: self.sessions.election.name.clone(),
-            label_key: self.acted.label_key.clone(),
-            pods: self.pods.clone(),
-        }
-    }
-
-    /// The footprint a withdrawal takes off: the operator's own session counts whatever the
-    /// mode with `whatever_mode` (after an edit).
-    pub fn footprint(&self, whatever_mode: bool) -> Footprint<'_> {
-        Footprint {
-            follower: self.acted.follower.as_deref(),
-            managed: self.acted.managed || whatever_mode,
-        }
-    }
-}
-
-/// How long a withdrawal waits for Consul ([`deadline`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsulWait {
-    /// The election's `elector.dev/skip-consul-cleanup` annotation.
-    pub skip: Option<String>,
-    /// Its `metadata.deletionTimestamp`.
-    pub deleted_at: Option<Timestamp>,
-    /// The wall clock as the election was read.
-    pub now: Timestamp,
-    /// How long after a deletion Consul is waited for.
-    pub bound: Duration,
-}
-
-/// The operator gives up on Consul for a withdrawal ([`Next::GiveUp`]): the session is no
-/// longer renewed, and a Warning names what was left there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GiveUp {
-    /// Why it gives up.
-    pub why: String,
-    /// The election's key.
-    pub consul_key: String,
-    /// The session that may still hold it.
-    pub session: Option<String>,
 }
 
 /// What the plan loop starts from, read once the operator may act ([`Next::Open`]).
@@ -229,24 +171,6 @@ enum Stage {
     Over(Duration, Option<Plan>),
 }
 
-/// A withdrawal under way in a reconcile.
-#[derive(Debug, Clone)]
-enum Withdrawing {
-    /// [`Next::Left`] was handed out, for the whole withdrawal (the operator's own session
-    /// counting whatever the mode, with `whatever_mode`) or only the leader labels (`fence`).
-    Reading { whatever_mode: bool, fence: bool },
-    /// Its steps are handed out.
-    Running {
-        withdrawal: Box<Withdrawal>,
-        requests: Box<WithdrawalRequests>,
-        consul_key: String,
-        session: Option<String>,
-        wait: ConsulWait,
-    },
-    /// It gave up on Consul ([`Next::GiveUp`] was handed out).
-    GaveUp,
-}
-
 /// Rule 2 carried out for an election that cannot act ([`Step::Fence`]).
 #[derive(Debug, Clone)]
 enum Fencing {
@@ -332,20 +256,22 @@ impl Election {
         }
         if let Some(withdrawing) = &mut run.withdrawing {
             match withdrawing.poll() {
-                Then::Ask(next, step) => {
-                    run.pending = step.map(Origin::Withdrawal);
-                    return next;
+                Then::Perform(request, step) => {
+                    run.pending = Some(Origin::Withdrawal(step));
+                    return Next::Perform(request);
                 }
+                Then::GiveUp(give_up) => return Next::GiveUp(give_up),
                 Then::GoOn => {
                     run.withdrawing = None;
                     if let Stage::Admitting(reconcile) = &mut run.stage {
                         reconcile.done(None);
                     }
                 }
-                Then::End(next, after) => {
+                Then::End(retry) => {
                     run.withdrawing = None;
+                    let after = retry.unwrap_or(look_again::ERROR_REQUEUE);
                     run.stage = Stage::Over(after, None);
-                    return next;
+                    return retry.map_or(Next::Stop(after), Next::RetryConsul);
                 }
             }
         }
@@ -751,66 +677,6 @@ impl Election {
 
     fn stage(&mut self) -> Option<&mut Stage> {
         self.run.as_deref_mut().map(|r| &mut r.stage)
-    }
-}
-
-/// Where a withdrawal takes the reconcile.
-enum Then {
-    /// Hand this request out (a withdrawal step's request, with the step).
-    Ask(Next, Option<withdrawal::Step>),
-    /// The withdrawal is over: the reconcile goes on.
-    GoOn,
-    /// The reconcile ends with this request.
-    End(Next, Duration),
-}
-
-impl Withdrawing {
-    fn poll(&mut self) -> Then {
-        let Withdrawing::Running {
-            withdrawal,
-            requests,
-            consul_key,
-            session,
-            wait,
-        } = self
-        else {
-            return match self {
-                Withdrawing::GaveUp => Then::GoOn,
-                // Its footprint is owed: the driver asked twice without reading it.
-                _ => Then::End(
-                    Next::Stop(look_again::ERROR_REQUEUE),
-                    look_again::ERROR_REQUEUE,
-                ),
-            };
-        };
-        if let Some(step) = withdrawal.poll() {
-            let request = requests.request(step.clone());
-            return Then::Ask(Next::Perform(request), Some(step));
-        }
-        match withdrawal.outcome() {
-            Withdrawn::Done => Then::GoOn,
-            // A pod patch failed: the driver returns its failure, and the withdrawal is
-            // retried from the start.
-            Withdrawn::Stopped => Then::End(
-                Next::Stop(look_again::ERROR_REQUEUE),
-                look_again::ERROR_REQUEUE,
-            ),
-            Withdrawn::ConsulFailed => {
-                let skip = wait.skip.as_deref();
-                match deadline(skip, wait.deleted_at, wait.now, wait.bound) {
-                    Deadline::RetryIn(after) => Then::End(Next::RetryConsul(after), after),
-                    Deadline::GiveUp(why) => {
-                        let give_up = GiveUp {
-                            why,
-                            consul_key: std::mem::take(consul_key),
-                            session: session.take(),
-                        };
-                        *self = Withdrawing::GaveUp;
-                        Then::Ask(Next::GiveUp(give_up), None)
-                    }
-                }
-            }
-        }
     }
 }
 

@@ -350,3 +350,45 @@ pub fn performed(outcome: Outcome) -> Performed {
         | Outcome::Failed => Performed::Failed,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::election::refusal::ConsulRefusal;
+
+    #[test]
+    fn an_actions_outcome_is_the_answer_its_kind_expects() {
+        use ActionKind::*;
+        assert_eq!(Release.answer(Outcome::Done), Answer::Released);
+        assert_eq!(Clear.answer(Outcome::Done), Answer::RequestCleared);
+        assert_eq!(Other.answer(Outcome::Done), Answer::Done);
+        let recorded = Box::new(Recorded::default());
+        assert_eq!(
+            Token.answer(Outcome::StatusWritten(recorded.clone())),
+            Answer::StatusWritten(recorded.clone())
+        );
+        // A switchover record is a write the next plans need not read back.
+        assert_eq!(Other.answer(Outcome::StatusWritten(recorded)), Answer::Done);
+        assert_eq!(Other.answer(Outcome::SessionGone), Answer::SessionGone);
+        let refusal = ConsulRefusal::token_not_found("kv write", "elector/default/web");
+        assert_eq!(
+            Other.answer(Outcome::Refused(refusal.clone())),
+            Answer::Refused(refusal)
+        );
+        // A pod gone before its patch stops the loop, like any failure.
+        assert_eq!(Other.answer(Outcome::Gone), Answer::Failed);
+    }
+
+    #[test]
+    fn a_withdrawal_goes_on_past_a_pod_or_a_session_that_is_gone() {
+        assert_eq!(performed(Outcome::Gone), Performed::Done);
+        // Consul no longer has the session: nothing of it holds the key.
+        assert_eq!(performed(Outcome::SessionGone), Performed::Done);
+        assert_eq!(performed(Outcome::NoAccess), Performed::NoAccess);
+        assert_eq!(
+            performed(Outcome::Session(SessionRead::Missing)),
+            Performed::SessionNamed(None)
+        );
+        assert_eq!(performed(Outcome::Failed), Performed::Failed);
+    }
+}

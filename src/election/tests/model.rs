@@ -959,7 +959,7 @@ impl Model {
                 if self.deleted_at.is_some() {
                     self.finalize(faults);
                 } else {
-                    self.reconcile_with(faults);
+                    self.drive_machine(faults);
                 }
             }
         }
@@ -1372,12 +1372,12 @@ impl Model {
     /// The final status write may be lost ([`Event::LoseStatusWrite`]); before a leader
     /// label the status already holds its token ([`Action::RecordToken`]).
     pub fn reconcile(&mut self, fail_at: Option<usize>, after_effect: bool) -> LoopResult {
-        self.reconcile_with(Faults::new(fail_at, after_effect))
+        self.drive_machine(Faults::new(fail_at, after_effect))
     }
 
     /// [`Self::reconcile`] with the failures of `faults`: the election's machine driven as the
     /// controller drives it, the model answering each request from its world.
-    fn reconcile_with(&mut self, mut faults: Faults) -> LoopResult {
+    fn drive_machine(&mut self, mut faults: Faults) -> LoopResult {
         self.tick_sessions();
         let spec = self.spec_applied();
         let start = self.start();

@@ -432,7 +432,7 @@ impl Model {
             self.tick_sessions();
             return;
         }
-        self.reconcile_with(faults);
+        self.drive_machine(faults);
     }
 
     /// Quiesce for a deleted election: Consul answers again, the cleanup finishes, and
