@@ -239,14 +239,6 @@ impl Election {
 
     /// What to do next.
     pub fn poll(&mut self) -> Next {
-        let next = self.next();
-        if let (Next::Perform(_), Some(run)) = (&next, &self.run) {
-            debug_assert!(run.pending.is_some(), "a request without its origin");
-        }
-        next
-    }
-
-    fn next(&mut self) -> Next {
         let Some(run) = &mut self.run else {
             return Next::Stop(look_again::ERROR_REQUEUE);
         };
@@ -300,7 +292,7 @@ impl Election {
                     return Next::Left;
                 }
             }
-            return self.next();
+            return self.poll();
         }
         // Set only as the plan loop opens: removed before its first plan.
         if let Some(request) = run.removing.take() {
@@ -373,9 +365,13 @@ impl Election {
                         _ => None,
                     };
                     let Some((request, kind)) = made else {
-                        // An action no request carries out (none does): it fails.
-                        plans.handle(Answer::Failed, &mut self.memory, Instant::now());
-                        return self.next();
+                        // An action no request carries out (none does): it fails, as of the
+                        // world it was planned in.
+                        let Some(now) = run.acting.planned_at else {
+                            return Next::Stop(look_again::ERROR_REQUEUE);
+                        };
+                        plans.handle(Answer::Failed, &mut self.memory, now);
+                        return self.poll();
                     };
                     run.pending = Some(Origin::Action(kind));
                     Next::Perform(request)
@@ -573,6 +569,7 @@ impl Election {
             return None;
         };
         run.acting.labels.clone_from(&world.config.labels);
+        run.acting.planned_at = Some(world.now);
         run.acting.shared = world
             .pods
             .iter()

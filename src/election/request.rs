@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 
+use tokio::time::Instant;
+
 use super::annotation_owner::SharedPod;
 use super::config::LabelConfig;
 use super::first_look::{KeyRead, SessionRead};
@@ -179,6 +181,8 @@ pub struct Acting {
     pub labels: LabelConfig,
     /// What it knows of each pod (by name) as elections writing other label keys share it.
     pub shared: HashMap<String, SharedPod>,
+    /// When its last plan was made (the world's monotonic now).
+    pub planned_at: Option<Instant>,
 }
 
 /// What the answer to an action's request means for the plan loop.

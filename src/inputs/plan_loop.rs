@@ -110,13 +110,15 @@ fn shared_views(
         let Some((pod, _)) = pods.get(&view.name) else {
             continue;
         };
+        // One read of the caches serves both: the annotations' owner exists when it leads or
+        // not, and another election's leader label is asked only without such an owner.
+        let shared = super::shared::shared_pod(ctx, me, &labels.key, pod);
         let owner = AnnotationOwner::of(k8s::labelled_by(pod), me, || {
-            views::foreign_owner(&ctx.caches, me, pod).is_some()
+            shared.foreign_owner_leads.is_some()
         });
-        let led_by_another = || views::led_by_another(&ctx.caches, me, &labels.key, pod);
         let leadership = election.leadership_of(&view.uid);
-        shared_view(view, owner, led_by_another, labels, leadership);
-        view.shared = super::shared::shared_pod(ctx, me, &labels.key, pod);
+        shared_view(view, owner, || shared.led_by_another, labels, leadership);
+        view.shared = shared;
     }
 }
 
