@@ -958,3 +958,64 @@ async fn without_get_on_the_pods_controller_the_label_key_goes_unchecked() {
     })
     .await;
 }
+
+/// Rule 1 across elections: `middle` cannot take its leader label off a pod its selector no
+/// longer matches yet (every patch of that pod fails); `younger` selects that pod and one that
+/// `older` now selects. `older` must not label a second leader among `younger`'s pods while that
+/// label stands, and leads once `middle` took it off. Over the whole recorded history no two
+/// pods carry the leader label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_election_waits_for_a_label_left_on_a_pod_its_writer_no_longer_selects() {
+    with_namespace("sp-left", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.bare_pod("p0", &[("shared", "yes")]).await;
+        h.bare_pod("p1", &[("shared", "yes"), ("tier", "one")])
+            .await;
+        h.start_operator().await;
+        let tier = |t: &str| json!({"selector": {"matchLabels": {"tier": t}}});
+        h.election("older", tier("zero")).await;
+        h.election("middle", tier("one")).await;
+        let middle = h.wait_elected("middle", None).await;
+        assert_eq!(middle.pod, "p1");
+        h.election(
+            "younger",
+            json!({"selector": {"matchLabels": {"shared": "yes"}}}),
+        )
+        .await;
+        h.wait_status("younger", |le| phase(le).as_deref() == Some("Conflict"))
+            .await;
+
+        // `middle` no longer selects its leader and cannot unlabel it yet; `older` now selects
+        // the other pod.
+        let fault = h.kube_faults.add(
+            KubeFault::new(kube_faults::FaultAction::status(
+                500,
+                "InternalError",
+                "injected",
+            ))
+            .verb(Verb::Patch)
+            .resource("pods")
+            .name("p1"),
+        );
+        h.set_pod_label("p1", "tier", None).await;
+        h.set_pod_label("p0", "tier", Some("zero")).await;
+        h.wait_status("younger", |le| {
+            condition(le, "Exclusive").is_some_and(|c| c.message.contains("older"))
+        })
+        .await;
+        // A window in which `older` must not label, not a synchronisation.
+        let labelled = h
+            .poll_until(Duration::from_secs(3), || {
+                role_in(&h.current(), "p0") == Some("leader")
+            })
+            .await;
+        assert!(!labelled, "older labelled p0 beside p1: {:#?}", h.current());
+        assert_eq!(role_in(&h.current(), "p1"), Some("leader"));
+
+        h.kube_faults.remove(fault);
+        let older = h.wait_elected("older", None).await;
+        assert_eq!(older.pod, "p0");
+        h.finish().await;
+    })
+    .await;
+}
