@@ -114,14 +114,16 @@ pub(crate) fn is_node_dir(dir: &Path) -> bool {
 }
 
 /// Whether the PID recorded in `dir` is a live process. A directory without a readable owner
-/// counts as dead only once it is old enough not to be one being created right now.
+/// (no owner file yet, or one another thread is still writing) counts as dead only once it is
+/// old enough not to be one being created right now.
 pub(crate) fn owner_alive(dir: &Path) -> bool {
-    match std::fs::read_to_string(dir.join(OWNER_FILE)) {
-        Ok(pid) => pid
-            .trim()
-            .parse::<libc::pid_t>()
-            .is_ok_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists()),
-        Err(_) => std::fs::metadata(dir)
+    let owner = std::fs::read_to_string(dir.join(OWNER_FILE));
+    match owner
+        .ok()
+        .and_then(|pid| pid.trim().parse::<libc::pid_t>().ok())
+    {
+        Some(pid) => std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        None => std::fs::metadata(dir)
             .and_then(|meta| meta.modified())
             .is_ok_and(|modified| {
                 modified
@@ -181,7 +183,22 @@ fn unescape_mount_point(field: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::unescape_mount_point;
+    use super::{OWNER_FILE, owner_alive, unescape_mount_point};
+
+    /// A directory another thread is creating right now: its owner file exists but is still
+    /// empty. It is not stale (removing it made a real Consul's start fail on its log file).
+    #[test]
+    fn a_directory_whose_owner_file_is_being_written_is_alive() {
+        let dir = std::env::temp_dir().join(format!("testkit-owner-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join(OWNER_FILE), "").expect("empty owner file");
+        let alive = owner_alive(&dir);
+        std::fs::write(dir.join(OWNER_FILE), "not a pid").expect("owner file");
+        let garbled = owner_alive(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(alive, "an empty owner file of a fresh directory");
+        assert!(garbled, "an unreadable owner of a fresh directory");
+    }
 
     #[test]
     fn mount_points_are_unescaped() {
