@@ -5,9 +5,13 @@
 //! loop starts from, each plan's world, what a withdrawal finds (read in [`crate::inputs`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures::future::BoxFuture;
 use kube::Resource;
 use kube::api::Api;
+use kube::runtime::controller::Action;
+use tokio::sync::watch;
 
 use super::status_write;
 use crate::Error;
@@ -20,13 +24,14 @@ use crate::election::cleanup_deadline::gave_up;
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::first_look::{KeyRead, SessionRead};
 use crate::election::key_value;
-use crate::election::machine::{Election, GiveUp, Left, Opening};
+use crate::election::machine::{Election, GiveUp, Left, Opening, Reported};
 use crate::election::observe::LockView;
 use crate::election::plan::ElectionEvent;
 use crate::election::pod_patch::PodPatch;
 use crate::election::report;
 use crate::election::request::{Kept, Outcome, Request};
 use crate::election::status_change::StatusChange;
+use crate::inputs::admission::Answer;
 use crate::inputs::plan_loop::{self, Pods};
 use crate::inputs::withdrawal as left;
 use crate::k8s::{self, Pod};
@@ -52,6 +57,13 @@ pub struct Executor<'a> {
     /// What status writes are based on once the plan loop opened (before: the status as this
     /// process knows it).
     basis: Option<Basis>,
+    /// The read of an admission input the machine awaits, and what wakes its wait when a
+    /// lock changes.
+    pub(super) reading: Option<(BoxFuture<'a, Answer>, watch::Receiver<()>)>,
+    /// The error of the request performed last, until the machine says what it means.
+    error: Option<Error>,
+    /// The failure the reconcile returns, as the machine keeps it.
+    failure: Option<Error>,
 }
 
 impl<'a> Executor<'a> {
@@ -71,6 +83,9 @@ impl<'a> Executor<'a> {
             pods: Pods::new(),
             lock: LockView::Unknown,
             basis: None,
+            reading: None,
+            error: None,
+            failure: None,
         }
     }
 
@@ -104,11 +119,11 @@ impl<'a> Executor<'a> {
         }
     }
 
-    /// Performs `request`: how it went, and the error when it failed.
-    pub async fn perform(&mut self, request: Request) -> (Outcome, Option<Error>) {
+    /// Performs `request`: how it went (its error is kept for [`Self::reported`]).
+    pub async fn perform(&mut self, request: Request) -> Outcome {
         let patches_pod = matches!(request, Request::PatchPod { .. });
         match self.send(request).await {
-            Ok(outcome) => (outcome, None),
+            Ok(outcome) => outcome,
             Err(error) => {
                 let gone = patches_pod
                     && matches!(&error, Error::Kube { source: kube::Error::Api(s), .. } if s.is_not_found());
@@ -117,8 +132,54 @@ impl<'a> Executor<'a> {
                     Some(refusal) => Outcome::Refused(refusal),
                     None => Outcome::Failed,
                 };
-                (outcome, Some(error))
+                self.error = Some(error);
+                outcome
             }
+        }
+    }
+
+    /// What the machine made of the request performed last: its event is published, and its
+    /// error kept when it fails the reconcile.
+    pub fn reported(&mut self, reported: Reported) {
+        if let Some(event) = &reported.event {
+            self.publish(event, "Elect");
+        }
+        if let Some(why) = reported.left_alone {
+            let why = why.reason();
+            tracing::info!(election = %self.key, why, "leaving alone a session found after a start");
+        }
+        match self.error.take() {
+            Some(error) if reported.failed => self.keep(error),
+            Some(error) => {
+                tracing::info!(election = %self.key, %error, "a request failed; the election goes on without it");
+            }
+            None => {}
+        }
+    }
+
+    /// Keeps `error` as the reconcile's failure, unless one is kept already.
+    pub fn keep(&mut self, error: Error) {
+        self.failure.get_or_insert(error);
+    }
+
+    /// How the reconcile ends when the machine says it is over: look again after
+    /// `look_again`, or fail with the failure kept.
+    pub fn stop(&mut self, look_again: Duration) -> Result<Action, Error> {
+        self.failure
+            .take()
+            .map_or(Ok(Action::requeue(look_again)), Err)
+    }
+
+    /// The failure of a reconcile that could not clean Consul up yet, retried after `after`.
+    pub fn retry_consul(&mut self, after: Duration) -> Error {
+        let failure = self.failure.take();
+        Error::CleanupPending {
+            retry_after: after,
+            source: Box::new(
+                failure.unwrap_or_else(|| {
+                    Error::InvalidStatus("Consul failed without an error".into())
+                }),
+            ),
         }
     }
 
@@ -336,11 +397,12 @@ impl<'a> Executor<'a> {
         access.ok_or_else(|| Error::InvalidStatus("a Consul request before admission".into()))
     }
 
-    /// Stops waiting for Consul, as [`GiveUp`] says after `error`: the session is no longer
-    /// renewed (it expires after its TTL unless the key was released), and a Warning event
-    /// names what was left there.
-    pub fn give_up(&self, give_up: GiveUp, error: Option<Error>) {
+    /// Stops waiting for Consul, as [`GiveUp`] says after the failure kept: the session is no
+    /// longer renewed (it expires after its TTL unless the key was released), and a Warning
+    /// event names what was left there.
+    pub fn give_up(&mut self, give_up: GiveUp) {
         self.ctx.sessions.forget(self.key);
+        let error = self.failure.take();
         let error = error.map_or_else(String::new, |error| error.to_string());
         let session = give_up.session.as_deref();
         let event = gave_up(&give_up.consul_key, session, &give_up.why, &error);

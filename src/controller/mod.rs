@@ -10,7 +10,7 @@
 //! answers what it asks, in the order it asks: what it observes (read in [`crate::inputs`]),
 //! and each request it hands out, which the executor performs as it is and whose outcome it
 //! reports back, until the machine says when to look again. A failure the machine says fails
-//! the reconcile is returned then; kube-runtime retries it.
+//! the reconcile is kept by the executor and returned then; kube-runtime retries it.
 
 mod executor;
 mod gather;
@@ -97,14 +97,10 @@ async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Acti
     let mut election = ctx.caches.written.hold(&key);
     election.begin(inputs::admission::start(le, ctx, &validation, deleted));
     let mut executor = Executor::new(le, &key, ctx, validation.ok());
-    // The failure the reconcile returns, as the machine keeps it.
-    let mut failure = None;
     loop {
         match election.poll() {
-            Next::Gather(input) => {
-                let written_since_read = election.key_written_since_read();
-                election.gathered(executor.gather(input, written_since_read).await?);
-            }
+            Next::Gather(input) => election.gathered(executor.gather(input)),
+            Next::Await(recheck) => election.gathered(executor.await_input(recheck).await),
             Next::Judge => election.judged(&inputs::withdrawal::lock_facts(le, &key, ctx)),
             Next::Left => {
                 tracing::info!(election = %key, "withdrawing: {}", election.why());
@@ -114,37 +110,15 @@ async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Acti
             Next::Observe => executor.observe(&mut election),
             Next::Perform(request) => {
                 tracing::debug!(election = %key, ?request, cause = ?election.cause(), "performing");
-                let (outcome, error) = executor.perform(request).await;
-                let reported = election.performed(outcome, Instant::now());
-                if let Some(event) = &reported.event {
-                    executor.publish(event, "Elect");
-                }
-                if let Some(why) = reported.left_alone {
-                    tracing::info!(election = %key, why = why.reason(), "leaving alone a session found after a start");
-                }
-                match error {
-                    Some(error) if reported.failed => failure = failure.or(Some(error)),
-                    Some(error) => {
-                        tracing::info!(election = %key, %error, "a request failed; the election goes on without it");
-                    }
-                    None => {}
-                }
+                let outcome = executor.perform(request).await;
+                executor.reported(election.performed(outcome, Instant::now()));
                 if let Some(elected) = election.poll_elected() {
                     ctx.metrics.elected(elected);
                 }
             }
-            Next::GiveUp(give_up) => executor.give_up(give_up, failure.take()),
-            Next::RetryConsul(after) => {
-                return Err(Error::CleanupPending {
-                    retry_after: after,
-                    source: Box::new(failure.unwrap_or_else(|| {
-                        Error::InvalidStatus("Consul failed without an error".into())
-                    })),
-                });
-            }
-            Next::Stop(look_again) => {
-                return failure.map_or(Ok(Action::requeue(look_again)), Err);
-            }
+            Next::GiveUp(give_up) => executor.give_up(give_up),
+            Next::RetryConsul(after) => return Err(executor.retry_consul(after)),
+            Next::Stop(look_again) => return executor.stop(look_again),
         }
     }
 }

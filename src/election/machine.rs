@@ -4,7 +4,8 @@
 //!
 //! A reconcile runs [`Reconcile`] (may the operator act, and what comes before planning;
 //! a withdrawal it decides runs as the [`Withdrawal`]'s steps, with rule 7's bound on
-//! Consul), then the [`PlanLoop`] (its first look, the plans and their actions), then the
+//! Consul; while an input it gathers is awaited, rule 2 still takes the leader label off when
+//! due), then the [`PlanLoop`] (its first look, the plans and their actions), then the
 //! status write, and stops with when to look again. A deletion is a reconcile that only
 //! withdraws ([`Start::deleted`]). The driver (the controller against the API server and
 //! Consul, the property tests against their simulated worlds) observes what the machine asks
@@ -15,7 +16,8 @@
 //! election.begin(start);
 //! loop {
 //!     match election.poll() {
-//!         Next::Gather(input) => election.gathered(gather(input)),
+//!         Next::Gather(input) => election.gathered(start_reading(input)),
+//!         Next::Await(recheck) => election.gathered(go_on_reading(recheck)),
 //!         Next::Judge => election.judged(&what_is_known_of_the_lock()),
 //!         Next::Left => election.left(read_what_it_left()),
 //!         Next::Open => election.opened(read_the_status_and_the_request()),
@@ -40,6 +42,7 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::admission::Input;
+use super::config::{Mode, UnavailablePolicy};
 use super::first_look::{Adopting, LeftAlone, Look, SessionRead};
 use super::look_again;
 use super::memory::ElectionMemory;
@@ -50,7 +53,7 @@ use super::reconcile::{self, Found, Reconcile, Step};
 use super::request::{self, Acting, ActionKind, Outcome, Request, Via};
 use super::status_change::StatusChange;
 use super::switchover_request::{self, RequestSeen, RequestStep};
-use super::unusable::{LockFacts, UnusableLabel, unusable_label};
+use super::unusable::{LockFacts, UnusableLabel, unusable_label, waiting_label};
 use super::withdrawal::{self, Performed, Sessions, Withdrawal};
 
 mod withdrawing;
@@ -76,6 +79,23 @@ pub struct Start {
     pub token_secret: bool,
     /// It is being deleted: the reconcile only withdraws it (rule 7).
     pub deleted: bool,
+    /// The spec's mode and its policy for an unavailable Consul (`None`: the spec is
+    /// invalid): how rule 2 judges the leader label while an input is awaited
+    /// ([`waiting_label`]).
+    pub acting: Option<(Mode, UnavailablePolicy)>,
+}
+
+/// An admission input as the driver gathered it for [`Next::Gather`] or [`Next::Await`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gathered {
+    /// The input.
+    Found(Found),
+    /// It is still awaited (a read that waits for the API server or a Secret, or a lock that
+    /// changed meanwhile): rule 2 judges the leader label while it is.
+    Awaited,
+    /// It could not be read: the driver keeps the failure; once rule 2 judged the leader
+    /// label (and fenced it, when due), the reconcile fails with it.
+    Failed,
 }
 
 /// What the plan loop starts from, read once the operator may act ([`Next::Open`]).
@@ -96,6 +116,11 @@ pub struct Opening {
 pub enum Next {
     /// Gather this admission input and pass it to [`Election::gathered`].
     Gather(Input),
+    /// Go on waiting for the input asked for last, and pass what came to
+    /// [`Election::gathered`]: the input, or [`Gathered::Awaited`] after this long or once a
+    /// lock changed (`Some`: rule 2 judges again then; `None`: the label is fenced, only the
+    /// input is awaited).
+    Await(Option<Duration>),
     /// Read what this process knows of the election's lock, and pass it to
     /// [`Election::judged`]: rule 2 for an election that cannot act.
     Judge,
@@ -183,12 +208,33 @@ enum Fencing {
     },
 }
 
+/// An admission input the driver awaits ([`Gathered`]), and rule 2 meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Awaiting {
+    /// Rule 2 judges the leader label next, or carries out its judgement.
+    Judging,
+    /// The label stays: judge again after this long or once a lock changed.
+    Waiting(Duration),
+    /// Only the input is awaited: the label is fenced, or the labels are another install's
+    /// (rule 8).
+    InputOnly,
+    /// The read failed: rule 2 judges the leader label next, or carries out its judgement;
+    /// then the reconcile stops.
+    Failed,
+}
+
 /// One reconcile under way.
 #[derive(Debug, Clone)]
 struct Run {
     stage: Stage,
     withdrawing: Option<Withdrawing>,
     fencing: Option<Fencing>,
+    /// The admission input awaited, if one is.
+    awaiting: Option<Awaiting>,
+    /// See [`Start::acting`].
+    acts_as: Option<(Mode, UnavailablePolicy)>,
+    /// The status names another install as serving the election.
+    served_elsewhere: bool,
     /// The `SpecValid` condition of a reconcile that plans.
     spec_valid: Option<ConditionState>,
     token_secret: bool,
@@ -219,6 +265,7 @@ impl Election {
     /// Begins a reconcile of the election as `start` has it (an unfinished one is dropped: its
     /// driver failed and returned).
     pub fn begin(&mut self, start: Start) {
+        let served_elsewhere = start.served_elsewhere.is_some();
         let reconcile = if start.deleted {
             Reconcile::deleted()
         } else {
@@ -228,6 +275,9 @@ impl Election {
             stage: Stage::Admitting(reconcile),
             withdrawing: None,
             fencing: None,
+            awaiting: None,
+            acts_as: start.acting,
+            served_elsewhere,
             spec_valid: None,
             token_secret: start.token_secret,
             removal_failed: false,
@@ -255,12 +305,13 @@ impl Election {
                 Then::GiveUp(give_up) => return Next::GiveUp(give_up),
                 Then::GoOn => {
                     run.withdrawing = None;
-                    if let Stage::Admitting(reconcile) = &mut run.stage {
-                        reconcile.done(None);
+                    if let Some(stop) = run.rule2_done(None) {
+                        return stop;
                     }
                 }
                 Then::End(retry) => {
                     run.withdrawing = None;
+                    run.awaiting = None;
                     let after = retry.unwrap_or(look_again::ERROR_REQUEUE);
                     run.stage = Stage::Over(after, None);
                     return retry.map_or(Next::Stop(after), Next::RetryConsul);
@@ -280,8 +331,8 @@ impl Election {
             run.fencing = None;
             match verdict {
                 UnusableLabel::Keep(recheck) => {
-                    if let Stage::Admitting(reconcile) = &mut run.stage {
-                        reconcile.done(Some(recheck));
+                    if let Some(stop) = run.rule2_done(Some(recheck)) {
+                        return stop;
                     }
                 }
                 UnusableLabel::Fence => {
@@ -293,6 +344,18 @@ impl Election {
                 }
             }
             return self.poll();
+        }
+        match run.awaiting {
+            Some(Awaiting::Waiting(recheck)) => return Next::Await(Some(recheck)),
+            Some(Awaiting::InputOnly) => return Next::Await(None),
+            // Rule 2 is judged next (it is not under way: that is handled above).
+            Some(Awaiting::Judging | Awaiting::Failed) => {
+                run.fencing = Some(Fencing::Judging {
+                    in_use_refused: false,
+                });
+                return Next::Judge;
+            }
+            None => {}
         }
         // Set only as the plan loop opens: removed before its first plan.
         if let Some(request) = run.removing.take() {
@@ -397,11 +460,35 @@ impl Election {
         }
     }
 
-    /// The admission input asked for last, as gathered.
-    pub fn gathered(&mut self, found: Found) {
-        if let Some(Stage::Admitting(reconcile)) = self.stage() {
-            reconcile.gathered(found);
-        }
+    /// The admission input asked for last, as gathered (or still awaited, or failed).
+    pub fn gathered(&mut self, gathered: Gathered) {
+        // Rule 8: another install's labels are that install's to judge.
+        let another_install = self.memory.stood_back().is_some();
+        let Some(run) = self.run.as_deref_mut() else {
+            return;
+        };
+        let Stage::Admitting(reconcile) = &mut run.stage else {
+            return;
+        };
+        let another_install = another_install || run.served_elsewhere;
+        let awaiting = match gathered {
+            Gathered::Found(found) => {
+                run.awaiting = None;
+                reconcile.gathered(found);
+                return;
+            }
+            // Nothing more for rule 2 to take away until the planner runs.
+            Gathered::Awaited if run.awaiting == Some(Awaiting::InputOnly) => return,
+            Gathered::Awaited if another_install => Awaiting::InputOnly,
+            Gathered::Failed if another_install => {
+                run.awaiting = None;
+                run.stage = Stage::Over(look_again::ERROR_REQUEUE, None);
+                return;
+            }
+            Gathered::Awaited => Awaiting::Judging,
+            Gathered::Failed => Awaiting::Failed,
+        };
+        run.awaiting = Some(awaiting);
     }
 
     /// How the request handed out last went, at `now`.
@@ -419,6 +506,7 @@ impl Election {
                 reported.failed = true;
                 run.withdrawing = None;
                 run.fencing = None;
+                run.awaiting = None;
                 run.stage = Stage::Over(look_again::ERROR_REQUEUE, None);
             }
             Origin::Step => {
@@ -487,7 +575,16 @@ impl Election {
         let Some(Fencing::Judging { in_use_refused }) = run.fencing else {
             return;
         };
-        let verdict = facts.judge(in_use_refused, written_since_read, unusable_label);
+        let verdict = match (run.awaiting, run.acts_as) {
+            (None, _) => facts.judge(in_use_refused, written_since_read, unusable_label),
+            (Some(_), Some((mode, policy))) => {
+                facts.judge(in_use_refused, written_since_read, |lock, now, ttl| {
+                    waiting_label(lock, now, ttl, mode, policy)
+                })
+            }
+            // Only a valid spec awaits an input.
+            (Some(_), None) => UnusableLabel::Keep(Duration::MAX),
+        };
         let before = match in_use_refused {
             true => VecDeque::from([Request::ForgetSession, Request::Unwatch]),
             false => VecDeque::new(),
@@ -678,6 +775,27 @@ impl Election {
 }
 
 impl Run {
+    /// Rule 2 was carried out: the label stays until `recheck`, or (`None`) it was fenced.
+    /// Goes back to the input awaited, if one is; stops a reconcile whose read failed
+    /// (returned); otherwise the step of the reconcile is done.
+    fn rule2_done(&mut self, recheck: Option<Duration>) -> Option<Next> {
+        match (self.awaiting, recheck) {
+            (None, _) => {
+                if let Stage::Admitting(reconcile) = &mut self.stage {
+                    reconcile.done(recheck);
+                }
+            }
+            (Some(Awaiting::Failed), _) => {
+                self.awaiting = None;
+                self.stage = Stage::Over(look_again::ERROR_REQUEUE, None);
+                return Some(Next::Stop(look_again::ERROR_REQUEUE));
+            }
+            (Some(_), Some(recheck)) => self.awaiting = Some(Awaiting::Waiting(recheck)),
+            (Some(_), None) => self.awaiting = Some(Awaiting::InputOnly),
+        }
+        None
+    }
+
     /// Ends the reconcile after its plan loop: returns when to look again.
     fn stop(&mut self) -> Duration {
         let plans = match std::mem::replace(&mut self.stage, Stage::Opening) {

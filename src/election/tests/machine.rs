@@ -4,9 +4,12 @@
 use super::support::*;
 use crate::election::admission::{Access, Input};
 use crate::election::config::LabelConfig;
+use crate::election::config::{Mode, UnavailablePolicy};
 use crate::election::first_look::{KeyRead, SessionRead};
 use crate::election::look_again::{self, ERROR_REQUEUE, INVALID_REQUEUE};
-use crate::election::machine::{ConsulWait, Election, GiveUp, Left, Next, Opening, Start};
+use crate::election::machine::{
+    ConsulWait, Election, Gathered, GiveUp, Left, Next, Opening, Start,
+};
 use crate::election::observe::{LockView, SessionView, SwitchoverOutcome, SwitchoverRecord};
 use crate::election::plan::{ConditionState, EventReason};
 use crate::election::pod_patch::{PodPatch, PodRole};
@@ -25,6 +28,7 @@ fn start() -> Start {
         paused: false,
         token_secret: false,
         deleted: false,
+        acting: Some((Mode::Managed, UnavailablePolicy::Fence)),
     }
 }
 
@@ -196,13 +200,13 @@ fn reconcile_with(
         let next = election.poll();
         asked.push(next.clone());
         match next {
-            Next::Gather(input) => election.gathered(match input {
+            Next::Gather(input) => election.gathered(Gathered::Found(match input {
                 Input::Spec | Input::LabelKey => Found::LabelKey(spec_valid()),
                 Input::Older => Found::Older(None),
                 Input::YieldingLeader => Found::YieldingLeader(None),
                 Input::Access => Found::Access(Access::Usable),
                 Input::Applied => applied.clone(),
-            }),
+            })),
             Next::Left => election.left(left(None, scene.now)),
             Next::Judge => panic!("nothing to fence, yet asked to judge the lock"),
             Next::GiveUp(_) | Next::RetryConsul(_) => return asked,
@@ -232,6 +236,7 @@ fn reconcile_with(
                 election.performed(Outcome::Done, mono(scene.now));
             }
             Next::Stop(_) => return asked,
+            Next::Await(_) => panic!("every input answered at once, yet asked to await one"),
         }
     }
 }
@@ -317,12 +322,12 @@ fn admit(election: &mut Election, access: Access) {
         Input::Access,
     ] {
         assert_eq!(election.poll(), Next::Gather(input));
-        election.gathered(match input {
+        election.gathered(Gathered::Found(match input {
             Input::LabelKey => Found::LabelKey(spec_valid()),
             Input::Older => Found::Older(None),
             Input::YieldingLeader => Found::YieldingLeader(None),
             _ => Found::Access(access.clone()),
-        });
+        }));
     }
 }
 
@@ -445,7 +450,7 @@ fn a_request_asked_again_before_its_answer_ends_the_reconcile() {
     election.begin(start());
     admit(&mut election, Access::Usable);
     assert_eq!(election.poll(), Next::Gather(Input::Applied));
-    election.gathered(UNEDITED);
+    election.gathered(Gathered::Found(UNEDITED));
     assert_eq!(election.poll(), step(Request::Watch));
     election.performed(Outcome::Done, mono(t(0)));
     assert_eq!(election.poll(), Next::Open);
@@ -574,4 +579,80 @@ fn a_request_decided_before_is_removed_before_the_first_plan_and_not_decided_aga
         ..look_again::Round::default()
     });
     assert_eq!(stop, Some(Next::Stop(soon)));
+}
+
+/// Begins a reconcile whose first input that takes a request (the pods' owners) is awaited.
+fn awaiting_the_owners(election: &mut Election, start: Start) {
+    election.begin(start);
+    assert_eq!(election.poll(), Next::Gather(Input::LabelKey));
+    election.gathered(Gathered::Awaited);
+}
+
+/// Judges the lock held by `s1` at `now`, a whole TTL after it was read, and carries out the
+/// fence: only the label that may lead goes, and nothing is sent to Consul.
+fn fenced_at(election: &mut Election, now: jiff::Timestamp) {
+    assert_eq!(election.poll(), Next::Judge);
+    election.judged(&facts(held("s1", 5, "a"), now));
+    assert_eq!(election.poll(), Next::Left);
+    election.left(left(None, now));
+    assert_eq!(election.poll(), unlabel("a"));
+    election.performed(Outcome::Done, mono(now));
+}
+
+#[test]
+fn while_an_input_is_awaited_the_label_stays_until_rule_2_names_and_is_judged_again_then() {
+    let mut election = Election::new();
+    awaiting_the_owners(&mut election, start());
+    assert_eq!(election.poll(), Next::Judge);
+    // Held by the election's session, read at t(0), renewed then: 6 s of the TTL left.
+    election.judged(&facts(held("s1", 5, "a"), t(4)));
+    assert_eq!(election.poll(), Next::Await(Some(secs(6))));
+    // The time named passed (or a lock changed): judged again, and the label goes.
+    election.gathered(Gathered::Awaited);
+    fenced_at(&mut election, t(10));
+    // Nothing more for rule 2 to take away: only the input is awaited, and it decides.
+    assert_eq!(election.poll(), Next::Await(None));
+    election.gathered(Gathered::Found(Found::LabelKey(spec_valid())));
+    assert_eq!(election.poll(), Next::Gather(Input::Older));
+}
+
+#[test]
+fn while_an_input_is_awaited_a_key_read_lost_takes_the_label_off_at_once() {
+    let mut election = Election::new();
+    awaiting_the_owners(&mut election, start());
+    assert_eq!(election.poll(), Next::Judge);
+    election.judged(&facts(free(5), t(1)));
+    assert_eq!(election.poll(), Next::Left);
+}
+
+#[test]
+fn an_input_that_fails_while_awaited_fails_the_reconcile_once_rule_2_is_carried_out() {
+    let mut election = Election::new();
+    awaiting_the_owners(&mut election, start());
+    assert_eq!(election.poll(), Next::Judge);
+    election.judged(&facts(held("s1", 5, "a"), t(4)));
+    assert_eq!(election.poll(), Next::Await(Some(secs(6))));
+    election.gathered(Gathered::Failed);
+    // Judged once more: the read may have failed after a whole TTL.
+    fenced_at(&mut election, t(11));
+    assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
+    assert_eq!(election.end(), None);
+}
+
+#[test]
+fn while_an_input_of_an_election_another_install_serves_is_awaited_its_labels_are_not_judged() {
+    // Rule 8: the labels are that install's to take off; waiting judges nothing.
+    let mut election = Election::new();
+    let served = Start {
+        served_elsewhere: Some("test-cluster/theirs.consul-elector".into()),
+        ..start()
+    };
+    awaiting_the_owners(&mut election, served.clone());
+    assert_eq!(election.poll(), Next::Await(None));
+    election.gathered(Gathered::Found(Found::LabelKey(spec_valid())));
+    assert_eq!(election.poll(), Next::Gather(Input::Older));
+    // A read that fails stops the reconcile without judging either.
+    awaiting_the_owners(&mut election, served);
+    election.gathered(Gathered::Failed);
+    assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
 }

@@ -38,7 +38,7 @@ use crate::election::eligibility::{elapsed, eligibility};
 use crate::election::first_look::{Adopting, KeyRead, Look, SessionRead};
 use crate::election::key_memory::KeyMemory;
 use crate::election::key_value::holder_from_value;
-use crate::election::machine::{Cause, Election, Next, Opening};
+use crate::election::machine::{Cause, Election, Gathered, Next, Opening};
 use crate::election::observe::{
     LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverOutcome,
 };
@@ -53,8 +53,10 @@ use crate::election::switchover_request::RequestSeen;
 
 mod lifecycle;
 mod other_install;
+mod slow_read;
 
 use lifecycle::Faults;
+use slow_read::SlowRead;
 
 /// Consul's cap on lock-delays applied at invalidation.
 const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
@@ -486,6 +488,9 @@ pub enum Event {
     /// The Consul access stops being usable (a token Secret withdraws its opt-in: `true`), or
     /// can be used again (`false`).
     AccessRefused(bool),
+    /// The next reconcile's read of the pods' owners or of its Consul access takes this many
+    /// seconds, and fails at its end (`fails`): rule 2 is judged meanwhile.
+    SlowRead { secs: u64, fails: bool },
     /// A user asks for a switchover to the pod (`None`: to `*`).
     Switchover(Option<usize>),
     /// The user switches failback (minimum interval in seconds) and the drain time.
@@ -568,6 +573,8 @@ pub struct Model {
     younger: Option<String>,
     /// The Consul access cannot be used.
     access_refused: bool,
+    /// A slow read for the next reconcile, or under way.
+    slow_read: Option<SlowRead>,
     /// Its cleanup is done and the finalizer gone.
     finalized: bool,
     /// The next loop's final status write is lost.
@@ -613,6 +620,7 @@ impl Model {
             older: None,
             younger: None,
             access_refused: false,
+            slow_read: None,
             finalized: false,
             lose_status_write: false,
             trace: String::new(),
@@ -942,6 +950,7 @@ impl Model {
                 }
                 self.access_refused = *refused;
             }
+            Event::SlowRead { secs, fails } => self.slow_read = Some(SlowRead::new(*secs, *fails)),
             Event::OtherInstallAcquires(i) => self.other_install_acquires(*i),
             Event::OtherInstallLabels => self.other_install_labels(),
             Event::ServedElsewhere(claims) => {
@@ -1397,8 +1406,15 @@ impl Model {
         loop {
             let (action, request) = match self.election.poll() {
                 Next::Gather(input) => {
-                    let found = self.gather(input, &spec);
-                    self.election.gathered(found);
+                    let gathered = self.start_reading(input, &spec);
+                    self.election.gathered(gathered);
+                    continue;
+                }
+                Next::Await(recheck) => {
+                    let gathered = self.go_on_reading(recheck, &spec);
+                    // As the controller keeps the read's failure: the reconcile fails with it.
+                    failed |= gathered == Gathered::Failed;
+                    self.election.gathered(gathered);
                     continue;
                 }
                 Next::Judge => {
@@ -1415,10 +1431,11 @@ impl Model {
                         self.fail("rule 8: withdrew an election another install serves");
                     }
                     if std::mem::take(&mut fencing) {
-                        *self
-                            .seen
-                            .entry("fenced an election that cannot act".into())
-                            .or_default() += 1;
+                        let situation = match self.slow_read.is_some() {
+                            true => "fenced while an input was awaited",
+                            false => "fenced an election that cannot act",
+                        };
+                        *self.seen.entry(situation.into()).or_default() += 1;
                     } else {
                         withdrawing = true;
                     }

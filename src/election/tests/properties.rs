@@ -118,6 +118,8 @@ fn world_event() -> impl Strategy<Value = Event> {
         1 => Just(Event::OtherInstallLabels),
         1 => prop::option::of(i.clone()).prop_map(Event::YoungerLeader),
         2 => any::<bool>().prop_map(Event::AccessRefused),
+        1 => (1u64..40, prop::bool::weighted(0.3))
+            .prop_map(|(secs, fails)| Event::SlowRead { secs, fails }),
     ]
 }
 
@@ -242,6 +244,9 @@ fn the_generator_reaches_every_interesting_situation() {
         "observed LabelLeader",
         "observed token above a re-created key",
         "switchover decided",
+        "a slow admission read",
+        "the key changed during a slow read",
+        "fenced while an input was awaited",
         "decided request removed again",
         "ok AnnotateHandover",
         "reason HandingOver",

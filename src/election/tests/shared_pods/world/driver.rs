@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{Pod, Registered, Shared, owner};
 use crate::election::config::Mode;
 use crate::election::first_look::{Adopting, SessionRead};
-use crate::election::machine::{Next, Opening, Start};
+use crate::election::machine::{Gathered, Next, Opening, Start};
 use crate::election::observe::{LockView, SessionHealth};
 use crate::election::plan_loop::World as PlanWorld;
 use crate::election::report;
@@ -27,6 +27,10 @@ impl Shared {
             paused: false,
             token_secret: false,
             deleted: self.sims[e].deleted,
+            acting: Some((
+                self.sims[e].config.mode,
+                self.sims[e].config.on_consul_unavailable,
+            )),
         };
         self.sims[e].machine.begin(start);
         let mut lock = LockView::Unknown;
@@ -38,7 +42,7 @@ impl Shared {
             match next {
                 Next::Gather(input) => {
                     let found = self.gather(e, input);
-                    self.sims[e].machine.gathered(found);
+                    self.sims[e].machine.gathered(Gathered::Found(found));
                 }
                 Next::Perform(request) => {
                     let outcome = self.execute(e, &request, &mut faults, &mut lock);
@@ -71,6 +75,7 @@ impl Shared {
                     self.sims[e].registered = None;
                 }
                 Next::RetryConsul(after) => return Some(after),
+                Next::Await(_) => panic!("the world's admission inputs answer at once"),
                 Next::Open => {
                     let sim = &self.sims[e];
                     let opening = Opening {
