@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{PatchOperation, RemoveOperation, TestOperation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -177,6 +178,13 @@ pub fn labelled_by(pod: &Pod) -> Option<&str> {
 pub fn labels_of(pod: &Pod) -> &BTreeMap<String, String> {
     static EMPTY: BTreeMap<String, String> = BTreeMap::new();
     pod.metadata.labels.as_ref().unwrap_or(&EMPTY)
+}
+
+/// An object's resourceVersion as a number (etcd's revision; `None` when it is not one).
+pub fn resource_version(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! What this process remembers between reconciles, beside the caches: its own writes that the
-//! caches may not show yet (statuses, patched pods, switchover requests it removed), and per
+//! caches may not show yet (statuses, patched pods), and per
 //! election its machine ([`Election`], which holds what its decisions carry from one reconcile
 //! to the next).
 //!
@@ -14,7 +14,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::time::Instant;
 
@@ -24,8 +23,7 @@ use crate::election::config::ElectionKey;
 use crate::election::machine::Election;
 use crate::election::plan::ElectionEvent;
 use crate::election::status_failures::StatusFailures;
-use crate::election::switchover_request::RequestSeen;
-use crate::k8s::Pod;
+use crate::k8s::{Pod, resource_version};
 
 /// A status this process wrote: the object's UID, the status, and the object's
 /// resourceVersion the write produced (once the cache holds that version, it holds the status).
@@ -45,17 +43,6 @@ struct WrittenPod {
     by: Option<String>,
 }
 
-/// A switchover request this process decided (its outcome recorded) and removes from the
-/// election.
-#[derive(Debug)]
-struct DecidedRequest {
-    /// The annotation's value.
-    request: String,
-    /// The election's resourceVersion without it: the removal's answer, or the version read
-    /// when the removal found it gone. `None` while the removal's outcome is unknown.
-    removed_in: Option<u64>,
-}
-
 /// Everything remembered of one election.
 #[derive(Debug, Default)]
 struct Memo {
@@ -67,16 +54,11 @@ struct Memo {
     election: Election,
     /// Its status writes failing in a row.
     status_failures: StatusFailures,
-    /// The switchover request this process last decided, until the cache shows it removed.
-    decided_request: Option<DecidedRequest>,
 }
 
 impl Memo {
     fn is_empty(&self) -> bool {
-        self.status.is_none()
-            && self.election.is_empty()
-            && self.status_failures.is_empty()
-            && self.decided_request.is_none()
+        self.status.is_none() && self.election.is_empty() && self.status_failures.is_empty()
     }
 }
 
@@ -214,51 +196,6 @@ impl Memory {
     /// The status writes of `key` that failed in a row, with the last error's category.
     pub fn status_failures(&self, key: &ElectionKey) -> Option<(u32, &'static str)> {
         self.read(key, |memo| memo.status_failures.run())
-    }
-
-    /// Records that this process decided `request` and is about to remove it from the
-    /// election. Until the cache shows the removal, the copies it holds still carry the
-    /// request, and a `*` read again would move leadership once more.
-    pub fn request_deciding(&self, key: &ElectionKey, request: &str) {
-        self.memo(key, |memo| {
-            memo.decided_request = Some(DecidedRequest {
-                request: request.to_owned(),
-                removed_in: None,
-            });
-        });
-    }
-
-    /// The election no longer carries the request this process decided, as of the version
-    /// `removed` (`None`: the election is gone, nothing to remember).
-    pub fn request_removed(&self, key: &ElectionKey, removed: Option<&LeaderElection>) {
-        let version = removed.and_then(|le| resource_version(&le.metadata));
-        self.memo(key, |memo| match version {
-            Some(version) => {
-                if let Some(decided) = &mut memo.decided_request {
-                    decided.removed_in = Some(version);
-                }
-            }
-            None => memo.decided_request = None,
-        });
-    }
-
-    /// What `request`, read from the copy `le` of the election `key`, is to this process.
-    pub fn request_seen(
-        &self,
-        key: &ElectionKey,
-        le: &LeaderElection,
-        request: &str,
-    ) -> RequestSeen {
-        let copy = resource_version(&le.metadata);
-        self.read(key, |memo| match &memo.decided_request {
-            Some(decided) if decided.request == request => match decided.removed_in {
-                None => RequestSeen::Unremoved,
-                Some(removed) if copy < Some(removed) => RequestSeen::Decided,
-                // Written again after the removal.
-                Some(_) => RequestSeen::New,
-            },
-            _ => RequestSeen::New,
-        })
     }
 
     /// The election's current status: what this process last wrote for this object, else
@@ -406,14 +343,6 @@ impl Memory {
             if caught_up {
                 memo.status = None;
             }
-            let removal_seen = memo.decided_request.as_ref().is_some_and(|decided| {
-                decided
-                    .removed_in
-                    .is_some_and(|removed| cached_version >= Some(removed))
-            });
-            if removal_seen {
-                memo.decided_request = None;
-            }
             !memo.is_empty()
         });
     }
@@ -435,13 +364,6 @@ fn newer_in_cache(
         .filter(|cached| resource_version(&cached.metadata) > resource_version(&le.metadata))
 }
 
-/// An object's resourceVersion as a number.
-fn resource_version(meta: &ObjectMeta) -> Option<u64> {
-    meta.resource_version
-        .as_deref()
-        .and_then(|v| v.parse::<u64>().ok())
-}
-
 /// A pod's resourceVersion as a number.
 fn version(pod: &Pod) -> Option<u64> {
     resource_version(&pod.metadata)
@@ -449,6 +371,8 @@ fn version(pod: &Pod) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
     use super::*;
 
     fn key(name: &str) -> ElectionKey {
@@ -574,40 +498,6 @@ mod tests {
         // A write no plan took into account names nobody.
         memory.remember_pod(&pod("u1", "9"), None);
         assert_eq!(memory.written_by(&pod("u1", "9")), None);
-    }
-
-    #[test]
-    fn a_removed_request_is_decided_on_older_copies_only_until_the_cache_shows_the_removal() {
-        let memory = Memory::new(Instant::now());
-        let (elections, mut writer) = kube::runtime::reflector::store::<LeaderElection>();
-        let (pods, _) = kube::runtime::reflector::store::<Pod>();
-        let (web_key, older, newer) = (key("web"), web("7", None), web("10", None));
-        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(older.clone()));
-        assert_eq!(memory.request_seen(&web_key, &older, "*"), RequestSeen::New);
-        memory.request_deciding(&web_key, "*");
-        let seen = |le: &LeaderElection, request| memory.request_seen(&web_key, le, request);
-        assert_eq!(seen(&older, "*"), RequestSeen::Unremoved);
-        memory.request_removed(&web_key, Some(&web("9", None)));
-        assert_eq!(seen(&older, "*"), RequestSeen::Decided);
-        // Another request, or the same one written again after the removal.
-        assert_eq!(seen(&older, "web-1"), RequestSeen::New);
-        assert_eq!(seen(&newer, "*"), RequestSeen::New);
-        assert_eq!(
-            memory.request_seen(&key("b"), &older, "*"),
-            RequestSeen::New
-        );
-        // Remembered until the cache shows the removal.
-        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(web("8", None)));
-        memory.prune(&pods, &elections);
-        assert_eq!(seen(&older, "*"), RequestSeen::Decided);
-        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(web("9", None)));
-        memory.prune(&pods, &elections);
-        assert_eq!(seen(&older, "*"), RequestSeen::New);
-        assert!(enter(&memory.elections).is_empty());
-        // A removal that found the election gone leaves nothing to remember.
-        memory.request_deciding(&web_key, "*");
-        memory.request_removed(&web_key, None);
-        assert!(enter(&memory.elections).is_empty());
     }
 
     #[test]

@@ -108,6 +108,7 @@ impl<'a> Executor<'a> {
         Ok(Opening {
             recorded: report::recorded(&start.status),
             switchover: start.switchover,
+            version: k8s::resource_version(&self.le.metadata),
             adopting: start.adopting,
         })
     }
@@ -143,6 +144,9 @@ impl<'a> Executor<'a> {
     pub fn reported(&mut self, reported: Reported) {
         if let Some(event) = &reported.event {
             self.publish(event, "Elect");
+        }
+        if let Some(elected) = reported.elected {
+            self.ctx.metrics.elected(elected);
         }
         if let Some(why) = reported.left_alone {
             let why = why.reason();
@@ -279,16 +283,14 @@ impl<'a> Executor<'a> {
                     .or_else(|error| self.session_gone(&session, error))
             }
             Request::ClearRequest(request) => {
-                // Decided from here on, even if the removal fails.
-                ctx.caches.written.request_deciding(key, &request);
                 let api: Api<LeaderElection> = Api::namespaced(ctx.client.clone(), &key.namespace);
                 let annotation = SWITCHOVER_ANNOTATION;
                 let now = k8s::remove_annotation_if(&api, &key.name, annotation, &request)
                     .await
                     .map_err(Error::kube("clear switchover request"))?;
                 // The version without the request: a copy older than it still has it.
-                ctx.caches.written.request_removed(key, now.as_ref());
-                Ok(Outcome::Done)
+                let version = now.and_then(|le| k8s::resource_version(&le.metadata));
+                Ok(Outcome::Removed(version))
             }
             Request::Publish(event) => {
                 self.publish(&event, "Elect");
@@ -333,10 +335,6 @@ impl<'a> Executor<'a> {
     /// Writes `change` and answers the status as it now reads.
     async fn write_status(&mut self, change: &StatusChange) -> Result<Outcome, Error> {
         let (ctx, le) = (self.ctx, self.le);
-        if let Some(request) = change.decides() {
-            // Decided from here on, even if this write or the removal fails.
-            ctx.caches.written.request_deciding(self.key, request);
-        }
         let config = self.config.as_deref();
         let labelled = config.and_then(|c| plan_loop::labelled_leader(&self.pods, &c.labels));
         let written = status_write::write(le, ctx, config, change, self.basis, labelled).await?;

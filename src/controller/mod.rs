@@ -112,9 +112,6 @@ async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Acti
                 tracing::debug!(election = %key, ?request, cause = ?election.cause(), "performing");
                 let outcome = executor.perform(request).await;
                 executor.reported(election.performed(outcome, Instant::now()));
-                if let Some(elected) = election.poll_elected() {
-                    ctx.metrics.elected(elected);
-                }
             }
             Next::GiveUp(give_up) => executor.give_up(give_up),
             Next::RetryConsul(after) => return Err(executor.retry_consul(after)),

@@ -52,7 +52,7 @@ use super::plan_loop::{self, Answer, Elected, PlanLoop, World};
 use super::reconcile::{self, Found, Reconcile, Step};
 use super::request::{self, Acting, ActionKind, Outcome, Request, Via};
 use super::status_change::StatusChange;
-use super::switchover_request::{self, RequestSeen, RequestStep};
+use super::switchover_request::{self, RequestStep};
 use super::unusable::{LockFacts, UnusableLabel, unusable_label, waiting_label};
 use super::withdrawal::{self, Performed, Sessions, Withdrawal};
 
@@ -103,10 +103,13 @@ pub enum Gathered {
 pub struct Opening {
     /// The status as this process knows it now.
     pub recorded: Recorded,
-    /// The switchover request on the election, if any, and what this process remembers of
-    /// it: [`switchover_request::step`] decides whether the plans decide it, or a request
-    /// decided before is removed again first.
-    pub switchover: Option<(String, RequestSeen)>,
+    /// The switchover request on the election, if any: with what this process remembers of
+    /// a request it decided ([`super::switchover_request::DecidedRequest`]),
+    /// [`switchover_request::step`] decides whether the plans decide it, or a request decided
+    /// before is removed again first.
+    pub switchover: Option<String>,
+    /// The resourceVersion of the election's copy the request was read from.
+    pub version: Option<u64>,
     /// What the first look may adopt.
     pub adopting: Adopting,
 }
@@ -152,6 +155,8 @@ pub struct Reported {
     pub failed: bool,
     /// Why a session read for adoption is left alone, for the log.
     pub left_alone: Option<LeftAlone>,
+    /// The leader the request labelled, for the metrics.
+    pub elected: Option<Elected>,
 }
 
 /// What a request handed out stands for, for logs and the property tests' checks (the
@@ -289,6 +294,24 @@ impl Election {
 
     /// What to do next.
     pub fn poll(&mut self) -> Next {
+        let next = self.next();
+        if let Next::Perform(request) = &next {
+            // Decided from here on, even if the write fails: a copy of the election older
+            // than the request's removal must not have it decided again.
+            match request {
+                Request::ClearRequest(decided) => self.memory.decided_request.deciding(decided),
+                Request::WriteStatus(change) => {
+                    if let Some(decided) = change.decides() {
+                        self.memory.decided_request.deciding(decided);
+                    }
+                }
+                _ => {}
+            }
+        }
+        next
+    }
+
+    fn next(&mut self) -> Next {
         let Some(run) = &mut self.run else {
             return Next::Stop(look_again::ERROR_REQUEUE);
         };
@@ -343,7 +366,7 @@ impl Election {
                     return Next::Left;
                 }
             }
-            return self.poll();
+            return self.next();
         }
         match run.awaiting {
             Some(Awaiting::Waiting(recheck)) => return Next::Await(Some(recheck)),
@@ -434,7 +457,7 @@ impl Election {
                             return Next::Stop(look_again::ERROR_REQUEUE);
                         };
                         plans.handle(Answer::Failed, &mut self.memory, now);
-                        return self.poll();
+                        return self.next();
                     };
                     run.pending = Some(Origin::Action(kind));
                     Next::Perform(request)
@@ -500,6 +523,9 @@ impl Election {
             return Reported::default();
         };
         let mut reported = Reported::default();
+        if let Outcome::Removed(version) = &outcome {
+            self.memory.decided_request.removed(*version);
+        }
         match origin {
             Origin::Step if !outcome.took_effect() => {
                 // The reconcile fails with it, and is retried.
@@ -555,6 +581,7 @@ impl Election {
                 let answer = kind.answer(outcome);
                 reported.failed = matches!(answer, Answer::Failed | Answer::Refused(_));
                 reported.event = plans.handle(answer, &mut self.memory, now);
+                reported.elected = plans.poll_elected();
             }
             Origin::Status => {
                 reported.failed = !outcome.took_effect();
@@ -628,7 +655,9 @@ impl Election {
         {
             run.acting.election = opening.adopting.election.name.clone();
             let last = opening.recorded.last_switchover.as_ref();
-            let switchover = match opening.switchover {
+            let request = opening.switchover.as_deref();
+            let seen = self.memory.decided_request.seen(request, opening.version);
+            let switchover = match opening.switchover.zip(seen) {
                 Some((request, seen)) => match switchover_request::step(seen, last, &request) {
                     RequestStep::Decide => Some(request),
                     RequestStep::Skip => None,
@@ -699,14 +728,6 @@ impl Election {
         }
     }
 
-    /// The leader this reconcile labelled since the last call, if any (for the metrics).
-    pub fn poll_elected(&mut self) -> Option<Elected> {
-        match self.stage() {
-            Some(Stage::Planning(plans)) => plans.poll_elected(),
-            _ => None,
-        }
-    }
-
     /// The last plan of this reconcile (its status is what the reconcile writes).
     pub fn last_plan(&self) -> Option<&Plan> {
         match &self.run.as_ref()?.stage {
@@ -767,10 +788,6 @@ impl Election {
     /// remembered.
     pub fn is_empty(&self) -> bool {
         self.run.is_none() && self.memory.is_empty()
-    }
-
-    fn stage(&mut self) -> Option<&mut Stage> {
-        self.run.as_deref_mut().map(|r| &mut r.stage)
     }
 }
 

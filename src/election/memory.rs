@@ -1,7 +1,7 @@
 //! What one election's decisions carry from one reconcile to the next, in this process: its
 //! key as last written and read ([`KeyMemory`]), its NotReady pods as first seen
-//! ([`NotReadyMemory`]), whether it stands back for another install, and Consul's standing
-//! refusal of its requests.
+//! ([`NotReadyMemory`]), the switchover request it decided ([`DecidedRequest`]), whether it
+//! stands back for another install, and Consul's standing refusal of its requests.
 //!
 //! The executor reports what happened (a plan made, a Consul request refused or accepted);
 //! what follows from it is decided here.
@@ -10,6 +10,7 @@ use super::key_memory::KeyMemory;
 use super::not_ready::NotReadyMemory;
 use super::plan::{ElectionEvent, EventReason, StoodBack};
 use super::refusal::ConsulRefusal;
+use super::switchover_request::DecidedRequest;
 
 /// One election's memory (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -18,6 +19,8 @@ pub struct ElectionMemory {
     pub key: KeyMemory,
     /// Since when its NotReady pods are NotReady.
     pub not_ready: NotReadyMemory,
+    /// The switchover request it last decided, until a copy shows it removed.
+    pub decided_request: DecidedRequest,
     stood_back: Option<StoodBack>,
     refusal: Option<ConsulRefusal>,
 }
@@ -72,6 +75,7 @@ impl ElectionMemory {
     pub fn is_empty(&self) -> bool {
         self.key.is_empty()
             && self.not_ready.is_empty()
+            && self.decided_request.is_empty()
             && self.stood_back.is_none()
             && self.refusal.is_none()
     }

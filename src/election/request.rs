@@ -156,6 +156,9 @@ pub enum Outcome {
     Adopted(bool),
     /// The status was written (or already was as the change makes it): it now reads so.
     StatusWritten(Box<Recorded>),
+    /// The switchover request was removed, leaving the election at this resourceVersion
+    /// (`None`: the election is gone).
+    Removed(Option<u64>),
     /// The Consul access the request goes through cannot be used.
     NoAccess,
     /// Consul refused it for lack of rights.
@@ -167,7 +170,10 @@ pub enum Outcome {
 impl Outcome {
     /// Whether the request took effect (a step that must not fail did not).
     pub fn took_effect(&self) -> bool {
-        matches!(self, Outcome::Done | Outcome::StatusWritten(_))
+        matches!(
+            self,
+            Outcome::Done | Outcome::StatusWritten(_) | Outcome::Removed(_)
+        )
     }
 }
 
@@ -266,11 +272,11 @@ impl ActionKind {
     pub fn answer(self, outcome: Outcome) -> Answer {
         match (self, outcome) {
             (ActionKind::Release, Outcome::Done) => Answer::Released,
-            (ActionKind::Clear, Outcome::Done) => Answer::RequestCleared,
+            (ActionKind::Clear, Outcome::Done | Outcome::Removed(_)) => Answer::RequestCleared,
             (ActionKind::Token, Outcome::StatusWritten(recorded)) => {
                 Answer::StatusWritten(recorded)
             }
-            (_, Outcome::Done | Outcome::StatusWritten(_)) => Answer::Done,
+            (_, Outcome::Done | Outcome::StatusWritten(_) | Outcome::Removed(_)) => Answer::Done,
             (_, Outcome::Acquired(acquired)) => Answer::Acquired(acquired),
             (_, Outcome::SessionGone) => Answer::SessionGone,
             (_, Outcome::Refused(refusal)) => Answer::Refused(refusal),
@@ -341,9 +347,11 @@ impl Withdrawing {
 /// longer has holds nothing to release.
 pub fn performed(outcome: Outcome) -> Performed {
     match outcome {
-        Outcome::Done | Outcome::Gone | Outcome::SessionGone | Outcome::StatusWritten(_) => {
-            Performed::Done
-        }
+        Outcome::Done
+        | Outcome::Gone
+        | Outcome::SessionGone
+        | Outcome::StatusWritten(_)
+        | Outcome::Removed(_) => Performed::Done,
         Outcome::NoAccess => Performed::NoAccess,
         Outcome::Session(SessionRead::Found { name, .. }) => Performed::SessionNamed(Some(name)),
         Outcome::Session(SessionRead::Missing) => Performed::SessionNamed(None),

@@ -19,7 +19,6 @@ use crate::election::key_value::Holding;
 use crate::election::machine::Election;
 use crate::election::observe::{LockView, PodView};
 use crate::election::plan_loop::World;
-use crate::election::switchover_request::RequestSeen;
 use crate::k8s::{self, Pod};
 
 /// The pods an election works on, by name, each with whether its selector matches it
@@ -34,8 +33,8 @@ pub struct Start {
     pub pods: Pods,
     /// What its first look may adopt.
     pub adopting: Adopting,
-    /// Its switchover request, if any, with what this process remembers of it.
-    pub switchover: Option<(String, RequestSeen)>,
+    /// Its switchover request, if any.
+    pub switchover: Option<String>,
 }
 
 /// Reads what the plan loop of `le` (its key `key`, validated as `config`) starts from.
@@ -54,10 +53,7 @@ pub fn start(
         spec_settings: config.session,
         owner: ctx.settings.owner.clone(),
     };
-    let switchover = le.annotations().get(SWITCHOVER_ANNOTATION).map(|request| {
-        let seen = ctx.caches.written.request_seen(key, le, request);
-        (request.clone(), seen)
-    });
+    let switchover = le.annotations().get(SWITCHOVER_ANNOTATION).cloned();
     Start {
         status,
         pods: views::pods_of(&ctx.caches, le),

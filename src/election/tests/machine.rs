@@ -17,7 +17,6 @@ use crate::election::reconcile::Found;
 use crate::election::report::StandBack;
 use crate::election::request::{Kept, Outcome, Request, Via};
 use crate::election::status_change::StatusChange;
-use crate::election::switchover_request::RequestSeen;
 use crate::election::unusable::LockFacts;
 use crate::election::withdrawal::{Acted, LabelledPod, Sessions};
 
@@ -191,7 +190,7 @@ fn reconcile_with(
     election: &mut Election,
     scene: &Scene,
     applied: Found,
-    switchover: Option<(String, RequestSeen)>,
+    switchover: Option<String>,
     removal: Outcome,
 ) -> Vec<Next> {
     election.begin(start());
@@ -213,6 +212,7 @@ fn reconcile_with(
             Next::Open => election.opened(Opening {
                 recorded: scene.recorded.clone(),
                 switchover: switchover.clone(),
+                version: Some(1),
                 adopting: scene.adopting(),
             }),
             Next::Perform(Request::ReadKey(_)) => {
@@ -551,8 +551,10 @@ fn a_request_decided_before_is_removed_before_the_first_plan_and_not_decided_aga
     let mut recorded = record(&Scene::elected("b", &["a"], 6).plan().status);
     recorded.last_switchover = Some(done);
     let scene = Scene::elected("b", &["a"], 6).recorded(recorded);
-    let unremoved = Some(("b".to_owned(), RequestSeen::Unremoved));
+    let unremoved = Some("b".to_owned());
     let mut election = Election::new();
+    // Decided by this process, the removal's answer not known.
+    election.memory_mut().decided_request.deciding("b");
     let asked = reconcile_with(
         &mut election,
         &scene,

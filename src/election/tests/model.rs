@@ -49,7 +49,6 @@ use crate::election::report;
 use crate::election::request::{Outcome, Request};
 use crate::election::session_names::session_name;
 use crate::election::status_change::{Facts, StatusChange};
-use crate::election::switchover_request::RequestSeen;
 
 mod lifecycle;
 mod other_install;
@@ -554,9 +553,8 @@ pub struct Model {
     started_at: Timestamp,
     /// The election's `elector.dev/switchover-to` annotation.
     switchover: Option<String>,
-    /// The request the controller last decided, remembered from before its removal is sent
-    /// (`cache::written::Memory::request_deciding`).
-    decided_request: Option<String>,
+    /// The election's resourceVersion: it grows with each write of the switchover request.
+    version: u64,
     /// The request of the user's last [`Event::Switchover`] was decided: once the status
     /// holds its outcome, it must never be decided again (recorded as in progress once more).
     request_decided: bool,
@@ -612,7 +610,7 @@ impl Model {
             forgotten: None,
             started_at: t(1000),
             switchover: None,
-            decided_request: None,
+            version: 1,
             request_decided: false,
             max_label: None,
             applied: None,
@@ -856,8 +854,8 @@ impl Model {
                 };
                 if self.switchover != to {
                     // A new request (writing the pending one again changes nothing).
-                    self.decided_request = None;
                     self.request_decided = false;
+                    self.version += 1;
                 }
                 self.switchover = to;
             }
@@ -1456,7 +1454,11 @@ impl Model {
                         }
                         let _ = writeln!(self.trace, "   step {request:?}");
                         self.perform(&request, &spec);
-                        self.election.performed(Outcome::Done, mono(self.now));
+                        let outcome = match request {
+                            Request::ClearRequest(_) => Outcome::Removed(Some(self.version)),
+                            _ => Outcome::Done,
+                        };
+                        self.election.performed(outcome, mono(self.now));
                         continue;
                     }
                     Some(Cause::Look(look)) => {
@@ -1504,7 +1506,9 @@ impl Model {
                     opened = Some((self.sticky_leader(), self.operator_move_due(&faults)));
                     let opening = Opening {
                         recorded: self.recorded(),
-                        switchover: self.switchover_seen(),
+                        switchover: self.switchover.clone(),
+                        // The model's copy of the election is never older than the removal.
+                        version: Some(self.version),
                         adopting: self.adopting(),
                     };
                     self.election.opened(opening);
@@ -1531,13 +1535,11 @@ impl Model {
             }
             let in_process = matches!(action, Action::ForgetSession | Action::Emit(_));
             let (executed, failing) = faults.next(in_process);
-            if let Action::ClearSwitchover { request }
+            if let Action::ClearSwitchover { .. }
             | Action::RecordSwitchover {
-                decides: Some(request),
-                ..
+                decides: Some(_), ..
             } = &action
             {
-                self.decided_request = Some(request.clone());
                 self.request_decided = true;
             }
             let mut answer = Outcome::Done;
@@ -1550,7 +1552,11 @@ impl Model {
                     executed && !failing
                 }
                 Action::ClearSwitchover { .. } => {
-                    executed && self.execute(&action, &request) && !failing
+                    let removed = executed && self.execute(&action, &request);
+                    if removed {
+                        answer = Outcome::Removed(Some(self.version));
+                    }
+                    removed && !failing
                 }
                 Action::ConfirmSession { session } => match executed {
                     true => match self.consul.renew(session, self.now) {
@@ -1637,18 +1643,6 @@ impl Model {
             complete: false,
             actions: faults.index,
         }
-    }
-
-    /// The switchover request and what the controller remembers of it, as
-    /// `inputs::plan_loop::start` reads it: a request it decided but may not have removed
-    /// (the model's copy of the election is never older than the removal).
-    fn switchover_seen(&self) -> Option<(String, RequestSeen)> {
-        let request = self.switchover.clone()?;
-        let seen = match self.decided_request.as_ref() == Some(&request) {
-            true => RequestSeen::Unremoved,
-            false => RequestSeen::New,
-        };
-        Some((request, seen))
     }
 
     /// A read of the key: the watch's answer, or the direct read the machine asks for after
@@ -1871,6 +1865,7 @@ impl Model {
                 if self.switchover.as_deref() == Some(request.as_str()) {
                     *self.seen.entry("switchover decided".into()).or_default() += 1;
                     self.switchover = None;
+                    self.version += 1;
                 }
                 true
             }

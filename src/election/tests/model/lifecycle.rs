@@ -192,6 +192,7 @@ impl Model {
                         .entry("decided request removed again".into())
                         .or_default() += 1;
                     self.switchover = None;
+                    self.version += 1;
                 }
             }
             other => self.fail(&format!("{other:?} is no step before planning")),

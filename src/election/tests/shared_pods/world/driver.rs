@@ -81,6 +81,7 @@ impl Shared {
                     let opening = Opening {
                         recorded: report::recorded(&sim.status),
                         switchover: None,
+                        version: None,
                         adopting: Adopting {
                             election: sim.key(),
                             mode: Mode::Managed,
