@@ -76,6 +76,25 @@ pub struct Context {
 }
 
 impl Context {
+    /// Whether a reconcile may decide now: this replica may write (it holds the Lease and
+    /// adopted this cluster's sessions; a standby answers `false` at once, the takeover
+    /// reconciles every election) and its caches are complete, which is waited for.
+    ///
+    /// Nothing is decided on partial caches: right after a (re)start the controller already
+    /// reconciles the first elections while the pod list is still loading, and a leader
+    /// missing from the cache would be "moved" (rule 3), a conflicting older election
+    /// missing from it would be ignored, and a cleanup would skip pods it labelled. This
+    /// waits only at startup. (Not `Store::wait_until_ready`: its one-shot channel keeps a
+    /// single waker, so a reconcile waiting next to the readiness probe is never woken.)
+    pub(crate) async fn ready_to_decide(&self) -> bool {
+        if !*self.may_write.borrow() {
+            return false;
+        }
+        // An error: the readiness task is gone, the controller is shutting down.
+        let mut caches = self.caches_ready.clone();
+        caches.wait_for(|ready| *ready).await.is_ok()
+    }
+
     /// The last moment `key`'s lock was known as cached (see
     /// [`crate::election::planner::Observation::lock_confirmed_at`]).
     pub(crate) fn lock_confirmed_at(&self, key: &ElectionKey) -> tokio::time::Instant {

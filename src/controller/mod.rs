@@ -36,19 +36,7 @@ use executor::Executor;
 
 /// Reconciles one election (finalizer first: cleanup on deletion).
 pub(crate) async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if !*ctx.may_write.borrow() {
-        // A standby (or a replica still adopting): the takeover reconciles every election.
-        return Ok(Action::await_change());
-    }
-    // Decide nothing on partial caches: right after a (re)start the controller already
-    // reconciles the first elections while the pod list is still loading, and a leader
-    // missing from the cache would be "moved" (rule 3), a conflicting older election
-    // missing from it would be ignored, and a cleanup would skip pods it labelled. This
-    // waits only at startup. (Not `Store::wait_until_ready`: its one-shot channel keeps a
-    // single waker, so a reconcile waiting next to the readiness probe is never woken.)
-    let mut caches = ctx.caches_ready.clone();
-    if caches.wait_for(|ready| *ready).await.is_err() {
-        // The readiness task is gone: the controller is shutting down.
+    if !ctx.ready_to_decide().await {
         return Ok(Action::await_change());
     }
     let _in_flight = ctx.health.reconcile_started();
