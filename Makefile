@@ -61,9 +61,9 @@ demo-status: ## Print the demo's leader, pod roles and the Services' endpoints
 	@leader="$$($(KUBECTL) get -n $(DEMO_NAMESPACE) le web -o jsonpath='{.status.leader.pod}')"; \
 	echo; echo "== LeaderElection web: leader $$leader"; \
 	$(KUBECTL) get -n $(DEMO_NAMESPACE) le web; \
-	echo; echo "== pods and their role label"; \
-	$(KUBECTL) get pods -n $(DEMO_NAMESPACE) -l app=web -L elector.dev/role \
-	  -L elector.dev/fencing-token -o wide; \
+	echo; echo "== pods, their role label and fencing token (an annotation)"; \
+	$(KUBECTL) get pods -n $(DEMO_NAMESPACE) -l app=web \
+	  -o custom-columns='NAME:.metadata.name,READY:.status.containerStatuses[0].ready,ROLE:.metadata.labels.elector\.dev/role,TOKEN:.metadata.annotations.elector\.dev/fencing-token,IP:.status.podIP,NODE:.spec.nodeName'; \
 	echo; echo "== EndpointSlices of web-leader (only the leader) and web-followers"; \
 	for _ in $$(seq 30); do \
 	  endpoints="$$($(KUBECTL) get endpointslices -n $(DEMO_NAMESPACE) \

@@ -350,8 +350,8 @@ impl Metrics {
         let consul_requests = Family::<ConsulRequestLabels, Counter>::default();
         registry.register(
             "consul_requests",
-            "Consul HTTP request attempts (retries count again), by operation (`kv acquire`, \
-             `session renew`, ...) and outcome (`ok` or the error category)",
+            "Consul HTTP request attempts (retries count again), by operation (`kv_acquire`, \
+             `session_renew`, ...) and outcome (`ok` or the error category)",
             consul_requests.clone(),
         );
         let consul_request_duration =

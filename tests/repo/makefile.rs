@@ -241,6 +241,21 @@ fn make_demo_runs_the_documented_steps_in_order_with_working_tools() {
         "{calls}"
     );
     assert!(stdout.contains("== LeaderElection web: leader"), "{stdout}");
+    // The pods with their role label and their fencing token, an annotation (kubectl's
+    // `-L` shows labels only).
+    let pods = calls
+        .lines()
+        .find(|l| l.contains("get pods -n default -l app=web"))
+        .unwrap_or_else(|| panic!("the pods are not listed:\n{calls}"));
+    assert!(
+        pods.contains(".metadata.labels.elector\\.dev/role"),
+        "{pods}"
+    );
+    assert!(
+        pods.contains(".metadata.annotations.elector\\.dev/fencing-token"),
+        "{pods}"
+    );
+    assert!(!pods.contains("-L elector.dev/fencing-token"), "{pods}");
 }
 
 #[test]

@@ -77,10 +77,9 @@ impl Family {
     }
 }
 
-/// Every family the operator registers, read from the registry's OpenMetrics text after one
-/// call of every recording method (prometheus-client leaves out a labelled family until it has
-/// a series).
-fn registered() -> BTreeMap<String, Family> {
+/// The registry's OpenMetrics text after one call of every recording method
+/// (prometheus-client leaves out a labelled family until it has a series).
+fn exposition() -> String {
     let metrics = Metrics::new();
     metrics.reconcile_finished(Ok(()), Duration::from_millis(1));
     metrics.reconcile_finished(Err("finalizer"), Duration::from_millis(1));
@@ -103,8 +102,12 @@ fn registered() -> BTreeMap<String, Family> {
         Duration::from_millis(2),
         false,
     );
-    let text = metrics.encode();
+    metrics.encode()
+}
 
+/// Every family the operator registers, read from [`exposition`].
+fn registered() -> BTreeMap<String, Family> {
+    let text = exposition();
     let mut families: BTreeMap<String, Family> = BTreeMap::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -599,4 +602,33 @@ fn every_alert_has_a_unit_test() {
         missing.is_empty(),
         "alerts without a test in {RULE_TESTS}: {missing:?}"
     );
+}
+
+/// The HELP text of a family quotes label values (`ok`, an operation) as the operations
+/// document's row of that family lists them, so the two never name different values.
+#[test]
+fn help_texts_quote_only_values_the_operations_doc_lists() {
+    let doc = read(OPERATIONS);
+    let families = registered();
+    for line in exposition().lines() {
+        let Some((name, help)) = line
+            .strip_prefix("# HELP ")
+            .and_then(|rest| rest.split_once(' '))
+        else {
+            continue;
+        };
+        let Some(family) = families.get(name) else {
+            continue;
+        };
+        let row_start = format!("| `{}` |", family.documented_name(name));
+        let Some(row) = doc.lines().find(|l| l.starts_with(&row_start)) else {
+            continue;
+        };
+        for quoted in help.split('`').skip(1).step_by(2) {
+            assert!(
+                row.contains(&format!("`{quoted}`")),
+                "the HELP text of {name} quotes `{quoted}`, which its row in {OPERATIONS} does not list"
+            );
+        }
+    }
 }
