@@ -2,8 +2,9 @@
 //! come first, in one block; the supported Kubernetes versions are stated once and match the
 //! chart's `kubeVersion`; the sections follow a user's path (what it is, where the
 //! documentation is, why use it, install, configure, operate, then the developer's material:
-//! try it on kind, real nodes or the sandbox, develop and test); and CI runs the README's
-//! test command.
+//! try it on kind, real nodes or the sandbox, develop and test); CI runs the README's test
+//! command; and the license file is the one Cargo declares, linked from the README with the
+//! changelog and the security policy.
 
 use std::path::Path;
 
@@ -92,4 +93,26 @@ fn the_sections_follow_a_users_path() {
             "Develop and test"
         ]
     );
+}
+
+#[test]
+fn the_license_is_the_one_cargo_declares_and_the_readme_links_the_project_files() {
+    let manifest = read("Cargo.toml");
+    assert!(
+        manifest.contains("license = \"Apache-2.0\""),
+        "Cargo.toml's license"
+    );
+    let license = read("LICENSE");
+    assert!(
+        license.contains("Apache License") && license.contains("Version 2.0, January 2004"),
+        "LICENSE is not the Apache License 2.0 that Cargo.toml declares"
+    );
+    let readme = read("README.md");
+    for file in ["LICENSE", "CHANGELOG.md", "SECURITY.md"] {
+        assert!(!read(file).trim().is_empty(), "{file} is empty");
+        assert!(
+            readme.contains(&format!("]({file})")),
+            "README does not link {file}"
+        );
+    }
 }
