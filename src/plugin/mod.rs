@@ -30,7 +30,7 @@ use kube::{Client, Config};
 pub use cli::{Cli, Command, OutputFormat};
 pub use error::PluginError;
 
-use crate::crd::LeaderElection;
+use crate::crd::{LeaderElection, Mode};
 
 /// What a command printed and whether it reached its goal (a refused switchover did not:
 /// the process exits non-zero).
@@ -243,14 +243,29 @@ async fn set_paused(
 ) -> Result<String, PluginError> {
     let api: Api<LeaderElection> = Api::namespaced(client.clone(), namespace);
     let patch = serde_json::json!({"spec": {"paused": paused}});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+    let patched = api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|e| PluginError::election_call(namespace, name, "patch", e))?;
-    Ok(if paused {
-        format!("{namespace}/{name} paused: nothing moves until `kubectl elector resume {name}`\n")
-    } else {
-        format!("{namespace}/{name} resumed\n")
-    })
+    Ok(paused_message(namespace, name, paused, patched.spec.mode))
+}
+
+/// What `pause` or `resume` (`paused`) did to election `namespace/name` of mode `mode`. In
+/// Observe mode the applications elect themselves: a pause moves nothing the operator would
+/// have moved, and only holds back an edit that must withdraw first.
+fn paused_message(namespace: &str, name: &str, paused: bool, mode: Mode) -> String {
+    match (paused, mode) {
+        (true, Mode::Managed) => format!(
+            "{namespace}/{name} paused: nothing moves until `kubectl elector resume {name}`\n"
+        ),
+        (true, Mode::Observe) => format!(
+            "{namespace}/{name} paused, which has no effect on who leads: it is an Observe \
+             election, the applications elect themselves and the leader label follows the key's \
+             holder (only an edit of its labels, key or Consul access waits for `kubectl elector \
+             resume {name}`)\n"
+        ),
+        (false, _) => format!("{namespace}/{name} resumed\n"),
+    }
 }
 
 async fn get_election(
@@ -266,3 +281,21 @@ async fn get_election(
 
 #[cfg(test)]
 mod fixtures;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pausing_an_observe_election_says_it_changes_nothing_of_who_leads() {
+        let managed = paused_message("shop", "web", true, Mode::Managed);
+        assert!(managed.contains("nothing moves until"), "{managed}");
+        let observe = paused_message("shop", "db", true, Mode::Observe);
+        assert!(observe.contains("no effect on who leads"), "{observe}");
+        assert!(!observe.contains("nothing moves"), "{observe}");
+        assert_eq!(
+            paused_message("shop", "db", false, Mode::Observe),
+            "shop/db resumed\n"
+        );
+    }
+}
