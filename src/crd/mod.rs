@@ -80,6 +80,24 @@ mod tests {
     }
 
     #[test]
+    fn integers_follow_the_api_conventions() {
+        // Kubernetes API conventions allow int32 and int64 only: clients generated from the
+        // schema (Go, Java, ...) know no unsigned formats. A minimum keeps them non-negative.
+        let crd = crd_yaml().expect("the CRD serializes to YAML");
+        let formats: Vec<&str> = crd
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("format: "))
+            .collect();
+        assert!(!formats.is_empty(), "the CRD has integer formats");
+        for format in formats {
+            assert!(
+                matches!(format, "int32" | "int64" | "date-time"),
+                "format {format} in the CRD"
+            );
+        }
+    }
+
+    #[test]
     fn committed_crd_matches_the_code() {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),

@@ -426,7 +426,7 @@ pub struct SwitchoverSpec {
     /// early by setting the annotation's value to `done`. A leader that becomes ineligible
     /// meanwhile is replaced at once.
     #[serde(default)]
-    #[schemars(range(max = SWITCHOVER_DRAIN_MAX_SECONDS))]
+    #[schemars(range(max = SWITCHOVER_DRAIN_MAX_SECONDS), extend("format" = "int32"))]
     pub drain_seconds: u32,
 }
 

@@ -27,11 +27,13 @@ pub struct LeaderElectionStatus {
     /// reject writes carrying an older token. Also on the leader pod as the annotation
     /// `elector.dev/fencing-token`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "int64"))]
     pub fencing_token: Option<u64>,
 
     /// How often leadership moved from one pod to another (the first election does not count,
     /// nor a pod elected again after a fence).
     #[serde(default)]
+    #[schemars(extend("format" = "int64"))]
     pub transitions: u64,
 
     /// Every selected pod: whether it may lead and, if not, why.
@@ -65,6 +67,7 @@ pub struct LeaderElectionStatus {
     /// late write based on an older status is refused instead of replacing a newer one
     /// (docs/design.md rule 8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "int64"))]
     pub revision: Option<u64>,
 
     /// The install of the operator that serves this election (`<cluster>/<install>`): every
