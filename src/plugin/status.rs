@@ -1,6 +1,7 @@
 //! `kubectl elector status`: each election's leader, token, candidates, last switchover and
 //! Consul holder.
 
+use futures::{StreamExt, stream};
 use jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
@@ -274,12 +275,29 @@ pub async fn collect(
         Scope::Namespace(namespace) => list(Api::namespaced(client, namespace), namespace).await?,
         Scope::AllNamespaces => list(Api::all(client), "all namespaces").await?,
     };
-    let mut views = Vec::with_capacity(elections.len());
-    for election in &elections {
-        let holder = consul_holder::read(consul, election).await;
-        views.push(ElectionStatus::new(election, holder));
-    }
-    Ok(views)
+    let holders = each_at_once(&elections, |e| consul_holder::read(consul, e)).await;
+    let views = elections.iter().zip(holders);
+    Ok(views
+        .map(|(e, holder)| ElectionStatus::new(e, holder))
+        .collect())
+}
+
+/// How many elections' keys `status` reads from Consul at once: a cluster's worth of elections
+/// is read in about one read's time per batch, not one timeout each, without opening a
+/// connection per election.
+const CONSUL_READS_AT_ONCE: usize = 8;
+
+/// `read` of each of `elections`, at most [`CONSUL_READS_AT_ONCE`] at a time, in their order.
+async fn each_at_once<'a, T, F, Fut>(elections: &'a [LeaderElection], read: F) -> Vec<T>
+where
+    F: FnMut(&'a LeaderElection) -> Fut,
+    Fut: Future<Output = T>,
+{
+    stream::iter(elections)
+        .map(read)
+        .buffered(CONSUL_READS_AT_ONCE)
+        .collect()
+        .await
 }
 
 async fn list(api: Api<LeaderElection>, what: &str) -> Result<Vec<LeaderElection>, PluginError> {
@@ -297,7 +315,12 @@ async fn list(api: Api<LeaderElection>, what: &str) -> Result<Vec<LeaderElection
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
     use serde_json::json;
+    use tokio::sync::Barrier;
 
     use super::*;
     use crate::plugin::fixtures::{election, led_by_web_1};
@@ -427,5 +450,30 @@ mod tests {
         assert_eq!(value["consul"]["lockIndex"], 42);
         assert_eq!(value["consul"]["pod"], "web-1");
         assert_eq!(value["lastSwitchover"], serde_json::Value::Null);
+    }
+
+    #[tokio::test]
+    async fn consul_is_read_for_several_elections_at_once_and_no_more_than_the_bound() {
+        let elections: Vec<LeaderElection> = (0..CONSUL_READS_AT_ONCE * 2)
+            .map(|_| election(json!({}), led_by_web_1()))
+            .collect();
+        // Each read waits until a whole batch is in flight: one at a time never gets there.
+        let batch = Arc::new(Barrier::new(CONSUL_READS_AT_ONCE));
+        let (in_flight, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let read = |_: &LeaderElection| {
+            let (batch, in_flight, most) = (batch.clone(), in_flight.clone(), most.clone());
+            async move {
+                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                batch.wait().await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                now
+            }
+        };
+        let bound = Duration::from_secs(10);
+        let read = tokio::time::timeout(bound, each_at_once(&elections, read)).await;
+        let read = read.expect("the reads of a batch wait for each other");
+        assert_eq!(read.len(), elections.len());
+        assert_eq!(most.load(Ordering::SeqCst), CONSUL_READS_AT_ONCE);
     }
 }
