@@ -20,8 +20,9 @@ pub const SELECTED_BY_OWNER: &str = "LabelKeySelectedByOwner";
 /// does: this one then stands back and writes nothing.
 pub const EXCLUSIVE: &str = "Exclusive";
 /// Condition types that versions before [`EXCLUSIVE`] wrote, with the opposite polarity
-/// (`Conflict`: `True` when bad). Every condition is now `True` when all is well, so a stored
-/// one of these types is dropped at the next status write.
+/// (`Conflict`: `True` when bad). Every condition of the election's own is now `True` when all
+/// is well (only [`STALLED`] and [`RECONCILING`], kstatus' conventions, are `True` when not),
+/// so a stored one of these types is dropped at the next status write.
 pub const RETIRED: [&str; 1] = ["Conflict"];
 /// The status is written as the operator decides it (`True`, reason `Written`); after status
 /// writes failed, the first write that succeeds says how many failed before it (reason
@@ -40,6 +41,19 @@ pub const LEASE_TIMING_SAFE: &str = "LeaseTimingSafe";
 /// `False` otherwise, with the reason of the condition that says why. For `kubectl wait
 /// --for=condition=Ready`, Flux's kstatus and Argo CD health checks.
 pub const READY: &str = "Ready";
+
+/// kstatus' (Flux's) condition for an election that cannot progress until the user changes
+/// something: `True` (with [`READY`]'s reason and message) for an invalid spec, a label key the
+/// pods' controller selects, or a conflict with an older election; `False` otherwise. Without
+/// it kstatus reads such an election as in progress until its timeout.
+pub const STALLED: &str = "Stalled";
+/// kstatus' condition for an election on its way to [`READY`]: `True` (with its reason and
+/// message) while a leader is being elected, no selected pod is eligible yet, Consul does not
+/// answer, or the operator has not acted yet; `False` once Ready, and while stalled.
+pub const RECONCILING: &str = "Reconciling";
+
+/// The reasons of [`READY`] that only a change by the user ends ([`STALLED`]).
+const STALLING: [&str; 3] = ["InvalidSpec", SELECTED_BY_OWNER, "Conflict"];
 
 /// The [`READY`] condition's status, reason and message, derived from `conditions` (the
 /// election's other conditions) and how many pods it selects (`candidates`).
@@ -98,15 +112,29 @@ pub fn merge_with_ready(
         .collect();
     let mut merged = merge(&old, new, now);
     let (ready, reason, message) = readiness(&merged, candidates);
-    merged.retain(|c| c.type_ != READY);
-    merged.push(Condition {
-        type_: READY.to_owned(),
-        status: if ready { "True" } else { "False" }.to_owned(),
-        reason: reason.to_owned(),
-        message,
+    let stalled = !ready && STALLING.contains(&reason);
+    let reconciling = !ready && !stalled;
+    let derived = |type_: &str, status: bool, when_false: &str| Condition {
+        type_: type_.to_owned(),
+        status: if status { "True" } else { "False" }.to_owned(),
+        reason: if status || type_ == READY {
+            reason
+        } else {
+            when_false
+        }
+        .to_owned(),
+        message: if status || type_ == READY {
+            message.clone()
+        } else {
+            String::new()
+        },
         observed_generation: generation,
         last_transition_time: Time(now),
-    });
+    };
+    merged.retain(|c| ![READY, STALLED, RECONCILING].contains(&c.type_.as_str()));
+    merged.push(derived(READY, ready, reason));
+    merged.push(derived(STALLED, stalled, "NotStalled"));
+    merged.push(derived(RECONCILING, reconciling, "NotReconciling"));
     merge(&old, merged, now)
 }
 
@@ -334,12 +362,43 @@ mod tests {
         ];
         let merged = merge_with_ready(&old, new, 3, Some(1), at(10));
         let types: Vec<_> = merged.iter().map(|c| c.type_.as_str()).collect();
-        assert_eq!(types, [LEADER_ELECTED, EXCLUSIVE, READY]);
+        assert_eq!(
+            types,
+            [LEADER_ELECTED, EXCLUSIVE, READY, STALLED, RECONCILING]
+        );
         assert_eq!(merged[0].last_transition_time, Time(at(1)));
         // Also when the new conditions do not mention it (an invalid spec's status).
         let old = [condition("Conflict", "True", "Conflict", 1)];
         let invalid = vec![condition(SPEC_VALID, "False", "InvalidSpec", 0)];
         let merged = merge_with_ready(&old, invalid, 3, Some(1), at(10));
         assert!(merged.iter().all(|c| c.type_ != "Conflict"), "{merged:?}");
+    }
+
+    #[test]
+    fn stalled_and_reconciling_say_whether_the_user_or_time_ends_a_not_ready_election() {
+        let status = |conditions: &[Condition], type_: &str| {
+            let found = conditions.iter().find(|c| c.type_ == type_);
+            found.map(|c| (c.status.clone(), c.reason.clone()))
+        };
+        let of = |new: Vec<Condition>| merge_with_ready(&[], new, 3, Some(1), at(10));
+        let elected = of(vec![condition(LEADER_ELECTED, "True", "Elected", 0)]);
+        let electing = of(vec![condition(LEADER_ELECTED, "False", "Electing", 0)]);
+        let invalid = of(vec![condition(SPEC_VALID, "False", "InvalidSpec", 0)]);
+        let conflict = of(vec![condition(EXCLUSIVE, "False", "Conflict", 0)]);
+        let owner = of(vec![condition(SPEC_VALID, "False", SELECTED_BY_OWNER, 0)]);
+        let no = |reason: &str| Some(("False".to_owned(), reason.to_owned()));
+        let yes = |reason: &str| Some(("True".to_owned(), reason.to_owned()));
+        assert_eq!(status(&elected, STALLED), no("NotStalled"));
+        assert_eq!(status(&elected, RECONCILING), no("NotReconciling"));
+        assert_eq!(status(&electing, STALLED), no("NotStalled"));
+        assert_eq!(status(&electing, RECONCILING), yes("NoLeader"));
+        for (stuck, reason) in [
+            (&invalid, "InvalidSpec"),
+            (&conflict, "Conflict"),
+            (&owner, SELECTED_BY_OWNER),
+        ] {
+            assert_eq!(status(stuck, STALLED), yes(reason));
+            assert_eq!(status(stuck, RECONCILING), no("NotReconciling"));
+        }
     }
 }

@@ -7,6 +7,7 @@
 mod admission_policy;
 mod dockerfile;
 mod docs_references;
+mod gitops_health;
 mod makefile;
 mod module_cycles;
 mod operations;
