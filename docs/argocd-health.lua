@@ -2,46 +2,30 @@
 -- under `resource.customizations.health.elector.dev_LeaderElection` (docs/operations.md,
 -- "GitOps health"). It reads what the operator writes: observedGeneration, the phase and
 -- the Ready and Stalled conditions.
-local hs = {}
+local function health(status, message)
+  return { status = status, message = message }
+end
+local waiting = "waiting for the operator to act on the election"
 local status = obj.status
 if status == nil or status.conditions == nil then
-  hs.status = "Progressing"
-  hs.message = "waiting for the operator to act on the election"
-  return hs
+  return health("Progressing", waiting)
 end
 local generation = obj.metadata and obj.metadata.generation
 if generation ~= nil and status.observedGeneration ~= generation then
-  hs.status = "Progressing"
-  hs.message = "the operator has not acted on the latest spec yet"
-  return hs
+  return health("Progressing", "the operator has not acted on the latest spec yet")
 end
-local ready, stalled
+local found = {}
 for _, condition in ipairs(status.conditions) do
-  if condition.type == "Ready" then
-    ready = condition
-  elseif condition.type == "Stalled" then
-    stalled = condition
-  end
+  found[condition.type] = condition
 end
+local ready, stalled = found["Ready"], found["Stalled"]
 if stalled ~= nil and stalled.status == "True" then
-  hs.status = "Degraded"
-  hs.message = stalled.message
-  return hs
+  return health("Degraded", stalled.message)
 end
 if status.phase == "Paused" then
-  hs.status = "Suspended"
-  hs.message = "paused (spec.paused): nothing moves until it is resumed"
-  return hs
+  return health("Suspended", "paused (spec.paused): nothing moves until it is resumed")
 end
 if ready ~= nil and ready.status == "True" then
-  hs.status = "Healthy"
-  hs.message = ready.message
-  return hs
+  return health("Healthy", ready.message)
 end
-hs.status = "Progressing"
-if ready ~= nil then
-  hs.message = ready.message
-else
-  hs.message = "waiting for the operator to act on the election"
-end
-return hs
+return health("Progressing", ready and ready.message or waiting)
