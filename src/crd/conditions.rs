@@ -114,27 +114,30 @@ pub fn merge_with_ready(
     let (ready, reason, message) = readiness(&merged, candidates);
     let stalled = !ready && STALLING.contains(&reason);
     let reconciling = !ready && !stalled;
-    let derived = |type_: &str, status: bool, when_false: &str| Condition {
-        type_: type_.to_owned(),
-        status: if status { "True" } else { "False" }.to_owned(),
-        reason: if status || type_ == READY {
-            reason
-        } else {
-            when_false
+    // The API server refuses an empty message (it reads as null): a False one says why.
+    let derived = |type_: &str, status: bool, otherwise: (&str, &str)| {
+        let (reason, message) = match status || type_ == READY {
+            true => (reason, message.clone()),
+            false => (otherwise.0, otherwise.1.to_owned()),
+        };
+        Condition {
+            type_: type_.to_owned(),
+            status: if status { "True" } else { "False" }.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            observed_generation: generation,
+            last_transition_time: Time(now),
         }
-        .to_owned(),
-        message: if status || type_ == READY {
-            message.clone()
-        } else {
-            String::new()
-        },
-        observed_generation: generation,
-        last_transition_time: Time(now),
     };
     merged.retain(|c| ![READY, STALLED, RECONCILING].contains(&c.type_.as_str()));
-    merged.push(derived(READY, ready, reason));
-    merged.push(derived(STALLED, stalled, "NotStalled"));
-    merged.push(derived(RECONCILING, reconciling, "NotReconciling"));
+    merged.push(derived(READY, ready, (reason, "")));
+    let not_stalled = ("NotStalled", "nothing needs a change by the user");
+    merged.push(derived(STALLED, stalled, not_stalled));
+    let not_reconciling = match stalled {
+        true => ("NotReconciling", "stalled until the user changes something"),
+        false => ("NotReconciling", "the election is where it should be"),
+    };
+    merged.push(derived(RECONCILING, reconciling, not_reconciling));
     merge(&old, merged, now)
 }
 
@@ -388,6 +391,12 @@ mod tests {
         let owner = of(vec![condition(SPEC_VALID, "False", SELECTED_BY_OWNER, 0)]);
         let no = |reason: &str| Some(("False".to_owned(), reason.to_owned()));
         let yes = |reason: &str| Some(("True".to_owned(), reason.to_owned()));
+        for conditions in [&elected, &electing, &invalid, &conflict, &owner] {
+            assert!(
+                conditions.iter().all(|c| !c.message.is_empty()),
+                "the API server refuses an empty message: {conditions:?}"
+            );
+        }
         assert_eq!(status(&elected, STALLED), no("NotStalled"));
         assert_eq!(status(&elected, RECONCILING), no("NotReconciling"));
         assert_eq!(status(&electing, STALLED), no("NotStalled"));
