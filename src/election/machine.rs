@@ -767,12 +767,6 @@ impl Election {
         }
     }
 
-    /// Whether this process wrote the election's key since it last read it back (a cached
-    /// view of the key may predate the write).
-    pub fn key_written_since_read(&self) -> bool {
-        self.memory.key.written_since_read()
-    }
-
     /// What the election's decisions carry from one reconcile to the next.
     pub fn memory(&self) -> &ElectionMemory {
         &self.memory

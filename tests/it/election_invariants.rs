@@ -11,7 +11,6 @@ use harness::{Harness, ROLE, SOON, role_in};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use testkit::cluster::with_namespace;
-use testkit::kube_faults::{FaultAction, KubeFault, Verb};
 
 fn web() -> serde_json::Value {
     json!({"selector": {"matchLabels": {"app": "web"}}})
@@ -68,11 +67,7 @@ async fn a_disagreement_that_outlives_a_reconcile_is_reported_and_healed() {
         let (h, first) = Harness::web_elected(admin, ns, web()).await;
         // Every pod patch of the operator fails, and somebody labels a follower leader: the
         // operator cannot take the label off for now.
-        let fault = h.kube_faults.add(
-            KubeFault::new(FaultAction::status(500, "InternalError", "injected"))
-                .verb(Verb::Patch)
-                .resource("pods"),
-        );
+        let fault = h.kube_faults.add(harness::pod_patches_fail());
         let stray = a_follower(&h, &first.pod);
         h.set_pod_label(&stray, ROLE, Some("leader")).await;
         let notes = h.wait_event("web", "Disagreement").await;

@@ -309,15 +309,7 @@ async fn deletion_takes_the_leader_label_off_before_the_lock_is_released() {
         let (h, first) = Harness::web_elected(admin, ns, spec()).await;
         let key = h.key("web");
         // Every pod patch of the operator fails: the leader label cannot come off.
-        let failing = h.kube_faults.add(
-            KubeFault::new(kube_faults::FaultAction::status(
-                500,
-                "InternalError",
-                "injected",
-            ))
-            .verb(Verb::Patch)
-            .resource("pods"),
-        );
+        let failing = h.kube_faults.add(harness::pod_patches_fail());
         h.elections()
             .delete("web", &Default::default())
             .await

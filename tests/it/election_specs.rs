@@ -987,16 +987,7 @@ async fn an_older_election_waits_for_a_label_left_on_a_pod_its_writer_no_longer_
 
         // `middle` no longer selects its leader and cannot unlabel it yet; `older` now selects
         // the other pod.
-        let fault = h.kube_faults.add(
-            KubeFault::new(kube_faults::FaultAction::status(
-                500,
-                "InternalError",
-                "injected",
-            ))
-            .verb(Verb::Patch)
-            .resource("pods")
-            .name("p1"),
-        );
+        let fault = h.kube_faults.add(harness::pod_patches_fail().name("p1"));
         h.set_pod_label("p1", "tier", None).await;
         h.set_pod_label("p0", "tier", Some("zero")).await;
         h.wait_status("younger", |le| {

@@ -243,12 +243,9 @@ async fn a_leader_label_that_cannot_be_written_is_reported_as_electing_without_f
                 .await,
             "the election watch listed"
         );
-        let fault = h.kube_faults.add(
-            KubeFault::new(FaultAction::status(500, "InternalError", "injected"))
-                .verb(Verb::Patch)
-                .resource("pods")
-                .name(successor),
-        );
+        let fault = h
+            .kube_faults
+            .add(harness::pod_patches_fail().name(successor));
         let pods: Api<Pod> = Api::namespaced(h.admin.clone(), &h.ns);
         pods.delete(&first.pod, &DeleteParams::default())
             .await

@@ -422,7 +422,10 @@ fn after_a_withdrawal_the_first_look_reads_the_key_back_instead_of_trusting_the_
         Next::Perform(Request::ReadKey(KeyRead::Fresh))
     );
     election.end();
-    assert!(!election.key_written_since_read(), "read back by that look");
+    assert!(
+        !election.memory().key.written_since_read(),
+        "read back by that look"
+    );
 }
 
 #[test]

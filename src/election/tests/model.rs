@@ -2064,7 +2064,7 @@ impl Model {
     fn mirrors_a_confirmed_answer(&self, pod: &PodView) -> bool {
         self.config.mode == Mode::Observe
             && self.consul.kv_stalled
-            && !self.election.key_written_since_read()
+            && !self.election.memory().key.written_since_read()
             && elapsed(self.lock_confirmed_at(), self.now) < self.config.session.ttl
             && match &self.cached_lock {
                 LockView::Held { value, .. } => value

@@ -1484,3 +1484,11 @@ impl Harness {
             .map(|v| v.at)
     }
 }
+
+/// A fault that fails every patch of a pod with a 500, as an API server in trouble does
+/// (narrow it to one pod with `.name(...)`).
+pub fn pod_patches_fail() -> KubeFault {
+    KubeFault::new(FaultAction::status(500, "InternalError", "injected"))
+        .verb(Verb::Patch)
+        .resource("pods")
+}

@@ -115,7 +115,7 @@ impl Model {
             .or_else(|| self.recorded().leader.and_then(|l| l.session_id));
         let watched = !self.consul.kv_stalled
             && self.consul.kv_reachable().is_ok()
-            && !self.election.key_written_since_read();
+            && !self.election.memory().key.written_since_read();
         let lost = watched
             && self
                 .consul
