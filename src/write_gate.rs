@@ -17,11 +17,15 @@
 //! Every write request is bounded by the time left: the kube client's [`GateLayer`] and the
 //! Consul client refuse a write once the deadline has passed and cancel one still in flight at
 //! the deadline, retries included (the retry layer sits outside the gate, so each attempt is
-//! checked again). The gate is read again before every poll of a write (`Gated`), so a
-//! process paused after the first check but before its request reached the socket finds the
-//! gate closed when it resumes and sends nothing. What remains is the few instructions between
-//! that read and the socket write within one poll. Reads are never gated: a standby keeps its
-//! caches warm.
+//! checked again). The gate is read again before every poll of a write (`Gated`). A request
+//! reaches its socket in the task that drives its connection, not in the one that asked for
+//! it, so the gate is read there too: the API server's writes travel on connections that are
+//! driven only while the gate is open ([`ConnectionTasks`]), and a write to Consul carries a
+//! body its connection reads only while the gate is open (`consul::gated_body`). A process
+//! paused anywhere between the first check and the socket finds the gate closed when it
+//! resumes and sends nothing, except over HTTP/2 to Consul, where a request's head may leave
+//! before its body is read (docs/design.md, rule 8). Reads are never gated: a standby keeps
+//! its caches warm.
 
 use std::fmt;
 use std::future::Future;
@@ -32,12 +36,17 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Method, Request};
-use kube::client::{Body, ClientBuilder};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service};
 
 use crate::wall_clock::WallClock;
+
+mod kube_client;
+#[cfg(test)]
+pub(crate) mod one_connection;
+
+pub use kube_client::{ConnectionTasks, gated_client, without_retries};
 
 /// Stored deadline meaning "closed".
 const CLOSED: u64 = 0;
@@ -288,37 +297,6 @@ impl<F: Future> Future for Gated<F> {
             Poll::Pending => Poll::Pending,
         }
     }
-}
-
-/// Requests that may wait for the gated stack at once (the buffer that lets the retry layer
-/// clone it).
-const BUFFERED_REQUESTS: usize = 1024;
-
-/// The kube client the controller writes with: `builder` (kube's stack for a config whose
-/// `default_retry` is off, see [`without_retries`]) wrapped in the write gate, and kube's
-/// server-aware retries outside the gate, so every attempt is checked and bounded. Must be
-/// called within a tokio runtime (the buffer between them runs as a task).
-pub fn gated_client<S, B>(builder: ClientBuilder<S>, gate: &WriteGate) -> kube::Client
-where
-    S: Service<Request<Body>, Response = http::Response<B>, Error = BoxError> + Send + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    builder
-        .with_layer(&gate.layer())
-        .with_layer(&tower::buffer::BufferLayer::new(BUFFERED_REQUESTS))
-        .with_layer(&tower::retry::RetryLayer::new(
-            kube::client::retry::RetryPolicy::server_retry(),
-        ))
-        .build()
-}
-
-/// `config` without kube's built-in retry layer: [`gated_client`] adds it outside the gate,
-/// and the Lease's own client retries in its loop, within its own timeouts.
-pub fn without_retries(mut config: kube::Config) -> kube::Config {
-    config.default_retry = false;
-    config
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 mod blocking;
 mod client;
 mod error;
+mod gated_body;
 mod go_duration;
 mod kv;
 mod observer;

@@ -53,6 +53,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use super::error::TransportFailure;
+use super::gated_body::GatedBody;
 use super::settings::{ConsulAddress, TlsSettings};
 use super::tls;
 use super::tls_reload::TlsReload;
@@ -332,7 +333,7 @@ impl AddressTransport {
             {
                 let transport = self.clone();
                 let task = AbortOnDrop(runtime.spawn(async move {
-                    let exchange = transport.exchange(lane, request);
+                    let exchange = transport.exchange(lane, request, gate.clone());
                     match gate {
                         Some(gate) => gate.bound(exchange).await.unwrap_or_else(|stopped| {
                             Err((TransportFailure::Io, stopped.to_string()))
@@ -347,15 +348,16 @@ impl AddressTransport {
                     ))
                 })
             }
-            _ => self.exchange(lane, request).await,
+            _ => self.exchange(lane, request, gate).await,
         }
     }
 
-    /// One request/response on this runtime.
+    /// One request/response on this runtime; a write's body reads `gate` ([`GatedBody`]).
     async fn exchange(
         &self,
         lane: Lane,
         request: Request<Bytes>,
+        gate: Option<WriteGate>,
     ) -> Result<Response<Bytes>, TransportError> {
         let (permits, client) = match lane {
             Lane::LongPoll => (&self.long_poll_permits, &self.general),
@@ -371,7 +373,10 @@ impl AddressTransport {
         let url = request_url(&self.base_url, &parts.uri);
         let mut outgoing = reqwest::Request::new(parts.method, url);
         *outgoing.headers_mut() = parts.headers;
-        *outgoing.body_mut() = Some(body.into());
+        *outgoing.body_mut() = Some(match gate {
+            Some(gate) => reqwest::Body::wrap(GatedBody::new(gate, body)),
+            None => body.into(),
+        });
         let mut response = client
             .execute(outgoing)
             .await
@@ -578,5 +583,56 @@ mod tests {
         for tiny in 0..3 {
             assert_eq!(LaneBudgets::split(tiny), LaneBudgets::split(3));
         }
+    }
+
+    /// Transports of a registry whose default address is `address`.
+    fn registry(address: &ConsulAddress) -> TransportRegistry {
+        TransportRegistry::new(TransportConfig {
+            max_connections: 8,
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            tls: TlsSettings::default(),
+            default_address: address.clone(),
+            credentials_reload: Duration::from_secs(60),
+            session_runtime: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_write_handed_to_its_connection_before_a_pause_is_not_sent_after_it() {
+        let (address, server) = crate::write_gate::one_connection::serve().await;
+        let address = ConsulAddress::parse(&format!("http://{address}"), false).expect("address");
+        let registry = registry(&address);
+        let transport = registry.transport(&address).expect("a transport");
+        let gate = WriteGate::closed();
+        gate.open_until(tokio::time::Instant::now() + Duration::from_secs(60));
+        let renew = || {
+            Request::put("/v1/session/renew/0c1b2a3d-1111-2222-3333-444455556666")
+                .body(Bytes::new())
+                .expect("a request")
+        };
+        let first = gate
+            .bound(transport.send(Lane::General, renew(), Some(gate.clone())))
+            .await
+            .expect("the gate is open")
+            .expect("the first write");
+        assert_eq!(first.status(), 201);
+
+        // The second one goes to the same (pooled) connection; the process stops right after
+        // handing it over and resumes past its deadline. Its connection runs before the
+        // write's own task does.
+        let second = gate.bound(transport.send(Lane::General, renew(), Some(gate.clone())));
+        let mut second = std::pin::pin!(second);
+        assert!(futures::poll!(&mut second).is_pending());
+        gate.close();
+        let arrived = server.await.expect("the server");
+        assert_eq!(
+            arrived, "",
+            "the write reached the socket after the gate closed"
+        );
+        assert_eq!(
+            second.await.map(|_| ()),
+            Err(crate::write_gate::NotActive::Cancelled)
+        );
     }
 }

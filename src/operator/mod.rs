@@ -106,10 +106,9 @@ impl KubeClients {
     pub fn from_config(config: kube::Config) -> Result<Self, kube::Error> {
         let gate = WriteGate::closed();
         let config = write_gate::without_retries(config);
-        let client = write_gate::gated_client(
-            kube::client::ClientBuilder::try_from(config.clone())?,
-            &gate,
-        );
+        let client = write_gate::gated_client(&gate, |tasks| {
+            kube::client::ClientBuilder::try_from((config.clone(), tasks))
+        })?;
         let lease = Client::try_from(config)?;
         Ok(KubeClients {
             client,

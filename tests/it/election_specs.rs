@@ -751,7 +751,12 @@ async fn elections_created_in_the_same_second_are_ordered_by_name() {
         // `b-first` is created, and leads, before `a-second` exists; when both carry the
         // same creationTimestamp (one-second resolution), `a-second` counts as the older.
         let mut same_second = false;
-        for _ in 0..5 {
+        for _ in 0..10 {
+            // Start just after a second begins (the API server runs on this machine's clock),
+            // so the whole second is left for the election.
+            let into_second = jiff::Timestamp::now().subsec_nanosecond();
+            let to_next = 1_000_000_000 - u64::try_from(into_second).unwrap_or(0);
+            tokio::time::sleep(Duration::from_nanos(to_next) + Duration::from_millis(5)).await;
             let b = h.election("b-first", web()).await;
             h.wait_elected("b-first", None).await;
             let a = h.election("a-second", web()).await;

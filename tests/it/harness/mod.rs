@@ -32,7 +32,7 @@ use consul_elector::leadership::{LeadershipError, LeaseSettings, WallClock};
 use consul_elector::metrics::Metrics;
 use consul_elector::operator;
 use consul_elector::operator::KubeClients;
-use consul_elector::write_gate::{self, WriteGate};
+use consul_elector::write_gate::{self, ConnectionTasks, WriteGate};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
@@ -455,14 +455,15 @@ impl Harness {
         consul_elector::install_crypto_provider();
         let gate = WriteGate::closed();
         let config = write_gate::without_retries(self.sa_config.clone());
-        let builder = || {
-            kube::client::ClientBuilder::try_from(config.clone())
-                .expect("kube client")
-                .with_layer(&faults.layer())
+        let builder = |tasks| {
+            kube::client::ClientBuilder::try_from((config.clone(), tasks))
+                .map(|builder| builder.with_layer(&faults.layer()))
         };
         KubeClients {
-            client: write_gate::gated_client(builder(), &gate),
-            lease: builder().build(),
+            client: write_gate::gated_client(&gate, builder).expect("kube client"),
+            lease: builder(ConnectionTasks::default())
+                .expect("kube client")
+                .build(),
             gate,
         }
     }
