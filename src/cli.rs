@@ -46,13 +46,16 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the LeaderElection CustomResourceDefinition as YAML.
     Crd,
-    /// Delete every LeaderElection in the watched namespaces and wait until the running
-    /// operator has cleaned each up (the chart's pre-delete hook runs this before `helm
-    /// uninstall` removes the operator).
-    DeleteElections(DeleteElectionsArgs),
+    /// Ask the running operator to release every LeaderElection it serves in the watched
+    /// namespaces (labels off the pods, keys released, sessions destroyed, finalizer removed)
+    /// and keep the objects, and wait until it has (the chart's pre-delete hook runs this
+    /// before `helm uninstall` removes the operator).
+    ReleaseElections(UninstallArgs),
+    /// As `release-elections`, and delete the LeaderElections too.
+    DeleteElections(UninstallArgs),
 }
 
-/// `--watch-namespaces`, shared by `run` and `delete-elections`.
+/// `--watch-namespaces`, shared by `run` and the uninstall commands.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct WatchScope {
     /// Namespaces to watch, comma-separated; empty watches all namespaces.
@@ -68,7 +71,7 @@ pub struct WatchScope {
 }
 
 /// The Lease that chooses the one replica that writes; `<namespace>.<name>` names the install
-/// (shared by `run` and `delete-elections`).
+/// (shared by `run` and the uninstall commands).
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct LeaseName {
     /// Name of the `coordination.k8s.io` Lease that chooses the one replica that writes.
@@ -86,19 +89,20 @@ pub struct LeaseName {
     pub lease_namespace: Option<String>,
 }
 
-/// Options of `consul-elector delete-elections`.
+/// Options of `consul-elector release-elections` and `delete-elections`.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
-pub struct DeleteElectionsArgs {
-    /// The namespaces whose elections to delete: the operator's.
+pub struct UninstallArgs {
+    /// The namespaces whose elections to release: the operator's.
     #[command(flatten)]
     pub scope: WatchScope,
 
-    /// The install's Lease: elections whose status names another install as serving them
-    /// are left alone.
+    /// The install's Lease, on which the request is written: elections whose status names
+    /// another install as serving them are left alone.
     #[command(flatten)]
     pub lease: LeaseName,
 
-    /// How long to wait, in all, for the operator to clean the elections up (Go duration).
+    /// How long to wait, in all, for the operator to release the elections (Go duration).
+    /// The operator gives up on an unreachable Consul well before the default.
     #[arg(long, default_value = "2m", value_parser = parse_positive_duration)]
     pub timeout: Duration,
 }

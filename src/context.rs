@@ -71,6 +71,11 @@ pub struct Context {
     /// Becomes true once this replica holds the Lease and adopted this cluster's sessions:
     /// until then reconciles write nothing.
     pub(crate) may_write: watch::Receiver<bool>,
+    /// The release request on the install's Lease ([`crate::leadership::release`]).
+    pub(crate) release_requested: watch::Receiver<Option<jiff::Timestamp>>,
+    /// When this process started, on the wall clock: a release request older than it is an
+    /// earlier install's.
+    pub(crate) started: jiff::Timestamp,
     /// The operator-wide event rate limit (see [`crate::operator::EVENT_RATE`]).
     pub(crate) event_budget: Mutex<TokenBucket>,
 }
@@ -107,6 +112,12 @@ impl Context {
     /// processes wrote (docs/design.md rule 8). Tests step it.
     pub(crate) fn wall_now(&self) -> jiff::Timestamp {
         self.settings.lease.wall_clock.now()
+    }
+
+    /// When the uninstall asked this process to release every election it serves and keep
+    /// the objects (`None`: it did not).
+    pub(crate) fn releasing(&self) -> Option<jiff::Timestamp> {
+        crate::leadership::release::applies(*self.release_requested.borrow(), self.started)
     }
 
     /// Asks for a reconcile of `key`.

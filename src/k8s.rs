@@ -89,6 +89,49 @@ where
     }
 }
 
+/// Removes `finalizer` from object `name` as `object` read it: the JSON patch tests the
+/// finalizer at its index before removing it, so a list changed since is never rewritten from
+/// a stale copy (the API server refuses the patch, and the next reconcile reads it again).
+/// Nothing is sent when `object` has no such finalizer, nor when the object is gone.
+pub async fn remove_finalizer<K>(
+    api: &Api<K>,
+    name: &str,
+    object: &K,
+    finalizer: &str,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let Some(index) = object
+        .meta()
+        .finalizers
+        .iter()
+        .flatten()
+        .position(|f| f == finalizer)
+    else {
+        return Ok(());
+    };
+    let path = PointerBuf::from_tokens([
+        "metadata".to_owned(),
+        "finalizers".to_owned(),
+        index.to_string(),
+    ]);
+    let patch = json_patch::Patch(vec![
+        PatchOperation::Test(TestOperation {
+            path: path.clone(),
+            value: finalizer.into(),
+        }),
+        PatchOperation::Remove(RemoveOperation { path }),
+    ]);
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+    {
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+        result => result.map(|_| ()),
+    }
+}
+
 /// A cleanup whose finalizer removal found the object gone is done, not failed: kube's
 /// finalizer helper removes the finalizer only after the cleanup succeeded, and the object can
 /// only be gone once its finalizer went, by an earlier reconcile of the same deletion that saw a

@@ -16,6 +16,7 @@ pub mod event_queue;
 pub mod http;
 pub mod inputs;
 pub mod k8s;
+pub mod kube_client;
 pub mod leadership;
 pub mod metrics;
 pub mod object_meta;

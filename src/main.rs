@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use consul_elector::cli::{Cli, Command, DeleteElectionsArgs, LogFormat, RunArgs, init_tracing};
+use consul_elector::cli::{Cli, Command, LogFormat, RunArgs, UninstallArgs, init_tracing};
 use consul_elector::cluster_identity;
 use consul_elector::consul::{ConsulClient, ConsulSettings};
 use consul_elector::context::Settings;
@@ -48,13 +48,8 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::DeleteElections(args) => match tokio::runtime::Runtime::new() {
-            Ok(runtime) => runtime.block_on(delete_elections(args)),
-            Err(error) => {
-                eprintln!("cannot start the async runtime: {error}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::ReleaseElections(args) => hook(args, uninstall::Course::Release),
+        Command::DeleteElections(args) => hook(args, uninstall::Course::Delete),
         Command::Run(args) => match (tokio::runtime::Runtime::new(), session_runtime()) {
             (Ok(runtime), Ok(sessions)) => {
                 let code = runtime.block_on(run(*args, sessions.handle().clone()));
@@ -71,8 +66,19 @@ fn main() -> ExitCode {
     }
 }
 
-/// `delete-elections`: deletes the watched namespaces' elections and waits for their cleanup.
-async fn delete_elections(args: DeleteElectionsArgs) -> ExitCode {
+/// Runs the uninstall hook on a runtime of its own.
+fn hook(args: UninstallArgs, course: uninstall::Course) -> ExitCode {
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(uninstall(args, course)),
+        Err(error) => {
+            eprintln!("cannot start the async runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `release-elections` and `delete-elections`: the uninstall hook.
+async fn uninstall(args: UninstallArgs, course: uninstall::Course) -> ExitCode {
     if let Err(error) = init_tracing(LogFormat::Plain, "info") {
         eprintln!("cannot set up logging: {error}");
         return ExitCode::FAILURE;
@@ -84,19 +90,23 @@ async fn delete_elections(args: DeleteElectionsArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let namespaces = args.scope.watch_namespaces.names();
     let lease_namespace = args
         .lease
         .lease_namespace
         .unwrap_or_else(|| client.default_namespace().to_owned());
-    let install = Owner::install_of_lease(&lease_namespace, &args.lease.lease_name);
-    match uninstall::delete_elections(client, namespaces, &install, args.timeout).await {
+    let scope = uninstall::Scope {
+        namespaces: args.scope.watch_namespaces.names().to_vec(),
+        install: Owner::install_of_lease(&lease_namespace, &args.lease.lease_name),
+        lease: (lease_namespace, args.lease.lease_name),
+    };
+    let wall = consul_elector::wall_clock::WallClock::system();
+    match uninstall::uninstall(client, &scope, course, args.timeout, &wall).await {
         Ok(count) => {
-            tracing::info!(count, "every LeaderElection is deleted and cleaned up");
+            tracing::info!(count, ?course, "every LeaderElection is released");
             ExitCode::SUCCESS
         }
         Err(error) => {
-            tracing::error!(%error, "the LeaderElections are not all cleaned up");
+            tracing::error!(%error, "the LeaderElections are not all released");
             ExitCode::FAILURE
         }
     }

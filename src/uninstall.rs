@@ -1,47 +1,55 @@
-//! `consul-elector delete-elections`: what the chart's pre-delete hook runs before `helm
-//! uninstall` removes the operator.
+//! What the chart's pre-delete hook runs before `helm uninstall` removes the operator:
+//! `consul-elector release-elections` (the default) or `delete-elections`.
 //!
-//! Every LeaderElection carries the `elector.dev/cleanup` finalizer, which only the running
-//! operator removes, after it has taken its labels off the pods, released the Consul key and
-//! destroyed the sessions. An election still present once the operator is gone stays
-//! Terminating forever, and so does its namespace. This command deletes every election in the
-//! given namespaces while the operator still runs, and waits until the operator has cleaned up
-//! each of them. When the bound passes, it names what is left and the one-line recovery.
+//! Every LeaderElection the operator acted on carries the `elector.dev/cleanup` finalizer,
+//! which only the running operator removes, after it has taken its labels off the pods,
+//! released the Consul key and destroyed the sessions. An election still carrying it once the
+//! operator is gone could never be deleted, nor could its namespace. So while the operator
+//! still runs, the hook asks it to release every election it serves: it writes the request on
+//! the install's Lease ([`RELEASE_REQUESTED_ANNOTATION`], renewed while it waits), and the
+//! operator withdraws each election in rule 7's order and takes the finalizer off. The
+//! objects and their specs stay, so a later install elects again. `delete-elections` also
+//! deletes them. The hook waits until no election it covers keeps the finalizer (or, deleting,
+//! exists); when the bound passes, it names what is left and the ways out.
 //!
 //! An election whose status names another install of the operator as serving it
 //! (`status.servedBy`) is left alone: uninstalling one of two installs that watch the same
-//! namespaces must not delete what the other serves.
+//! namespaces must not touch what the other serves.
 
 use std::time::Duration;
 
-use futures::StreamExt;
-use kube::api::{DeleteParams, ListParams};
-use kube::runtime::wait::{await_condition, conditions};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
-use crate::crd::LeaderElection;
+use crate::crd::{FINALIZER, LeaderElection, RELEASE_REQUESTED_ANNOTATION};
+use crate::wall_clock::WallClock;
 
-/// Why `delete-elections` failed. Messages name the elections involved.
+/// How often the hook looks at the elections again and renews its request.
+const LOOK_AGAIN: Duration = Duration::from_secs(2);
+
+/// Why the hook failed. Messages name the elections involved.
 #[derive(Debug, thiserror::Error)]
 pub enum UninstallError {
-    /// Listing or deleting the elections failed.
-    #[error("{action} LeaderElections in {scope}: {source}")]
+    /// Asking the operator, listing or deleting the elections failed.
+    #[error("{action} {scope}: {source}")]
     Api {
         /// What was being done.
         action: &'static str,
-        /// `namespace X` or `every namespace`.
+        /// `LeaderElections in namespace X`, `the Lease N/X`, ...
         scope: String,
         /// The API error.
         #[source]
         source: kube::Error,
     },
-    /// Elections were still present when the bound passed.
+    /// Elections still kept the finalizer (or existed) when the bound passed.
     #[error(
-        "{} LeaderElection(s) still present after {:?} ({}): is the operator running? Each keeps \
-         its finalizer until the operator has cleaned it up. To give up the cleanup (labels, \
-         Consul keys and sessions stay behind until their TTL), remove the finalizers: \
-         kubectl patch leaderelection NAME -n NAMESPACE --type=merge -p \
-         '{{\"metadata\":{{\"finalizers\":null}}}}'",
+        "{} LeaderElection(s) not released after {:?} ({}). Is the operator running? Is Consul \
+         reachable? To stop waiting for Consul (the key and session then expire with their \
+         TTL), annotate each: kubectl annotate leaderelection NAME -n NAMESPACE \
+         elector.dev/skip-consul-cleanup=true; with the operator gone, remove the finalizer \
+         (the leader label stays on the pod): kubectl patch leaderelection NAME -n NAMESPACE \
+         --type=merge -p '{{\"metadata\":{{\"finalizers\":null}}}}'",
         remaining.len(),
         timeout,
         remaining.join(", ")
@@ -54,6 +62,26 @@ pub enum UninstallError {
     },
 }
 
+/// What the hook does to the elections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Course {
+    /// The operator releases them; the objects stay.
+    Release,
+    /// The operator releases them and they are deleted.
+    Delete,
+}
+
+/// Where the hook works: the watched namespaces and the install.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// The watched namespaces (every namespace when empty).
+    pub namespaces: Vec<String>,
+    /// The install's Lease: its namespace and name.
+    pub lease: (String, String),
+    /// The install, `<lease namespace>.<lease name>`.
+    pub install: String,
+}
+
 /// Whether `served_by` (an election's `status.servedBy`, `<cluster>/<install>`) names an
 /// install other than `install` (`<lease namespace>.<lease name>`). Within one cluster the
 /// install tells installs apart.
@@ -61,119 +89,163 @@ fn served_by_another(served_by: Option<&str>, install: &str) -> bool {
     served_by.is_some_and(|served_by| served_by.rsplit('/').next() != Some(install))
 }
 
-/// Deletes every LeaderElection in `namespaces` (every namespace when empty) that no other
-/// install than `install` serves, and waits, at most `timeout` in all, until each is gone.
-/// Returns how many elections were deleted.
-pub async fn delete_elections(
+/// Asks the install's operator to release every election it serves in `scope`, deletes them
+/// too when `course` says so, and waits, at most `timeout` in all, until none that no other
+/// install serves keeps the finalizer (or, deleting, exists). Returns how many there were.
+pub async fn uninstall(
     client: Client,
-    namespaces: &[String],
-    install: &str,
+    scope: &Scope,
+    course: Course,
     timeout: Duration,
+    wall: &WallClock,
 ) -> Result<usize, UninstallError> {
-    let scopes: Vec<(Api<LeaderElection>, String)> = if namespaces.is_empty() {
-        vec![(Api::all(client.clone()), "every namespace".to_owned())]
-    } else {
-        namespaces
-            .iter()
-            .map(|ns| {
-                (
-                    Api::namespaced(client.clone(), ns),
-                    format!("namespace {ns}"),
-                )
-            })
-            .collect()
-    };
-    let mut deleted = Vec::new();
-    for (api, scope) in &scopes {
-        let elections =
+    let apis = scoped(&client, &scope.namespaces);
+    ask(&client, scope, wall).await?;
+    let mut covered = 0;
+    if course == Course::Delete {
+        covered = delete(&client, &apis, &scope.install).await?;
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let left = left(&apis, &scope.install, course).await?;
+        covered = covered.max(left.len());
+        if left.is_empty() {
+            return Ok(covered);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(UninstallError::TimedOut {
+                remaining: left,
+                timeout,
+            });
+        }
+        tracing::info!(
+            left = left.len(),
+            "waiting for the operator to release the LeaderElections"
+        );
+        tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + LOOK_AGAIN)).await;
+        ask(&client, scope, wall).await?;
+    }
+}
+
+/// The election APIs of `namespaces` (every namespace when empty), each with its scope's name.
+fn scoped(client: &Client, namespaces: &[String]) -> Vec<(Api<LeaderElection>, String)> {
+    if namespaces.is_empty() {
+        return vec![(Api::all(client.clone()), "every namespace".to_owned())];
+    }
+    namespaces
+        .iter()
+        .map(|ns| {
+            (
+                Api::namespaced(client.clone(), ns),
+                format!("namespace {ns}"),
+            )
+        })
+        .collect()
+}
+
+/// Writes the release request, now, on the install's Lease. A Lease that does not exist
+/// (no operator ever ran) asks nothing: whatever keeps the finalizer is named at the bound.
+async fn ask(client: &Client, scope: &Scope, wall: &WallClock) -> Result<(), UninstallError> {
+    let (namespace, name) = &scope.lease;
+    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {RELEASE_REQUESTED_ANNOTATION: wall.now().to_string()}}
+    });
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_not_found() => {
+            tracing::warn!(lease = %name, %namespace, "the install's Lease does not exist: no operator runs to release the elections");
+            Ok(())
+        }
+        Err(source) => Err(UninstallError::Api {
+            action: "asking the operator to release its elections through",
+            scope: format!("the Lease {namespace}/{name}"),
+            source,
+        }),
+    }
+}
+
+/// Deletes every election of `apis` that no other install than `install` serves; returns how
+/// many.
+async fn delete(
+    client: &Client,
+    apis: &[(Api<LeaderElection>, String)],
+    install: &str,
+) -> Result<usize, UninstallError> {
+    let mut deleted = 0;
+    for election in ours(apis, install).await? {
+        let (Some(namespace), name) = (election.namespace(), election.name_any()) else {
+            continue;
+        };
+        let api: Api<LeaderElection> = Api::namespaced(client.clone(), &namespace);
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => deleted += 1,
+            // Deleted meanwhile by someone else: nothing left to do for it.
+            Err(kube::Error::Api(status)) if status.is_not_found() => {}
+            Err(source) => {
+                return Err(UninstallError::Api {
+                    action: "deleting",
+                    scope: format!("LeaderElection {namespace}/{name}"),
+                    source,
+                });
+            }
+        }
+        tracing::info!(%namespace, %name, "deleted the LeaderElection");
+    }
+    Ok(deleted)
+}
+
+/// `namespace/name` of each election the hook still waits for: one no other install serves
+/// that keeps the finalizer, or, deleting, still exists.
+async fn left(
+    apis: &[(Api<LeaderElection>, String)],
+    install: &str,
+    course: Course,
+) -> Result<Vec<String>, UninstallError> {
+    Ok(ours(apis, install)
+        .await?
+        .into_iter()
+        .filter(|election| {
+            course == Course::Delete || election.finalizers().iter().any(|f| f == FINALIZER)
+        })
+        .map(|election| {
+            format!(
+                "{}/{}",
+                election.namespace().unwrap_or_default(),
+                election.name_any()
+            )
+        })
+        .collect())
+}
+
+/// The elections of `apis` that no other install than `install` serves.
+async fn ours(
+    apis: &[(Api<LeaderElection>, String)],
+    install: &str,
+) -> Result<Vec<LeaderElection>, UninstallError> {
+    let mut ours = Vec::new();
+    for (api, scope) in apis {
+        let list =
             api.list(&ListParams::default())
                 .await
                 .map_err(|source| UninstallError::Api {
                     action: "listing",
-                    scope: scope.clone(),
+                    scope: format!("LeaderElections in {scope}"),
                     source,
                 })?;
-        for election in elections {
-            let (Some(namespace), Some(uid)) = (election.namespace(), election.uid()) else {
-                continue;
-            };
-            let name = election.name_any();
-            let served_by = election
-                .status
-                .as_ref()
-                .and_then(|s| s.served_by.as_deref());
-            if served_by_another(served_by, install) {
-                tracing::info!(%namespace, %name, "another install serves the LeaderElection; leaving it");
-                continue;
+        ours.extend(list.into_iter().filter(|election| {
+            let served_by = election.status.as_ref().and_then(|s| s.served_by.as_deref());
+            let another = served_by_another(served_by, install);
+            if another {
+                tracing::debug!(namespace = ?election.namespace(), name = %election.name_any(), "another install serves the LeaderElection; leaving it");
             }
-            let namespaced: Api<LeaderElection> = Api::namespaced(client.clone(), &namespace);
-            match namespaced.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                // Deleted meanwhile by someone else: nothing left to do for it.
-                Err(kube::Error::Api(status)) if status.code == 404 => continue,
-                Err(source) => {
-                    return Err(UninstallError::Api {
-                        action: "deleting",
-                        scope: format!("namespace {namespace}"),
-                        source,
-                    });
-                }
-            }
-            tracing::info!(%namespace, %name, "deleted the LeaderElection; waiting for its cleanup");
-            deleted.push((namespaced, namespace, name, uid));
-        }
+            !another
+        }));
     }
-    let count = deleted.len();
-    let waits = deleted
-        .into_iter()
-        .map(|(api, namespace, name, uid)| async move {
-            let gone = await_condition(api, &name, conditions::is_deleted(&uid)).await;
-            (format!("{namespace}/{name}"), gone.is_ok())
-        });
-    let mut pending = futures::stream::iter(waits).buffer_unordered(64);
-    let mut remaining = Vec::new();
-    let deadline = tokio::time::sleep(timeout);
-    tokio::pin!(deadline);
-    loop {
-        tokio::select! {
-            next = pending.next() => match next {
-                Some((_, true)) => {}
-                Some((name, false)) => remaining.push(name),
-                None => break,
-            },
-            () = &mut deadline => {
-                drop(pending);
-                return Err(UninstallError::TimedOut {
-                    remaining: still_present(&scopes).await,
-                    timeout,
-                });
-            }
-        }
-    }
-    if remaining.is_empty() {
-        Ok(count)
-    } else {
-        Err(UninstallError::TimedOut { remaining, timeout })
-    }
-}
-
-/// `namespace/name` of every election still listed in `scopes`; a scope that cannot be
-/// listed is named instead.
-async fn still_present(scopes: &[(Api<LeaderElection>, String)]) -> Vec<String> {
-    let mut names = Vec::new();
-    for (api, scope) in scopes {
-        match api.list(&ListParams::default()).await {
-            Ok(list) => names.extend(list.into_iter().map(|election| {
-                format!(
-                    "{}/{}",
-                    election.namespace().unwrap_or_default(),
-                    election.name_any()
-                )
-            })),
-            Err(error) => names.push(format!("(cannot list {scope}: {error})")),
-        }
-    }
-    names
+    Ok(ours)
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@
 //! checked again). The gate is read again before every poll of a write (`Gated`). A request
 //! reaches its socket in the task that drives its connection, not in the one that asked for
 //! it, so the gate is read there too: the API server's writes travel on connections that are
-//! driven only while the gate is open ([`ConnectionTasks`]), and a write to Consul carries a
+//! driven only while the gate is open ([`crate::kube_client::ConnectionTasks`]), and a write to Consul carries a
 //! body its connection reads only while the gate is open (`consul::gated_body`). A process
 //! paused anywhere between the first check and the socket finds the gate closed when it
 //! resumes and sends nothing, except over HTTP/2 to Consul, where a request's head may leave
@@ -42,11 +42,8 @@ use tower::{BoxError, Layer, Service};
 
 use crate::wall_clock::WallClock;
 
-mod kube_client;
 #[cfg(test)]
 pub(crate) mod one_connection;
-
-pub use kube_client::{ConnectionTasks, gated_client, without_retries};
 
 /// Stored deadline meaning "closed".
 const CLOSED: u64 = 0;

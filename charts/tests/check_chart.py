@@ -808,12 +808,21 @@ def check_uninstall_hook(checks: Checks, cluster: Cluster, release: dict, e: Exp
     objs = [obj for obj, _ in docs]
     kinds = sorted(obj["kind"] for obj in objs)
     roles = ["Role", "RoleBinding"] * len(e.watch) if e.watch else ["ClusterRole", "ClusterRoleBinding"]
+    # And, in the release's namespace, the right to write the release request on the Lease.
+    roles += ["Role", "RoleBinding"]
     checks.expect(kinds == sorted(["ServiceAccount", "Job", *roles]), f"{where}: its objects: {kinds}")
     check_rendered_rbac_comments(checks, docs, where)
     rules = yaml.safe_load((CHART / "files" / "rbac-uninstall-rules.yaml").read_text())
+    lease_rules = yaml.safe_load((CHART / "files" / "rbac-uninstall-lease-rules.yaml").read_text())
     for obj in objs:
         if obj["kind"] in ("Role", "ClusterRole"):
-            checks.expect(obj["rules"] == rules, f"{where}: {key(obj)} grants exactly files/rbac-uninstall-rules.yaml")
+            lease = obj["metadata"]["name"].endswith("-lease")
+            want_rules, file = (lease_rules, "rbac-uninstall-lease-rules.yaml") if lease else (
+                rules, "rbac-uninstall-rules.yaml")
+            checks.expect(obj["rules"] == want_rules, f"{where}: {key(obj)} grants exactly files/{file}")
+            if lease:
+                checks.expect(obj["metadata"]["namespace"] == e.namespace,
+                              f"{where}: {key(obj)} is in the release's namespace")
         checks.expect(cluster.get(obj["kind"], obj["apiVersion"], obj["metadata"]["name"],
                                   obj["metadata"].get("namespace")) is None,
                       f"{where}: {key(obj)} is not created by the install")
@@ -823,7 +832,8 @@ def check_uninstall_hook(checks: Checks, cluster: Cluster, release: dict, e: Exp
         args = pod["containers"][0]["args"]
         # The install's name (its Lease, as the operator's Deployment names it): the hook leaves
         # the elections another install serves.
-        want = ["delete-elections", f"--timeout={e.values['uninstallHook']['timeout']}",
+        command = "delete-elections" if e.values["uninstallHook"].get("deleteElections") else "release-elections"
+        want = [command, f"--timeout={e.values['uninstallHook']['timeout']}",
                 f"--lease-name={e.release}-consul-elector", f"--lease-namespace={e.namespace}"]
         if e.watch:
             want.append(f"--watch-namespaces={','.join(e.watch)}")

@@ -19,7 +19,7 @@ use crate::consul::{ConsulClient, ConsulError, QueryOptions};
 use crate::consul_access::Accesses;
 use crate::context::Context;
 use crate::crd::status_basis::Basis;
-use crate::crd::{LeaderElection, SWITCHOVER_ANNOTATION};
+use crate::crd::{FINALIZER, LeaderElection, SWITCHOVER_ANNOTATION};
 use crate::election::cleanup_deadline::gave_up;
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::first_look::{KeyRead, SessionRead};
@@ -311,6 +311,13 @@ impl<'a> Executor<'a> {
             Request::Wake(name) => {
                 let namespace = key.namespace.clone();
                 ctx.reconcile_soon(&ElectionKey { namespace, name });
+                Ok(Outcome::Done)
+            }
+            Request::RemoveFinalizer => {
+                let api: Api<LeaderElection> = Api::namespaced(ctx.client.clone(), &key.namespace);
+                k8s::remove_finalizer(&api, &key.name, self.le, FINALIZER)
+                    .await
+                    .map_err(Error::kube("remove finalizer"))?;
                 Ok(Outcome::Done)
             }
         }

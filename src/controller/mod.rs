@@ -45,6 +45,13 @@ pub(crate) async fn reconcile(le: Arc<LeaderElection>, ctx: Arc<Context>) -> Res
         ctx.client.clone(),
         &le.namespace().ok_or(Error::MissingMetadata("namespace"))?,
     );
+    // An uninstall that keeps the objects: each election withdraws and loses its finalizer,
+    // and none gains one again (the operator's finalizer protocol, not a decision).
+    if ctx.releasing().is_some() && le.metadata.deletion_timestamp.is_none() {
+        let result = release(&le, &ctx).await;
+        timer.finish(result.as_ref().map(|_| ()).map_err(Error::category));
+        return result;
+    }
     let result = finalizer(&api, FINALIZER, le, |event| async {
         match event {
             finalizer::Event::Apply(le) => apply(&le, &ctx, false).await,
@@ -74,6 +81,18 @@ async fn delete(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
     ctx.caches.written.remember_status(le, None);
     ctx.caches.written.forget_election(&key);
     Ok(Action::await_change())
+}
+
+/// Releases an election its install's uninstall keeps (`Start::released`): the machine
+/// withdraws it and takes the finalizer off; one without the finalizer is left as it is.
+async fn release(le: &LeaderElection, ctx: &Context) -> Result<Action, Error> {
+    if !le.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let key = election_key(le)?;
+    let action = apply(le, ctx, false).await?;
+    ctx.caches.written.forget_election(&key);
+    Ok(action)
 }
 
 /// Brings one election's pods, session and lock in line with its spec (or, `deleted`, takes

@@ -52,8 +52,12 @@ pub const STALLED: &str = "Stalled";
 /// answer, or the operator has not acted yet; `False` once Ready, and while stalled.
 pub const RECONCILING: &str = "Reconciling";
 
+/// The reason of `LeaderElected` (and [`READY`]) of an election the operator's uninstall
+/// released: nothing acts on it until the operator is installed again.
+pub const RELEASED: &str = "Released";
+
 /// The reasons of [`READY`] that only a change by the user ends ([`STALLED`]).
-const STALLING: [&str; 3] = ["InvalidSpec", SELECTED_BY_OWNER, "Conflict"];
+const STALLING: [&str; 4] = ["InvalidSpec", SELECTED_BY_OWNER, "Conflict", RELEASED];
 
 /// The [`READY`] condition's status, reason and message, derived from `conditions` (the
 /// election's other conditions) and how many pods it selects (`candidates`).
@@ -92,6 +96,7 @@ pub fn readiness(conditions: &[Condition], candidates: usize) -> (bool, &'static
             "no pod is selected (scaled to zero); a leader is elected when one is".into(),
         ),
         "NoCandidates" => (false, "NoCandidates", elected.message.clone()),
+        RELEASED => (false, RELEASED, elected.message.clone()),
         _ => (false, "NoLeader", elected.message.clone()),
     }
 }

@@ -41,5 +41,11 @@ pub const SECRET_ALLOWED_ELECTIONS_ANNOTATION: &str = "elector.dev/allowed-elect
 /// waiting for Consul at once (the key and the session are left there, and a Warning event
 /// names them) instead of retrying for up to five minutes.
 pub const SKIP_CONSUL_CLEANUP_ANNOTATION: &str = "elector.dev/skip-consul-cleanup";
+/// Annotation on the install's Lease through which `helm uninstall` (the chart's pre-delete
+/// hook, `consul-elector release-elections`) asks the running operator to release every
+/// election it serves and keep the objects: its value is the time of the request (RFC 3339),
+/// renewed while the hook waits. A replica started after that time (a later install) ignores
+/// it.
+pub const RELEASE_REQUESTED_ANNOTATION: &str = "elector.dev/release-requested";
 /// Default label key written on the selected pods (`spec.labels.key`).
 pub const DEFAULT_ROLE_LABEL: &str = "elector.dev/role";

@@ -16,6 +16,10 @@ use crate::crd::SKIP_CONSUL_CLEANUP_ANNOTATION;
 /// removes the finalizer anyway and says in a Warning event what was left behind.
 pub const CONSUL_CLEANUP_BOUND: Duration = Duration::from_secs(300);
 
+/// How long Consul is waited for while the install is being uninstalled (counted from the
+/// uninstall's release request, or a deletion): shorter than the hook waits by default, so
+/// an uninstall with Consul gone (an environment torn down) completes.
+pub const UNINSTALL_BOUND: Duration = Duration::from_secs(60);
 /// Shortest and longest wait between two attempts to clean up in Consul.
 pub const RETRY_BOUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
 
@@ -43,6 +47,16 @@ pub fn gave_up(consul_key: &str, session: Option<&str>, why: &str, error: &str) 
         note: format!("gave up cleaning up in Consul ({why}; last error: {error}): {left}"),
         warning: true,
         fenced: None,
+    }
+}
+
+/// The bound on Consul of a withdrawal: `configured`, or [`UNINSTALL_BOUND`] when shorter
+/// while the install is `uninstalling`.
+pub fn bound(uninstalling: bool, configured: Duration) -> Duration {
+    if uninstalling {
+        configured.min(UNINSTALL_BOUND)
+    } else {
+        configured
     }
 }
 

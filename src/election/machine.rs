@@ -7,7 +7,8 @@
 //! Consul; while an input it gathers is awaited, rule 2 still takes the leader label off when
 //! due), then the [`PlanLoop`] (its first look, the plans and their actions), then the
 //! status write, and stops with when to look again. A deletion is a reconcile that only
-//! withdraws ([`Start::deleted`]). The driver (the controller against the API server and
+//! withdraws ([`Start::deleted`]), and so is a release by an uninstall that keeps the object,
+//! which then takes the finalizer off ([`Start::released`]). The driver (the controller against the API server and
 //! Consul, the property tests against their simulated worlds) observes what the machine asks
 //! for, performs each [`Request`] as it is and reports its [`Outcome`]; it never decides which
 //! request follows, nor what an outcome means:
@@ -79,6 +80,9 @@ pub struct Start {
     pub token_secret: bool,
     /// It is being deleted: the reconcile only withdraws it (rule 7).
     pub deleted: bool,
+    /// Its install is being uninstalled and keeps the users' objects: the reconcile only
+    /// withdraws it (rule 7) and takes the finalizer off ([`Reconcile::released`]).
+    pub released: bool,
     /// The spec's mode and its policy for an unavailable Consul (`None`: the spec is
     /// invalid): how rule 2 judges the leader label while an input is awaited
     /// ([`waiting_label`]).
@@ -273,6 +277,8 @@ impl Election {
         let served_elsewhere = start.served_elsewhere.is_some();
         let reconcile = if start.deleted {
             Reconcile::deleted()
+        } else if start.released {
+            Reconcile::released(served_elsewhere)
         } else {
             Reconcile::new(start.spec, start.served_elsewhere, start.paused)
         };
@@ -414,6 +420,10 @@ impl Election {
                         Request::WriteStatus(StatusChange::Applied)
                     }
                     reconcile::Next::Do(Step::Watch) => Request::Watch,
+                    reconcile::Next::Do(Step::ReportReleased) => {
+                        Request::WriteStatus(StatusChange::Released)
+                    }
+                    reconcile::Next::Do(Step::RemoveFinalizer) => Request::RemoveFinalizer,
                     reconcile::Next::Stop(after) => {
                         run.stage = Stage::Over(after, None);
                         return Next::Stop(after);

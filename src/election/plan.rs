@@ -187,6 +187,8 @@ pub enum EventReason {
     ConsulRefused,
     /// The election's status writes keep failing.
     StatusWriteFailed,
+    /// The operator's uninstall released the election and kept it.
+    Released,
 }
 
 impl EventReason {
@@ -207,6 +209,7 @@ impl EventReason {
             Self::ManagedElsewhere => "ManagedElsewhere",
             Self::ConsulRefused => "ConsulRefused",
             Self::StatusWriteFailed => "StatusWriteFailed",
+            Self::Released => "Released",
         }
     }
 
@@ -220,6 +223,7 @@ impl EventReason {
                 | Self::SwitchoverCompleted
                 | Self::Failback
                 | Self::ManagedElsewhere
+                | Self::Released
         )
     }
 }

@@ -28,6 +28,7 @@
 //! | A paused election's edit | fence | stop, [`INVALID_REQUEUE`] |
 //! | Another install serves it (rule 8) | unwatch | stop, [`INVALID_REQUEUE`] |
 //! | Deleted ([`Reconcile::deleted`]) | unwatch, withdraw (rule 7) | stop |
+//! | Released by an uninstall ([`Reconcile::released`]) | unwatch, withdraw (rule 7), report released, remove the finalizer; another install's: unwatch | stop |
 //! | An edit of labels, key, Consul access or session | unwatch, withdraw whatever the mode, record the values, watch | plan |
 //! | Nothing in the way | record the values if edited, watch | plan |
 //!
@@ -69,6 +70,11 @@ pub enum Step {
     RecordApplied,
     /// Watch the election's key.
     Watch,
+    /// Write the status of an election the operator's uninstall released.
+    ReportReleased,
+    /// Take the operator's finalizer off the election, which stays (an uninstall that keeps
+    /// the users' objects).
+    RemoveFinalizer,
 }
 
 /// An admission input, as gathered (see [`Observed`] for each).
@@ -156,6 +162,35 @@ impl Reconcile {
             INVALID_REQUEUE,
             "the election is deleted",
         );
+        reconcile
+    }
+
+    /// A reconcile of an election whose install is being uninstalled and keeps the users'
+    /// objects: it stops watching the key, withdraws the election (rule 7), reports it
+    /// released and takes the finalizer off, and plans nothing. One another install serves (`served_elsewhere`,
+    /// rule 8) is that install's: only the watch stops.
+    pub fn released(served_elsewhere: bool) -> Reconcile {
+        let mut reconcile = Reconcile::new(Ok(()), None, false);
+        if served_elsewhere {
+            reconcile.stand_back(
+                [Step::Unwatch],
+                INVALID_REQUEUE,
+                "the install is being uninstalled; another install serves the election",
+            );
+        } else {
+            reconcile.stand_back(
+                [
+                    Step::Unwatch,
+                    Step::Withdraw {
+                        whatever_mode: false,
+                    },
+                    Step::ReportReleased,
+                    Step::RemoveFinalizer,
+                ],
+                INVALID_REQUEUE,
+                "the install is being uninstalled",
+            );
+        }
         reconcile
     }
 

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use super::observe::{LeaderRecord, Recorded, SwitchoverOutcome, SwitchoverRecord};
 use super::plan::{self, ConditionState, Plan};
 use super::planner::LEADER_ELECTED;
-use crate::crd::conditions::{self, EXCLUSIVE, SPEC_VALID, STATUS_WRITTEN};
+use crate::crd::conditions::{self, EXCLUSIVE, RELEASED, SPEC_VALID, STATUS_WRITTEN};
 use crate::crd::{
     AppliedSpec, CandidateStatus, LeaderElectionStatus, LeaderStatus, Phase, SpecProblem,
     SwitchoverResult, SwitchoverStatus,
@@ -198,6 +198,48 @@ pub fn standing_back(
         warning: true,
         fenced: None,
     });
+    (new, event)
+}
+
+/// The status of an election the operator's uninstall released and keeps: nobody leads (the
+/// leader stays on record as the last one), no install serves it, and `LeaderElected` says
+/// why; with the event that says so.
+pub fn released(
+    old: &LeaderElectionStatus,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> (LeaderElectionStatus, plan::ElectionEvent) {
+    let message = "the operator was uninstalled and released this election (its labels off the \
+                   pods, its key released, its session destroyed); installing it again elects \
+                   again";
+    let state = ConditionState {
+        type_: LEADER_ELECTED,
+        status: false,
+        reason: RELEASED,
+        message: message.into(),
+    };
+    let mut new = LeaderElectionStatus {
+        phase: Some(Phase::Pending),
+        leader: None,
+        last_leader: old.leader.clone().or_else(|| old.last_leader.clone()),
+        served_by: None,
+        observed_generation: generation,
+        ..old.clone()
+    };
+    new.conditions = conditions::merge_with_ready(
+        &old.conditions,
+        vec![condition(generation, &state)],
+        new.candidates.len(),
+        generation,
+        now,
+    );
+    let event = plan::ElectionEvent {
+        reason: plan::EventReason::Released,
+        pod: None,
+        note: message.into(),
+        warning: false,
+        fenced: None,
+    };
     (new, event)
 }
 

@@ -121,6 +121,8 @@ pub enum Request {
     Unwatch,
     /// Wake this other election of the namespace.
     Wake(String),
+    /// Take the operator's finalizer off the election (it stays).
+    RemoveFinalizer,
 }
 
 impl Request {

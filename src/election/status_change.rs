@@ -48,6 +48,9 @@ pub enum StatusChange {
     Applied,
     /// The election stands back (an invalid spec, an older election claiming its pods).
     StandBack(StandBack),
+    /// The uninstall of the operator released the election and keeps it: nobody leads, and no
+    /// install serves it ([`report::released`]).
+    Released,
 }
 
 /// What a status is rendered from beside the change and the status before it.
@@ -145,6 +148,14 @@ impl StatusChange {
                     status,
                     whole: true,
                     event,
+                }
+            }
+            StatusChange::Released => {
+                let (status, event) = report::released(current, facts.generation, facts.now);
+                Rendered {
+                    status,
+                    whole: true,
+                    event: Some(event),
                 }
             }
         }

@@ -38,6 +38,7 @@ pub fn start(le: &LeaderElection, ctx: &Context, validation: &Validation, delete
         paused: le.spec.paused,
         token_secret: consul.is_some_and(|c| c.token_secret_ref.is_some()),
         deleted,
+        released: !deleted && ctx.releasing().is_some(),
         acting: validation
             .as_ref()
             .ok()

@@ -9,6 +9,7 @@ use crate::cache::views;
 use crate::consul::parse_go_duration;
 use crate::context::Context;
 use crate::crd::{LeaderElection, SKIP_CONSUL_CLEANUP_ANNOTATION, default_key};
+use crate::election::cleanup_deadline;
 use crate::election::config::ElectionKey;
 use crate::election::machine::{ConsulWait, Left};
 use crate::election::unusable::LockFacts;
@@ -47,9 +48,17 @@ pub fn left(le: &LeaderElection, key: &ElectionKey, ctx: &Context) -> (Left, Lea
                 .annotations()
                 .get(SKIP_CONSUL_CLEANUP_ANNOTATION)
                 .cloned(),
-            deleted_at: le.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+            deleted_at: le
+                .metadata
+                .deletion_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .or_else(|| ctx.releasing()),
             now: ctx.wall_now(),
-            bound: ctx.settings.consul_cleanup_bound,
+            bound: cleanup_deadline::bound(
+                ctx.releasing().is_some(),
+                ctx.settings.consul_cleanup_bound,
+            ),
         },
     };
     (left, acted_on)

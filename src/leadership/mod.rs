@@ -23,16 +23,20 @@
 //! Lease again under the same identity, the pod name).
 
 pub mod elector;
+pub mod release;
 
 pub use crate::wall_clock::WallClock;
 use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::{Api, Client};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::crd::RELEASE_REQUESTED_ANNOTATION;
 use crate::crd::conditions::LEASE_TIMING_SAFE;
 use crate::election::plan::ConditionState;
 use crate::write_gate::WriteGate;
@@ -183,6 +187,8 @@ pub struct Leadership {
     elector: Elector,
     /// The Lease as last read or written (its resourceVersion is the next write's condition).
     lease: Option<Lease>,
+    /// The release request the Lease carried when last read or written ([`release`]).
+    release_requested: watch::Sender<Option<Timestamp>>,
 }
 
 impl Leadership {
@@ -196,7 +202,34 @@ impl Leadership {
             elector: Elector::new(settings.timing()),
             settings,
             lease: None,
+            release_requested: watch::channel(None).0,
         })
+    }
+
+    /// The release request on the Lease as last read or written (the uninstall's, see
+    /// [`release`]), for every replica, active or not.
+    pub fn release_requests(&self) -> watch::Receiver<Option<Timestamp>> {
+        self.release_requested.subscribe()
+    }
+
+    /// Keeps `lease` as the one last read or written, and its release request.
+    fn keep(&mut self, lease: Option<Lease>) {
+        let requested = lease.as_ref().and_then(|lease| {
+            release::parse(
+                lease
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(RELEASE_REQUESTED_ANNOTATION))
+                    .map(String::as_str),
+            )
+        });
+        self.release_requested.send_if_modified(|now| {
+            let changed = *now != requested;
+            *now = requested;
+            changed
+        });
+        self.lease = lease;
     }
 
     /// Tries to acquire the Lease and keeps it renewed, opening `gate` until the deadline of
@@ -276,7 +309,7 @@ impl Leadership {
         match tokio::time::timeout(timeout, request).await {
             Ok(Ok(lease)) => {
                 let record = lease.as_ref().map(record_of);
-                self.lease = lease;
+                self.keep(lease);
                 self.elector.read(record, Instant::now());
             }
             Ok(Err(error)) => {
@@ -338,7 +371,7 @@ impl Leadership {
         let outcome = match result {
             Ok(Ok(written)) => {
                 let record = record_of(&written);
-                self.lease = Some(written);
+                self.keep(Some(written));
                 WriteOutcome::Written(record)
             }
             Ok(Err(kube::Error::Api(status))) if status.code == 409 => WriteOutcome::Conflict,

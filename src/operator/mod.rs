@@ -52,11 +52,12 @@ use crate::election::config::ElectionKey;
 use crate::event_queue::EventQueue;
 use crate::http::Health;
 use crate::k8s::Pod;
+use crate::kube_client;
 use crate::leadership::{Leadership, LeadershipError};
 use crate::metrics::Metrics;
 use crate::observers::locks::LockWatcher;
 use crate::observers::sessions::SessionManager;
-use crate::write_gate::{self, WriteGate};
+use crate::write_gate::WriteGate;
 
 /// The operator's event rate limit: a burst of 100 events, then one every 50 ms (20 per
 /// second). A cold start of 10,000 elections would otherwise write 20,000 events (one on the
@@ -97,7 +98,7 @@ pub struct KubeClients {
     pub client: Client,
     /// The Lease's own client: no gate, and no retry layer (its loop has its own timeouts).
     pub lease: Client,
-    /// The gate `client` was built with (see [`write_gate::gated_client`]).
+    /// The gate `client` was built with (see [`kube_client::gated_client`]).
     pub gate: WriteGate,
 }
 
@@ -105,8 +106,8 @@ impl KubeClients {
     /// Both clients for `config`, with a new (closed) gate.
     pub fn from_config(config: kube::Config) -> Result<Self, kube::Error> {
         let gate = WriteGate::closed();
-        let config = write_gate::without_retries(config);
-        let client = write_gate::gated_client(&gate, |tasks| {
+        let config = kube_client::without_retries(config);
+        let client = kube_client::gated_client(&gate, |tasks| {
             kube::client::ClientBuilder::try_from((config.clone(), tasks))
         })?;
         let lease = Client::try_from(config)?;
@@ -135,7 +136,9 @@ pub async fn run(
         lease: lease_client,
         gate,
     } = kube;
+    let started = settings.lease.wall_clock.now();
     let mut leadership = Leadership::new(lease_client, settings.lease.clone())?;
+    let release_requested = leadership.release_requests();
     consul.gate_writes(gate.clone());
     let lease_held = gate.opened();
     let (may_write_tx, may_write) = watch::channel(false);
@@ -255,6 +258,8 @@ pub async fn run(
         caches_ready,
         changes: changes_tx,
         may_write,
+        release_requested: release_requested.clone(),
+        started,
         event_budget: Mutex::new(TokenBucket::new(EVENT_RATE, tokio::time::Instant::now())),
     });
 
@@ -318,6 +323,25 @@ pub async fn run(
         }
     };
     let checker = audit::run(ctx.clone());
+    // The uninstall's release request reconciles every election: each withdraws and keeps
+    // its object.
+    let release = {
+        let ctx = ctx.clone();
+        let all_tx = all_tx.clone();
+        let mut requests = release_requested;
+        async move {
+            let mut released = None;
+            while requests.changed().await.is_ok() {
+                let now = ctx.releasing();
+                if now.is_some() && now != released {
+                    tracing::info!(requested = ?now, "the uninstall asks to release every election and keep the objects");
+                    let _ = all_tx.send(());
+                }
+                released = now;
+            }
+            future::pending::<()>().await;
+        }
+    };
     let takeover = {
         let ctx = ctx.clone();
         let mut lease_held = lease_held.clone();
@@ -372,6 +396,7 @@ pub async fn run(
         () = housekeeping => None,
         () = checker => None,
         () = takeover => None,
+        () = release => None,
         // Ends only once the context (which holds the queue) is gone.
         () = &mut event_writer => None,
     };

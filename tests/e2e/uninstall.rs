@@ -1,7 +1,8 @@
-//! `helm uninstall` while an election runs: the chart's pre-delete hook deletes the election
-//! while the operator still runs, so the operator releases the Consul key, destroys the
-//! session and takes its labels off the pods; nothing is left Terminating, and the namespace
-//! deletes. Then the chart is installed again, as the suite installed it, for the tests after.
+//! `helm uninstall` while an election runs: the chart's pre-delete hook asks the operator,
+//! still running, to release the election, so it takes its labels off the pods, releases the
+//! Consul key, destroys the session and removes its finalizer; the LeaderElection stays. Then
+//! the chart is installed again, as the suite installed it, and the kept election elects
+//! again with no manual step.
 //!
 //! Needs what the real-node suite provides (`testkit/scripts/node-e2e.sh`): the release and its
 //! values file, and the chart checks' python to run Helm. Elsewhere (`make e2e` after `make
@@ -15,8 +16,9 @@ use consul_elector::crd::{LeaderElection, default_key};
 use http_body_util::BodyExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{DeleteParams, ListParams};
+
+use kube::ResourceExt;
+use kube::api::ListParams;
 use kube::{Api, Client};
 use serde_json::Value;
 use testkit::recorder::WatchRecorder;
@@ -27,9 +29,6 @@ use crate::harness::{self, Env, IGNORE_REASON, operator_marks, wait_for};
 
 /// How long `helm uninstall` (its hook included) and the reinstall may take.
 const HELM: Duration = Duration::from_secs(300);
-/// How long a namespace without LeaderElections may take to go: the namespace controller
-/// looks again with a growing delay while content remains (terminating pods).
-const NAMESPACE_DELETION: Duration = Duration::from_secs(240);
 
 /// What the suite provides to uninstall and reinstall its release.
 struct Release {
@@ -84,22 +83,23 @@ impl Release {
 
 #[tokio::test]
 #[ignore = "needs a kind cluster with the operator installed (make demo); run with ELECTOR_E2E=1"]
-async fn uninstalling_the_chart_cleans_up_every_election_first() {
+async fn uninstalling_the_chart_releases_every_election_and_keeps_it() {
     assert!(IGNORE_REASON.contains("ELECTOR_E2E=1"));
     let Some(env) = harness::env("uninstalling_the_chart").await else {
         return;
     };
     let Some(release) = Release::from_env() else {
         println!(
-            "SKIPPED uninstalling_the_chart_cleans_up_every_election_first: it uninstalls and \
-             reinstalls the release, which only the real-node suite (testkit/scripts/node-e2e.sh) \
-             describes (ELECTOR_E2E_RELEASE, ELECTOR_E2E_CHART_VALUES, ELECTOR_HELM_PYTHON)"
+            "SKIPPED uninstalling_the_chart_releases_every_election_and_keeps_it: it uninstalls \
+             and reinstalls the release, which only the real-node suite \
+             (testkit/scripts/node-e2e.sh) describes (ELECTOR_E2E_RELEASE, \
+             ELECTOR_E2E_CHART_VALUES, ELECTOR_HELM_PYTHON)"
         );
         return;
     };
-    let mut deleted_namespace = None;
+    let mut ran_to_end = false;
     env.with_namespace("uninstall", |env, ns| {
-        let deleted_namespace = &mut deleted_namespace;
+        let ran_to_end = &mut ran_to_end;
         let release = &release;
         async move {
             let recorder = WatchRecorder::start(env.client.clone(), &ns)
@@ -114,7 +114,7 @@ async fn uninstalling_the_chart_cleans_up_every_election_first() {
             println!("{leader} leads with session {session}; uninstalling");
 
             // Consul lives in the release: it goes with the uninstall. Blocking queries,
-            // answered by Consul the moment the key or the session changes, see the cleanup
+            // answered by Consul the moment the key or the session changes, see the release
             // happen before that.
             let (released_tx, released) = watch::channel(false);
             let (destroyed_tx, destroyed) = watch::channel(false);
@@ -143,11 +143,22 @@ async fn uninstalling_the_chart_cleans_up_every_election_first() {
                 "Consul destroyed session {session} before it went"
             );
 
-            let left = Api::<LeaderElection>::all(env.client.clone())
-                .list(&ListParams::default())
+            // The users' object stays, without the finalizer nothing would remove any more.
+            let kept = env
+                .api::<LeaderElection>(&ns)
+                .get_opt(crate::election::ELECTION)
                 .await
-                .expect("list LeaderElections");
-            assert!(left.items.is_empty(), "no LeaderElection is left: {left:?}");
+                .expect("get the LeaderElection")
+                .expect("the LeaderElection is kept");
+            assert!(
+                kept.metadata
+                    .finalizers
+                    .as_deref()
+                    .unwrap_or_default()
+                    .is_empty(),
+                "no finalizer is left: {:?}",
+                kept.metadata.finalizers
+            );
             let pods = env.live_pods(&ns, SELECTOR).await;
             assert!(!pods.is_empty(), "the workload stays");
             for pod in &pods {
@@ -160,44 +171,42 @@ async fn uninstalling_the_chart_cleans_up_every_election_first() {
                 .await
                 .expect("list Jobs");
             assert!(hooks.items.is_empty(), "the hook Job is deleted: {hooks:?}");
+
+            // The release again, as the suite installed it: the kept election elects again,
+            // with no manual step.
+            release
+                .helm(
+                    &env,
+                    "install",
+                    &["--values".as_ref(), release.values.as_os_str()],
+                )
+                .await;
+            wait_available(&env, release).await;
+            let (again, leader) = env
+                .elected(
+                    &ns,
+                    crate::election::ELECTION,
+                    SELECTOR,
+                    crate::election::REPLICAS,
+                )
+                .await;
+            println!(
+                "{} leads again with token {:?}",
+                leader.name_any(),
+                again.fencing_token
+            );
             harness::assert_history(&recorder);
             recorder.stop().await;
-
-            // Nothing holds the namespace: it deletes. Its pods are then deleted at once (their
-            // grace period is not the point here, and while pods remain the namespace
-            // controller looks again only with a growing delay); once the namespace is
-            // terminating, their ReplicaSet cannot make others.
-            let namespaces: Api<Namespace> = Api::all(env.client.clone());
-            namespaces
-                .delete(&ns, &DeleteParams::default())
-                .await
-                .expect("delete the namespace");
-            env.api::<Pod>(&ns)
-                .delete_collection(
-                    &DeleteParams {
-                        grace_period_seconds: Some(0),
-                        ..DeleteParams::default()
-                    },
-                    &ListParams::default(),
-                )
-                .await
-                .expect("delete the pods");
-            let left = wait_namespace_gone(&namespaces, &ns).await;
-            assert!(left.is_none(), "namespace {ns} is still there: {left:?}");
-            *deleted_namespace = Some(ns);
+            *ran_to_end = true;
         }
     })
     .await;
-    assert!(deleted_namespace.is_some(), "the test ran to its end");
+    assert!(ran_to_end, "the test ran to its end");
+}
 
-    // The release again, as the suite installed it, for the tests that follow.
-    release
-        .helm(
-            &env,
-            "install",
-            &["--values".as_ref(), release.values.as_os_str()],
-        )
-        .await;
+/// Waits until the release's Deployments (the operator and the chart's dev Consul) are
+/// available again.
+async fn wait_available(env: &Env, release: &Release) {
     let deployments = env.api::<Deployment>(&env.operator_namespace);
     for name in [release.name.clone(), format!("{}-consul-dev", release.name)] {
         wait_for(
@@ -210,26 +219,6 @@ async fn uninstalling_the_chart_cleans_up_every_election_first() {
             },
         )
         .await;
-    }
-}
-
-/// Waits up to [`NAMESPACE_DELETION`] for namespace `ns` to go; `None` once it is gone, else
-/// its last status (the namespace controller's conditions say what holds it).
-async fn wait_namespace_gone(
-    namespaces: &Api<Namespace>,
-    ns: &str,
-) -> Option<k8s_openapi::api::core::v1::NamespaceStatus> {
-    let deadline = tokio::time::Instant::now() + NAMESPACE_DELETION;
-    loop {
-        let status = match namespaces.get_opt(ns).await {
-            Ok(None) => return None,
-            Ok(Some(namespace)) => namespace.status,
-            Err(error) => panic!("get namespace {ns}: {error}"),
-        };
-        if tokio::time::Instant::now() >= deadline {
-            return Some(status.unwrap_or_default());
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

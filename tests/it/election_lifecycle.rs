@@ -1,22 +1,25 @@
 //! The operator's own lifecycle (docs/design.md rules 3 and 7): a crash and restart changes no
 //! leader, label, token or transition and adopts the Consul session; a crash in the middle
 //! of a move never yields two leaders; deleting a LeaderElection cleans up everything, and the
-//! chart's pre-delete hook deletes every election while the operator can still clean up.
+//! chart's pre-delete hook has every election released (or deleted) while the operator can
+//! still clean up.
 
 use crate::harness;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use consul_elector::crd::FINALIZER;
 use consul_elector::crd::LeaderElection;
-use consul_elector::uninstall::{self, UninstallError};
+use consul_elector::uninstall::{self, Course, UninstallError};
+use consul_elector::wall_clock::WallClock;
 use harness::{Backend, ConsulUnderTest, Harness, HarnessOptions, ROLE, SOON, TRACKED, with_role};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::conditions;
 use kube::runtime::wait::await_condition;
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use testkit::cluster::{TestCluster, with_namespace};
 use testkit::consul::{Endpoint, Fault, FaultAction};
@@ -470,15 +473,23 @@ async fn the_skip_annotation_lets_a_deletion_finish_at_once_while_consul_is_down
     .await;
 }
 
-/// The rules of the chart's pre-delete hook (`consul-elector delete-elections`).
-const RBAC_UNINSTALL_RULES: &str =
-    include_str!("../../charts/consul-elector/files/rbac-uninstall-rules.yaml");
+/// The rules of the chart's pre-delete hook (`consul-elector release-elections`), in the
+/// watched namespaces and in the release's.
+const RBAC_UNINSTALL_RULES: [&str; 2] = [
+    include_str!("../../charts/consul-elector/files/rbac-uninstall-rules.yaml"),
+    include_str!("../../charts/consul-elector/files/rbac-uninstall-lease-rules.yaml"),
+];
 
 /// A client acting as the pre-delete hook's ServiceAccount in `h`'s namespace, with exactly
-/// the chart's hook rules (a Role there, as the chart grants it when it watches namespaces).
+/// the chart's hook rules (a Role there, as the chart grants it when it watches namespaces;
+/// the harness' Lease is in that namespace too).
 async fn hook_client(h: &Harness) -> kube::Client {
-    let rules: Vec<PolicyRule> =
-        serde_saphyr::from_str(RBAC_UNINSTALL_RULES).expect("hook RBAC rules parse");
+    let rules: Vec<PolicyRule> = RBAC_UNINSTALL_RULES
+        .iter()
+        .flat_map(|rules| {
+            serde_saphyr::from_str::<Vec<PolicyRule>>(rules).expect("hook RBAC rules parse")
+        })
+        .collect();
     let name = "consul-elector-uninstall";
     let role = Role {
         metadata: ObjectMeta {
@@ -518,9 +529,91 @@ async fn hook_client(h: &Harness) -> kube::Client {
         .await
 }
 
-/// The pre-delete hook, with its own rights only: while the operator runs, it deletes every
-/// election of the namespace and returns once the operator has cleaned up each (labels off,
-/// keys released, sessions destroyed). Once the operator is gone, it gives up after its bound,
+/// No session is left, the keys of `elections` are released, and (within [`SOON`]) no pod keeps
+/// a label or annotation of the operator.
+async fn assert_nothing_left(h: &Harness, elections: &[&str]) {
+    assert_eq!(h.session_ids().await, BTreeSet::new(), "no session is left");
+    for name in elections {
+        let key = h.key(name);
+        let entry = h.key_lock(&key).await;
+        assert!(
+            entry.as_ref().is_none_or(|e| e.session.is_none()),
+            "{key} is released: {entry:?}"
+        );
+    }
+    h.wait_pods(SOON, "no pod keeps a mark of the operator", |pods| {
+        pods.values().all(|p| {
+            p.labels.keys().all(|k| !k.starts_with("elector.dev/"))
+                && TRACKED.iter().all(|a| !p.annotations.contains_key(*a))
+        })
+    })
+    .await;
+}
+
+/// The pre-delete hook as the chart runs it by default, with its own rights only: while the
+/// operator runs, it asks it to release every election and returns once each is released
+/// (labels off, keys released, sessions destroyed, finalizer gone) with its object and spec
+/// kept. An operator started after that (a reinstall) elects again with no manual step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_uninstall_hook_releases_every_election_and_keeps_the_objects() {
+    with_namespace("lc-release", |admin, ns| async move {
+        let mut h = Harness::new(admin, ns).await;
+        h.deployment("web", 3).await;
+        h.start_operator().await;
+        h.election("web", spec()).await;
+        let first = h.wait_elected("web", None).await;
+        let hook = hook_client(&h).await;
+
+        let released = uninstall::uninstall(
+            hook,
+            &h.hook_scope(),
+            Course::Release,
+            SOON,
+            &WallClock::system(),
+        )
+        .await
+        .expect("the hook finishes while the operator runs");
+        assert_eq!(released, 1);
+        let kept = h
+            .elections()
+            .get("web")
+            .await
+            .expect("the election is kept");
+        assert!(
+            !kept.finalizers().iter().any(|f| f == FINALIZER),
+            "its finalizer is gone: {:?}",
+            kept.metadata.finalizers
+        );
+        let status = kept.status.clone().unwrap_or_default();
+        assert_eq!(status.leader, None, "nobody leads: {status:?}");
+        assert_eq!(status.served_by, None, "no install serves it: {status:?}");
+        assert!(
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "Released"),
+            "{status:?}"
+        );
+        assert_nothing_left(&h, &["web"]).await;
+
+        // The operator that runs on keeps its hands off; one started later elects again.
+        h.stop_operator().await;
+        h.start_operator().await;
+        let again = h.wait_elected("web", None).await;
+        assert!(again.token > first.token, "{again:?} after {first:?}");
+        let back = h.elections().get("web").await.expect("get");
+        assert!(
+            back.finalizers().iter().any(|f| f == FINALIZER),
+            "the finalizer is back"
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
+/// The pre-delete hook set to delete, with its own rights only: while the operator runs, it
+/// deletes every election of the namespace and returns once the operator has cleaned up each
+/// (labels off, keys released, sessions destroyed). Once the operator is gone, it gives up after its bound,
 /// names what is left and the recovery, and that recovery (removing the finalizer) works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_uninstall_hook_deletes_every_election_and_waits_for_the_cleanup() {
@@ -543,36 +636,24 @@ async fn the_uninstall_hook_deletes_every_election_and_waits_for_the_cleanup() {
         assert_eq!(h.session_ids().await.len(), 2, "one session per election");
         let hook = hook_client(&h).await;
 
-        let deleted = uninstall::delete_elections(hook.clone(), std::slice::from_ref(&h.ns), &h.install(), SOON)
+        let deleted = uninstall::uninstall(hook.clone(), &h.hook_scope(), Course::Delete, SOON, &WallClock::system())
             .await
             .expect("the hook finishes while the operator runs");
         assert_eq!(deleted, 2);
         let left = h.elections().list(&Default::default()).await.expect("list");
         assert!(left.items.is_empty(), "no election is left");
-        assert_eq!(h.session_ids().await, BTreeSet::new(), "no session is left");
-        for name in ["web", "second"] {
-            let key = h.key(name);
-            let entry = h.key_lock(&key).await;
-            assert!(
-                entry.as_ref().is_none_or(|e| e.session.is_none()),
-                "{key} is released: {entry:?}"
-            );
-        }
-        h.wait_pods(SOON, "no pod keeps a mark of the operator", |pods| {
-            pods.values().all(|p| {
-                p.labels.keys().all(|k| !k.starts_with("elector.dev/"))
-                    && TRACKED.iter().all(|a| !p.annotations.contains_key(*a))
-            })
-        })
-        .await;
+        assert_nothing_left(&h, &["web", "second"]).await;
 
         // With the operator gone, an election keeps its finalizer: the hook gives up after its
-        // bound and says how to recover.
+        // bound and says how to recover. (The operator that ran stands back once asked; one
+        // started after the request elects.)
+        h.stop_operator().await;
+        h.start_operator().await;
         h.election("late", spec()).await;
         h.wait_elected("late", None).await;
         h.stop_operator().await;
         let bound = Duration::from_secs(2);
-        let error = uninstall::delete_elections(hook, std::slice::from_ref(&h.ns), &h.install(), bound)
+        let error = uninstall::uninstall(hook, &h.hook_scope(), Course::Delete, bound, &WallClock::system())
             .await
             .expect_err("nothing cleans up without the operator");
         let message = error.to_string();

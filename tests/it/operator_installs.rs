@@ -8,7 +8,8 @@ use crate::harness;
 
 use std::time::Duration;
 
-use consul_elector::uninstall;
+use consul_elector::uninstall::{self, Course};
+use consul_elector::wall_clock::WallClock;
 use harness::{Elected, Harness, HarnessOptions, LEASE_DURATION, ROLE, SOON};
 use serde_json::json;
 use testkit::cluster::with_namespace;
@@ -324,9 +325,9 @@ async fn an_install_that_may_not_read_the_token_secret_writes_nothing() {
     an_install_that_cannot_act_writes_nothing(Difference::SecretAccess).await;
 }
 
-/// `helm uninstall` of one of two installs watching the same namespace: its pre-delete hook
-/// deletes the elections it serves (and those nobody serves), never one the other install
-/// serves.
+/// `helm uninstall` of one of two installs watching the same namespace: its pre-delete hook,
+/// set to delete, deletes the elections it serves (and those nobody serves), never one the
+/// other install serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uninstalling_one_install_leaves_the_elections_the_other_serves() {
     with_namespace("installs-uninstall", |admin, ns| async move {
@@ -336,9 +337,9 @@ async fn uninstalling_one_install_leaves_the_elections_the_other_serves() {
             json!({"selector": {"matchLabels": {"app": "web"}}}),
         )
         .await;
-        let namespaces = std::slice::from_ref(&h.ns);
-        let other = h.install_of(OTHER_LEASE);
-        let deleted = uninstall::delete_elections(h.admin.clone(), namespaces, &other, SOON)
+        let wall = WallClock::system();
+        let other = h.hook_scope_of(OTHER_LEASE);
+        let deleted = uninstall::uninstall(h.admin.clone(), &other, Course::Delete, SOON, &wall)
             .await
             .expect("the other install's hook finishes");
         assert_eq!(
@@ -348,9 +349,15 @@ async fn uninstalling_one_install_leaves_the_elections_the_other_serves() {
         let still = h.wait_elected("web", None).await;
         assert_eq!((still.pod, still.token), (elected.pod, elected.token));
 
-        let deleted = uninstall::delete_elections(h.admin.clone(), namespaces, &h.install(), SOON)
-            .await
-            .expect("the serving install's hook finishes while it runs");
+        let deleted = uninstall::uninstall(
+            h.admin.clone(),
+            &h.hook_scope(),
+            Course::Delete,
+            SOON,
+            &wall,
+        )
+        .await
+        .expect("the serving install's hook finishes while it runs");
         assert_eq!(
             deleted, 1,
             "the serving install's hook deletes what it serves"

@@ -121,6 +121,20 @@ fn fixtures() -> Vec<Fixture> {
             argo: "Suspended",
         },
         Fixture {
+            name: "released by the operator's uninstall",
+            object: election(
+                2,
+                "Pending",
+                vec![
+                    condition(LEADER_ELECTED, false, "Released"),
+                    valid(),
+                    exclusive(),
+                ],
+            ),
+            kstatus: "Failed",
+            argo: "Degraded",
+        },
+        Fixture {
             name: "no pod selected",
             object: election(
                 2,

@@ -49,7 +49,8 @@ impl Left {
 pub struct ConsulWait {
     /// The election's `elector.dev/skip-consul-cleanup` annotation.
     pub skip: Option<String>,
-    /// Its `metadata.deletionTimestamp`.
+    /// Its `metadata.deletionTimestamp`, or when the uninstall of its install asked for its
+    /// release ([`super::Start::released`]).
     pub deleted_at: Option<Timestamp>,
     /// The wall clock as the election was read.
     pub now: Timestamp,

@@ -27,6 +27,7 @@ fn start() -> Start {
         paused: false,
         token_secret: false,
         deleted: false,
+        released: false,
         acting: Some((Mode::Managed, UnavailablePolicy::Fence)),
     }
 }
@@ -147,7 +148,27 @@ fn delete(election: &mut Election, consul: Outcome, now: jiff::Timestamp) -> Vec
         deleted: true,
         ..start()
     };
-    drive(election, deleted, |election, next| {
+    withdraw(election, deleted, consul, now)
+}
+
+/// Drives a reconcile of an election released by an uninstall (asked at `t(0)`), as
+/// [`delete`] does.
+fn release_it(election: &mut Election, consul: Outcome, now: jiff::Timestamp) -> Vec<Next> {
+    let released = Start {
+        released: true,
+        ..start()
+    };
+    withdraw(election, released, consul, now)
+}
+
+/// Drives a reconcile from `start` that only withdraws, as [`delete`] does.
+fn withdraw(
+    election: &mut Election,
+    start: Start,
+    consul: Outcome,
+    now: jiff::Timestamp,
+) -> Vec<Next> {
+    drive(election, start, |election, next| {
         match next {
             Next::Left => election.left(left(Some(t(0)), now)),
             Next::Perform(request) if in_consul(&request) => {
@@ -158,7 +179,7 @@ fn delete(election: &mut Election, consul: Outcome, now: jiff::Timestamp) -> Vec
             }
             Next::GiveUp(_) => {}
             Next::Stop(_) | Next::RetryConsul(_) => return false,
-            other => panic!("a deleted election asked for {other:?}"),
+            other => panic!("a withdrawing election asked for {other:?}"),
         }
         true
     })
@@ -519,6 +540,58 @@ fn a_deletion_retries_consul_within_its_bound_and_then_gives_up() {
     }));
     expected.push(Next::Stop(INVALID_REQUEUE));
     assert_eq!(past, expected);
+}
+
+#[test]
+fn a_released_election_is_withdrawn_in_rule_7s_order_then_loses_its_finalizer() {
+    let mut election = Election::new();
+    let asked = release_it(&mut election, Outcome::Done, t(10));
+    let mut expected = vec![step(Request::Unwatch), Next::Left];
+    expected.extend(withdrawn());
+    expected.push(step(Request::WriteStatus(StatusChange::Released)));
+    expected.push(step(Request::RemoveFinalizer));
+    expected.push(Next::Stop(INVALID_REQUEUE));
+    assert_eq!(asked, expected);
+}
+
+#[test]
+fn a_released_election_another_install_serves_is_not_withdrawn() {
+    let mut election = Election::new();
+    let served = Start {
+        released: true,
+        served_elsewhere: Some("prod/team.consul-elector".into()),
+        ..start()
+    };
+    let asked = withdraw(&mut election, served, Outcome::Done, t(10));
+    assert_eq!(
+        asked,
+        [step(Request::Unwatch), Next::Stop(INVALID_REQUEUE)],
+        "rule 8: its labels, key and finalizer are the other install's"
+    );
+}
+
+#[test]
+fn a_release_keeps_the_finalizer_while_consul_is_retried_and_not_after_giving_up() {
+    let mut election = Election::new();
+    let within = release_it(&mut election, Outcome::Failed, t(20));
+    assert_eq!(within.last(), Some(&Next::RetryConsul(secs(5))));
+    assert!(
+        !within.contains(&step(Request::RemoveFinalizer)),
+        "{within:?}"
+    );
+    let past = release_it(&mut election, Outcome::Failed, t(300));
+    let gave_up = past
+        .iter()
+        .position(|n| matches!(n, Next::GiveUp(_)))
+        .expect("it gives up on Consul");
+    assert_eq!(
+        past[gave_up + 1..],
+        [
+            step(Request::WriteStatus(StatusChange::Released)),
+            step(Request::RemoveFinalizer),
+            Next::Stop(INVALID_REQUEUE)
+        ]
+    );
 }
 
 #[test]

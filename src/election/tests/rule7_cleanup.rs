@@ -7,7 +7,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::crd::SKIP_CONSUL_CLEANUP_ANNOTATION;
-use crate::election::cleanup_deadline::{Deadline, deadline, gave_up};
+use crate::election::cleanup_deadline::{Deadline, UNINSTALL_BOUND, bound, deadline, gave_up};
 use crate::election::config::{ElectionKey, Owner};
 use crate::election::plan::EventReason;
 use crate::election::session_names::session_name;
@@ -304,6 +304,20 @@ fn the_annotation_gives_up_at_once() {
         deadline(Some("yes"), Some(at(1_000)), at(1_000), BOUND),
         Deadline::RetryIn(Duration::from_secs(1))
     );
+}
+
+#[test]
+fn an_uninstall_waits_for_consul_less_than_its_hook_waits() {
+    assert_eq!(bound(false, BOUND), BOUND);
+    assert_eq!(bound(true, BOUND), UNINSTALL_BOUND);
+    assert_eq!(
+        bound(true, Duration::from_secs(10)),
+        Duration::from_secs(10)
+    );
+    // The hook's default wait (`release-elections --timeout`, the chart's
+    // uninstallHook.timeout) leaves a minute beyond it.
+    let hook = crate::consul::parse_go_duration("2m").expect("a duration");
+    assert!(UNINSTALL_BOUND + Duration::from_secs(60) <= hook);
 }
 
 #[test]

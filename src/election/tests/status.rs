@@ -340,4 +340,49 @@ mod status_change {
         let again = change.render(&first.status, &facts());
         assert_eq!(again.event, None);
     }
+
+    #[test]
+    fn a_released_election_says_nobody_leads_until_the_operator_is_back() {
+        let plan = Scene::elected("a", &["b"], 5).plan();
+        let decided = StatusChange::Decided {
+            plan: Box::new(plan),
+            spec_valid: spec_valid(),
+        };
+        let labelled = crate::election::status_change::Facts {
+            labelled: Some(uid("a")),
+            ..facts()
+        };
+        let mut elected = decided
+            .render(&LeaderElectionStatus::default(), &labelled)
+            .status;
+        elected.served_by = Some("prod/ops.consul-elector".into());
+        let released = StatusChange::Released.render(&elected, &facts());
+        assert!(released.whole);
+        let status = &released.status;
+        assert_eq!(status.phase, Some(StatusPhase::Pending));
+        assert_eq!(status.leader, None);
+        assert_eq!(
+            status.last_leader.as_ref().map(|l| l.pod.as_str()),
+            Some("a")
+        );
+        assert_eq!(
+            status.fencing_token, elected.fencing_token,
+            "the token stays on record"
+        );
+        assert_eq!(status.served_by, None, "no install serves it");
+        let condition = |type_: &str| {
+            status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == type_)
+                .map(|c| (c.status.as_str(), c.reason.as_str()))
+        };
+        assert_eq!(condition(LEADER_ELECTED), Some(("False", "Released")));
+        assert_eq!(condition("Ready"), Some(("False", "Released")));
+        assert_eq!(condition("Stalled"), Some(("True", "Released")));
+        assert_eq!(
+            released.event.map(|e| (e.reason, e.warning)),
+            Some((EventReason::Released, false))
+        );
+    }
 }

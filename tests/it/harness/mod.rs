@@ -28,11 +28,13 @@ use consul_elector::context::Settings;
 use consul_elector::crd::LeaderElection;
 use consul_elector::election::config::Owner;
 use consul_elector::http::Health;
+use consul_elector::kube_client::{self, ConnectionTasks};
 use consul_elector::leadership::{LeadershipError, LeaseSettings, WallClock};
 use consul_elector::metrics::Metrics;
 use consul_elector::operator;
 use consul_elector::operator::KubeClients;
-use consul_elector::write_gate::{self, ConnectionTasks, WriteGate};
+use consul_elector::uninstall;
+use consul_elector::write_gate::WriteGate;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
@@ -409,6 +411,21 @@ impl Harness {
         self.install_of(LEASE)
     }
 
+    /// The uninstall hook's scope for the harness' install.
+    pub fn hook_scope(&self) -> uninstall::Scope {
+        self.hook_scope_of(LEASE)
+    }
+
+    /// The uninstall hook's scope for the install whose Lease is `lease`: the harness'
+    /// namespace, where the Lease is too.
+    pub fn hook_scope_of(&self, lease: &str) -> uninstall::Scope {
+        uninstall::Scope {
+            namespaces: vec![self.ns.clone()],
+            lease: (self.ns.clone(), lease.to_owned()),
+            install: self.install_of(lease),
+        }
+    }
+
     /// The install whose Lease is `lease` in the harness' namespace.
     pub fn install_of(&self, lease: &str) -> String {
         Owner::install_of_lease(&self.ns, lease)
@@ -454,13 +471,13 @@ impl Harness {
     fn kube_clients(&self, faults: &KubeFaults) -> KubeClients {
         consul_elector::install_crypto_provider();
         let gate = WriteGate::closed();
-        let config = write_gate::without_retries(self.sa_config.clone());
+        let config = kube_client::without_retries(self.sa_config.clone());
         let builder = |tasks| {
             kube::client::ClientBuilder::try_from((config.clone(), tasks))
                 .map(|builder| builder.with_layer(&faults.layer()))
         };
         KubeClients {
-            client: write_gate::gated_client(&gate, builder).expect("kube client"),
+            client: kube_client::gated_client(&gate, builder).expect("kube client"),
             lease: builder(ConnectionTasks::default())
                 .expect("kube client")
                 .build(),

@@ -97,6 +97,7 @@ impl Model {
             paused: self.config.paused,
             token_secret: false,
             deleted: self.deleted_at.is_some(),
+            released: false,
             acting: Some((self.config.mode, self.config.on_consul_unavailable)),
         }
     }

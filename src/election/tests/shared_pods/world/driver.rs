@@ -27,6 +27,7 @@ impl Shared {
             paused: false,
             token_secret: false,
             deleted: self.sims[e].deleted,
+            released: false,
             acting: Some((
                 self.sims[e].config.mode,
                 self.sims[e].config.on_consul_unavailable,
@@ -255,9 +256,11 @@ impl Shared {
                 }
                 Outcome::Done
             }
-            Request::ClearRequest(_) | Request::Publish(_) | Request::Watch | Request::Unwatch => {
-                Outcome::Done
-            }
+            Request::ClearRequest(_)
+            | Request::Publish(_)
+            | Request::Watch
+            | Request::Unwatch
+            | Request::RemoveFinalizer => Outcome::Done,
         }
     }
 

@@ -1,4 +1,4 @@
-//! The kube client the controller writes with. Reads and writes travel on separate
+//! The kube client the controller writes with (docs/design.md rule 8). Reads and writes travel on separate
 //! connections: a write reaches its socket not in the task that asked for it but in the task
 //! that drives its connection, so the connections of writes are driven only while the gate
 //! is open ([`ConnectionTasks`]), and the gate is read immediately before the write goes out.
@@ -13,7 +13,7 @@ use http::{Method, Request, Response};
 use kube::client::{Body, ClientBuilder};
 use tower::{BoxError, Service};
 
-use super::WriteGate;
+use crate::write_gate::WriteGate;
 
 /// Requests that may wait for one client's stack at once (the buffer that lets the retry
 /// layer clone it).
