@@ -31,8 +31,9 @@ library), since no helm CLI exists here.
         previous chart this way.
 
     check_chart.py upgrade --kubeconfig PATH --namespace NS --release NAME
-        `helm upgrade --reuse-values` of the release to this chart; prints the revision and the
-        hooks. The exit status is Helm's.
+        `helm upgrade --reset-then-reuse-values` of the release to this chart (the new chart's
+        defaults, then the values the user set); prints the revision and the hooks. The exit
+        status is Helm's.
 
     check_chart.py uninstall --kubeconfig PATH --namespace NS --release NAME [--timeout S]
         `helm uninstall --wait` with its hooks (the chart's pre-delete hook deletes the
@@ -137,9 +138,14 @@ def all_features(watch: list[str]) -> dict:
                   "digest": "sha256:" + "0123456789abcdef" * 4},
         "serviceAccount": {"annotations": {"example.com/owner": "platform"}},
         "service": {"annotations": {"example.com/scrape": "true"}},
-        "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"},
+                           "jobLabel": "app.kubernetes.io/name", "tlsConfig": {"insecureSkipVerify": False}},
         # Rendered only where the PrometheusRule API is served (lint's default capabilities do not).
-        "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
+        "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}, "alerts": {
+            "ConsulElectorElectionConflict": {"for": "15m", "labels": {"team": "platform", "severity": "info"},
+                                              "runbookUrl": "https://runbooks.example/conflict"},
+            "ConsulElectorStateDisagrees": {"enabled": False},
+        }},
         "grafanaDashboard": {
             "enabled": True,
             "sidecarLabel": "grafana.example.com/dashboard",
@@ -156,6 +162,14 @@ def all_features(watch: list[str]) -> dict:
             "consul": {"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]},
         },
         "podDisruptionBudget": {"enabled": True},
+        "commonLabels": {"example.com/cost-center": "platform"},
+        "deploymentAnnotations": {"example.com/owner": "platform"},
+        "leaderElection": {"leaseDuration": "20s", "renewDeadline": "12s"},
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}
+        ],
+        "extraVolumes": [{"name": "consul-agent", "emptyDir": {}}],
+        "extraVolumeMounts": [{"name": "consul-agent", "mountPath": "/run/consul", "readOnly": True}],
         "podLabels": {"team": "platform"},
         "podAnnotations": {"example.com/note": "checked"},
         "nodeSelector": {"kubernetes.io/os": "linux"},
@@ -191,6 +205,18 @@ WRONG_VALUES = [
     ({"logFormat": "xml"}, "at '/logFormat': value must be one of 'plain', 'json'"),
     ({"image": {"digest": "latest"}}, "at '/image/digest': 'latest' does not match pattern"),
     ({"watchNamespace": ["shop"]}, "additional properties 'watchNamespace' not allowed"),
+    # Values the operator or the API server would refuse are refused by the schema already.
+    ({"lockWatchWait": "11m"}, "at '/lockWatchWait': '11m' does not match pattern"),
+    ({"livenessTimeout": "0s"}, "at '/livenessTimeout': '0s' does not match pattern"),
+    ({"livenessProbe": {"successThreshold": 3}}, "at '/livenessProbe/successThreshold': value must be 1"),
+    ({"consul": {"address": "ftp://consul:8500"}}, "at '/consul/address': 'ftp://consul:8500' does not match pattern"),
+]
+# Values the schema cannot judge alone, refused by the chart as it renders, with its message.
+REFUSED_AT_RENDER = [
+    ({"leaderElection": {"leaseDuration": "10s", "renewDeadline": "10s"}},
+     "leaderElection.renewDeadline (10s) must be at least 2s and shorter than leaderElection.leaseDuration (10s)"),
+    ({"leaderElection": {"renewDeadline": "1s"}},
+     "leaderElection.renewDeadline (1s) must be at least 2s"),
 ]
 SCHEMA_MESSAGE = "values don't meet the specifications of the schema"
 
@@ -279,6 +305,11 @@ def lint_is_clean(messages: list[tuple[int, str]]) -> bool:
 
 def run_lint() -> int:
     checks = Checks()
+    rules = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    alerts = [r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r]
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    named = schema["properties"]["prometheusRule"]["properties"]["alerts"]["propertyNames"]["enum"]
+    checks.expect(named == alerts, f"the schema's alert names are files/prometheus-rules.yaml's: {named}")
     messages = lint(CHART)
     checks.expect(lint_is_clean(messages), f"helm lint with default values is clean: {messages}")
     with tempfile.TemporaryDirectory() as work:
@@ -453,6 +484,8 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
                       "app.kubernetes.io/managed-by", "helm.sh/chart"):
             checks.expect(label in labels, f"{where}: {key(obj)} has label {label}")
         checks.expect(labels.get("app.kubernetes.io/instance") == e.release, f"{where}: {key(obj)} instance label")
+        for label, value in v["commonLabels"].items():
+            checks.expect(labels.get(label) == value, f"{where}: {key(obj)} has commonLabels {label}={value}")
         if obj["kind"] in CLUSTER_SCOPED:
             checks.expect("namespace" not in meta, f"{where}: {key(obj)} is cluster-scoped")
         elif obj["kind"] in ("Role", "RoleBinding") and meta["name"].endswith("-lease"):
@@ -506,9 +539,26 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
     lease_arg = [a for a in args if a.startswith("--lease-name=")]
     checks.expect(lease_arg == [f"--lease-name={deployment['metadata']['name']}"],
                   f"{where}: each release has its own Lease: {lease_arg}")
+    timing = [a for a in args if a.startswith(("--lease-duration=", "--lease-renew-deadline="))]
+    lease = v["leaderElection"]
+    checks.expect(timing == [f"--lease-duration={lease['leaseDuration']}",
+                             f"--lease-renew-deadline={lease['renewDeadline']}"],
+                  f"{where}: the Lease timing is leaderElection's: {timing}")
+    annotations = deployment["metadata"].get("annotations") or {}
+    checks.expect(all(annotations.get(k) == x for k, x in v["deploymentAnnotations"].items()),
+                  f"{where}: the Deployment carries deploymentAnnotations: {annotations}")
+    selector = {"matchLabels": spec["selector"]["matchLabels"]}
+    expected_spread = [{"labelSelector": selector, **c} if "labelSelector" not in c else c
+                       for c in v["topologySpreadConstraints"]]
+    checks.expect((pod.get("topologySpreadConstraints") or []) == expected_spread,
+                  f"{where}: topologySpreadConstraints, each with the operator's selector by default")
     checks.expect("CONSUL_HTTP_TOKEN" not in env, f"{where}: no Consul token in the environment")
     mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
     volumes = {vol["name"]: vol for vol in pod.get("volumes", [])}
+    for extra in v["extraVolumes"]:
+        checks.expect(volumes.get(extra["name"]) == extra, f"{where}: extraVolumes has {extra['name']}")
+    for extra in v["extraVolumeMounts"]:
+        checks.expect(mounts.get(extra["mountPath"]) == extra, f"{where}: extraVolumeMounts has {extra['mountPath']}")
     for variable, secret in (("CONSUL_HTTP_TOKEN_FILE", v["consul"]["token"]["secretName"]),
                              ("CONSUL_CACERT", v["consul"]["caCert"]["secretName"]),
                              ("CONSUL_CLIENT_CERT", v["consul"]["clientCert"]["secretName"]),
@@ -650,14 +700,21 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
         checks.expect(monitor["spec"]["selector"]["matchLabels"] == selector
                       and [(x["port"], x["path"]) for x in endpoints] == [("http", "/metrics")],
                       f"{where}: the ServiceMonitor scrapes /metrics of the operator")
+        sm = v["serviceMonitor"]
+        checks.expect(monitor["spec"].get("jobLabel", "") == sm["jobLabel"]
+                      and all(x.get("scheme") == sm["scheme"] for x in endpoints)
+                      and all(x.get("tlsConfig", {}) == sm["tlsConfig"] for x in endpoints),
+                      f"{where}: the ServiceMonitor has serviceMonitor's jobLabel, scheme and tlsConfig")
     # The PrometheusRule (only where its API is served, like the ServiceMonitor) ships the rules
     # file as it is; the dashboard ConfigMap ships the dashboard JSON with the sidecar's label.
     rules = by_kind.get("PrometheusRule", [])
     want_rules = e.servicemonitor and v["prometheusRule"]["enabled"]
     checks.expect(len(rules) == (1 if want_rules else 0), f"{where}: PrometheusRule count")
-    shipped_rules = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    shipped_rules = alerts_as_set(yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text()),
+                                  v["prometheusRule"]["alerts"])
     for rule in rules:
-        checks.expect(rule["spec"] == shipped_rules, f"{where}: the PrometheusRule holds files/prometheus-rules.yaml")
+        checks.expect(rule["spec"] == shipped_rules,
+                      f"{where}: the PrometheusRule holds files/prometheus-rules.yaml as prometheusRule.alerts sets it")
         checks.expect(all(rule["metadata"]["labels"].get(k) == x for k, x in v["prometheusRule"]["labels"].items()),
                       f"{where}: the PrometheusRule carries prometheusRule.labels")
     dashboards = [o for o in by_kind.get("ConfigMap", []) if o["metadata"]["name"].endswith("-dashboard")]
@@ -678,10 +735,12 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
                       and sorted(pspec["policyTypes"]) == ["Egress", "Ingress"],
                       f"{where}: the NetworkPolicy isolates the operator both ways")
         ingress_ports = [p["port"] for rule in pspec.get("ingress", []) for p in rule.get("ports", [])]
-        checks.expect(ingress_ports == [v["metrics"]["port"]], f"{where}: ingress only to the metrics port")
+        scrapes = [v["metrics"]["port"]] if v["networkPolicy"]["metricsFrom"] else []
+        checks.expect(ingress_ports == scrapes, f"{where}: ingress only to the metrics port, from metricsFrom")
         egress_ports = {(p.get("protocol", "TCP"), p["port"]) for rule in pspec.get("egress", [])
                         for p in rule.get("ports", [])}
-        needed = {("UDP", 53), ("TCP", 53), ("TCP", 443), ("TCP", 6443), ("TCP", 8500), ("TCP", 8501)}
+        dns = {(protocol, port) for port in v["networkPolicy"]["dns"]["ports"] for protocol in ("UDP", "TCP")}
+        needed = dns | {("TCP", 443), ("TCP", 6443), ("TCP", 8500), ("TCP", 8501)}
         checks.expect(egress_ports == needed, f"{where}: egress only to DNS, the API server and Consul: {egress_ports}")
     budgets = by_kind.get("PodDisruptionBudget", [])
     checks.expect(len(budgets) == (1 if v["podDisruptionBudget"]["enabled"] else 0), f"{where}: PDB count")
@@ -704,6 +763,28 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
         dev_services = [s for s in by_kind.get("Service", []) if s["metadata"]["name"] == consul["metadata"]["name"]]
         checks.expect(len(dev_services) == 1 and [p["port"] for p in dev_services[0]["spec"]["ports"]] == [8500],
                       f"{where}: consulDev Service on 8500")
+
+
+def alerts_as_set(rules: dict, settings: dict) -> dict:
+    """The rules file as prometheusRule.alerts sets it: alerts turned off dropped, `for`
+    replaced, labels added (the setting's win), runbook_url added."""
+    groups = []
+    for group in rules["groups"]:
+        kept = []
+        for rule in group["rules"]:
+            setting = settings.get(rule.get("alert", ""), {})
+            if setting.get("enabled") is False:
+                continue
+            rule = copy.deepcopy(rule)
+            if setting.get("for"):
+                rule["for"] = setting["for"]
+            if setting.get("labels"):
+                rule["labels"] = {**rule.get("labels", {}), **setting["labels"]}
+            if setting.get("runbookUrl"):
+                rule["annotations"] = {**rule.get("annotations", {}), "runbook_url": setting["runbookUrl"]}
+            kept.append(rule)
+        groups.append({**group, "rules": kept})
+    return {**rules, "groups": groups}
 
 
 def check_hardened_pod(checks: Checks, pod: dict, where: str) -> None:
@@ -842,6 +923,30 @@ def check_uninstall_hook(checks: Checks, cluster: Cluster, release: dict, e: Exp
                       f"{where}: the operator's image")
 
 
+def check_openshift(checks: Checks, cluster: Cluster, namespace: str, pdb_version: str) -> None:
+    """examples/openshift-values.yaml (with the NetworkPolicy on): pods without fixed user and
+    group IDs, the uninstall hook's too, and DNS reached on OpenShift's DNS pods' port."""
+    values = yaml.safe_load((CHART / "examples" / "openshift-values.yaml").read_text())
+    values = deep_merge(values, {"networkPolicy": {"enabled": True}})
+    e = Expect("ce-openshift", namespace, values, servicemonitor=False, pdb_version=pdb_version)
+    check_install(checks, cluster, e, values, [])
+    release = asyncio.run(helm.Status(helm.Configuration(namespace=namespace, kubeconfig=cluster.kubeconfig))
+                          .run("ce-openshift"))
+    docs = [obj for obj, _ in manifest_docs(release["manifest"])]
+    docs += [obj for hook in release.get("hooks") or [] for obj, _ in manifest_docs(hook.get("manifest", ""))]
+    pods = [o["spec"]["template"]["spec"] for o in docs if o["kind"] in ("Deployment", "Job")]
+    checks.expect(len(pods) == 2, f"openshift: the operator's and the hook's pods: {len(pods)}")
+    for pod in pods:
+        fixed = {k: v for k, v in pod.get("securityContext", {}).items() if k in ("runAsUser", "runAsGroup", "fsGroup")}
+        checks.expect(not fixed, f"openshift: no fixed user or group IDs: {fixed}")
+    policies = [o for o in docs if o["kind"] == "NetworkPolicy"]
+    dns = [rule for p in policies for rule in p["spec"]["egress"]
+           if any(port.get("port") == 5353 for port in rule.get("ports", []))]
+    checks.expect(len(dns) == 1 and dns[0]["to"] == values["networkPolicy"]["dns"]["to"]
+                  and sorted((x["port"], x["protocol"]) for x in dns[0]["ports"]) == [(5353, "TCP"), (5353, "UDP")],
+                  f"openshift: DNS egress to openshift-dns on 5353: {dns}")
+
+
 def check_admission_policy(checks: Checks, cluster: Cluster, namespace: str) -> None:
     """admissionPolicy.enabled renders the policy and its binding: a cluster that serves them
     gets both; an older one (before 1.30) refuses the install naming them, and keeps nothing."""
@@ -877,6 +982,12 @@ def run_cluster(args: argparse.Namespace) -> int:
             message = str(error)
             checks.expect(SCHEMA_MESSAGE in message and expected in message,
                           f"install with {values} fails naming {expected!r}: {message}")
+    for values, expected in REFUSED_AT_RENDER:
+        try:
+            cluster.install(args.default_namespace, "ce-wrong", values)
+            checks.expect(False, f"install with {values} fails")
+        except helm.HelmError as error:
+            checks.expect(expected in str(error), f"install with {values} fails naming {expected!r}: {error}")
     checks.expect(cluster.get("Deployment", "apps/v1", "ce-wrong-consul-elector", args.default_namespace) is None,
                   "a failed install leaves nothing behind")
 
@@ -915,6 +1026,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     summary["default"] = check_install(checks, cluster, e, {}, ["consul.address is not set"])
     e = Expect("ce-all", args.features_namespace, features, servicemonitor=True, pdb_version=pdb_version)
     summary["all_features"] = check_install(checks, cluster, e, features, ["FOR TRIALS ONLY"])
+    check_openshift(checks, cluster, args.default_namespace, pdb_version)
 
     if args.summary_out:
         Path(args.summary_out).write_text(json.dumps(summary, indent=2))
@@ -939,10 +1051,13 @@ def main() -> int:
     i.add_argument("--release", required=True)
     i.add_argument("--values", required=True, help="a YAML (or JSON) values file")
     i.add_argument("--chart", default=str(CHART), help="a chart directory or archive (default: this chart)")
-    g = sub.add_parser("upgrade", help="helm upgrade --reuse-values to this chart")
+    g = sub.add_parser("upgrade", help="helm upgrade --reset-then-reuse-values to this chart")
     g.add_argument("--kubeconfig", required=True)
     g.add_argument("--namespace", required=True)
     g.add_argument("--release", required=True)
+    d = sub.add_parser("edges", help="install each edge value set, print the operator's args and env")
+    d.add_argument("--kubeconfig", required=True)
+    d.add_argument("--namespace", required=True)
     u = sub.add_parser("uninstall", help="helm uninstall (hooks included), waiting for the deletions")
     u.add_argument("--kubeconfig", required=True)
     u.add_argument("--namespace", required=True)
@@ -957,7 +1072,51 @@ def main() -> int:
         return run_lint()
     if args.command == "install":
         return run_install(args)
+    if args.command == "edges":
+        return run_edges(args)
     return run_cluster(args)
+
+
+# Values at the edges of what the schema admits. Each must install, and the operator must
+# accept the command line and environment the chart gives it (tests/it/chart_install.rs parses
+# them with the operator's own parsers); WRONG_VALUES and REFUSED_AT_RENDER hold the values
+# just past these edges.
+EDGE_VALUES = [
+    {"lockWatchWait": "1s", "livenessTimeout": "1s"},
+    {"lockWatchWait": "600s", "livenessTimeout": "1h"},
+    {"lockWatchWait": "10m"},
+    {"lockWatchWait": "9m59s"},
+    {"leaderElection": {"leaseDuration": "3s", "renewDeadline": "2s"}},
+    {"leaderElection": {"leaseDuration": "1h", "renewDeadline": "59m59s"}},
+    {"consul": {"address": "unix:///run/consul/agent.sock"}},
+    {"consul": {"address": "https://consul.example:8501/"}},
+    {"consul": {"address": "consul.example:8500"}},
+    {"consul": {"address": "http://[::1]:8500"}},
+    {"clusterName": "c" * 63},
+]
+
+
+def run_edges(args: argparse.Namespace) -> int:
+    """Installs each of EDGE_VALUES (no replicas, no hook), reads the operator container's args
+    and env back from the API server, uninstalls, and prints them as one JSON list."""
+    cluster = Cluster(args.kubeconfig)
+    found = []
+    for i, values in enumerate(EDGE_VALUES):
+        release = f"ce-edge-{i}"
+        install = deep_merge(values, {"replicaCount": 0, "uninstallHook": {"enabled": False}})
+        try:
+            cluster.install(args.namespace, release, install)
+        except helm.HelmError as error:
+            print(f"helm install with {values} failed: {error}", file=sys.stderr)
+            return 1
+        deployment = cluster.get("Deployment", "apps/v1", f"{release}-consul-elector", args.namespace)
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+        found.append({"values": values, "args": container["args"], "env": env})
+        config = helm.Configuration(namespace=args.namespace, kubeconfig=args.kubeconfig)
+        asyncio.run(helm.Uninstall(config).run(release, wait=True, timeout=120))
+    print(json.dumps(found))
+    return 0
 
 
 def run_install(args: argparse.Namespace) -> int:
@@ -976,9 +1135,13 @@ def run_install(args: argparse.Namespace) -> int:
 
 
 def run_upgrade(args: argparse.Namespace) -> int:
+    """`helm upgrade --reset-then-reuse-values`, which helm-sdkpy lacks: the new chart's
+    defaults (reset_values) with the values the user set on the release."""
     config = helm.Configuration(namespace=args.namespace, kubeconfig=args.kubeconfig)
     try:
-        result = asyncio.run(helm.Upgrade(config).run(args.release, str(CHART), reuse_values=True, wait=False))
+        user_values = asyncio.run(helm.GetValues(config).run(args.release)) or {}
+        result = asyncio.run(helm.Upgrade(config).run(args.release, str(CHART), values=user_values,
+                                                      reset_values=True, wait=False))
     except helm.HelmError as error:
         print(f"helm upgrade {args.release} failed: {error}", file=sys.stderr)
         return 1

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Pod, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
@@ -271,6 +272,53 @@ async fn chart_installs_and_its_operator_elects_a_leader() {
     ] {
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
         let _ = namespaces.delete(ns, &Default::default()).await;
+    }
+}
+
+/// Every value at the edge of what the chart's schema admits (`EDGE_VALUES` in
+/// `check_chart.py`) installs, and the operator accepts the command line and environment the
+/// chart renders from it: parsed by its own parsers, the Lease timing validated as the
+/// operator validates it at start. The values just past each edge are refused by the chart
+/// (the cluster check's wrong values).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_edge_value_the_chart_admits_the_operator_accepts() {
+    let Some(python) = helm_python() else { return };
+    let Some(cluster) = TestCluster::shared() else {
+        return;
+    };
+    let ns = cluster.namespace("chart-edges").await;
+    let kubeconfig = cluster.kubeconfig_path().to_str().expect("UTF-8 path");
+    let output = check_chart(
+        &python,
+        &["edges", "--kubeconfig", kubeconfig, "--namespace", &ns],
+    )
+    .await;
+    let rendered: Vec<Value> = serde_json::from_str(output.lines().last().unwrap_or_default())
+        .expect("the checker prints the rendered args and env as JSON");
+    assert!(!rendered.is_empty(), "edge values were rendered");
+    for edge in rendered {
+        let values = &edge["values"];
+        let args: Vec<String> = serde_json::from_value(edge["args"].clone()).expect("args");
+        let env: BTreeMap<String, String> =
+            serde_json::from_value(edge["env"].clone()).expect("env");
+        let cli = consul_elector::cli::Cli::try_parse_from(
+            std::iter::once("consul-elector".to_owned()).chain(args.iter().cloned()),
+        )
+        .unwrap_or_else(|error| panic!("{values}: the operator refuses {args:?}: {error}"));
+        let consul_elector::cli::Command::Run(run) = cli.command else {
+            panic!("{values}: the chart runs `consul-elector run`: {args:?}");
+        };
+        let lease = consul_elector::leadership::LeaseSettings {
+            name: run.lease.lease_name.clone(),
+            namespace: ns.clone(),
+            identity: "edge".into(),
+            duration: run.lease_duration,
+            renew_deadline: run.lease_renew_deadline,
+            wall_clock: consul_elector::wall_clock::WallClock::system(),
+        };
+        assert_eq!(lease.validate(), Ok(()), "{values}: the Lease timing");
+        consul_elector::consul::ConsulSettings::from_env(|name| env.get(name).cloned())
+            .unwrap_or_else(|error| panic!("{values}: the operator refuses {env:?}: {error}"));
     }
 }
 
@@ -613,7 +661,7 @@ impl OperatorProcess {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("work dir");
 
-        // The kubelet's part: Secret volumes become files.
+        // The kubelet's part: Secret volumes become files, an emptyDir an empty directory.
         let secrets: Api<Secret> = Api::namespaced(admin.clone(), &release.namespace);
         let mut mounts: Vec<(String, PathBuf)> = Vec::new();
         for mount in container.volume_mounts.iter().flatten() {
@@ -623,6 +671,12 @@ impl OperatorProcess {
                 .flatten()
                 .find(|v| v.name == mount.name)
                 .expect("mounted volume exists");
+            if volume.empty_dir.is_some() {
+                let target = dir.join(&volume.name);
+                std::fs::create_dir_all(&target).expect("volume dir");
+                mounts.push((mount.mount_path.clone(), target));
+                continue;
+            }
             let source = volume
                 .secret
                 .as_ref()
@@ -799,7 +853,9 @@ async fn the_chart_upgrades_from_the_previous_version_as_documented() {
     let readme = std::fs::read_to_string(root("README.md")).expect("README.md");
     assert!(
         readme.contains("kubectl replace -f charts/consul-elector/crds/     # on Kubernetes < 1.25 add --validate=false")
-            && readme.contains("helm upgrade <release> charts/consul-elector -n <namespace> --reuse-values"),
+            && readme.contains(
+                "helm upgrade <release> charts/consul-elector -n <namespace> --reset-then-reuse-values"
+            ),
         "README's upgrade commands are the ones this test runs"
     );
     consul_elector::install_crypto_provider();

@@ -5,6 +5,7 @@
 //! Run one file's checks by its module path: `cargo test --test repo readme::`.
 
 mod admission_policy;
+mod chart_readme;
 mod dockerfile;
 mod docs_references;
 mod gitops_health;

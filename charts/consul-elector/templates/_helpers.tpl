@@ -39,6 +39,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: consul-elector
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Seconds in a duration of whole units as the schema admits them ("1m30s", "15s", "2h").
+*/}}
+{{- define "consul-elector.seconds" -}}
+{{- $seconds := 0 }}
+{{- $units := dict "h" 3600 "m" 60 "s" 1 }}
+{{- range $part := regexFindAll "[0-9]+[hms]" . -1 }}
+{{- $unit := substr (sub (len $part) 1 | int) (len $part) $part }}
+{{- $seconds = add $seconds (mul (trimSuffix $unit $part | atoi) (get $units $unit)) }}
+{{- end }}
+{{- $seconds }}
 {{- end }}
 
 {{/*
