@@ -28,6 +28,11 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub context: Option<String>,
 
+    /// How long to wait for each request to the API server and to Consul before giving up
+    /// (Go duration such as 5s or 1m; 0, the default, leaves the clients' own bounds).
+    #[arg(long, global = true, default_value = "0", value_parser = parse_request_timeout)]
+    pub request_timeout: RequestTimeout,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -127,10 +132,26 @@ pub enum OutputFormat {
     /// Aligned text for people.
     #[default]
     Table,
+    /// The table with more columns (`list`: who serves it, its candidates, the key).
+    Wide,
+    /// `leaderelection.elector.dev/<name>` of each election concerned, for scripts.
+    Name,
     /// JSON.
     Json,
     /// YAML.
     Yaml,
+}
+
+/// `--request-timeout`: a bound on each request, or none (`0`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestTimeout(pub Option<Duration>);
+
+/// `--request-timeout`: `0`, or a positive Go duration.
+fn parse_request_timeout(text: &str) -> Result<RequestTimeout, String> {
+    if text.trim() == "0" {
+        return Ok(RequestTimeout(None));
+    }
+    parse_timeout(text).map(|timeout| RequestTimeout(Some(timeout)))
 }
 
 /// `--timeout`: a positive Go duration.
@@ -157,6 +178,26 @@ mod tests {
         assert_eq!(before, after);
         assert_eq!(before.namespace.as_deref(), Some("prod"));
         assert_eq!(before.output, OutputFormat::Json);
+    }
+
+    #[test]
+    fn request_timeout_is_none_at_zero_and_a_positive_duration_otherwise() {
+        assert_eq!(
+            parse(&["list"]).expect("parses").request_timeout,
+            RequestTimeout(None)
+        );
+        let bounded = parse(&["list", "--request-timeout", "5s"]).expect("parses");
+        assert_eq!(
+            bounded.request_timeout,
+            RequestTimeout(Some(Duration::from_secs(5)))
+        );
+        assert!(parse(&["list", "--request-timeout", "soon"]).is_err());
+        let names = parse(&["list", "-o", "name"]).expect("parses");
+        assert_eq!(names.output, OutputFormat::Name);
+        assert_eq!(
+            parse(&["list", "-o", "wide"]).expect("parses").output,
+            OutputFormat::Wide
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+use super::cli::RequestTimeout;
 use crate::consul::{ConsulAddress, ConsulClient, ConsulSettings, Overrides, QueryOptions};
 use crate::crd::LeaderElection;
 use crate::election::key_value::holder_from_value;
@@ -80,12 +81,17 @@ impl ConsulHolder {
 
 /// The Consul client for the plugin: `None` when `CONSUL_HTTP_ADDR` is not set (the plugin
 /// then shows what Kubernetes says only), an error when the variables cannot be used.
-pub fn client_from_env() -> Result<Option<ConsulClient>, String> {
+/// `request_timeout` bounds each request when given.
+pub fn client_from_env(request_timeout: RequestTimeout) -> Result<Option<ConsulClient>, String> {
     let address_set = std::env::var("CONSUL_HTTP_ADDR").is_ok_and(|a| !a.trim().is_empty());
     if !address_set {
         return Ok(None);
     }
-    let settings = ConsulSettings::from_process_env().map_err(|e| e.to_string())?;
+    let mut settings = ConsulSettings::from_process_env().map_err(|e| e.to_string())?;
+    if let RequestTimeout(Some(timeout)) = request_timeout {
+        settings.request_timeout = timeout;
+        settings.connect_timeout = settings.connect_timeout.min(timeout);
+    }
     // A command line tool answers now or says it could not: no retry rounds.
     ConsulClient::new(&settings)
         .map(|client| Some(client.without_retries()))

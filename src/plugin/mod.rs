@@ -27,7 +27,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-pub use cli::{Cli, Command, OutputFormat};
+pub use cli::{Cli, Command, OutputFormat, RequestTimeout};
 pub use error::PluginError;
 
 use crate::crd::{LeaderElection, Mode};
@@ -70,7 +70,7 @@ pub async fn run(cli: Cli) -> Result<Report, PluginError> {
             ..
         } => {
             let scope = status_scope(election.as_deref(), all_namespaces, &namespace);
-            let consul = consul_holder::client_from_env();
+            let consul = consul_holder::client_from_env(cli.request_timeout);
             let views = match &consul {
                 Ok(client_or_none) => {
                     status::collect(client, scope, client_or_none.as_ref()).await?
@@ -89,9 +89,16 @@ pub async fn run(cli: Cli) -> Result<Report, PluginError> {
             let text = match (&election, format) {
                 // One named election is an object in JSON and YAML, like `kubectl get x`.
                 (Some(_), OutputFormat::Json | OutputFormat::Yaml) if views.len() == 1 => {
-                    output::render(format, &views[0], |v| v.render(now))?
+                    output::render(
+                        format,
+                        &views[0],
+                        |v| vec![v.name.clone()],
+                        |v| v.render(now),
+                    )?
                 }
-                _ => output::render(format, views.as_slice(), |v| status::render_all(v, now))?,
+                _ => output::render(format, views.as_slice(), status::names, |v| {
+                    status::render_all(v, now)
+                })?,
             };
             Ok(done(text))
         }
@@ -102,7 +109,12 @@ pub async fn run(cli: Cli) -> Result<Report, PluginError> {
         } => {
             let outcome =
                 switchover::request(client, &namespace, &election, to.as_deref(), timeout).await?;
-            let text = output::render(format, &outcome, switchover::SwitchoverOutcome::render)?;
+            let text = output::render(
+                format,
+                &outcome,
+                |_| vec![election.clone()],
+                switchover::SwitchoverOutcome::render,
+            )?;
             Ok(Report {
                 text,
                 success: outcome.completed(),
@@ -119,32 +131,44 @@ pub async fn run(cli: Cli) -> Result<Report, PluginError> {
                     source,
                 })?;
             let answer = why::explain(&le, &pod, found.as_ref());
-            let text = output::render(format, &answer, |a| {
-                format!("{}: {}\n", a.pod, a.explanation)
-            })?;
+            let text = output::render(
+                format,
+                &answer,
+                |_| vec![election.clone()],
+                |a| format!("{}: {}\n", a.pod, a.explanation),
+            )?;
             Ok(done(text))
         }
         Command::List { all_namespaces, .. } => {
             let scope = list_scope(all_namespaces, &namespace);
             let views = status::collect(client, scope, None).await?;
-            let text = output::render(format, views.as_slice(), |v| {
-                status::render_list(v, all_namespaces)
+            let columns = status::Columns {
+                all_namespaces,
+                wide: (format == OutputFormat::Wide).then_some(now),
+            };
+            let text = output::render(format, views.as_slice(), status::names, |v| {
+                status::render_list(v, columns)
             })?;
             Ok(done(text))
         }
         Command::Completion { shell } => Ok(done(cli::completion(shell))),
         Command::Pause { election } => {
             let text = set_paused(&client, &namespace, &election, true).await?;
-            Ok(done(text))
+            Ok(done(said_or_named(format, text, election)))
         }
         Command::Resume { election } => {
             let text = set_paused(&client, &namespace, &election, false).await?;
-            Ok(done(text))
+            Ok(done(said_or_named(format, text, election)))
         }
         Command::History { election } => {
             let le = get_election(&client, &namespace, &election).await?;
             let entries = history::entries(&history::events(client, &le).await?);
-            let text = output::render(format, entries.as_slice(), |e| history::render(e, now))?;
+            let text = output::render(
+                format,
+                entries.as_slice(),
+                |_| vec![election.clone()],
+                |e| history::render(e, now),
+            )?;
             Ok(done(text))
         }
     }
@@ -176,7 +200,9 @@ pub async fn watch_command(
             status_scope(election.as_deref(), *all_namespaces, &namespace),
             watch::Shape::Status,
             // Like `status`: Consul's view when its settings are valid.
-            consul_holder::client_from_env().ok().flatten(),
+            consul_holder::client_from_env(cli.request_timeout)
+                .ok()
+                .flatten(),
         ),
         Command::List { all_namespaces, .. } => (
             list_scope(*all_namespaces, &namespace),
@@ -221,17 +247,36 @@ async fn client(cli: &Cli) -> Result<Client, PluginError> {
         context: cli.context.clone(),
         ..KubeConfigOptions::default()
     };
-    let config = match &cli.kubeconfig {
+    let mut config = match &cli.kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .map_err(|e| PluginError::Client(kube::Error::InferKubeconfig(e)))?;
-            Config::from_custom_kubeconfig(kubeconfig, &options).await
+            Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(|e| PluginError::Client(kube::Error::InferKubeconfig(e)))?
         }
-        None if cli.context.is_some() => Config::from_kubeconfig(&options).await,
-        None => return Client::try_default().await.map_err(PluginError::Client),
+        None if cli.context.is_some() => Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| PluginError::Client(kube::Error::InferKubeconfig(e)))?,
+        None => Config::infer()
+            .await
+            .map_err(|e| PluginError::Client(kube::Error::InferConfig(e)))?,
+    };
+    if let RequestTimeout(Some(timeout)) = cli.request_timeout {
+        config.connect_timeout = Some(timeout);
+        config.read_timeout = Some(timeout);
+        config.write_timeout = Some(timeout);
     }
-    .map_err(|e| PluginError::Client(kube::Error::InferKubeconfig(e)))?;
     Client::try_from(config).map_err(PluginError::Client)
+}
+
+/// What a command that changes `election` says: `text`, or with `-o name` the election's
+/// name.
+fn said_or_named(format: OutputFormat, text: String, election: String) -> String {
+    match format {
+        OutputFormat::Name => output::names([election]),
+        _ => text,
+    }
 }
 
 /// Sets `spec.paused` of the election (a merge patch of that field alone) and says so.

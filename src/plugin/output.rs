@@ -7,14 +7,18 @@ use serde::Serialize;
 use super::cli::OutputFormat;
 use super::error::PluginError;
 
-/// `value` as `format`: JSON or YAML through serde, or the text `table` makes.
+/// `value` as `format`: JSON or YAML through serde, the names of the `elections` it
+/// concerns (`namespace`, `name`), or the text `table` makes (for `-o wide` too, unless the
+/// caller has a wider one).
 pub fn render<T: Serialize + ?Sized>(
     format: OutputFormat,
     value: &T,
+    elections: impl FnOnce(&T) -> Vec<String>,
     table: impl FnOnce(&T) -> String,
 ) -> Result<String, PluginError> {
     match format {
-        OutputFormat::Table => Ok(table(value)),
+        OutputFormat::Table | OutputFormat::Wide => Ok(table(value)),
+        OutputFormat::Name => Ok(names(elections(value))),
         OutputFormat::Json => serde_json::to_string_pretty(value)
             .map(|mut text| {
                 text.push('\n');
@@ -29,6 +33,14 @@ pub fn render<T: Serialize + ?Sized>(
             detail: e.to_string(),
         }),
     }
+}
+
+/// `-o name`: `leaderelection.elector.dev/<name>` per line, as kubectl prints it.
+pub fn names(elections: impl IntoIterator<Item = String>) -> String {
+    elections
+        .into_iter()
+        .map(|name| format!("leaderelection.{}/{name}\n", crate::crd::GROUP))
+        .collect()
 }
 
 /// Rows of cells printed in columns two spaces apart, like kubectl's tables.
@@ -156,16 +168,33 @@ mod tests {
     #[test]
     fn json_and_yaml_come_from_serde() {
         let value = serde_json::json!({"leader": "web-0", "token": 7});
-        let json = render(OutputFormat::Json, &value, |_| String::new()).expect("json");
+        let json = render(
+            OutputFormat::Json,
+            &value,
+            |_| Vec::new(),
+            |_| String::new(),
+        )
+        .expect("json");
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&json).expect("parses"),
             value
         );
-        let yaml = render(OutputFormat::Yaml, &value, |_| String::new()).expect("yaml");
+        let yaml = render(
+            OutputFormat::Yaml,
+            &value,
+            |_| Vec::new(),
+            |_| String::new(),
+        )
+        .expect("yaml");
         assert!(yaml.contains("leader: web-0"), "{yaml}");
         assert!(yaml.contains("token: 7"), "{yaml}");
-        let table =
-            render(OutputFormat::Table, &value, |v| v["leader"].to_string()).expect("table");
+        let table = render(
+            OutputFormat::Table,
+            &value,
+            |_| Vec::new(),
+            |v| v["leader"].to_string(),
+        )
+        .expect("table");
         assert_eq!(table, "\"web-0\"");
     }
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::consul_holder::{self, ConsulHolder};
 use super::error::PluginError;
-use super::output::{Table, or_dash, when};
+use super::output::{Table, age, or_dash, when};
 use crate::consul::ConsulClient;
 use crate::crd::{CandidateStatus, LeaderElection, Phase, SwitchoverStatus};
 
@@ -225,32 +225,61 @@ pub fn render_all(views: &[ElectionStatus], now: Timestamp) -> String {
         .join("\n")
 }
 
-/// One line per election (`kubectl elector list`), with the namespace when `all_namespaces`.
-pub fn render_list(views: &[ElectionStatus], all_namespaces: bool) -> String {
+/// The elections `views` show, for `-o name`.
+pub fn names(views: &[ElectionStatus]) -> Vec<String> {
+    views.iter().map(|v| v.name.clone()).collect()
+}
+
+/// Which columns `kubectl elector list` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Columns {
+    /// The namespace first (`-A`).
+    pub all_namespaces: bool,
+    /// `-o wide`, as of this time: also how long the leader leads, how many candidates may
+    /// lead, and why the election is (not) Ready.
+    pub wide: Option<Timestamp>,
+}
+
+/// One line per election (`kubectl elector list`), with the `columns` asked for.
+pub fn render_list(views: &[ElectionStatus], columns: Columns) -> String {
     if views.is_empty() {
         return "No LeaderElections found.\n".to_owned();
     }
     let mut header = vec!["NAME", "PHASE", "LEADER", "TOKEN", "TRANSITIONS", "READY"];
-    if all_namespaces {
+    if columns.all_namespaces {
         header.insert(0, "NAMESPACE");
+    }
+    if columns.wide.is_some() {
+        header.extend(["LEADING", "ELIGIBLE", "REASON"]);
     }
     let mut table = Table::new(&header);
     for view in views {
         let ready = view
             .conditions
             .iter()
-            .find(|c| c.type_ == crate::crd::conditions::READY)
-            .map(|c| c.status.clone());
+            .find(|c| c.type_ == crate::crd::conditions::READY);
         let mut row = vec![
             view.name.clone(),
             or_dash(view.phase.map(|p| format!("{p:?}"))),
             or_dash(view.leader.as_ref()),
             or_dash(view.fencing_token),
             view.transitions.to_string(),
-            or_dash(ready),
+            or_dash(ready.map(|c| c.status.clone())),
         ];
-        if all_namespaces {
+        if columns.all_namespaces {
             row.insert(0, view.namespace.clone());
+        }
+        if let Some(now) = columns.wide {
+            let eligible = view.candidates.iter().filter(|c| c.eligible).count();
+            row.extend([
+                or_dash(
+                    view.since
+                        .filter(|_| view.leader.is_some())
+                        .map(|since| age(now, since)),
+                ),
+                format!("{eligible}/{}", view.candidates.len()),
+                or_dash(ready.map(|c| c.reason.clone())),
+            ]);
         }
         table.row(row);
     }
@@ -377,14 +406,32 @@ mod tests {
                 reason: "not asked".into(),
             },
         );
+        let all = Columns {
+            all_namespaces: true,
+            wide: None,
+        };
         assert_eq!(
-            render_list(&[led.clone(), new], true),
+            render_list(&[led.clone(), new.clone()], all),
             "NAMESPACE  NAME  PHASE    LEADER  TOKEN  TRANSITIONS  READY\n\
              prod       web   Elected  web-1   42     3            True\n\
              prod       web   -        -       -      0            -\n"
         );
-        assert!(render_list(&[led], false).starts_with("NAME  PHASE"));
-        assert_eq!(render_list(&[], false), "No LeaderElections found.\n");
+        let one = Columns {
+            all_namespaces: false,
+            wide: None,
+        };
+        assert!(render_list(std::slice::from_ref(&led), one).starts_with("NAME  PHASE"));
+        assert_eq!(render_list(&[], one), "No LeaderElections found.\n");
+        let wide = Columns {
+            all_namespaces: false,
+            wide: Some("2024-05-01T10:00:00Z".parse().expect("a time")),
+        };
+        assert_eq!(
+            render_list(&[led, new], wide),
+            "NAME  PHASE    LEADER  TOKEN  TRANSITIONS  READY  LEADING  ELIGIBLE  REASON\n\
+             web   Elected  web-1   42     3            True   3m       2/3       LeaderElected\n\
+             web   -        -       -      0            -      -        0/0       -\n"
+        );
     }
 
     #[test]

@@ -138,11 +138,21 @@ fn everything(
     views: &[ElectionStatus],
 ) -> Result<String, PluginError> {
     match (format, shape) {
-        (OutputFormat::Table, Shape::List { all_namespaces }) => {
-            Ok(status::render_list(views, all_namespaces))
+        (OutputFormat::Table | OutputFormat::Wide, Shape::List { all_namespaces }) => {
+            Ok(status::render_list(views, columns(format, all_namespaces)))
         }
-        (OutputFormat::Table, Shape::Status) => Ok(status::render_all(views, Timestamp::now())),
+        (OutputFormat::Table | OutputFormat::Wide, Shape::Status) => {
+            Ok(status::render_all(views, Timestamp::now()))
+        }
         _ => changes(format, shape, views),
+    }
+}
+
+/// The columns of `list` in `format`.
+fn columns(format: OutputFormat, all_namespaces: bool) -> status::Columns {
+    status::Columns {
+        all_namespaces,
+        wide: (format == OutputFormat::Wide).then(Timestamp::now),
     }
 }
 
@@ -156,15 +166,19 @@ fn changes(
     let mut text = String::new();
     for view in views {
         match (format, shape) {
-            (OutputFormat::Table, Shape::List { all_namespaces }) => {
-                let table = status::render_list(std::slice::from_ref(view), all_namespaces);
+            (OutputFormat::Table | OutputFormat::Wide, Shape::List { all_namespaces }) => {
+                let table = status::render_list(
+                    std::slice::from_ref(view),
+                    columns(format, all_namespaces),
+                );
                 // The header is printed once, by the first output.
                 text.extend(table.lines().skip(1).map(|line| format!("{line}\n")));
             }
-            (OutputFormat::Table, Shape::Status) => {
+            (OutputFormat::Table | OutputFormat::Wide, Shape::Status) => {
                 text.push('\n');
                 text.push_str(&view.render(Timestamp::now()));
             }
+            (OutputFormat::Name, _) => text.push_str(&output::names([view.name.clone()])),
             (OutputFormat::Json, _) => {
                 let line = serde_json::to_string(view).map_err(|e| PluginError::Render {
                     format: "json",
@@ -175,7 +189,12 @@ fn changes(
             }
             (OutputFormat::Yaml, _) => {
                 text.push_str("---\n");
-                text.push_str(&output::render(format, view, |_| String::new())?);
+                text.push_str(&output::render(
+                    format,
+                    view,
+                    |_| Vec::new(),
+                    |_| String::new(),
+                )?);
             }
         }
     }

@@ -108,6 +108,58 @@ async fn status_why_and_history_describe_the_running_election() {
             "three eligible candidates: {table}"
         );
 
+        let names = succeeded(&plugin(&h, false, &["list", "-o", "name"]).await);
+        assert_eq!(names, "leaderelection.elector.dev/web\n");
+        let wide = succeeded(&plugin(&h, false, &["list", "-o", "wide"]).await);
+        let header: Vec<&str> = wide
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            header[header.len() - 3..],
+            ["LEADING", "ELIGIBLE", "REASON"],
+            "{wide}"
+        );
+        let row: Vec<&str> = wide
+            .lines()
+            .nth(1)
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert_eq!(row[row.len() - 2..], ["3/3", "LeaderElected"], "{wide}");
+
+        // A Consul that never answers: each read gives up at --request-timeout.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("listen");
+        let address = silent.local_addr().expect("address");
+        let cluster = TestCluster::shared().expect("cluster (with_namespace checked)");
+        let bounded = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-elector"))
+            .args([
+                "status",
+                "web",
+                "-n",
+                &h.ns,
+                "--request-timeout",
+                "1s",
+                "-o",
+                "json",
+            ])
+            .env("KUBECONFIG", cluster.kubeconfig_path())
+            .env("CONSUL_HTTP_ADDR", format!("http://{address}"))
+            .env_remove("CONSUL_HTTP_TOKEN")
+            .env_remove("CONSUL_HTTP_TOKEN_FILE")
+            .output()
+            .await
+            .expect("run kubectl-elector");
+        let bounded = json_of(&succeeded(&bounded));
+        assert_eq!(bounded["consul"]["state"], "unreadable", "{bounded}");
+        let error = bounded["consul"]["error"].as_str().unwrap_or_default();
+        assert!(error.contains("within 1s"), "{bounded}");
+        drop(silent);
+
         let status = json_of(&succeeded(
             &plugin(&h, true, &["status", "web", "-o", "json"]).await,
         ));
