@@ -10,7 +10,10 @@ use consul_elector::plugin::{self, Cli};
 fn main() -> ExitCode {
     // kube's client and the Consul client build TLS configurations from the process default.
     consul_elector::install_crypto_provider();
-    let cli = Cli::parse();
+    // `kubectl_complete-elector` (kubectl's completion of `kubectl elector`) runs this with
+    // the words typed so far; they are no command line to parse.
+    let mut args = std::env::args().skip(1);
+    let completing = args.next().as_deref() == Some("__complete");
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -30,6 +33,12 @@ fn main() -> ExitCode {
             .and_then(|()| stdout.flush())
             .is_ok()
     };
+    if completing {
+        let words: Vec<String> = args.collect();
+        emit(&runtime.block_on(plugin::complete::complete(&words)));
+        return ExitCode::SUCCESS;
+    }
+    let cli = Cli::parse();
     match runtime.block_on(plugin::watch_command(cli, emit)) {
         Ok(success) => {
             if success {

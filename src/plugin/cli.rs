@@ -64,12 +64,14 @@ pub enum Command {
         #[arg(short, long)]
         watch: bool,
     },
-    /// Prints a shell completion script (for example `source <(kubectl elector completion
-    /// bash)`; kubectl completes plugins through a `kubectl_complete-elector` script on the
-    /// PATH).
+    /// Prints a shell completion script of `kubectl-elector` (for example `source
+    /// <(kubectl elector completion bash)`), or with `kubectl` the `kubectl_complete-elector`
+    /// executable through which kubectl 1.26+ completes `kubectl elector` (save it on the
+    /// PATH and make it executable).
     Completion {
-        /// The shell.
-        shell: clap_complete::Shell,
+        /// The shell, or `kubectl`.
+        #[arg(value_parser = parse_completing)]
+        shell: Completing,
     },
     /// Moves leadership to another pod and waits until the operator decided the request.
     Switchover {
@@ -118,8 +120,33 @@ impl Cli {
     }
 }
 
-/// The completion script of `kubectl-elector` for `shell`.
-pub fn completion(shell: clap_complete::Shell) -> String {
+/// The `kubectl_complete-elector` executable (see [`super::complete`]): shipped beside the
+/// plugin, and printed by `kubectl elector completion kubectl` for an install (krew's) that
+/// has only the plugin.
+pub const KUBECTL_COMPLETE: &str = include_str!("kubectl_complete-elector");
+
+/// What `completion` prints a script for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completing {
+    /// A shell's completion of `kubectl-elector`.
+    Shell(clap_complete::Shell),
+    /// kubectl's completion of `kubectl elector` (`kubectl_complete-elector`).
+    Kubectl,
+}
+
+/// `completion <shell>`: a shell clap knows, or `kubectl`.
+fn parse_completing(text: &str) -> Result<Completing, String> {
+    if text == "kubectl" {
+        return Ok(Completing::Kubectl);
+    }
+    clap_complete::Shell::from_str(text, true).map(Completing::Shell)
+}
+
+/// The completion script for `completing`.
+pub fn completion(completing: Completing) -> String {
+    let Completing::Shell(shell) = completing else {
+        return KUBECTL_COMPLETE.to_owned();
+    };
     let mut command = Cli::command();
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "kubectl-elector", &mut script);
@@ -255,11 +282,18 @@ mod tests {
         assert_eq!(
             parse(&["completion", "zsh"]).expect("parses").command,
             Command::Completion {
-                shell: clap_complete::Shell::Zsh
+                shell: Completing::Shell(clap_complete::Shell::Zsh)
             }
         );
         assert!(parse(&["completion", "cmd"]).is_err());
-        let bash = completion(clap_complete::Shell::Bash);
+        assert_eq!(
+            parse(&["completion", "kubectl"]).expect("parses").command,
+            Command::Completion {
+                shell: Completing::Kubectl
+            }
+        );
+        assert_eq!(completion(Completing::Kubectl), KUBECTL_COMPLETE);
+        let bash = completion(Completing::Shell(clap_complete::Shell::Bash));
         assert!(
             bash.contains("kubectl-elector") && bash.contains("switchover"),
             "{bash}"

@@ -10,8 +10,11 @@
 //! - [`watch`]: `list --watch` and `status --watch`.
 //! - `pause` and `resume`: `spec.paused`.
 //! - [`output`]: tables, JSON and YAML.
+//! - [`complete`]: completion through kubectl (`kubectl_complete-elector`).
 
 pub mod cli;
+pub mod complete;
+mod connect;
 pub mod consul_holder;
 pub mod error;
 pub mod history;
@@ -23,9 +26,8 @@ pub mod why;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 
 pub use cli::{Cli, Command, OutputFormat, RequestTimeout};
 pub use error::PluginError;
@@ -52,7 +54,7 @@ pub async fn run(cli: Cli) -> Result<Report, PluginError> {
             success: true,
         });
     }
-    let client = client(&cli).await?;
+    let client = connect::client(&cli).await?;
     let namespace = cli
         .namespace
         .clone()
@@ -186,7 +188,7 @@ pub async fn watch_command(
         emit(&report.text);
         return Ok(report.success);
     }
-    let client = client(&cli).await?;
+    let client = connect::client(&cli).await?;
     let namespace = cli
         .namespace
         .clone()
@@ -238,36 +240,6 @@ fn list_scope(all_namespaces: bool, namespace: &str) -> status::Scope<'_> {
     } else {
         status::Scope::Namespace(namespace)
     }
-}
-
-/// A client for `--kubeconfig` and `--context`, as kubectl reads them; without either, the
-/// usual inference (`$KUBECONFIG`, `~/.kube/config`, in-cluster).
-async fn client(cli: &Cli) -> Result<Client, PluginError> {
-    let options = KubeConfigOptions {
-        context: cli.context.clone(),
-        ..KubeConfigOptions::default()
-    };
-    let mut config = match &cli.kubeconfig {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .map_err(|e| PluginError::Client(kube::Error::InferKubeconfig(e)))?;
-            Config::from_custom_kubeconfig(kubeconfig, &options)
-                .await
-                .map_err(|e| PluginError::Client(kube::Error::InferKubeconfig(e)))?
-        }
-        None if cli.context.is_some() => Config::from_kubeconfig(&options)
-            .await
-            .map_err(|e| PluginError::Client(kube::Error::InferKubeconfig(e)))?,
-        None => Config::infer()
-            .await
-            .map_err(|e| PluginError::Client(kube::Error::InferConfig(e)))?,
-    };
-    if let RequestTimeout(Some(timeout)) = cli.request_timeout {
-        config.connect_timeout = Some(timeout);
-        config.read_timeout = Some(timeout);
-        config.write_timeout = Some(timeout);
-    }
-    Client::try_from(config).map_err(PluginError::Client)
 }
 
 /// What a command that changes `election` says: `text`, or with `-o name` the election's

@@ -108,6 +108,50 @@ async fn status_why_and_history_describe_the_running_election() {
             "three eligible candidates: {table}"
         );
 
+        // kubectl's completion of `kubectl elector` runs the shipped kubectl_complete-elector
+        // with the words typed after the plugin's name, the last one being completed.
+        let complete = |words: Vec<String>| {
+            let plugin = std::path::Path::new(env!("CARGO_BIN_EXE_kubectl-elector"));
+            let path = format!(
+                "{}:{}",
+                plugin.parent().expect("the plugin's directory").display(),
+                std::env::var("PATH").unwrap_or_default()
+            );
+            let script = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/src/plugin/kubectl_complete-elector"
+            );
+            let cluster = TestCluster::shared().expect("cluster (with_namespace checked)");
+            let output = std::process::Command::new("bash")
+                .arg(script)
+                .args(words)
+                .env("PATH", path)
+                .env("KUBECONFIG", cluster.kubeconfig_path())
+                .output()
+                .expect("run kubectl_complete-elector");
+            succeeded(&output)
+        };
+        let ns_words = |rest: &[&str]| {
+            ["-n", h.ns.as_str()]
+                .iter()
+                .chain(rest)
+                .map(|w| (*w).to_owned())
+                .collect::<Vec<_>>()
+        };
+        let elections = complete(ns_words(&["status", ""]));
+        assert_eq!(elections, format!("web\tled by {leader}\n:4\n"));
+        let candidates = complete(ns_words(&["why", "web", ""]));
+        assert_eq!(
+            candidates
+                .lines()
+                .filter(|l| l.ends_with("\teligible"))
+                .count(),
+            3,
+            "{candidates}"
+        );
+        let subcommands = complete(vec!["sw".into()]);
+        assert!(subcommands.starts_with("switchover\t"), "{subcommands}");
+
         let names = succeeded(&plugin(&h, false, &["list", "-o", "name"]).await);
         assert_eq!(names, "leaderelection.elector.dev/web\n");
         let wide = succeeded(&plugin(&h, false, &["list", "-o", "wide"]).await);

@@ -216,6 +216,10 @@ fn release_builds_the_operator_and_the_plugin_and_only_publish_may_write() {
         );
         assert!(run.contains(target), "the krew manifest names {target}");
     }
+    assert!(
+        run.contains("src/plugin/kubectl_complete-elector"),
+        "the plugin's archives hold kubectl_complete-elector: {run}"
+    );
     assert!(run.contains("--locked"), "{run}");
     assert!(run.contains("shasum -a 256"), "{run}");
     // The image: both architectures, pushed and signed; the chart pushed as OCI; tag, chart
