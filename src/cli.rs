@@ -10,7 +10,7 @@ use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::util::{SubscriberInitExt, TryInitError};
 
@@ -23,9 +23,33 @@ Consul connection settings are not options: they come from Consul's own environm
 as for the consul CLI: CONSUL_HTTP_ADDR, CONSUL_HTTP_SSL, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE,
 CONSUL_DATACENTER, CONSUL_CACERT, CONSUL_CAPATH, CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY,
 CONSUL_HTTP_SSL_VERIFY and CONSUL_TLS_SERVER_NAME; the token and TLS files are re-read every
-CONSUL_ELECTOR_CREDENTIALS_RELOAD (default 5s). The client's limits use
-CONSUL_ELECTOR_MAX_CONNECTIONS, CONSUL_ELECTOR_REQUEST_TIMEOUT, CONSUL_ELECTOR_CONNECT_TIMEOUT
-and CONSUL_ELECTOR_RETRY_{ATTEMPTS,BASE_DELAY,MAX_DELAY}.";
+ELECTOR_CREDENTIALS_RELOAD (default 5s). The client's limits use
+ELECTOR_CONSUL_MAX_CONNECTIONS, ELECTOR_CONSUL_REQUEST_TIMEOUT, ELECTOR_CONSUL_CONNECT_TIMEOUT
+and ELECTOR_CONSUL_RETRY_{ATTEMPTS,BASE_DELAY,MAX_DELAY}. Variables named CONSUL_ELECTOR_*
+by earlier versions are still read when the ELECTOR_* one is unset.";
+
+/// The command line as `lookup` (the process environment) completes it: an option whose
+/// variable was renamed reads it under its former name when the current one is unset
+/// ([`crate::env_names`]).
+pub fn parse_from_env(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+    lookup: impl Fn(&str) -> Option<String> + Copy,
+) -> Result<Cli, clap::Error> {
+    let command = Cli::command().mut_subcommand("run", |run| {
+        run.mut_args(|arg| {
+            let renamed = arg.get_env().and_then(|env| {
+                crate::env_names::RENAMED
+                    .iter()
+                    .find(|(current, _)| std::ffi::OsStr::new(current) == env)
+            });
+            match renamed.and_then(|(current, _)| crate::env_names::read(lookup, current)) {
+                Some((_, read)) => arg.env(read),
+                None => arg,
+            }
+        })
+    });
+    Cli::from_arg_matches(&command.try_get_matches_from(args)?)
+}
 
 /// Instance name used when neither `--instance-name`, `POD_NAME` nor a hostname is available.
 const FALLBACK_INSTANCE_NAME: &str = "consul-elector";
@@ -176,7 +200,7 @@ pub struct RunArgs {
     /// names one uses the token of its `tokenSecretRef`, or none.
     #[arg(
         long,
-        env = "CONSUL_ELECTOR_ALLOWED_ADDRESSES",
+        env = "ELECTOR_ALLOWED_ADDRESSES",
         value_name = "ADDR1,ADDR2",
         default_value = "",
         hide_default_value = true,
@@ -191,7 +215,7 @@ pub struct RunArgs {
     /// name any datacenter: Consul's ACLs then decide.
     #[arg(
         long,
-        env = "CONSUL_ELECTOR_ALLOWED_DATACENTERS",
+        env = "ELECTOR_ALLOWED_DATACENTERS",
         value_name = "DC1,DC2",
         default_value = "",
         hide_default_value = true,
@@ -203,7 +227,7 @@ pub struct RunArgs {
     /// the values of its keys, so that two clusters sharing one Consul never adopt or release
     /// each other's locks. Defaults to the UID of the `kube-system` namespace, which is stable
     /// for the life of a cluster. Lowercase letters, digits, '-' and '.', at most 63 characters.
-    #[arg(long, env = "CONSUL_ELECTOR_CLUSTER_NAME", value_parser = parse_cluster_name)]
+    #[arg(long, env = "ELECTOR_CLUSTER_NAME", value_parser = parse_cluster_name)]
     pub cluster_name: Option<String>,
 
     /// The names this install had before a rename (a new cluster name, a new Lease name or
@@ -212,7 +236,7 @@ pub struct RunArgs {
     /// rename changes no leader. Keep them until every election has moved once.
     #[arg(
         long,
-        env = "CONSUL_ELECTOR_FORMER_NAMES",
+        env = "ELECTOR_FORMER_NAMES",
         value_name = "CLUSTER/NS.LEASE,...",
         default_value = "",
         hide_default_value = true,
@@ -505,16 +529,10 @@ mod tests {
         ("lock_watch_wait", "ELECTOR_LOCK_WATCH_WAIT"),
         ("liveness_timeout", "ELECTOR_LIVENESS_TIMEOUT"),
         ("instance_name", "POD_NAME"),
-        (
-            "consul_allowed_addresses",
-            "CONSUL_ELECTOR_ALLOWED_ADDRESSES",
-        ),
-        (
-            "consul_allowed_datacenters",
-            "CONSUL_ELECTOR_ALLOWED_DATACENTERS",
-        ),
-        ("cluster_name", "CONSUL_ELECTOR_CLUSTER_NAME"),
-        ("former_names", "CONSUL_ELECTOR_FORMER_NAMES"),
+        ("consul_allowed_addresses", "ELECTOR_ALLOWED_ADDRESSES"),
+        ("consul_allowed_datacenters", "ELECTOR_ALLOWED_DATACENTERS"),
+        ("cluster_name", "ELECTOR_CLUSTER_NAME"),
+        ("former_names", "ELECTOR_FORMER_NAMES"),
         ("lease_name", "ELECTOR_LEASE_NAME"),
         ("lease_namespace", "POD_NAMESPACE"),
         ("lease_duration", "ELECTOR_LEASE_DURATION"),
@@ -755,7 +773,7 @@ mod tests {
     }
 
     /// Marks the child process of [`environment_variables_set_every_option`].
-    const CHILD_MARKER: &str = "CONSUL_ELECTOR_CONFIG_TEST_CHILD";
+    const CHILD_MARKER: &str = "ELECTOR_CONFIG_TEST_CHILD";
 
     /// Environment variables are read for real in a child process (this test binary, running
     /// only this test), so the test never changes its own process environment.
@@ -814,10 +832,10 @@ mod tests {
             ("ELECTOR_LOCK_WATCH_WAIT", "5s"),
             ("ELECTOR_LIVENESS_TIMEOUT", "1500ms"),
             ("POD_NAME", "elector-7"),
-            ("CONSUL_ELECTOR_ALLOWED_ADDRESSES", "consul.b:8500"),
-            ("CONSUL_ELECTOR_ALLOWED_DATACENTERS", "dc2"),
-            ("CONSUL_ELECTOR_CLUSTER_NAME", "blue"),
-            ("CONSUL_ELECTOR_FORMER_NAMES", "green/ops.ce"),
+            ("ELECTOR_ALLOWED_ADDRESSES", "consul.b:8500"),
+            ("ELECTOR_ALLOWED_DATACENTERS", "dc2"),
+            ("ELECTOR_CLUSTER_NAME", "blue"),
+            ("ELECTOR_FORMER_NAMES", "green/ops.ce"),
             ("ELECTOR_LEASE_NAME", "blue-lease"),
             ("POD_NAMESPACE", "elector"),
             ("ELECTOR_LEASE_DURATION", "20s"),
@@ -834,6 +852,60 @@ mod tests {
             .env_clear()
             .envs(values)
             .env(CHILD_MARKER, "1")
+            .output()
+            .expect("run the test binary");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("1 passed"),
+            "child failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Marks the child process of [`former_variable_names_are_still_read`].
+    const FORMER_CHILD_MARKER: &str = "ELECTOR_FORMER_NAMES_TEST_CHILD";
+
+    /// Variables of earlier versions (`CONSUL_ELECTOR_*`) still set their options when the
+    /// current name is unset, and lose to it when both are set; read in a child process, as
+    /// above.
+    #[test]
+    fn former_variable_names_are_still_read() {
+        if std::env::var_os(FORMER_CHILD_MARKER).is_some() {
+            let lookup = |name: &str| std::env::var(name).ok();
+            let cli = parse_from_env(["consul-elector", "run"].map(Into::into), lookup);
+            let Ok(Cli {
+                command: Command::Run(run),
+            }) = cli
+            else {
+                panic!("run parsed as {cli:?}");
+            };
+            assert_eq!(run.cluster_name.as_deref(), Some("green"));
+            assert_eq!(run.consul_allowed_datacenters.entries(), ["dc3".to_owned()]);
+            assert_eq!(
+                run.former_names.entries(),
+                [("blue".to_owned(), "ops.ce".to_owned())],
+                "the current name wins"
+            );
+            let settings = crate::consul::ConsulSettings::from_process_env().expect("settings");
+            assert_eq!(settings.max_connections, 7);
+            return;
+        }
+        let output = process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args([
+                "--exact",
+                "cli::tests::former_variable_names_are_still_read",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env_clear()
+            .envs([
+                ("CONSUL_ELECTOR_CLUSTER_NAME", "green"),
+                ("CONSUL_ELECTOR_ALLOWED_DATACENTERS", "dc3"),
+                ("CONSUL_ELECTOR_FORMER_NAMES", "green/ops.ce"),
+                ("ELECTOR_FORMER_NAMES", "blue/ops.ce"),
+                ("CONSUL_ELECTOR_MAX_CONNECTIONS", "7"),
+                (FORMER_CHILD_MARKER, "1"),
+            ])
             .output()
             .expect("run the test binary");
         let stdout = String::from_utf8_lossy(&output.stdout);

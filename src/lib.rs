@@ -11,6 +11,7 @@ pub mod context;
 pub mod controller;
 pub mod crd;
 pub mod election;
+pub mod env_names;
 pub mod error;
 pub mod event_queue;
 pub mod http;

@@ -4,8 +4,7 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use consul_elector::cli::{Cli, Command, LogFormat, RunArgs, UninstallArgs, init_tracing};
+use consul_elector::cli::{self, Command, LogFormat, RunArgs, UninstallArgs, init_tracing};
 use consul_elector::cluster_identity;
 use consul_elector::consul::{ConsulClient, ConsulSettings};
 use consul_elector::context::Settings;
@@ -36,7 +35,8 @@ fn main() -> ExitCode {
     // kube (ring) and the Consul client (rustls) both build TLS configurations from the
     // process-wide default provider; install exactly one before anything else.
     consul_elector::install_crypto_provider();
-    let cli = Cli::parse();
+    let lookup = |name: &str| std::env::var(name).ok();
+    let cli = cli::parse_from_env(std::env::args_os(), lookup).unwrap_or_else(|error| error.exit());
     match cli.command {
         Command::Crd => match consul_elector::crd::crd_yaml() {
             Ok(yaml) => {
@@ -127,6 +127,14 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
         eprintln!("cannot set up logging: {error}");
         return ExitCode::FAILURE;
     }
+    for (current, former) in
+        consul_elector::env_names::former_in_use(|name| std::env::var(name).ok())
+    {
+        tracing::warn!(
+            variable = former,
+            "{former} is read as {current}, its current name; rename it (the former name will not always be read)"
+        );
+    }
     let consul = match ConsulSettings::from_process_env()
         .map(|mut settings| {
             settings.allowed_addresses = args.consul_allowed_addresses.entries().to_vec();
@@ -159,7 +167,7 @@ async fn run(args: RunArgs, sessions: tokio::runtime::Handle) -> ExitCode {
         Err(error) => {
             tracing::error!(
                 %error,
-                "cannot determine the cluster name: set --cluster-name (CONSUL_ELECTOR_CLUSTER_NAME) \
+                "cannot determine the cluster name: set --cluster-name (ELECTOR_CLUSTER_NAME) \
                  or allow the operator to get the kube-system namespace"
             );
             return ExitCode::FAILURE;

@@ -83,8 +83,8 @@ async fn the_token_never_leaks() {
     let env: HashMap<&str, String> = HashMap::from([
         ("CONSUL_HTTP_ADDR", emu.url()),
         ("CONSUL_HTTP_TOKEN", SECRET.to_owned()),
-        ("CONSUL_ELECTOR_RETRY_ATTEMPTS", "2".to_owned()),
-        ("CONSUL_ELECTOR_RETRY_BASE_DELAY", "1ms".to_owned()),
+        ("ELECTOR_CONSUL_RETRY_ATTEMPTS", "2".to_owned()),
+        ("ELECTOR_CONSUL_RETRY_BASE_DELAY", "1ms".to_owned()),
     ]);
     let mut settings = ConsulSettings::from_env(|name| env.get(name).cloned()).unwrap();
     // An address the admin allowed, where nothing listens (for the connect error below).

@@ -121,7 +121,7 @@ def all_features(watch: list[str]) -> dict:
         "rbac": {"secretAccess": True},
         "logFormat": "json",
         "logFilter": "info,consul_elector=debug",
-        "extraEnv": [{"name": "CONSUL_ELECTOR_MAX_CONNECTIONS", "value": "32"}],
+        "extraEnv": [{"name": "ELECTOR_CONSUL_MAX_CONNECTIONS", "value": "32"}],
         "clusterName": "chart-features",
         "formerNames": ["chart-old/ops.consul-elector"],
         "consul": {
@@ -581,16 +581,16 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
         address = f"http://{dev_service}.{e.namespace}.svc:8500"
     checks.expect(env.get("CONSUL_HTTP_ADDR", {}).get("value", "") == address,
                   f"{where}: CONSUL_HTTP_ADDR is {address!r}")
-    for variable, value in [("CONSUL_ELECTOR_ALLOWED_ADDRESSES", "allowedAddresses"),
-                            ("CONSUL_ELECTOR_ALLOWED_DATACENTERS", "allowedDatacenters")]:
+    for variable, value in [("ELECTOR_ALLOWED_ADDRESSES", "allowedAddresses"),
+                            ("ELECTOR_ALLOWED_DATACENTERS", "allowedDatacenters")]:
         allowed = ",".join(v["consul"][value])
         checks.expect(env.get(variable, {}).get("value", "") == allowed,
                       f"{where}: {variable} is {allowed!r}")
-    checks.expect(env.get("CONSUL_ELECTOR_CLUSTER_NAME", {}).get("value", "") == v["clusterName"],
-                  f"{where}: CONSUL_ELECTOR_CLUSTER_NAME is {v['clusterName']!r}")
+    checks.expect(env.get("ELECTOR_CLUSTER_NAME", {}).get("value", "") == v["clusterName"],
+                  f"{where}: ELECTOR_CLUSTER_NAME is {v['clusterName']!r}")
     former = ",".join(v["formerNames"])
-    checks.expect(env.get("CONSUL_ELECTOR_FORMER_NAMES", {}).get("value", "") == former,
-                  f"{where}: CONSUL_ELECTOR_FORMER_NAMES is {former!r}")
+    checks.expect(env.get("ELECTOR_FORMER_NAMES", {}).get("value", "") == former,
+                  f"{where}: ELECTOR_FORMER_NAMES is {former!r}")
 
     # RBAC from files/: the operator's rules in a ClusterRole or one Role per watched namespace;
     # the cluster-identity rule cluster-wide unless clusterName is set.

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How often credential files are re-read by default (`CONSUL_ELECTOR_CREDENTIALS_RELOAD`).
+/// How often credential files are re-read by default (`ELECTOR_CREDENTIALS_RELOAD`).
 pub(crate) const DEFAULT_RELOAD_PERIOD: Duration = Duration::from_secs(5);
 
 /// Why a credential's files could not be used, with a static reason for metrics and logs and

@@ -13,12 +13,12 @@
 //! | `CONSUL_HTTP_SSL_VERIFY` | `false`: do not verify the server certificate |
 //! | `CONSUL_TLS_SERVER_NAME` | name to send as SNI and to verify the certificate against |
 //! | `CONSUL_DATACENTER` | datacenter for every request (`?dc=`). **Not read by Consul itself**, which only has a `-datacenter` flag; ours. |
-//! | `CONSUL_ELECTOR_MAX_CONNECTIONS` | cap on in-flight requests per Consul address, split into lanes: half for blocking queries, a quarter for session requests, the rest for everything else (default 64, at least 3) |
-//! | `CONSUL_ELECTOR_REQUEST_TIMEOUT` | timeout of a non-blocking request, and slack added to blocking ones (Go duration, default `10s`) |
-//! | `CONSUL_ELECTOR_CONNECT_TIMEOUT` | TCP + TLS connect timeout (default `5s`) |
-//! | `CONSUL_ELECTOR_RETRY_ATTEMPTS` | attempts per request for retryable errors (default 4) |
-//! | `CONSUL_ELECTOR_RETRY_BASE_DELAY`, `CONSUL_ELECTOR_RETRY_MAX_DELAY` | backoff bounds (default `100ms`, `5s`) |
-//! | `CONSUL_ELECTOR_CREDENTIALS_RELOAD` | how often the token file and the TLS files are re-read (Go duration, default `5s`, at least `100ms`) |
+//! | `ELECTOR_CONSUL_MAX_CONNECTIONS` | cap on in-flight requests per Consul address, split into lanes: half for blocking queries, a quarter for session requests, the rest for everything else (default 64, at least 3) |
+//! | `ELECTOR_CONSUL_REQUEST_TIMEOUT` | timeout of a non-blocking request, and slack added to blocking ones (Go duration, default `10s`) |
+//! | `ELECTOR_CONSUL_CONNECT_TIMEOUT` | TCP + TLS connect timeout (default `5s`) |
+//! | `ELECTOR_CONSUL_RETRY_ATTEMPTS` | attempts per request for retryable errors (default 4) |
+//! | `ELECTOR_CONSUL_RETRY_BASE_DELAY`, `ELECTOR_CONSUL_RETRY_MAX_DELAY` | backoff bounds (default `100ms`, `5s`) |
+//! | `ELECTOR_CREDENTIALS_RELOAD` | how often the token file and the TLS files are re-read (Go duration, default `5s`, at least `100ms`) |
 //!
 //! Booleans accept what Go's `strconv.ParseBool` accepts. Empty variables count as unset.
 //!
@@ -28,7 +28,7 @@
 //! start) and then again while the operator runs, so a token rewritten by Vault agent or a
 //! certificate rotated by cert-manager (a Secret mount swaps its files atomically) is used
 //! without a restart and without a leader change. A file is re-read at most once per
-//! `CONSUL_ELECTOR_CREDENTIALS_RELOAD`, at the first Consul request after that period, and
+//! `ELECTOR_CREDENTIALS_RELOAD`, at the first Consul request after that period, and
 //! at once when Consul refuses the token (`ACL not found`, `Permission denied`: the request is
 //! then sent again once if the file holds a new token) or, with TLS, when a request fails (a
 //! refused certificate included). New contents
@@ -46,7 +46,7 @@ use super::reload::DEFAULT_RELOAD_PERIOD;
 use super::retry::RetryPolicy;
 use super::token::ConsulToken;
 
-/// The shortest `CONSUL_ELECTOR_CREDENTIALS_RELOAD`: reading the files more often buys
+/// The shortest `ELECTOR_CREDENTIALS_RELOAD`: reading the files more often buys
 /// nothing (a refused token or a failed handshake has them re-read at once anyway).
 const MIN_RELOAD_PERIOD: Duration = Duration::from_millis(100);
 
@@ -347,43 +347,43 @@ impl ConsulSettings {
             });
         }
 
+        // The operator's own variables, read under their former names too (`env_names`).
+        let own = |name: &'static str| crate::env_names::read(&lookup, name);
         let duration = |name: &'static str, default: Duration| {
-            get(name).map_or(Ok(default), |v| {
+            own(name).map_or(Ok(default), |(v, variable)| {
                 go_duration::parse(&v).map_err(|error| SettingsError {
-                    variable: name,
+                    variable,
                     message: error.to_string(),
                 })
             })
         };
         let number = |name: &'static str, default: u32| {
-            get(name).map_or(Ok(default), |v| {
+            own(name).map_or(Ok(default), |(v, variable)| {
                 v.trim()
                     .parse::<u32>()
                     .ok()
                     .filter(|n| *n >= 1)
                     .ok_or_else(|| SettingsError {
-                        variable: name,
+                        variable,
                         message: format!("expected a positive integer, got {v:?}"),
                     })
             })
         };
         let max_connections = number(
-            "CONSUL_ELECTOR_MAX_CONNECTIONS",
+            "ELECTOR_CONSUL_MAX_CONNECTIONS",
             u32::try_from(defaults.max_connections).unwrap_or(u32::MAX),
         )?;
         let retry = RetryPolicy {
-            max_attempts: number("CONSUL_ELECTOR_RETRY_ATTEMPTS", defaults.retry.max_attempts)?,
-            base_delay: duration("CONSUL_ELECTOR_RETRY_BASE_DELAY", defaults.retry.base_delay)?,
-            max_delay: duration("CONSUL_ELECTOR_RETRY_MAX_DELAY", defaults.retry.max_delay)?,
+            max_attempts: number("ELECTOR_CONSUL_RETRY_ATTEMPTS", defaults.retry.max_attempts)?,
+            base_delay: duration("ELECTOR_CONSUL_RETRY_BASE_DELAY", defaults.retry.base_delay)?,
+            max_delay: duration("ELECTOR_CONSUL_RETRY_MAX_DELAY", defaults.retry.max_delay)?,
         };
 
-        let credentials_reload = duration(
-            "CONSUL_ELECTOR_CREDENTIALS_RELOAD",
-            defaults.credentials_reload,
-        )?;
+        let credentials_reload =
+            duration("ELECTOR_CREDENTIALS_RELOAD", defaults.credentials_reload)?;
         if credentials_reload < MIN_RELOAD_PERIOD {
             return Err(SettingsError {
-                variable: "CONSUL_ELECTOR_CREDENTIALS_RELOAD",
+                variable: "ELECTOR_CREDENTIALS_RELOAD",
                 message: format!("must be at least {MIN_RELOAD_PERIOD:?}"),
             });
         }
@@ -396,8 +396,8 @@ impl ConsulSettings {
             credentials_reload,
             tls,
             max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
-            request_timeout: duration("CONSUL_ELECTOR_REQUEST_TIMEOUT", defaults.request_timeout)?,
-            connect_timeout: duration("CONSUL_ELECTOR_CONNECT_TIMEOUT", defaults.connect_timeout)?,
+            request_timeout: duration("ELECTOR_CONSUL_REQUEST_TIMEOUT", defaults.request_timeout)?,
+            connect_timeout: duration("ELECTOR_CONSUL_CONNECT_TIMEOUT", defaults.connect_timeout)?,
             retry,
             ..defaults
         })
@@ -544,13 +544,13 @@ mod tests {
             ("CONSUL_HTTP_SSL_VERIFY", "false"),
             ("CONSUL_TLS_SERVER_NAME", "server.dc1.consul"),
             ("CONSUL_DATACENTER", "dc2"),
-            ("CONSUL_ELECTOR_MAX_CONNECTIONS", "8"),
-            ("CONSUL_ELECTOR_REQUEST_TIMEOUT", "3s"),
-            ("CONSUL_ELECTOR_CONNECT_TIMEOUT", "1500ms"),
-            ("CONSUL_ELECTOR_RETRY_ATTEMPTS", "6"),
-            ("CONSUL_ELECTOR_RETRY_BASE_DELAY", "50ms"),
-            ("CONSUL_ELECTOR_RETRY_MAX_DELAY", "2s"),
-            ("CONSUL_ELECTOR_CREDENTIALS_RELOAD", "1500ms"),
+            ("ELECTOR_CONSUL_MAX_CONNECTIONS", "8"),
+            ("ELECTOR_CONSUL_REQUEST_TIMEOUT", "3s"),
+            ("ELECTOR_CONSUL_CONNECT_TIMEOUT", "1500ms"),
+            ("ELECTOR_CONSUL_RETRY_ATTEMPTS", "6"),
+            ("ELECTOR_CONSUL_RETRY_BASE_DELAY", "50ms"),
+            ("ELECTOR_CONSUL_RETRY_MAX_DELAY", "2s"),
+            ("ELECTOR_CREDENTIALS_RELOAD", "1500ms"),
         ])
         .unwrap();
         assert!(s.address.is_tls());
@@ -584,13 +584,13 @@ mod tests {
     #[test]
     fn rejects_bad_values() {
         for (variable, value) in [
-            ("CONSUL_ELECTOR_MAX_CONNECTIONS", "0"),
-            ("CONSUL_ELECTOR_MAX_CONNECTIONS", "many"),
-            ("CONSUL_ELECTOR_REQUEST_TIMEOUT", "10"),
-            ("CONSUL_ELECTOR_RETRY_ATTEMPTS", "-1"),
+            ("ELECTOR_CONSUL_MAX_CONNECTIONS", "0"),
+            ("ELECTOR_CONSUL_MAX_CONNECTIONS", "many"),
+            ("ELECTOR_CONSUL_REQUEST_TIMEOUT", "10"),
+            ("ELECTOR_CONSUL_RETRY_ATTEMPTS", "-1"),
             ("CONSUL_HTTP_SSL_VERIFY", "maybe"),
-            ("CONSUL_ELECTOR_CREDENTIALS_RELOAD", "10ms"),
-            ("CONSUL_ELECTOR_CREDENTIALS_RELOAD", "soon"),
+            ("ELECTOR_CREDENTIALS_RELOAD", "10ms"),
+            ("ELECTOR_CREDENTIALS_RELOAD", "soon"),
         ] {
             let error = settings(&[(variable, value)]).unwrap_err();
             assert_eq!(error.variable, variable);

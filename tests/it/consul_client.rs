@@ -867,7 +867,7 @@ async fn settings_from_an_env_map_reach_the_server() {
         ),
         ("CONSUL_HTTP_TOKEN", "ignored-token".to_owned()),
         ("CONSUL_DATACENTER", "dc1".to_owned()),
-        ("CONSUL_ELECTOR_MAX_CONNECTIONS", "2".to_owned()),
+        ("ELECTOR_CONSUL_MAX_CONNECTIONS", "2".to_owned()),
     ]);
     let settings = ConsulSettings::from_env(|name| env.get(name).cloned()).unwrap();
     assert!(!settings.address.is_tls());

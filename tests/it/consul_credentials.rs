@@ -90,7 +90,7 @@ async fn a_refused_token_makes_the_client_reread_the_token_file_and_send_again_o
     let consul = ConsulClient::new(&settings(&[
         ("CONSUL_HTTP_ADDR", emu.url()),
         ("CONSUL_HTTP_TOKEN_FILE", file.display().to_string()),
-        ("CONSUL_ELECTOR_CREDENTIALS_RELOAD", "1h".into()),
+        ("ELECTOR_CREDENTIALS_RELOAD", "1h".into()),
     ]))
     .unwrap();
     let reloads = Arc::new(Reloads::default());
@@ -122,7 +122,7 @@ async fn the_token_file_is_reread_at_the_period_and_a_broken_one_keeps_the_token
     let consul = ConsulClient::new(&settings(&[
         ("CONSUL_HTTP_ADDR", emu.url()),
         ("CONSUL_HTTP_TOKEN_FILE", file.display().to_string()),
-        ("CONSUL_ELECTOR_CREDENTIALS_RELOAD", "200ms".into()),
+        ("ELECTOR_CREDENTIALS_RELOAD", "200ms".into()),
     ]))
     .unwrap();
     let reloads = Arc::new(Reloads::default());
@@ -214,7 +214,7 @@ fn tls_settings(addr: std::net::SocketAddr, dir: &Dir, period: &str) -> ConsulSe
         ("CONSUL_CACERT", path("ca.pem")),
         ("CONSUL_CLIENT_CERT", path("client.pem")),
         ("CONSUL_CLIENT_KEY", path("client.key")),
-        ("CONSUL_ELECTOR_CREDENTIALS_RELOAD", period.into()),
+        ("ELECTOR_CREDENTIALS_RELOAD", period.into()),
     ]);
     settings.retry.base_delay = Duration::from_millis(10);
     settings

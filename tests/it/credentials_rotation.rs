@@ -128,7 +128,7 @@ async fn a_rotated_token_file_keeps_the_lock_without_a_leader_change() {
         operator_consul: OperatorConsul {
             env: vec![
                 ("CONSUL_HTTP_TOKEN_FILE".into(), file.display().to_string()),
-                ("CONSUL_ELECTOR_CREDENTIALS_RELOAD".into(), "1s".into()),
+                ("ELECTOR_CREDENTIALS_RELOAD".into(), "1s".into()),
             ],
             ..OperatorConsul::default()
         },
@@ -285,7 +285,7 @@ async fn a_rotated_client_certificate_and_ca_keep_the_lock_without_a_leader_chan
                     ("CONSUL_CACERT".into(), path("ca.pem")),
                     ("CONSUL_CLIENT_CERT".into(), path("tls.crt")),
                     ("CONSUL_CLIENT_KEY".into(), path("tls.key")),
-                    ("CONSUL_ELECTOR_CREDENTIALS_RELOAD".into(), "1s".into()),
+                    ("ELECTOR_CREDENTIALS_RELOAD".into(), "1s".into()),
                 ],
                 ..OperatorConsul::default()
             },

@@ -158,7 +158,7 @@ async fn a_stalled_watch_does_not_bring_back_a_lock_the_operator_released() {
         // still within its Fence window, so only the rule under test keeps the label off.
         let options = HarnessOptions {
             operator_consul: OperatorConsul {
-                env: vec![("CONSUL_ELECTOR_REQUEST_TIMEOUT".into(), "1s".into())],
+                env: vec![("ELECTOR_CONSUL_REQUEST_TIMEOUT".into(), "1s".into())],
                 ..OperatorConsul::default()
             },
             ..HarnessOptions::default()
