@@ -6,7 +6,8 @@
 //! released the Consul key and destroyed the sessions. An election still carrying it once the
 //! operator is gone could never be deleted, nor could its namespace. So while the operator
 //! still runs, the hook asks it to release every election it serves: it writes the request on
-//! the install's Lease ([`RELEASE_REQUESTED_ANNOTATION`], renewed while it waits), and the
+//! the install's Lease ([`RELEASE_REQUESTED_ANNOTATION`], renewed while it waits, at most once
+//! per two lease durations), and the
 //! operator withdraws each election in rule 7's order and takes the finalizer off. The
 //! objects and their specs stay, so a later install elects again. `delete-elections` also
 //! deletes them. The hook waits until no election it covers keeps the finalizer (or, deleting,
@@ -25,8 +26,19 @@ use kube::{Api, Client, ResourceExt};
 use crate::crd::{FINALIZER, LeaderElection, RELEASE_REQUESTED_ANNOTATION};
 use crate::wall_clock::WallClock;
 
-/// How often the hook looks at the elections again and renews its request.
+/// How often the hook looks at the elections again.
 const LOOK_AGAIN: Duration = Duration::from_secs(2);
+
+/// The shortest time between two writes of the request (see [`renew_every`]).
+const MIN_RENEWAL: Duration = Duration::from_secs(30);
+
+/// How often the request is written again, for a replica that restarts meanwhile: at most
+/// once per two lease durations (`lease_duration`, as the Lease says it), since every write
+/// of the Lease restarts a standby's count towards taking it over, and a standby must still
+/// be able to take over from an active replica that dies during the uninstall.
+fn renew_every(lease_duration: Option<Duration>) -> Duration {
+    lease_duration.map_or(MIN_RENEWAL, |duration| (duration * 2).max(MIN_RENEWAL))
+}
 
 /// Why the hook failed. Messages name the elections involved.
 #[derive(Debug, thiserror::Error)]
@@ -100,7 +112,8 @@ pub async fn uninstall(
     wall: &WallClock,
 ) -> Result<usize, UninstallError> {
     let apis = scoped(&client, &scope.namespaces);
-    ask(&client, scope, wall).await?;
+    let mut asked = tokio::time::Instant::now();
+    let mut every = renew_every(ask(&client, scope, wall).await?);
     let mut covered = 0;
     if course == Course::Delete {
         covered = delete(&client, &apis, &scope.install).await?;
@@ -123,7 +136,10 @@ pub async fn uninstall(
             "waiting for the operator to release the LeaderElections"
         );
         tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + LOOK_AGAIN)).await;
-        ask(&client, scope, wall).await?;
+        if asked.elapsed() >= every {
+            asked = tokio::time::Instant::now();
+            every = renew_every(ask(&client, scope, wall).await?);
+        }
     }
 }
 
@@ -143,9 +159,14 @@ fn scoped(client: &Client, namespaces: &[String]) -> Vec<(Api<LeaderElection>, S
         .collect()
 }
 
-/// Writes the release request, now, on the install's Lease. A Lease that does not exist
-/// (no operator ever ran) asks nothing: whatever keeps the finalizer is named at the bound.
-async fn ask(client: &Client, scope: &Scope, wall: &WallClock) -> Result<(), UninstallError> {
+/// Writes the release request, now, on the install's Lease; the Lease's duration as it reads
+/// then. A Lease that does not exist (no operator ever ran) asks nothing: whatever keeps the
+/// finalizer is named at the bound.
+async fn ask(
+    client: &Client,
+    scope: &Scope,
+    wall: &WallClock,
+) -> Result<Option<Duration>, UninstallError> {
     let (namespace, name) = &scope.lease;
     let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let patch = serde_json::json!({
@@ -155,10 +176,14 @@ async fn ask(client: &Client, scope: &Scope, wall: &WallClock) -> Result<(), Uni
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(lease) => Ok(lease
+            .spec
+            .and_then(|spec| spec.lease_duration_seconds)
+            .and_then(|seconds| u64::try_from(seconds).ok())
+            .map(Duration::from_secs)),
         Err(kube::Error::Api(status)) if status.is_not_found() => {
             tracing::warn!(lease = %name, %namespace, "the install's Lease does not exist: no operator runs to release the elections");
-            Ok(())
+            Ok(None)
         }
         Err(source) => Err(UninstallError::Api {
             action: "asking the operator to release its elections through",
@@ -251,6 +276,18 @@ async fn ours(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_request_is_renewed_rarely_enough_for_a_standby_to_take_over() {
+        let lease = |seconds| Some(Duration::from_secs(seconds));
+        assert_eq!(renew_every(lease(15)), Duration::from_secs(30));
+        assert_eq!(renew_every(lease(60)), Duration::from_secs(120));
+        assert_eq!(renew_every(lease(3)), Duration::from_secs(30));
+        assert_eq!(renew_every(None), Duration::from_secs(30));
+        for seconds in [1, 15, 60, 3600] {
+            assert!(renew_every(lease(seconds)) > Duration::from_secs(seconds));
+        }
+    }
 
     #[test]
     fn only_elections_another_install_serves_are_left() {

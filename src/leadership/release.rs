@@ -2,8 +2,9 @@
 //! time the chart's pre-delete hook wrote on the install's Lease
 //! ([`crate::crd::RELEASE_REQUESTED_ANNOTATION`]). It applies to the replicas that ran when it
 //! was written; a replica started after it belongs to a later install of the same name, and
-//! elects as usual. The hook writes it again while it waits, so a replica that restarts during
-//! the uninstall sees a request newer than itself and releases too.
+//! elects as usual. The hook writes it again while it waits (once per two lease durations, so
+//! a standby can still take the Lease over), so a replica that restarts during the uninstall
+//! sees a request newer than itself, at the latest then, and releases too.
 
 use jiff::Timestamp;
 
