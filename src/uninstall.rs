@@ -112,35 +112,44 @@ pub async fn uninstall(
     wall: &WallClock,
 ) -> Result<usize, UninstallError> {
     let apis = scoped(&client, &scope.namespaces);
-    let mut asked = tokio::time::Instant::now();
-    let mut every = renew_every(ask(&client, scope, wall).await?);
-    let mut covered = 0;
-    if course == Course::Delete {
-        covered = delete(&client, &apis, &scope.install).await?;
-    }
     let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let left = left(&apis, &scope.install, course).await?;
-        covered = covered.max(left.len());
-        if left.is_empty() {
-            return Ok(covered);
+    // What was left at the last look, for a bound that passes during a request.
+    let mut last_left = None;
+    let work = async {
+        let mut asked = tokio::time::Instant::now();
+        let mut every = renew_every(ask(&client, scope, wall).await?);
+        let mut covered = 0;
+        if course == Course::Delete {
+            covered = delete(&client, &apis, &scope.install).await?;
         }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(UninstallError::TimedOut {
-                remaining: left,
-                timeout,
-            });
+        loop {
+            let left = left(&apis, &scope.install, course).await?;
+            covered = covered.max(left.len());
+            if left.is_empty() {
+                return Ok(covered);
+            }
+            tracing::info!(
+                left = left.len(),
+                "waiting for the operator to release the LeaderElections"
+            );
+            last_left = Some(left);
+            tokio::time::sleep(LOOK_AGAIN).await;
+            if asked.elapsed() >= every {
+                asked = tokio::time::Instant::now();
+                every = renew_every(ask(&client, scope, wall).await?);
+            }
         }
-        tracing::info!(
-            left = left.len(),
-            "waiting for the operator to release the LeaderElections"
-        );
-        tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + LOOK_AGAIN)).await;
-        if asked.elapsed() >= every {
-            asked = tokio::time::Instant::now();
-            every = renew_every(ask(&client, scope, wall).await?);
-        }
-    }
+    };
+    // Every request, like the wait, ends at the bound.
+    let outcome = tokio::time::timeout_at(deadline, work).await;
+    outcome.unwrap_or_else(|_| {
+        Err(UninstallError::TimedOut {
+            remaining: last_left.unwrap_or_else(|| {
+                vec!["(not known: the API server did not answer in time)".to_owned()]
+            }),
+            timeout,
+        })
+    })
 }
 
 /// The election APIs of `namespaces` (every namespace when empty), each with its scope's name.
