@@ -21,8 +21,6 @@ use crate::cache::keys::election_key;
 use crate::crd::{LeaderElection, LeaderElectionStatus};
 use crate::election::config::ElectionKey;
 use crate::election::machine::Election;
-use crate::election::plan::ElectionEvent;
-use crate::election::status_failures::StatusFailures;
 use crate::k8s::{Pod, resource_version};
 
 /// A status this process wrote: the object's UID, the status, and the object's
@@ -52,13 +50,11 @@ struct Memo {
     status: Option<Box<WrittenStatus>>,
     /// The election's machine, between reconciles (a reconcile [`Memory::hold`]s it).
     election: Election,
-    /// Its status writes failing in a row.
-    status_failures: StatusFailures,
 }
 
 impl Memo {
     fn is_empty(&self) -> bool {
-        self.status.is_none() && self.election.is_empty() && self.status_failures.is_empty()
+        self.status.is_none() && self.election.is_empty()
     }
 }
 
@@ -175,27 +171,6 @@ impl Memory {
     /// Forgets the machine of election `key` (deleted: nothing decides for it again).
     pub fn forget_election(&self, key: &ElectionKey) {
         self.memo(key, |memo| memo.election = Election::default());
-    }
-
-    /// A status write of `key` failed with `error` (of the static `category`); returns the
-    /// Warning to publish, if this failure is one to report ([`StatusFailures::failed`]).
-    pub fn status_write_failed(
-        &self,
-        key: &ElectionKey,
-        category: &'static str,
-        error: &str,
-    ) -> Option<ElectionEvent> {
-        self.memo(key, |memo| memo.status_failures.failed(category, error))
-    }
-
-    /// A whole status of `key` was written: no run of failures stands.
-    pub fn status_written(&self, key: &ElectionKey) {
-        self.memo(key, |memo| memo.status_failures.ended());
-    }
-
-    /// The status writes of `key` that failed in a row, with the last error's category.
-    pub fn status_failures(&self, key: &ElectionKey) -> Option<(u32, &'static str)> {
-        self.read(key, |memo| memo.status_failures.run())
     }
 
     /// The election's current status: what this process last wrote for this object, else
@@ -441,10 +416,7 @@ mod tests {
             let mut held = memory.hold(&key("a"));
             held.not_ready_since(vec![("u1".into(), wall)], Instant::now(), wall);
         }
-        memory.status_write_failed(&key("a"), "kube", "refused");
-        assert_eq!(memory.status_failures(&key("a")), Some((1, "kube")));
         assert_eq!(enter(&memory.elections).len(), 1);
-        memory.status_written(&key("a"));
         {
             let held = memory.hold(&key("a"));
             assert!(
@@ -504,7 +476,12 @@ mod tests {
     fn a_poisoned_lock_is_entered_as_it_is() {
         let origin = Instant::now();
         let memory = Arc::new(Memory::new(origin));
-        memory.status_write_failed(&key("a"), "kube", "refused");
+        memory.remember_pod(&pod("u1", "7"), Some("a"));
+        memory.hold(&key("a")).not_ready_since(
+            vec![("u1".into(), jiff::Timestamp::UNIX_EPOCH)],
+            origin,
+            jiff::Timestamp::UNIX_EPOCH,
+        );
         let poisoner = memory.clone();
         let _ = std::thread::spawn(move || {
             let _guard = poisoner.elections.lock();
@@ -512,6 +489,6 @@ mod tests {
         })
         .join();
         assert!(memory.elections.is_poisoned());
-        assert_eq!(memory.status_failures(&key("a")), Some((1, "kube")));
+        assert!(!memory.hold(&key("a")).is_empty());
     }
 }

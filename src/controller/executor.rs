@@ -12,6 +12,7 @@ use kube::Resource;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::status_write;
 use crate::Error;
@@ -24,7 +25,7 @@ use crate::election::cleanup_deadline::gave_up;
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::first_look::{KeyRead, SessionRead};
 use crate::election::key_value;
-use crate::election::machine::{Election, GiveUp, Left, Opening, Reported};
+use crate::election::machine::{Election, GiveUp, Input, Reported};
 use crate::election::observe::LockView;
 use crate::election::plan::ElectionEvent;
 use crate::election::pod_patch::PodPatch;
@@ -33,7 +34,6 @@ use crate::election::request::{Kept, Outcome, Request};
 use crate::election::status_change::StatusChange;
 use crate::inputs::admission::Answer;
 use crate::inputs::plan_loop::{self, Pods};
-use crate::inputs::withdrawal as left;
 use crate::k8s::{self, Pod};
 use crate::observers::sessions::found_settings;
 
@@ -51,12 +51,12 @@ pub struct Executor<'a> {
     /// withdrawal read it.
     pub access: Accesses,
     /// The plan loop's pods, as this reconcile patched them.
-    pods: Pods,
+    pub(super) pods: Pods,
     /// The key as last read.
-    lock: LockView,
+    pub(super) lock: LockView,
     /// What status writes are based on once the plan loop opened (before: the status as this
     /// process knows it).
-    basis: Option<Basis>,
+    pub(super) basis: Option<Basis>,
     /// The read of an admission input the machine awaits, and what wakes its wait when a
     /// lock changes.
     pub(super) reading: Option<(BoxFuture<'a, Answer>, watch::Receiver<()>)>,
@@ -89,40 +89,17 @@ impl<'a> Executor<'a> {
         }
     }
 
-    /// Reads what the election left, for [`Election::left`].
-    pub fn left(&mut self) -> Left {
-        let (left, acted) = left::left(self.le, self.key, self.ctx);
-        let consul_key = left.acted.consul_key.clone();
-        self.access.acted_on(acted, consul_key);
-        left
-    }
-
-    /// Reads what the plan loop starts from, for [`Election::opened`].
-    pub fn open(&mut self) -> Result<Opening, Error> {
-        let Some(config) = &self.config else {
-            return Err(Error::InvalidStatus("planning without a valid spec".into()));
-        };
-        let start = plan_loop::start(self.le, self.key, self.ctx, config);
-        self.pods = start.pods;
-        self.basis = Some(Basis::of(&start.status));
-        Ok(Opening {
-            recorded: report::recorded(&start.status),
-            switchover: start.switchover,
-            version: k8s::resource_version(&self.le.metadata),
-            adopting: start.adopting,
-        })
-    }
-
-    /// Observes the world and lets `election` plan from it.
-    pub fn observe(&self, election: &mut Election) {
-        if let Some(config) = &self.config {
-            plan_loop::plan(election, self.key, self.ctx, config, &self.pods, &self.lock);
-        }
+    /// Performs `request` and tells `election` how it went.
+    pub async fn perform(&mut self, request: Request, election: &mut Election) {
+        let outcome = self.outcome_of(request).await;
+        let reported = election.handle(Input::Outcome(outcome), Instant::now());
+        self.reported(reported);
     }
 
     /// Performs `request`: how it went (its error is kept for [`Self::reported`]).
-    pub async fn perform(&mut self, request: Request) -> Outcome {
+    async fn outcome_of(&mut self, request: Request) -> Outcome {
         let patches_pod = matches!(request, Request::PatchPod { .. });
+        let writes_status = matches!(request, Request::WriteStatus(_));
         match self.send(request).await {
             Ok(outcome) => outcome,
             Err(error) => {
@@ -130,6 +107,10 @@ impl<'a> Executor<'a> {
                     && matches!(&error, Error::Kube { source: kube::Error::Api(s), .. } if s.is_not_found());
                 let outcome = match error.consul_refusal() {
                     _ if gone => Outcome::Gone,
+                    _ if writes_status => Outcome::StatusFailed {
+                        category: error.category(),
+                        error: error.to_string(),
+                    },
                     Some(refusal) => Outcome::Refused(refusal),
                     None => Outcome::Failed,
                 };
@@ -141,7 +122,7 @@ impl<'a> Executor<'a> {
 
     /// What the machine made of the request performed last: its event is published, and its
     /// error kept when it fails the reconcile.
-    pub fn reported(&mut self, reported: Reported) {
+    fn reported(&mut self, reported: Reported) {
         if let Some(event) = &reported.event {
             self.publish(event, "Elect");
         }

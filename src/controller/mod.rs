@@ -13,7 +13,7 @@
 //! the reconcile is kept by the executor and returned then; kube-runtime retries it.
 
 mod executor;
-mod gather;
+mod observe;
 pub(crate) mod status_write;
 
 use std::sync::Arc;
@@ -21,8 +21,6 @@ use std::sync::Arc;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer;
 use kube::{Api, ResourceExt};
-
-use tokio::time::Instant;
 
 use crate::Error;
 use crate::cache::keys::election_key;
@@ -106,19 +104,10 @@ async fn apply(le: &LeaderElection, ctx: &Context, deleted: bool) -> Result<Acti
     let mut executor = Executor::new(le, &key, ctx, validation.ok());
     loop {
         match election.poll() {
-            Next::Gather(input) => election.gathered(executor.gather(input)),
-            Next::Await(recheck) => election.gathered(executor.await_input(recheck).await),
-            Next::Judge => election.judged(&inputs::withdrawal::lock_facts(le, &key, ctx)),
-            Next::Left => {
-                tracing::info!(election = %key, "withdrawing: {}", election.why());
-                election.left(executor.left());
-            }
-            Next::Open => election.opened(executor.open()?),
-            Next::Observe => executor.observe(&mut election),
+            Next::Observe(what) => executor.observe(what, &mut election).await?,
             Next::Perform(request) => {
                 tracing::debug!(election = %key, ?request, cause = ?election.cause(), "performing");
-                let outcome = executor.perform(request).await;
-                executor.reported(election.performed(outcome, Instant::now()));
+                executor.perform(request, &mut election).await;
             }
             Next::GiveUp(give_up) => executor.give_up(give_up),
             Next::RetryConsul(after) => return Err(executor.retry_consul(after)),

@@ -3,11 +3,10 @@
 //! status subresource that first tests the revision and fencing token of the status the write
 //! was based on.
 
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
 
 use crate::Error;
-use crate::cache::keys::election_key;
 use crate::context::Context;
 use crate::crd::applied::applied_of;
 use crate::crd::status_basis::Basis;
@@ -42,15 +41,12 @@ pub async fn write(
         applied: config.map(|config| applied_of(le, config)),
         mode: config.map(|config| config.mode),
         lease_timing: config.map(|c| ctx.settings.lease.timing_condition(c.session.ttl)),
-        failed_writes: election_key(le)
-            .ok()
-            .and_then(|key| ctx.caches.written.status_failures(&key)),
         labelled,
         now: ctx.wall_now(),
     };
     let rendered = change.render(&current, &facts);
     let basis = basis.unwrap_or_else(|| Basis::of(&current));
-    let basis = patch_if_changed(le, ctx, &current, rendered.status, rendered.whole, basis).await?;
+    let basis = patch_if_changed(le, ctx, &current, rendered.status, basis).await?;
     Ok(Written {
         basis,
         event: rendered.event,
@@ -65,7 +61,6 @@ async fn patch_if_changed(
     ctx: &Context,
     old: &LeaderElectionStatus,
     mut new: LeaderElectionStatus,
-    whole: bool,
     basis: Basis,
 ) -> Result<Basis, Error> {
     new.revision = old.revision;
@@ -107,28 +102,15 @@ async fn patch_if_changed(
             }
             _ => Error::kube("patch status")(source),
         });
-    let key = election_key(le)?;
     match written {
         Ok(written) => {
-            // A record keeps the count: the whole status written next reports it.
-            if whole {
-                ctx.caches.written.status_written(&key);
-            }
             let version = written.0.metadata.resource_version.as_deref();
             let basis = Basis::of(&new);
             ctx.caches.written.remember_status(le, Some((new, version)));
             Ok(basis)
         }
         Err(error) => {
-            let text = error.to_string();
-            let report = ctx
-                .caches
-                .written
-                .status_write_failed(&key, error.category(), &text);
             ctx.metrics.status_write_failed();
-            if let Some(report) = report {
-                ctx.publish_election_event(&report, "WriteStatus", le.object_ref(&()), None);
-            }
             Err(error)
         }
     }

@@ -17,15 +17,13 @@
 //! election.begin(start);
 //! loop {
 //!     match election.poll() {
-//!         Next::Gather(input) => election.gathered(start_reading(input)),
-//!         Next::Await(recheck) => election.gathered(go_on_reading(recheck)),
-//!         Next::Judge => election.judged(&what_is_known_of_the_lock()),
-//!         Next::Left => election.left(read_what_it_left()),
-//!         Next::Open => election.opened(read_the_status_and_the_request()),
-//!         Next::Observe => { election.plan(&world_now()); }
+//!         Next::Observe(what) => {
+//!             let input = observe(what); // Input::Gathered, Lock, Left, Opening or World
+//!             election.handle(input, now());
+//!         }
 //!         Next::Perform(request) => {
 //!             let (outcome, error) = perform(request);
-//!             let reported = election.performed(outcome, now());
+//!             let reported = election.handle(Input::Outcome(outcome), now());
 //!             publish(reported.event);
 //!             if reported.failed { keep(error) }
 //!         }
@@ -42,7 +40,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use tokio::time::Instant;
 
-use super::admission::Input;
+use super::admission;
 use super::config::{Mode, UnavailablePolicy};
 use super::first_look::{Adopting, LeftAlone, Look, SessionRead};
 use super::look_again;
@@ -89,7 +87,8 @@ pub struct Start {
     pub acting: Option<(Mode, UnavailablePolicy)>,
 }
 
-/// An admission input as the driver gathered it for [`Next::Gather`] or [`Next::Await`].
+/// An admission input as the driver gathered it for [`Observable::Input`] or
+/// [`Observable::Await`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Gathered {
     /// The input.
@@ -102,7 +101,7 @@ pub enum Gathered {
     Failed,
 }
 
-/// What the plan loop starts from, read once the operator may act ([`Next::Open`]).
+/// What the plan loop starts from, read once the operator may act ([`Observable::Opening`]).
 #[derive(Debug, Clone)]
 pub struct Opening {
     /// The status as this process knows it now.
@@ -118,27 +117,52 @@ pub struct Opening {
     pub adopting: Adopting,
 }
 
+/// What the driver observes for the machine ([`Next::Observe`]), to pass as the [`Input`] of the
+/// same name to [`Election::handle`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observable {
+    /// Gather this admission input ([`Input::Gathered`]).
+    Input(admission::Input),
+    /// Go on waiting for the input asked for last ([`Input::Gathered`]): the input, or
+    /// [`Gathered::Awaited`] after this long or once a lock changed (`Some`: rule 2 judges
+    /// again then; `None`: the label is fenced, only the input is awaited).
+    Await(Option<Duration>),
+    /// What this process knows of the election's lock ([`Input::Lock`]): rule 2 for an
+    /// election that cannot act.
+    Lock,
+    /// What the election left on its pods and in Consul ([`Input::Left`]).
+    Left,
+    /// What the plan loop starts from ([`Input::Opening`]).
+    Opening,
+    /// The world a plan decides from ([`Input::World`]).
+    World,
+}
+
+/// What the machine is told: what the driver observed, or how a request went.
+#[derive(Debug)]
+pub enum Input<'a> {
+    /// An admission input, for [`Observable::Input`] or [`Observable::Await`].
+    Gathered(Gathered),
+    /// What this process knows of the lock, for [`Observable::Lock`]: rule 2 decides whether
+    /// the leader label goes ([`unusable_label`]).
+    Lock(LockFacts),
+    /// What the election left, for [`Observable::Left`]: its withdrawal begins.
+    Left(Left),
+    /// What the plan loop starts from, for [`Observable::Opening`].
+    Opening(Opening),
+    /// The world, for [`Observable::World`]: the plan loop plans from it.
+    World(World<'a>),
+    /// How the request handed out last went.
+    Outcome(Outcome),
+}
+
 /// What the driver does next.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Next {
-    /// Gather this admission input and pass it to [`Election::gathered`].
-    Gather(Input),
-    /// Go on waiting for the input asked for last, and pass what came to
-    /// [`Election::gathered`]: the input, or [`Gathered::Awaited`] after this long or once a
-    /// lock changed (`Some`: rule 2 judges again then; `None`: the label is fenced, only the
-    /// input is awaited).
-    Await(Option<Duration>),
-    /// Read what this process knows of the election's lock, and pass it to
-    /// [`Election::judged`]: rule 2 for an election that cannot act.
-    Judge,
-    /// Read what the election left on its pods and in Consul, and pass it to
-    /// [`Election::left`].
-    Left,
-    /// Read what the plan loop starts from and pass it to [`Election::opened`].
-    Open,
-    /// Observe the world and pass it to [`Election::plan`].
-    Observe,
-    /// Perform this request and report how it went with [`Election::performed`].
+    /// Observe this and pass it to [`Election::handle`].
+    Observe(Observable),
+    /// Perform this request and pass how it went to [`Election::handle`]
+    /// ([`Input::Outcome`]).
     Perform(Request),
     /// Stop waiting for Consul: forget the session (no more renewals) and publish the Warning
     /// [`crate::election::cleanup_deadline::gave_up`] renders with the failure kept last.
@@ -150,7 +174,7 @@ pub enum Next {
     Stop(Duration),
 }
 
-/// What [`Election::performed`] tells the driver.
+/// What [`Election::handle`] tells the driver of an outcome.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reported {
     /// An event to publish: a refusal by Consul that is news.
@@ -196,7 +220,7 @@ enum Origin {
 #[derive(Debug, Clone)]
 enum Stage {
     Admitting(Reconcile),
-    /// [`Next::Open`] was handed out.
+    /// [`Observable::Opening`] was handed out.
     Opening,
     Planning(PlanLoop),
     /// The status write was handed out.
@@ -208,7 +232,7 @@ enum Stage {
 /// Rule 2 carried out for an election that cannot act ([`Step::Fence`]).
 #[derive(Debug, Clone)]
 enum Fencing {
-    /// [`Next::Judge`] was handed out.
+    /// [`Observable::Lock`] was handed out.
     Judging { in_use_refused: bool },
     /// The requests before the verdict is carried out.
     Carrying {
@@ -252,6 +276,9 @@ struct Run {
     acting: Acting,
     /// Where the request handed out last came from, until its outcome is reported.
     pending: Option<Origin>,
+    /// The request handed out last writes the status, a whole one (`true`) or a record made
+    /// before acting: how it went counts in the status writes failing in a row.
+    writing_whole: Option<bool>,
     /// A switchover request decided before, to remove again before the first plan.
     removing: Option<String>,
 }
@@ -294,6 +321,7 @@ impl Election {
             removal_failed: false,
             acting: Acting::default(),
             pending: None,
+            writing_whole: None,
             removing: None,
         }));
     }
@@ -309,6 +337,9 @@ impl Election {
                 Request::WriteStatus(change) => {
                     if let Some(decided) = change.decides() {
                         self.memory.decided_request.deciding(decided);
+                    }
+                    if let Some(run) = self.run.as_deref_mut() {
+                        run.writing_whole = Some(change.whole());
                     }
                 }
                 _ => {}
@@ -369,20 +400,22 @@ impl Election {
                         whatever_mode: false,
                         fence: true,
                     });
-                    return Next::Left;
+                    return Next::Observe(Observable::Left);
                 }
             }
             return self.next();
         }
         match run.awaiting {
-            Some(Awaiting::Waiting(recheck)) => return Next::Await(Some(recheck)),
-            Some(Awaiting::InputOnly) => return Next::Await(None),
+            Some(Awaiting::Waiting(recheck)) => {
+                return Next::Observe(Observable::Await(Some(recheck)));
+            }
+            Some(Awaiting::InputOnly) => return Next::Observe(Observable::Await(None)),
             // Rule 2 is judged next (it is not under way: that is handled above).
             Some(Awaiting::Judging | Awaiting::Failed) => {
                 run.fencing = Some(Fencing::Judging {
                     in_use_refused: false,
                 });
-                return Next::Judge;
+                return Next::Observe(Observable::Lock);
             }
             None => {}
         }
@@ -397,7 +430,9 @@ impl Election {
             Stage::Opening | Stage::Writing(_) => Next::Stop(look_again::ERROR_REQUEUE),
             Stage::Admitting(reconcile) => {
                 let step = match reconcile.poll() {
-                    reconcile::Next::Gather(input) => return Next::Gather(input),
+                    reconcile::Next::Gather(input) => {
+                        return Next::Observe(Observable::Input(input));
+                    }
                     reconcile::Next::Do(Step::Withdraw { whatever_mode }) => {
                         // A withdrawal may release the key: the next look reads it back.
                         self.memory.key.writing();
@@ -405,11 +440,11 @@ impl Election {
                             whatever_mode,
                             fence: false,
                         });
-                        return Next::Left;
+                        return Next::Observe(Observable::Left);
                     }
                     reconcile::Next::Do(Step::Fence { in_use_refused }) => {
                         run.fencing = Some(Fencing::Judging { in_use_refused });
-                        return Next::Judge;
+                        return Next::Observe(Observable::Lock);
                     }
                     reconcile::Next::Do(Step::Unwatch) => Request::Unwatch,
                     reconcile::Next::Do(Step::Report(back)) => {
@@ -431,7 +466,7 @@ impl Election {
                     reconcile::Next::Plan => {
                         run.spec_valid = reconcile.spec_valid().cloned();
                         run.stage = Stage::Opening;
-                        return Next::Open;
+                        return Next::Observe(Observable::Opening);
                     }
                 };
                 run.pending = Some(Origin::Step);
@@ -452,8 +487,9 @@ impl Election {
                     run.pending = Some(Origin::Look(look));
                     Next::Perform(request)
                 }
-                plan_loop::Next::Observe => Next::Observe,
+                plan_loop::Next::Observe => Next::Observe(Observable::World),
                 plan_loop::Next::Act(action) => {
+                    run.acting.failed_writes = self.memory.status_failures.run();
                     let made = match (plans.last_plan(), &run.spec_valid) {
                         (Some(plan), Some(spec_valid)) => {
                             run.acting.request(action, plan, spec_valid)
@@ -479,6 +515,7 @@ impl Election {
                         let decided = StatusChange::Decided {
                             plan: Box::new(plan.clone()),
                             spec_valid: spec_valid.clone(),
+                            failed_writes: self.memory.status_failures.run(),
                         };
                         run.stage = match std::mem::replace(&mut run.stage, Stage::Opening) {
                             Stage::Planning(plans) => Stage::Writing(plans),
@@ -493,8 +530,22 @@ impl Election {
         }
     }
 
+    /// Takes in `input` at `now`: what the driver observed, or how the request handed out
+    /// last went (only an outcome tells the driver anything).
+    pub fn handle(&mut self, input: Input<'_>, now: Instant) -> Reported {
+        match input {
+            Input::Gathered(gathered) => self.gathered(gathered),
+            Input::Lock(facts) => self.judged(&facts),
+            Input::Left(left) => self.left(left),
+            Input::Opening(opening) => self.opened(opening),
+            Input::World(world) => self.plan(&world),
+            Input::Outcome(outcome) => return self.performed(outcome, now),
+        }
+        Reported::default()
+    }
+
     /// The admission input asked for last, as gathered (or still awaited, or failed).
-    pub fn gathered(&mut self, gathered: Gathered) {
+    fn gathered(&mut self, gathered: Gathered) {
         // Rule 8: another install's labels are that install's to judge.
         let another_install = self.memory.stood_back().is_some();
         let Some(run) = self.run.as_deref_mut() else {
@@ -525,7 +576,7 @@ impl Election {
     }
 
     /// How the request handed out last went, at `now`.
-    pub fn performed(&mut self, outcome: Outcome, now: Instant) -> Reported {
+    fn performed(&mut self, outcome: Outcome, now: Instant) -> Reported {
         let Some(run) = self.run.as_deref_mut() else {
             return Reported::default();
         };
@@ -536,6 +587,17 @@ impl Election {
         if let Outcome::Removed(version) = &outcome {
             self.memory.decided_request.removed(*version);
         }
+        let failures = &mut self.memory.status_failures;
+        let status_event = match (run.writing_whole.take(), &outcome) {
+            (Some(_), Outcome::StatusFailed { category, error }) => {
+                failures.failed(category, error)
+            }
+            (Some(true), written) if written.took_effect() => {
+                failures.ended();
+                None
+            }
+            _ => None,
+        };
         match origin {
             Origin::Step if !outcome.took_effect() => {
                 // The reconcile fails with it, and is retried.
@@ -598,13 +660,14 @@ impl Election {
                 run.stop();
             }
         }
+        reported.event = reported.event.or(status_event);
         reported
     }
 
-    /// What this process knows of the election's lock, as read for [`Next::Judge`]: rule 2
-    /// decides whether its leader label goes ([`unusable_label`]). With the Consul access in
-    /// use refused, the session is no longer renewed and the key no longer watched first.
-    pub fn judged(&mut self, facts: &LockFacts) {
+    /// Rule 2 on what this process knows of the lock (see [`Input::Lock`]). With the Consul
+    /// access in use refused, the session is no longer renewed and the key no longer watched
+    /// first.
+    fn judged(&mut self, facts: &LockFacts) {
         let written_since_read = self.memory.key.written_since_read();
         let Some(run) = self.run.as_deref_mut() else {
             return;
@@ -629,8 +692,8 @@ impl Election {
         run.fencing = Some(Fencing::Carrying { before, verdict });
     }
 
-    /// What the election left, as read for [`Next::Left`]: its withdrawal begins.
-    pub fn left(&mut self, left: Left) {
+    /// See [`Input::Left`].
+    fn left(&mut self, left: Left) {
         let Some(run) = self.run.as_deref_mut() else {
             return;
         };
@@ -658,8 +721,8 @@ impl Election {
         });
     }
 
-    /// What the plan loop starts from, as read for [`Next::Open`].
-    pub fn opened(&mut self, opening: Opening) {
+    /// See [`Input::Opening`]: the plan loop opens.
+    fn opened(&mut self, opening: Opening) {
         if let Some(run) = &mut self.run
             && matches!(run.stage, Stage::Opening)
         {
@@ -698,11 +761,13 @@ impl Election {
         self.memory.not_ready.observe(observed, now, wall)
     }
 
-    /// Plans from `world` ([`PlanLoop::plan`]); `None` when no plan was asked for.
-    pub fn plan(&mut self, world: &World<'_>) -> Option<&Plan> {
-        let run = self.run.as_deref_mut()?;
+    /// Plans from `world` ([`PlanLoop::plan`]), when a plan was asked for.
+    fn plan(&mut self, world: &World<'_>) {
+        let Some(run) = self.run.as_deref_mut() else {
+            return;
+        };
         let Stage::Planning(plans) = &mut run.stage else {
-            return None;
+            return;
         };
         run.acting.labels.clone_from(&world.config.labels);
         run.acting.planned_at = Some(world.now);
@@ -711,7 +776,7 @@ impl Election {
             .iter()
             .map(|view| (view.name.clone(), view.shared))
             .collect();
-        Some(plans.plan(world, &mut self.memory))
+        plans.plan(world, &mut self.memory);
     }
 
     /// What the request handed out last stands for, while its outcome is owed.

@@ -1,7 +1,8 @@
 //! What one election's decisions carry from one reconcile to the next, in this process: its
 //! key as last written and read ([`KeyMemory`]), its NotReady pods as first seen
 //! ([`NotReadyMemory`]), the switchover request it decided ([`DecidedRequest`]), whether it
-//! stands back for another install, and Consul's standing refusal of its requests.
+//! stands back for another install, Consul's standing refusal of its requests, and its status
+//! writes failing in a row ([`StatusFailures`]).
 //!
 //! The executor reports what happened (a plan made, a Consul request refused or accepted);
 //! what follows from it is decided here.
@@ -10,6 +11,7 @@ use super::key_memory::KeyMemory;
 use super::not_ready::NotReadyMemory;
 use super::plan::{ElectionEvent, EventReason, StoodBack};
 use super::refusal::ConsulRefusal;
+use super::status_failures::StatusFailures;
 use super::switchover_request::DecidedRequest;
 
 /// One election's memory (see the module docs).
@@ -21,6 +23,8 @@ pub struct ElectionMemory {
     pub not_ready: NotReadyMemory,
     /// The switchover request it last decided, until a copy shows it removed.
     pub decided_request: DecidedRequest,
+    /// Its status writes failing in a row.
+    pub status_failures: StatusFailures,
     stood_back: Option<StoodBack>,
     refusal: Option<ConsulRefusal>,
 }
@@ -76,6 +80,7 @@ impl ElectionMemory {
         self.key.is_empty()
             && self.not_ready.is_empty()
             && self.decided_request.is_empty()
+            && self.status_failures.is_empty()
             && self.stood_back.is_none()
             && self.refusal.is_none()
     }

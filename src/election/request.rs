@@ -165,6 +165,13 @@ pub enum Outcome {
     NoAccess,
     /// Consul refused it for lack of rights.
     Refused(ConsulRefusal),
+    /// A status write failed with this error, of this static category.
+    StatusFailed {
+        /// The error's category.
+        category: &'static str,
+        /// The error.
+        error: String,
+    },
     /// It failed otherwise: the API server or Consul did not answer, or refused.
     Failed,
 }
@@ -191,6 +198,8 @@ pub struct Acting {
     pub shared: HashMap<String, SharedPod>,
     /// When its last plan was made (the world's monotonic now).
     pub planned_at: Option<Instant>,
+    /// Its status writes that failed in a row, for a whole status a token record writes.
+    pub failed_writes: Option<(u32, &'static str)>,
 }
 
 /// What the answer to an action's request means for the plan loop.
@@ -249,6 +258,7 @@ impl Acting {
                     token: fencing_token,
                     whole,
                     spec_valid: spec_valid.clone(),
+                    failed_writes: self.failed_writes,
                 };
                 return Some((Request::WriteStatus(token), ActionKind::Token));
             }
@@ -286,6 +296,7 @@ impl ActionKind {
                 _,
                 Outcome::Gone
                 | Outcome::Failed
+                | Outcome::StatusFailed { .. }
                 | Outcome::NoAccess
                 | Outcome::Key(_)
                 | Outcome::Session(_)
@@ -361,6 +372,7 @@ pub fn performed(outcome: Outcome) -> Performed {
         | Outcome::Key(_)
         | Outcome::Adopted(_)
         | Outcome::Refused(_)
+        | Outcome::StatusFailed { .. }
         | Outcome::Failed => Performed::Failed,
     }
 }

@@ -20,6 +20,8 @@ pub enum StatusChange {
         plan: Box<Plan>,
         /// The `SpecValid` condition (True).
         spec_valid: ConditionState,
+        /// Status writes that failed in a row before this one, with the last error's category.
+        failed_writes: Option<(u32, &'static str)>,
     },
     /// Rule 6 before pod `uid` is labelled with `token`: for a `whole` record the status
     /// `plan` decides once the pod carries the label, else the status as it is with the token.
@@ -34,6 +36,8 @@ pub enum StatusChange {
         whole: bool,
         /// The `SpecValid` condition (True).
         spec_valid: ConditionState,
+        /// See [`StatusChange::Decided`].
+        failed_writes: Option<(u32, &'static str)>,
     },
     /// How a switchover request was decided; `decides`: the request it decides, decided from
     /// now on even if the write fails.
@@ -66,8 +70,6 @@ pub struct Facts {
     /// The `LeaseTimingSafe` condition for the spec's session TTL (reported for a managed
     /// election only).
     pub lease_timing: Option<ConditionState>,
-    /// Status writes that failed in a row before this one, with the last error's category.
-    pub failed_writes: Option<(u32, &'static str)>,
     /// The UID of the one pod that carries the election's leader label now, if one does.
     pub labelled: Option<String>,
     /// The wall clock, for the transition times of conditions that change.
@@ -79,10 +81,6 @@ pub struct Facts {
 pub struct Rendered {
     /// The status to write (nothing is written when it is the status before).
     pub status: LeaderElectionStatus,
-    /// Whether it is the status a reconcile decides, which carries the `StatusWritten`
-    /// condition (else a record made before acting, which leaves the count of failed writes
-    /// to the next whole status).
-    pub whole: bool,
     /// The Warning to publish once written: a stand-back condition that is news.
     pub event: Option<ElectionEvent>,
 }
@@ -90,7 +88,7 @@ pub struct Rendered {
 impl StatusChange {
     /// The status this change makes of `current`, the status as the writer knows it now.
     pub fn render(&self, current: &LeaderElectionStatus, facts: &Facts) -> Rendered {
-        let rendering = |labelled, spec_valid: &ConditionState| Rendering {
+        let rendering = |labelled, spec_valid: &ConditionState, failed_writes| Rendering {
             old: current,
             generation: facts.generation,
             labelled,
@@ -100,23 +98,18 @@ impl StatusChange {
                 .lease_timing
                 .clone()
                 .filter(|_| facts.mode == Some(Mode::Managed)),
-            failed_writes: facts.failed_writes,
+            failed_writes,
             now: facts.now,
         };
-        let whole = |status| Rendered {
-            status,
-            whole: true,
-            event: None,
-        };
-        let record = |status| Rendered {
-            status,
-            whole: false,
-            event: None,
-        };
-        match self {
-            StatusChange::Decided { plan, spec_valid } => {
+        let (status, event) = match self {
+            StatusChange::Decided {
+                plan,
+                spec_valid,
+                failed_writes,
+            } => {
                 let labelled = facts.labelled.as_deref();
-                whole(report::decided(plan, rendering(labelled, spec_valid)))
+                let rendering = rendering(labelled, spec_valid, *failed_writes);
+                (report::decided(plan, rendering), None)
             }
             StatusChange::Token {
                 plan,
@@ -124,40 +117,48 @@ impl StatusChange {
                 token,
                 whole: true,
                 spec_valid,
-            } => whole(report::decided_with_token(
-                plan,
-                rendering(Some(uid), spec_valid),
-                *token,
-            )),
-            StatusChange::Token { token, .. } => record(report::token_recorded(
-                current,
-                *token,
-                applied(current, facts),
-            )),
-            StatusChange::Switchover { record: r, .. } => {
-                record(report::switchover_recorded(current, r))
+                failed_writes,
+            } => {
+                let rendering = rendering(Some(uid), spec_valid, *failed_writes);
+                (report::decided_with_token(plan, rendering, *token), None)
             }
-            StatusChange::Applied => record(LeaderElectionStatus {
-                applied: facts.applied.clone(),
-                ..current.clone()
-            }),
+            StatusChange::Token { token, .. } => {
+                let applied = applied(current, facts);
+                (report::token_recorded(current, *token, applied), None)
+            }
+            StatusChange::Switchover { record, .. } => {
+                (report::switchover_recorded(current, record), None)
+            }
+            StatusChange::Applied => {
+                let applied = facts.applied.clone();
+                (
+                    LeaderElectionStatus {
+                        applied,
+                        ..current.clone()
+                    },
+                    None,
+                )
+            }
             StatusChange::StandBack(back) => {
-                let (status, event) =
-                    report::standing_back(current, facts.generation, back, facts.now);
-                Rendered {
-                    status,
-                    whole: true,
-                    event,
-                }
+                report::standing_back(current, facts.generation, back, facts.now)
             }
             StatusChange::Released => {
                 let (status, event) = report::released(current, facts.generation, facts.now);
-                Rendered {
-                    status,
-                    whole: true,
-                    event: Some(event),
-                }
+                (status, Some(event))
             }
+        };
+        Rendered { status, event }
+    }
+
+    /// Whether it writes the status a reconcile decides, which carries the `StatusWritten`
+    /// condition: once written, no run of failed writes stands.
+    pub fn whole(&self) -> bool {
+        match self {
+            StatusChange::Decided { .. } | StatusChange::StandBack(_) | StatusChange::Released => {
+                true
+            }
+            StatusChange::Token { whole, .. } => *whole,
+            StatusChange::Switchover { .. } | StatusChange::Applied => false,
         }
     }
 

@@ -16,7 +16,7 @@ use crate::election::annotation_owner::{Owner as AnnotationOwner, shared_view};
 use crate::election::config::{ElectionConfig, ElectionKey, LabelConfig};
 use crate::election::first_look::Adopting;
 use crate::election::key_value::Holding;
-use crate::election::machine::Election;
+use crate::election::machine::{Election, Input};
 use crate::election::observe::{LockView, PodView};
 use crate::election::plan_loop::World;
 use crate::k8s::{self, Pod};
@@ -88,7 +88,7 @@ pub fn plan(
         wall,
         owner: &ctx.settings.owner,
     };
-    election.plan(&world);
+    election.handle(Input::World(world), now);
 }
 
 /// The planner reads the operator's annotations of a pod as this election's; on a pod shared

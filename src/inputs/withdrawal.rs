@@ -17,7 +17,7 @@ use crate::election::withdrawal::{LabelledPod, Sessions, acted_with};
 use crate::k8s;
 
 /// Reads what election `le` (its key `key`) left, for
-/// [`crate::election::machine::Election::left`], and the election with the values the operator
+/// [`crate::election::machine::Input::Left`], and the election with the values the operator
 /// acted with: its withdrawal's Consul steps go through that election's access.
 pub fn left(le: &LeaderElection, key: &ElectionKey, ctx: &Context) -> (Left, LeaderElection) {
     let config = ctx.caches.validated.of(key, le).ok();

@@ -11,7 +11,7 @@ use crate::election::withdrawal::{
     self, Acted, Footprint, LabelledPod, Sessions, Withdrawal, Withdrawn,
 };
 
-/// What an election left on its pods and in Consul, read for `Next::Left`.
+/// What an election left on its pods and in Consul, read for `Observable::Left`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Left {
     /// What the operator acted with ([`withdrawal::acted_with`]).
@@ -73,7 +73,7 @@ pub struct GiveUp {
 /// A withdrawal under way in a reconcile.
 #[derive(Debug, Clone)]
 pub(super) enum Withdrawing {
-    /// `Next::Left` was handed out, for the whole withdrawal (the operator's own session
+    /// `Observable::Left` was handed out, for the whole withdrawal (the operator's own session
     /// counting whatever the mode, with `whatever_mode`) or only the leader labels (`fence`).
     Reading { whatever_mode: bool, fence: bool },
     /// Its steps are handed out.

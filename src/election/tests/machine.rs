@@ -2,21 +2,22 @@
 //! sequence of requests, and what it carries to the next reconcile.
 
 use super::support::*;
-use crate::election::admission::{Access, Input};
+use crate::election::admission::{Access, Input as AdmissionInput};
 use crate::election::config::LabelConfig;
 use crate::election::config::{Mode, UnavailablePolicy};
 use crate::election::first_look::{KeyRead, SessionRead};
 use crate::election::look_again::{self, ERROR_REQUEUE, INVALID_REQUEUE};
 use crate::election::machine::{
-    ConsulWait, Election, Gathered, GiveUp, Left, Next, Opening, Start,
+    ConsulWait, Election, Gathered, GiveUp, Input, Left, Next, Observable, Opening, Start,
 };
 use crate::election::observe::{LockView, SessionView, SwitchoverOutcome, SwitchoverRecord};
-use crate::election::plan::{ConditionState, EventReason};
+use crate::election::plan::{ConditionState, ElectionEvent, EventReason};
 use crate::election::pod_patch::{PodPatch, PodRole};
 use crate::election::reconcile::Found;
 use crate::election::report::StandBack;
 use crate::election::request::{Kept, Outcome, Request, Via};
 use crate::election::status_change::StatusChange;
+use crate::election::status_failures::STATUS_FAILURES_REPORTED;
 use crate::election::unusable::LockFacts;
 use crate::election::withdrawal::{Acted, LabelledPod, Sessions};
 
@@ -170,12 +171,14 @@ fn withdraw(
 ) -> Vec<Next> {
     drive(election, start, |election, next| {
         match next {
-            Next::Left => election.left(left(Some(t(0)), now)),
+            Next::Observe(Observable::Left) => {
+                election.handle(Input::Left(left(Some(t(0)), now)), mono(now));
+            }
             Next::Perform(request) if in_consul(&request) => {
-                election.performed(consul.clone(), mono(now));
+                election.handle(Input::Outcome(consul.clone()), mono(now));
             }
             Next::Perform(_) => {
-                election.performed(Outcome::Done, mono(now));
+                election.handle(Input::Outcome(Outcome::Done), mono(now));
             }
             Next::GiveUp(_) => {}
             Next::Stop(_) | Next::RetryConsul(_) => return false,
@@ -202,64 +205,132 @@ const EDITED: Found = Found::Applied {
 /// effect, the key reads as the scene has it, no session is found to adopt. Returns the
 /// requests in order.
 fn reconcile(election: &mut Election, scene: &Scene, applied: Found) -> Vec<Next> {
-    reconcile_with(election, scene, applied, None, Outcome::Done)
+    reconcile_with(election, scene, applied, None, |_| Outcome::Done).0
 }
 
-/// [`reconcile`] with the switchover request `switchover` on the election, whose removal
-/// has `removal` as its outcome.
+/// [`reconcile`] with the switchover request `switchover` on the election, each write (a
+/// request that reads nothing) answered by `written`. Also returns the events reported.
 fn reconcile_with(
     election: &mut Election,
     scene: &Scene,
     applied: Found,
     switchover: Option<String>,
-    removal: Outcome,
-) -> Vec<Next> {
+    written: impl Fn(&Request) -> Outcome,
+) -> (Vec<Next>, Vec<ElectionEvent>) {
     election.begin(start());
     let mut asked = Vec::new();
+    let mut events = Vec::new();
     loop {
         let next = election.poll();
         asked.push(next.clone());
         match next {
-            Next::Gather(input) => election.gathered(Gathered::Found(match input {
-                Input::Spec | Input::LabelKey => Found::LabelKey(spec_valid()),
-                Input::Older => Found::Older(None),
-                Input::YieldingLeader => Found::YieldingLeader(None),
-                Input::Access => Found::Access(Access::Usable),
-                Input::Applied => applied.clone(),
-            })),
-            Next::Left => election.left(left(None, scene.now)),
-            Next::Judge => panic!("nothing to fence, yet asked to judge the lock"),
-            Next::GiveUp(_) | Next::RetryConsul(_) => return asked,
-            Next::Open => election.opened(Opening {
-                recorded: scene.recorded.clone(),
-                switchover: switchover.clone(),
-                version: Some(1),
-                adopting: scene.adopting(),
-            }),
+            Next::Observe(Observable::Input(input)) => {
+                election.handle(
+                    Input::Gathered(Gathered::Found(match input {
+                        AdmissionInput::Spec | AdmissionInput::LabelKey => {
+                            Found::LabelKey(spec_valid())
+                        }
+                        AdmissionInput::Older => Found::Older(None),
+                        AdmissionInput::YieldingLeader => Found::YieldingLeader(None),
+                        AdmissionInput::Access => Found::Access(Access::Usable),
+                        AdmissionInput::Applied => applied.clone(),
+                    })),
+                    mono(t(0)),
+                );
+            }
+            Next::Observe(Observable::Left) => {
+                election.handle(Input::Left(left(None, scene.now)), mono(scene.now));
+            }
+            Next::Observe(Observable::Lock) => {
+                panic!("nothing to fence, yet asked to judge the lock")
+            }
+            Next::GiveUp(_) | Next::RetryConsul(_) => return (asked, events),
+            Next::Observe(Observable::Opening) => {
+                election.handle(
+                    Input::Opening(Opening {
+                        recorded: scene.recorded.clone(),
+                        switchover: switchover.clone(),
+                        version: Some(1),
+                        adopting: scene.adopting(),
+                    }),
+                    mono(t(0)),
+                );
+            }
             Next::Perform(Request::ReadKey(_)) => {
-                election.performed(Outcome::Key(Ok(scene.lock.clone())), mono(scene.now));
+                election.handle(
+                    Input::Outcome(Outcome::Key(Ok(scene.lock.clone()))),
+                    mono(scene.now),
+                );
             }
             // Consul no longer has it: nothing is adopted.
             Next::Perform(Request::ReadSession { .. }) => {
                 let missing = Outcome::Session(SessionRead::Missing);
-                election.performed(missing, mono(scene.now));
+                election.handle(Input::Outcome(missing), mono(scene.now));
             }
             Next::Perform(adopt @ Request::AdoptSession { .. }) => {
                 panic!("nothing to adopt, yet asked for {adopt:?}")
             }
-            Next::Observe => {
-                election.plan(&scene.world());
+            Next::Observe(Observable::World) => {
+                election.handle(Input::World(scene.world()), mono(scene.now));
             }
-            Next::Perform(Request::ClearRequest(_)) => {
-                election.performed(removal.clone(), mono(scene.now));
+            Next::Perform(request) => {
+                let outcome = written(&request);
+                let reported = election.handle(Input::Outcome(outcome), mono(scene.now));
+                events.extend(reported.event);
             }
-            Next::Perform(_) => {
-                election.performed(Outcome::Done, mono(scene.now));
+            Next::Stop(_) => return (asked, events),
+            Next::Observe(Observable::Await(_)) => {
+                panic!("every input answered at once, yet asked to await one")
             }
-            Next::Stop(_) => return asked,
-            Next::Await(_) => panic!("every input answered at once, yet asked to await one"),
         }
     }
+}
+
+#[test]
+fn status_writes_failing_in_a_row_are_reported_once_and_counted_until_a_whole_one_succeeds() {
+    let scene = Scene::elected("a", &["b"], 5);
+    let mut election = Election::new();
+    let status_fails = |request: &Request| match request {
+        Request::WriteStatus(_) => Outcome::StatusFailed {
+            category: "kube",
+            error: "the API server is away".into(),
+        },
+        _ => Outcome::Done,
+    };
+    let written_with = |asked: &[Next]| {
+        asked.iter().find_map(|next| match next {
+            Next::Perform(Request::WriteStatus(StatusChange::Decided {
+                failed_writes, ..
+            })) => Some(*failed_writes),
+            _ => None,
+        })
+    };
+    let mut warnings = Vec::new();
+    for n in 0..STATUS_FAILURES_REPORTED + 1 {
+        let (asked, events) = reconcile_with(&mut election, &scene, UNEDITED, None, status_fails);
+        let before = (n > 0).then_some((n, "kube"));
+        assert_eq!(written_with(&asked), Some(before), "write {n}");
+        warnings.extend(events);
+        election.end();
+    }
+    let [warning] = warnings.as_slice() else {
+        panic!("one Warning for the run of failures: {warnings:?}");
+    };
+    assert_eq!(warning.reason, EventReason::StatusWriteFailed);
+    assert!(warning.warning);
+    assert!(
+        warning.note.contains("the API server is away"),
+        "{}",
+        warning.note
+    );
+    let failed = STATUS_FAILURES_REPORTED + 1;
+
+    // The status that succeeds reports the run it ends; the next one reports none.
+    let (asked, _) = reconcile_with(&mut election, &scene, UNEDITED, None, |_| Outcome::Done);
+    assert_eq!(written_with(&asked), Some(Some((failed, "kube"))));
+    election.end();
+    let asked = reconcile(&mut election, &scene, UNEDITED);
+    assert_eq!(written_with(&asked), Some(None));
 }
 
 #[test]
@@ -271,18 +342,19 @@ fn a_reconcile_that_plans_asks_in_one_sequence_and_writes_the_status_last() {
     assert_eq!(
         asked,
         [
-            Next::Gather(Input::LabelKey),
-            Next::Gather(Input::Older),
-            Next::Gather(Input::YieldingLeader),
-            Next::Gather(Input::Access),
-            Next::Gather(Input::Applied),
+            Next::Observe(Observable::Input(AdmissionInput::LabelKey)),
+            Next::Observe(Observable::Input(AdmissionInput::Older)),
+            Next::Observe(Observable::Input(AdmissionInput::YieldingLeader)),
+            Next::Observe(Observable::Input(AdmissionInput::Access)),
+            Next::Observe(Observable::Input(AdmissionInput::Applied)),
             step(Request::Watch),
-            Next::Open,
+            Next::Observe(Observable::Opening),
             Next::Perform(Request::ReadKey(KeyRead::Watched)),
-            Next::Observe,
+            Next::Observe(Observable::World),
             Next::Perform(Request::WriteStatus(StatusChange::Decided {
                 plan: Box::new(election.last_plan().cloned().expect("a plan")),
                 spec_valid: spec_valid(),
+                failed_writes: None,
             })),
             Next::Stop(look_again::after(look_again::Round {
                 planned,
@@ -322,10 +394,14 @@ fn cannot_act(election: &mut Election, facts: &LockFacts) -> Vec<Next> {
     drive(election, invalid, |election, next| {
         match next {
             Next::Perform(_) => {
-                election.performed(Outcome::Done, mono(t(0)));
+                election.handle(Input::Outcome(Outcome::Done), mono(t(0)));
             }
-            Next::Judge => election.judged(facts),
-            Next::Left => election.left(left(None, t(0))),
+            Next::Observe(Observable::Lock) => {
+                election.handle(Input::Lock(facts.clone()), mono(t(0)));
+            }
+            Next::Observe(Observable::Left) => {
+                election.handle(Input::Left(left(None, t(0))), mono(t(0)));
+            }
             Next::Stop(_) => return false,
             other => panic!("an election that cannot act asked for {other:?}"),
         }
@@ -337,18 +413,21 @@ fn cannot_act(election: &mut Election, facts: &LockFacts) -> Vec<Next> {
 /// access as `access`.
 fn admit(election: &mut Election, access: Access) {
     for input in [
-        Input::LabelKey,
-        Input::Older,
-        Input::YieldingLeader,
-        Input::Access,
+        AdmissionInput::LabelKey,
+        AdmissionInput::Older,
+        AdmissionInput::YieldingLeader,
+        AdmissionInput::Access,
     ] {
-        assert_eq!(election.poll(), Next::Gather(input));
-        election.gathered(Gathered::Found(match input {
-            Input::LabelKey => Found::LabelKey(spec_valid()),
-            Input::Older => Found::Older(None),
-            Input::YieldingLeader => Found::YieldingLeader(None),
-            _ => Found::Access(access.clone()),
-        }));
+        assert_eq!(election.poll(), Next::Observe(Observable::Input(input)));
+        election.handle(
+            Input::Gathered(Gathered::Found(match input {
+                AdmissionInput::LabelKey => Found::LabelKey(spec_valid()),
+                AdmissionInput::Older => Found::Older(None),
+                AdmissionInput::YieldingLeader => Found::YieldingLeader(None),
+                _ => Found::Access(access.clone()),
+            })),
+            mono(t(0)),
+        );
     }
 }
 
@@ -372,7 +451,7 @@ fn a_reconcile_that_cannot_act_stops_without_opening_or_writing_a_status() {
             step(Request::WriteStatus(StatusChange::StandBack(
                 StandBack::invalid(inspec_valid(), EventReason::InvalidSpec)
             ))),
-            Next::Judge,
+            Next::Observe(Observable::Lock),
             Next::Stop(secs(6).min(INVALID_REQUEUE)),
         ]
     );
@@ -387,8 +466,8 @@ fn an_election_that_cannot_act_loses_its_leader_label_once_the_key_is_read_lost(
     assert_eq!(
         asked[1..],
         [
-            Next::Judge,
-            Next::Left,
+            Next::Observe(Observable::Lock),
+            Next::Observe(Observable::Left),
             unlabel("a"),
             Next::Stop(INVALID_REQUEUE),
         ]
@@ -413,18 +492,18 @@ fn a_refused_access_in_use_stops_the_renewals_and_the_watch_before_it_fences() {
         election.poll(),
         Next::Perform(Request::WriteStatus(StatusChange::StandBack(_)))
     ));
-    election.performed(Outcome::Done, mono(t(0)));
-    assert_eq!(election.poll(), Next::Judge);
+    election.handle(Input::Outcome(Outcome::Done), mono(t(0)));
+    assert_eq!(election.poll(), Next::Observe(Observable::Lock));
     // The key read held a moment ago, but nothing watches it any more and the session went
     // unrenewed since t(0): the label goes a TTL after that renewal, not after the read.
     let mut known = facts(held("s1", 5, "a"), t(11));
     known.read_at = Some(mono(t(10)));
-    election.judged(&known);
+    election.handle(Input::Lock(known), mono(t(11)));
     assert_eq!(election.poll(), step(Request::ForgetSession));
-    election.performed(Outcome::Done, mono(t(11)));
+    election.handle(Input::Outcome(Outcome::Done), mono(t(11)));
     assert_eq!(election.poll(), step(Request::Unwatch));
-    election.performed(Outcome::Done, mono(t(11)));
-    assert_eq!(election.poll(), Next::Left);
+    election.handle(Input::Outcome(Outcome::Done), mono(t(11)));
+    assert_eq!(election.poll(), Next::Observe(Observable::Left));
 }
 
 #[test]
@@ -433,7 +512,9 @@ fn after_a_withdrawal_the_first_look_reads_the_key_back_instead_of_trusting_the_
     let scene = Scene::elected("a", &["b"], 5);
     let mut election = Election::new();
     let asked = reconcile(&mut election, &scene, EDITED);
-    let withdrew = asked.iter().position(|n| *n == Next::Left);
+    let withdrew = asked
+        .iter()
+        .position(|n| *n == Next::Observe(Observable::Left));
     let looked = asked
         .iter()
         .position(|n| matches!(n, Next::Perform(Request::ReadKey(_))));
@@ -473,11 +554,14 @@ fn a_request_asked_again_before_its_answer_ends_the_reconcile() {
     let mut election = Election::new();
     election.begin(start());
     admit(&mut election, Access::Usable);
-    assert_eq!(election.poll(), Next::Gather(Input::Applied));
-    election.gathered(Gathered::Found(UNEDITED));
+    assert_eq!(
+        election.poll(),
+        Next::Observe(Observable::Input(AdmissionInput::Applied))
+    );
+    election.handle(Input::Gathered(Gathered::Found(UNEDITED)), mono(t(0)));
     assert_eq!(election.poll(), step(Request::Watch));
-    election.performed(Outcome::Done, mono(t(0)));
-    assert_eq!(election.poll(), Next::Open);
+    election.handle(Input::Outcome(Outcome::Done), mono(t(0)));
+    assert_eq!(election.poll(), Next::Observe(Observable::Opening));
     assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
     // And one not begun has nothing to ask.
     assert_eq!(Election::new().poll(), Next::Stop(ERROR_REQUEUE));
@@ -490,7 +574,7 @@ fn an_edit_withdraws_in_rule_7s_order_then_records_the_values_and_plans() {
     let asked = reconcile(&mut election, &scene, EDITED);
     let left = asked
         .iter()
-        .position(|n| *n == Next::Left)
+        .position(|n| *n == Next::Observe(Observable::Left))
         .expect("a withdrawal");
     let after = left + 1 + withdrawn().len();
     assert_eq!(asked[left + 1..after], withdrawn(), "{asked:?}");
@@ -504,7 +588,7 @@ fn an_edit_withdraws_in_rule_7s_order_then_records_the_values_and_plans() {
 fn a_deleted_election_is_withdrawn_and_nothing_else() {
     let mut election = Election::new();
     let asked = delete(&mut election, Outcome::Done, t(10));
-    let mut expected = vec![step(Request::Unwatch), Next::Left];
+    let mut expected = vec![step(Request::Unwatch), Next::Observe(Observable::Left)];
     expected.extend(withdrawn());
     expected.push(Next::Stop(INVALID_REQUEUE));
     assert_eq!(asked, expected);
@@ -515,7 +599,7 @@ fn a_deletion_retries_consul_within_its_bound_and_then_gives_up() {
     let mut election = Election::new();
     let release_failed = [
         step(Request::Unwatch),
-        Next::Left,
+        Next::Observe(Observable::Left),
         unlabel("a"),
         release(),
         // Consul failing does not keep the other labels on.
@@ -546,7 +630,7 @@ fn a_deletion_retries_consul_within_its_bound_and_then_gives_up() {
 fn a_released_election_is_withdrawn_in_rule_7s_order_then_loses_its_finalizer() {
     let mut election = Election::new();
     let asked = release_it(&mut election, Outcome::Done, t(10));
-    let mut expected = vec![step(Request::Unwatch), Next::Left];
+    let mut expected = vec![step(Request::Unwatch), Next::Observe(Observable::Left)];
     expected.extend(withdrawn());
     expected.push(step(Request::WriteStatus(StatusChange::Released)));
     expected.push(step(Request::RemoveFinalizer));
@@ -602,11 +686,11 @@ fn a_failed_pod_patch_ends_the_withdrawal_and_the_reconcile() {
         ..start()
     });
     assert_eq!(election.poll(), step(Request::Unwatch));
-    election.performed(Outcome::Done, mono(t(1)));
-    assert_eq!(election.poll(), Next::Left);
-    election.left(left(Some(t(0)), t(1)));
+    election.handle(Input::Outcome(Outcome::Done), mono(t(1)));
+    assert_eq!(election.poll(), Next::Observe(Observable::Left));
+    election.handle(Input::Left(left(Some(t(0)), t(1))), mono(t(1)));
     assert_eq!(election.poll(), unlabel("a"));
-    let reported = election.performed(Outcome::Failed, mono(t(1)));
+    let reported = election.handle(Input::Outcome(Outcome::Failed), mono(t(1)));
     assert!(reported.failed, "the reconcile fails with it");
     // The key is not released while the leader label may still be on (rule 7).
     assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
@@ -631,14 +715,13 @@ fn a_request_decided_before_is_removed_before_the_first_plan_and_not_decided_aga
     let mut election = Election::new();
     // Decided by this process, the removal's answer not known.
     election.memory_mut().decided_request.deciding("b");
-    let asked = reconcile_with(
-        &mut election,
-        &scene,
-        UNEDITED,
-        unremoved.clone(),
-        Outcome::Done,
-    );
-    let opened = asked.iter().position(|n| *n == Next::Open).expect("opened");
+    let (asked, _) = reconcile_with(&mut election, &scene, UNEDITED, unremoved.clone(), |_| {
+        Outcome::Done
+    });
+    let opened = asked
+        .iter()
+        .position(|n| *n == Next::Observe(Observable::Opening))
+        .expect("opened");
     assert_eq!(
         asked[opened + 1],
         Next::Perform(Request::ClearRequest("b".into()))
@@ -649,7 +732,11 @@ fn a_request_decided_before_is_removed_before_the_first_plan_and_not_decided_aga
         Some(SwitchoverOutcome::Completed)
     );
     // A removal that fails is retried soon, and the reconcile goes on.
-    let asked = reconcile_with(&mut election, &scene, UNEDITED, unremoved, Outcome::Failed);
+    let removal_fails = |request: &Request| match request {
+        Request::ClearRequest(_) => Outcome::Failed,
+        _ => Outcome::Done,
+    };
+    let (asked, _) = reconcile_with(&mut election, &scene, UNEDITED, unremoved, removal_fails);
     let stop = asked.last().cloned();
     let soon = look_again::after(look_again::Round {
         planned: scene.plan().requeue_after,
@@ -662,55 +749,70 @@ fn a_request_decided_before_is_removed_before_the_first_plan_and_not_decided_aga
 /// Begins a reconcile whose first input that takes a request (the pods' owners) is awaited.
 fn awaiting_the_owners(election: &mut Election, start: Start) {
     election.begin(start);
-    assert_eq!(election.poll(), Next::Gather(Input::LabelKey));
-    election.gathered(Gathered::Awaited);
+    assert_eq!(
+        election.poll(),
+        Next::Observe(Observable::Input(AdmissionInput::LabelKey))
+    );
+    election.handle(Input::Gathered(Gathered::Awaited), mono(t(0)));
 }
 
 /// Judges the lock held by `s1` at `now`, a whole TTL after it was read, and carries out the
 /// fence: only the label that may lead goes, and nothing is sent to Consul.
 fn fenced_at(election: &mut Election, now: jiff::Timestamp) {
-    assert_eq!(election.poll(), Next::Judge);
-    election.judged(&facts(held("s1", 5, "a"), now));
-    assert_eq!(election.poll(), Next::Left);
-    election.left(left(None, now));
+    assert_eq!(election.poll(), Next::Observe(Observable::Lock));
+    election.handle(Input::Lock(facts(held("s1", 5, "a"), now)), mono(now));
+    assert_eq!(election.poll(), Next::Observe(Observable::Left));
+    election.handle(Input::Left(left(None, now)), mono(now));
     assert_eq!(election.poll(), unlabel("a"));
-    election.performed(Outcome::Done, mono(now));
+    election.handle(Input::Outcome(Outcome::Done), mono(now));
 }
 
 #[test]
 fn while_an_input_is_awaited_the_label_stays_until_rule_2_names_and_is_judged_again_then() {
     let mut election = Election::new();
     awaiting_the_owners(&mut election, start());
-    assert_eq!(election.poll(), Next::Judge);
+    assert_eq!(election.poll(), Next::Observe(Observable::Lock));
     // Held by the election's session, read at t(0), renewed then: 6 s of the TTL left.
-    election.judged(&facts(held("s1", 5, "a"), t(4)));
-    assert_eq!(election.poll(), Next::Await(Some(secs(6))));
+    election.handle(Input::Lock(facts(held("s1", 5, "a"), t(4))), mono(t(4)));
+    assert_eq!(
+        election.poll(),
+        Next::Observe(Observable::Await(Some(secs(6))))
+    );
     // The time named passed (or a lock changed): judged again, and the label goes.
-    election.gathered(Gathered::Awaited);
+    election.handle(Input::Gathered(Gathered::Awaited), mono(t(0)));
     fenced_at(&mut election, t(10));
     // Nothing more for rule 2 to take away: only the input is awaited, and it decides.
-    assert_eq!(election.poll(), Next::Await(None));
-    election.gathered(Gathered::Found(Found::LabelKey(spec_valid())));
-    assert_eq!(election.poll(), Next::Gather(Input::Older));
+    assert_eq!(election.poll(), Next::Observe(Observable::Await(None)));
+    election.handle(
+        Input::Gathered(Gathered::Found(Found::LabelKey(spec_valid()))),
+        mono(t(0)),
+    );
+    assert_eq!(
+        election.poll(),
+        Next::Observe(Observable::Input(AdmissionInput::Older))
+    );
 }
 
 #[test]
 fn while_an_input_is_awaited_a_key_read_lost_takes_the_label_off_at_once() {
     let mut election = Election::new();
     awaiting_the_owners(&mut election, start());
-    assert_eq!(election.poll(), Next::Judge);
-    election.judged(&facts(free(5), t(1)));
-    assert_eq!(election.poll(), Next::Left);
+    assert_eq!(election.poll(), Next::Observe(Observable::Lock));
+    election.handle(Input::Lock(facts(free(5), t(1))), mono(t(1)));
+    assert_eq!(election.poll(), Next::Observe(Observable::Left));
 }
 
 #[test]
 fn an_input_that_fails_while_awaited_fails_the_reconcile_once_rule_2_is_carried_out() {
     let mut election = Election::new();
     awaiting_the_owners(&mut election, start());
-    assert_eq!(election.poll(), Next::Judge);
-    election.judged(&facts(held("s1", 5, "a"), t(4)));
-    assert_eq!(election.poll(), Next::Await(Some(secs(6))));
-    election.gathered(Gathered::Failed);
+    assert_eq!(election.poll(), Next::Observe(Observable::Lock));
+    election.handle(Input::Lock(facts(held("s1", 5, "a"), t(4))), mono(t(4)));
+    assert_eq!(
+        election.poll(),
+        Next::Observe(Observable::Await(Some(secs(6))))
+    );
+    election.handle(Input::Gathered(Gathered::Failed), mono(t(0)));
     // Judged once more: the read may have failed after a whole TTL.
     fenced_at(&mut election, t(11));
     assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
@@ -726,11 +828,17 @@ fn while_an_input_of_an_election_another_install_serves_is_awaited_its_labels_ar
         ..start()
     };
     awaiting_the_owners(&mut election, served.clone());
-    assert_eq!(election.poll(), Next::Await(None));
-    election.gathered(Gathered::Found(Found::LabelKey(spec_valid())));
-    assert_eq!(election.poll(), Next::Gather(Input::Older));
+    assert_eq!(election.poll(), Next::Observe(Observable::Await(None)));
+    election.handle(
+        Input::Gathered(Gathered::Found(Found::LabelKey(spec_valid()))),
+        mono(t(0)),
+    );
+    assert_eq!(
+        election.poll(),
+        Next::Observe(Observable::Input(AdmissionInput::Older))
+    );
     // A read that fails stops the reconcile without judging either.
     awaiting_the_owners(&mut election, served);
-    election.gathered(Gathered::Failed);
+    election.handle(Input::Gathered(Gathered::Failed), mono(t(0)));
     assert_eq!(election.poll(), Next::Stop(ERROR_REQUEUE));
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::support::{mono, not_ready_from, t};
+use super::support::{failed_outcome, mono, not_ready_from, t};
 use crate::crd::{
     AppliedSpec, FENCING_TOKEN_ANNOTATION, HANDOVER_ANNOTATION, LEADER_SINCE_ANNOTATION,
     LeaderElectionStatus,
@@ -38,7 +38,7 @@ use crate::election::eligibility::{elapsed, eligibility};
 use crate::election::first_look::{Adopting, KeyRead, Look, SessionRead};
 use crate::election::key_memory::KeyMemory;
 use crate::election::key_value::holder_from_value;
-use crate::election::machine::{Cause, Election, Gathered, Next, Opening};
+use crate::election::machine::{Cause, Election, Gathered, Input, Next, Observable, Opening};
 use crate::election::observe::{
     LockView, PodView, Recorded, SessionHealth, SessionView, SwitchoverOutcome,
 };
@@ -1024,7 +1024,9 @@ impl Model {
     /// controller's executor answers them. Returns the key when it was read.
     fn look(&mut self, look: Look) -> Option<LockView> {
         let (lock, outcome) = self.look_outcome(look);
-        let reported = self.election.performed(outcome, mono(self.now));
+        let reported = self
+            .election
+            .handle(Input::Outcome(outcome), mono(self.now));
         if let Some(why) = reported.left_alone {
             let _ = writeln!(self.trace, "   left a session alone: {}", why.reason());
         }
@@ -1403,28 +1405,30 @@ impl Model {
         let mut lock = LockView::Unknown;
         loop {
             let (action, request) = match self.election.poll() {
-                Next::Gather(input) => {
+                Next::Observe(Observable::Input(input)) => {
                     let gathered = self.start_reading(input, &spec);
-                    self.election.gathered(gathered);
+                    self.election
+                        .handle(Input::Gathered(gathered), mono(self.now));
                     continue;
                 }
-                Next::Await(recheck) => {
+                Next::Observe(Observable::Await(recheck)) => {
                     let gathered = self.go_on_reading(recheck, &spec);
                     // As the controller keeps the read's failure: the reconcile fails with it.
                     failed |= gathered == Gathered::Failed;
-                    self.election.gathered(gathered);
+                    self.election
+                        .handle(Input::Gathered(gathered), mono(self.now));
                     continue;
                 }
-                Next::Judge => {
+                Next::Observe(Observable::Lock) => {
                     if self.served_elsewhere() {
                         self.fail("rule 8: fenced an election another install serves");
                     }
                     fencing = true;
                     let facts = self.lock_facts();
-                    self.election.judged(&facts);
+                    self.election.handle(Input::Lock(facts), mono(self.now));
                     continue;
                 }
-                Next::Left => {
+                Next::Observe(Observable::Left) => {
                     if self.served_elsewhere() && self.deleted_at.is_none() {
                         self.fail("rule 8: withdrew an election another install serves");
                     }
@@ -1438,14 +1442,17 @@ impl Model {
                         withdrawing = true;
                     }
                     let left = self.left();
-                    self.election.left(left);
+                    self.election.handle(Input::Left(left), mono(self.now));
                     continue;
                 }
                 Next::Perform(request) => match self.election.cause() {
                     Some(Cause::Withdrawal(step)) => {
                         let step = step.clone();
                         let outcome = self.withdrawal_step(&step, &request, &mut faults);
-                        failed |= self.election.performed(outcome, mono(self.now)).failed;
+                        failed |= self
+                            .election
+                            .handle(Input::Outcome(outcome), mono(self.now))
+                            .failed;
                         continue;
                     }
                     Some(Cause::Step) => {
@@ -1458,7 +1465,8 @@ impl Model {
                             Request::ClearRequest(_) => Outcome::Removed(Some(self.version)),
                             _ => Outcome::Done,
                         };
-                        self.election.performed(outcome, mono(self.now));
+                        self.election
+                            .handle(Input::Outcome(outcome), mono(self.now));
                         continue;
                     }
                     Some(Cause::Look(look)) => {
@@ -1476,7 +1484,8 @@ impl Model {
                             self.write_status(&request);
                             Outcome::StatusWritten(Box::new(self.recorded()))
                         };
-                        self.election.performed(outcome, mono(self.now));
+                        self.election
+                            .handle(Input::Outcome(outcome), mono(self.now));
                         continue;
                     }
                     Some(Cause::Action(action)) => (action.clone(), request),
@@ -1501,7 +1510,7 @@ impl Model {
                     return self.stopped_before_planning(&faults);
                 }
                 Next::Stop(_) => break,
-                Next::Open => {
+                Next::Observe(Observable::Opening) => {
                     self.check_may_plan();
                     opened = Some((self.sticky_leader(), self.operator_move_due(&faults)));
                     let opening = Opening {
@@ -1511,15 +1520,16 @@ impl Model {
                         version: Some(self.version),
                         adopting: self.adopting(),
                     };
-                    self.election.opened(opening);
+                    self.election
+                        .handle(Input::Opening(opening), mono(self.now));
                     continue;
                 }
-                Next::Observe if !looked => {
+                Next::Observe(Observable::World) if !looked => {
                     looked = true;
                     self.check_adopted();
                     continue;
                 }
-                Next::Observe => {
+                Next::Observe(Observable::World) => {
                     told = self.election.memory().key.lock_delay_until();
                     self.plan_once(&lock);
                     continue;
@@ -1595,8 +1605,8 @@ impl Model {
             };
             self.count_action(&action, ok);
             self.check_action(&action, executed, leaders_before, &before);
-            let answer = if ok { answer } else { Outcome::Failed };
-            self.election.performed(answer, mono(self.now));
+            let answer = if ok { answer } else { failed_outcome(&request) };
+            self.election.handle(Input::Outcome(answer), mono(self.now));
             if !self.knobs.tell_lock_delay {
                 // The controller as it would be if it learned of no lock-delay.
                 let memory = self.election.memory_mut();
@@ -1665,9 +1675,8 @@ impl Model {
         let session = self.session_view();
         let owner = model_owner();
         let recorded = self.election.recorded().cloned().expect("a plan loop");
-        let plan = self
-            .election
-            .plan(&World {
+        self.election.handle(
+            Input::World(World {
                 config: &self.config,
                 pods: &pods,
                 lock,
@@ -1677,7 +1686,12 @@ impl Model {
                 now: mono(self.now),
                 wall: self.now,
                 owner: &owner,
-            })
+            }),
+            mono(self.now),
+        );
+        let plan = self
+            .election
+            .last_plan()
             .cloned()
             .expect("a plan asked for");
         self.check_standing_back(lock, &pods, &plan);
@@ -1798,7 +1812,6 @@ impl Model {
             applied: Some(self.spec_applied()),
             mode: Some(self.config.mode),
             lease_timing: None,
-            failed_writes: None,
             labelled,
             now: self.now,
         };

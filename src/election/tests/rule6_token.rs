@@ -349,6 +349,7 @@ fn a_token_record_holds_the_new_token_and_never_a_lower_one() {
             token,
             whole,
             spec_valid: spec_valid(),
+            failed_writes: None,
         };
         change.render(&old, &facts()).status.fencing_token
     };

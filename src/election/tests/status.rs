@@ -251,13 +251,14 @@ mod status_change {
         let decided = StatusChange::Decided {
             plan: Box::new(plan),
             spec_valid: spec_valid(),
+            failed_writes: None,
         };
         let facts = || crate::election::status_change::Facts {
             labelled: Some(uid("a")),
             ..facts()
         };
+        assert!(decided.whole());
         let first = decided.render(&LeaderElectionStatus::default(), &facts());
-        assert!(first.whole);
         assert_eq!(first.status.applied, facts().applied);
         assert_eq!(
             first.status.leader.as_ref().map(|l| l.pod.as_str()),
@@ -300,8 +301,8 @@ mod status_change {
             applied: Some(edit.clone()),
             ..facts()
         };
+        assert!(!StatusChange::Applied.whole());
         let applied = StatusChange::Applied.render(&before, &edited);
-        assert!(!applied.whole);
         assert_eq!(
             applied.status,
             LeaderElectionStatus {
@@ -322,8 +323,8 @@ mod status_change {
             record: switchover,
             decides: None,
         };
+        assert!(!change.whole());
         let recorded = change.render(&before, &facts());
-        assert!(!recorded.whole);
         assert_eq!(recorded.status.phase, before.phase);
         assert!(recorded.status.last_switchover.is_some());
         assert!(!has(&recorded.status, STATUS_WRITTEN));
@@ -333,8 +334,8 @@ mod status_change {
     fn a_stand_back_warns_once() {
         let back = StandBack::conflict("older");
         let change = StatusChange::StandBack(back);
+        assert!(change.whole());
         let first = change.render(&LeaderElectionStatus::default(), &facts());
-        assert!(first.whole);
         assert_eq!(first.status.phase, Some(StatusPhase::Conflict));
         assert_eq!(first.event.map(|e| e.reason), Some(EventReason::Conflict));
         let again = change.render(&first.status, &facts());
@@ -347,6 +348,7 @@ mod status_change {
         let decided = StatusChange::Decided {
             plan: Box::new(plan),
             spec_valid: spec_valid(),
+            failed_writes: None,
         };
         let labelled = crate::election::status_change::Facts {
             labelled: Some(uid("a")),
@@ -356,8 +358,8 @@ mod status_change {
             .render(&LeaderElectionStatus::default(), &labelled)
             .status;
         elected.served_by = Some("prod/ops.consul-elector".into());
+        assert!(StatusChange::Released.whole());
         let released = StatusChange::Released.render(&elected, &facts());
-        assert!(released.whole);
         let status = &released.status;
         assert_eq!(status.phase, Some(StatusPhase::Pending));
         assert_eq!(status.leader, None);

@@ -29,6 +29,21 @@ pub fn t(n: i64) -> Timestamp {
     Timestamp::from_second(1_700_000_000 + n).expect("valid timestamp")
 }
 
+/// How the executor reports `request` failing with an error no answer explains: a status
+/// write's failure names its error, which counts in the run of failed status writes.
+pub fn failed_outcome(
+    request: &crate::election::request::Request,
+) -> crate::election::request::Outcome {
+    use crate::election::request::{Outcome, Request};
+    match request {
+        Request::WriteStatus(_) => Outcome::StatusFailed {
+            category: "kube",
+            error: "a fault injected into the status write".into(),
+        },
+        _ => Outcome::Failed,
+    }
+}
+
 /// [`t`]`(n)` on the monotonic clock: `n` seconds after a fixed origin (a test's wall and
 /// monotonic clocks agree unless it says otherwise, as with [`Scene::wall`]).
 pub fn mono(at: Timestamp) -> Instant {
@@ -942,7 +957,6 @@ pub fn facts() -> crate::election::status_change::Facts {
             reason: "SessionOutlivesFailover",
             message: "safe".into(),
         }),
-        failed_writes: None,
         labelled: None,
         now: t(100),
     }

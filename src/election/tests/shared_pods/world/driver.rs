@@ -7,14 +7,14 @@ use std::time::Duration;
 use super::{Pod, Registered, Shared, owner};
 use crate::election::config::Mode;
 use crate::election::first_look::{Adopting, SessionRead};
-use crate::election::machine::{Gathered, Next, Opening, Start};
+use crate::election::machine::{Gathered, Input, Next, Observable, Opening, Start};
 use crate::election::observe::{LockView, SessionHealth};
 use crate::election::plan_loop::World as PlanWorld;
 use crate::election::report;
 use crate::election::request::{Outcome, Request};
 use crate::election::session_names::session_name;
 use crate::election::status_change::{Facts, StatusChange};
-use crate::election::tests::support::{applied_of, mono, t};
+use crate::election::tests::support::{applied_of, failed_outcome, mono, t};
 use crate::election::unusable::LockFacts;
 
 impl Shared {
@@ -41,16 +41,20 @@ impl Shared {
         loop {
             let next = self.sims[e].machine.poll();
             match next {
-                Next::Gather(input) => {
+                Next::Observe(Observable::Input(input)) => {
                     let found = self.gather(e, input);
-                    self.sims[e].machine.gathered(Gathered::Found(found));
+                    self.sims[e]
+                        .machine
+                        .handle(Input::Gathered(Gathered::Found(found)), mono(self.now));
                 }
                 Next::Perform(request) => {
                     let outcome = self.execute(e, &request, &mut faults, &mut lock);
-                    let reported = self.sims[e].machine.performed(outcome, mono(self.now));
+                    let reported = self.sims[e]
+                        .machine
+                        .handle(Input::Outcome(outcome), mono(self.now));
                     failed |= reported.failed;
                 }
-                Next::Judge => {
+                Next::Observe(Observable::Lock) => {
                     // Rule 2 while the election waits: the world's Consul always answers.
                     let sim = &self.sims[e];
                     let facts = LockFacts {
@@ -65,19 +69,25 @@ impl Shared {
                         started_at: mono(t(1000)),
                         now: mono(self.now),
                     };
-                    self.sims[e].machine.judged(&facts);
+                    self.sims[e]
+                        .machine
+                        .handle(Input::Lock(facts), mono(self.now));
                 }
-                Next::Left => {
+                Next::Observe(Observable::Left) => {
                     let left = self.left(e);
-                    self.sims[e].machine.left(left);
+                    self.sims[e]
+                        .machine
+                        .handle(Input::Left(left), mono(self.now));
                 }
                 Next::GiveUp(_) => {
                     failed = false;
                     self.sims[e].registered = None;
                 }
                 Next::RetryConsul(after) => return Some(after),
-                Next::Await(_) => panic!("the world's admission inputs answer at once"),
-                Next::Open => {
+                Next::Observe(Observable::Await(_)) => {
+                    panic!("the world's admission inputs answer at once")
+                }
+                Next::Observe(Observable::Opening) => {
                     let sim = &self.sims[e];
                     let opening = Opening {
                         recorded: report::recorded(&sim.status),
@@ -92,24 +102,30 @@ impl Shared {
                             owner: owner(),
                         },
                     };
-                    self.sims[e].machine.opened(opening);
+                    self.sims[e]
+                        .machine
+                        .handle(Input::Opening(opening), mono(self.now));
                 }
-                Next::Observe => {
+                Next::Observe(Observable::World) => {
                     let views = self.views(e);
                     let session = self.session_view(e);
                     let sim = &self.sims[e];
                     let config = sim.config.clone();
                     let now = mono(self.now);
-                    let plan = self.sims[e].machine.plan(&PlanWorld {
-                        config: &config,
-                        pods: &views,
-                        lock: &lock,
-                        session: session.as_ref(),
-                        lock_confirmed_at: now,
-                        now,
-                        wall: self.now,
-                        owner: &owner(),
-                    });
+                    self.sims[e].machine.handle(
+                        Input::World(PlanWorld {
+                            config: &config,
+                            pods: &views,
+                            lock: &lock,
+                            session: session.as_ref(),
+                            lock_confirmed_at: now,
+                            now,
+                            wall: self.now,
+                            owner: &owner(),
+                        }),
+                        mono(self.now),
+                    );
+                    let plan = self.sims[e].machine.last_plan();
                     let actions = plan.map(|p| p.actions.clone()).unwrap_or_default();
                     let _ = writeln!(self.trace, "   {} plan {actions:?}", self.sims[e].name);
                 }
@@ -142,9 +158,13 @@ impl Shared {
         let cause = format!("{:?}", self.sims[e].machine.cause());
         let outcome = match executed {
             true => self.perform(e, request, lock),
-            false => Outcome::Failed,
+            false => failed_outcome(request),
         };
-        let outcome = if failing { Outcome::Failed } else { outcome };
+        let outcome = if failing {
+            failed_outcome(request)
+        } else {
+            outcome
+        };
         let name = &self.sims[e].name;
         let _ = writeln!(self.trace, "   {name} {request:?} ({cause}): {outcome:?}");
         self.check_step(&before, &format!("{name} {request:?} ({cause})"));
@@ -296,7 +316,6 @@ impl Shared {
             applied: Some(applied_of(&sim.config)),
             mode: Some(sim.config.mode),
             lease_timing: None,
-            failed_writes: None,
             labelled,
             now: self.now,
         };
