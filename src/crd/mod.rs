@@ -46,8 +46,8 @@ pub use spec::{
     SelectorRequirement, SessionSpec, SwitchoverSpec, UnavailablePolicy, ValueFormatSpec,
 };
 pub use status::{
-    AppliedSession, AppliedSpec, CandidateStatus, LeaderElectionStatus, LeaderStatus, Phase,
-    SwitchoverResult, SwitchoverStatus,
+    AppliedSession, AppliedSpec, CandidateStatus, LeaderElectionStatus, LeaderStatus,
+    LeadershipRecord, Phase, SwitchoverResult, SwitchoverStatus,
 };
 pub use validate::{SpecProblem, default_key, is_datacenter_name, validate};
 

@@ -46,6 +46,17 @@ pub struct LeaderElectionStatus {
     #[x_kube(merge_strategy = ListMerge::Map(vec!["pod".into()]))]
     pub candidates: Vec<CandidateStatus>,
 
+    /// The last leaderships, oldest first: which pod led, from when until when, with which
+    /// fencing token, and why it stopped. Kept in the status, so it outlives the events; the
+    /// oldest entries go beyond a fixed number.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_empty"
+    )]
+    #[schemars(extend("nullable" = true))]
+    pub history: Vec<LeadershipRecord>,
+
     /// The last switchover requested with the `elector.dev/switchover-to` annotation: what was
     /// asked, when, and how it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -152,6 +163,39 @@ pub struct LeaderStatus {
     /// The Consul session holding the lock for it.
     #[serde(default, rename = "sessionID", skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+}
+
+/// One leadership of [`LeaderElectionStatus::history`].
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LeadershipRecord {
+    /// Pod name.
+    pub pod: String,
+
+    /// Pod UID.
+    pub uid: String,
+
+    /// When it became leader (RFC 3339).
+    #[schemars(with = "Time")]
+    pub since: Timestamp,
+
+    /// When it stopped leading (absent while it leads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Time>")]
+    pub until: Option<Timestamp>,
+
+    /// Its fencing token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "int64"))]
+    pub fencing_token: Option<u64>,
+
+    /// Why it stopped leading: `Switchover`, `Failback`, the reason the pod could no longer
+    /// lead (`NotReady`, `Terminating`, ...), `PodGone` (no longer selected, or deleted),
+    /// `Fenced` (the lock could not be confirmed), `LockLost` (the lock went elsewhere),
+    /// `Reacquired` (the same pod leads on with a new token) or `Released` (the operator was
+    /// uninstalled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
 }
 
 /// A selected pod.

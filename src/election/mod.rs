@@ -15,6 +15,7 @@ pub mod invariants;
 pub mod key_memory;
 pub mod key_value;
 pub mod label_key_check;
+pub mod leadership_history;
 pub mod lock_held;
 pub mod look_again;
 pub mod machine;

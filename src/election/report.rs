@@ -7,6 +7,7 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use super::leadership_history;
 use super::observe::{LeaderRecord, Recorded, SwitchoverOutcome, SwitchoverRecord};
 use super::plan::{self, ConditionState, Plan};
 use super::planner::LEADER_ELECTED;
@@ -70,6 +71,7 @@ pub fn decided(plan: &Plan, r: Rendering<'_>) -> LeaderElectionStatus {
         // The write raises it from the status it was based on.
         revision: r.old.revision,
         served_by: state.served_by.clone(),
+        history: Vec::new(),
         conditions: Vec::new(),
     };
     let carried_out = state.phase != plan::Phase::Elected
@@ -116,6 +118,7 @@ pub fn decided(plan: &Plan, r: Rendering<'_>) -> LeaderElectionStatus {
         fresh.push(condition(r.generation, lease_timing));
     }
     fresh.push(condition(r.generation, &status_written(r.failed_writes)));
+    new.history = leadership_history::next(&r.old.history, &new, r.now);
     new.conditions = conditions::merge_with_ready(
         &r.old.conditions,
         fresh,
@@ -224,6 +227,7 @@ pub fn released(
         last_leader: old.leader.clone().or_else(|| old.last_leader.clone()),
         served_by: None,
         observed_generation: generation,
+        history: leadership_history::closed(&old.history, now, leadership_history::RELEASED),
         ..old.clone()
     };
     new.conditions = conditions::merge_with_ready(

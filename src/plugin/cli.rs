@@ -91,10 +91,15 @@ pub enum Command {
         /// The pod.
         pod: String,
     },
-    /// The election's recent events, oldest first.
+    /// The election's last leaderships, oldest first, as its status keeps them: which pod led,
+    /// since when, for how long, with which fencing token, and why it stopped.
     History {
         /// The election.
         election: String,
+        /// Show the election's recent events instead, oldest first (events expire, by default
+        /// after an hour).
+        #[arg(long)]
+        events: bool,
     },
     /// Freezes the election (`spec.paused: true`): the leader keeps leading and nothing
     /// moves until `resume`.

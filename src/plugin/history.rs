@@ -1,5 +1,6 @@
-//! `kubectl elector history`: the election's recent events (core/v1 Events about this very
-//! object: kind, name and UID), oldest first.
+//! `kubectl elector history`: the election's last leaderships as its status keeps them
+//! (`status.history`), like `patronictl history`; with `--events`, its recent events (core/v1
+//! Events about this very object: kind, name and UID), oldest first.
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Event;
@@ -9,7 +10,38 @@ use serde::Serialize;
 
 use super::error::PluginError;
 use super::output::{Table, age, or_dash};
-use crate::crd::LeaderElection;
+use crate::crd::{LeaderElection, LeadershipRecord};
+
+/// The leaderships `election`'s status keeps, oldest first.
+pub fn leaderships(election: &LeaderElection) -> &[LeadershipRecord] {
+    election
+        .status
+        .as_ref()
+        .map_or(&[], |s| s.history.as_slice())
+}
+
+/// The table of `leaderships`, times counted from `now`: since when each pod led, for how long
+/// (`leading` while it does), with which token, and why it stopped.
+pub fn render_leaderships(leaderships: &[LeadershipRecord], now: Timestamp) -> String {
+    if leaderships.is_empty() {
+        return "No leadership recorded yet.\n".to_owned();
+    }
+    let mut table = Table::new(&["SINCE", "FOR", "POD", "TOKEN", "ENDED"]);
+    for l in leaderships {
+        let led = match l.until {
+            Some(until) => age(until, l.since),
+            None => format!("{} (leading)", age(now, l.since)),
+        };
+        table.row(vec![
+            format!("{} ago", age(now, l.since)),
+            led,
+            l.pod.clone(),
+            or_dash(l.fencing_token),
+            or_dash(l.ended.as_deref()),
+        ]);
+    }
+    table.render()
+}
 
 /// One event as `history` shows it.
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]
@@ -107,6 +139,37 @@ mod tests {
 
     fn event(value: serde_json::Value) -> Event {
         serde_json::from_value(value).expect("a valid Event")
+    }
+
+    #[test]
+    fn leaderships_show_since_how_long_with_which_token_and_why_they_ended() {
+        let at = |t: &str| t.parse::<Timestamp>().expect("timestamp");
+        let leaderships = [
+            LeadershipRecord {
+                pod: "web-0".into(),
+                uid: "u0".into(),
+                since: at("2024-05-01T08:00:00Z"),
+                until: Some(at("2024-05-01T09:30:00Z")),
+                fencing_token: Some(5),
+                ended: Some("NotReady".into()),
+            },
+            LeadershipRecord {
+                pod: "web-1".into(),
+                uid: "u1".into(),
+                since: at("2024-05-01T09:30:00Z"),
+                until: None,
+                fencing_token: Some(6),
+                ended: None,
+            },
+        ];
+        let now = at("2024-05-01T10:00:00Z");
+        assert_eq!(
+            render_leaderships(&leaderships, now),
+            "SINCE     FOR            POD    TOKEN  ENDED\n\
+             2h0m ago  1h30m          web-0  5      NotReady\n\
+             30m ago   30m (leading)  web-1  6      -\n"
+        );
+        assert!(render_leaderships(&[], now).starts_with("No leadership"));
     }
 
     #[test]

@@ -162,15 +162,26 @@ pub async fn run(cli: Cli) -> Result<Report, PluginError> {
             let text = set_paused(&client, &namespace, &election, false).await?;
             Ok(done(said_or_named(format, text, election)))
         }
-        Command::History { election } => {
+        Command::History { election, events } => {
             let le = get_election(&client, &namespace, &election).await?;
-            let entries = history::entries(&history::events(client, &le).await?);
-            let text = output::render(
-                format,
-                entries.as_slice(),
-                |_| vec![election.clone()],
-                |e| history::render(e, now),
-            )?;
+            let named = || vec![election.clone()];
+            let text = if events {
+                let entries = history::entries(&history::events(client, &le).await?);
+                output::render(
+                    format,
+                    entries.as_slice(),
+                    |_| named(),
+                    |e| history::render(e, now),
+                )?
+            } else {
+                let leaderships = history::leaderships(&le);
+                output::render(
+                    format,
+                    leaderships,
+                    |_| named(),
+                    |l| history::render_leaderships(l, now),
+                )?
+            };
             Ok(done(text))
         }
     }

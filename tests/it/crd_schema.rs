@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use consul_elector::crd::{
     self, AppliedSession, AppliedSpec, CandidateStatus, LeaderElection, LeaderElectionSpec,
-    LeaderElectionStatus, LeaderStatus, Phase, SwitchoverResult, SwitchoverStatus, conditions,
+    LeaderElectionStatus, LeaderStatus, LeadershipRecord, Phase, SwitchoverResult,
+    SwitchoverStatus, conditions,
 };
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -337,6 +338,24 @@ async fn the_status_the_operator_writes_is_accepted() {
                 result: SwitchoverResult::Completed,
                 message: "pod web-0 leads".into(),
             }),
+            history: vec![
+                LeadershipRecord {
+                    pod: "web-2".into(),
+                    uid: "4f1f8a0e-0000-4000-8000-000000000002".into(),
+                    since: changed,
+                    until: Some(since),
+                    fencing_token: Some(u64::from(u32::MAX) + 6),
+                    ended: Some("Switchover".into()),
+                },
+                LeadershipRecord {
+                    pod: "web-0".into(),
+                    uid: "4f1f8a0e-0000-4000-8000-000000000000".into(),
+                    since,
+                    until: None,
+                    fencing_token: Some(u64::from(u32::MAX) + 7),
+                    ended: None,
+                },
+            ],
             observed_generation: Some(1),
             applied: Some(AppliedSpec {
                 label_key: "elector.dev/role".into(),

@@ -271,11 +271,11 @@ async fn status_why_and_history_describe_the_running_election() {
         assert_eq!(why["candidate"], false);
         assert_eq!(why["leads"], false);
 
-        let history = succeeded(&plugin(&h, false, &["history", "web"]).await);
+        let history = succeeded(&plugin(&h, false, &["history", "web", "--events"]).await);
         assert!(history.starts_with("LAST SEEN"), "{history}");
         assert!(history.contains("LeaderElected"), "{history}");
         let events = json_of(&succeeded(
-            &plugin(&h, false, &["history", "web", "-o", "json"]).await,
+            &plugin(&h, false, &["history", "web", "--events", "-o", "json"]).await,
         ));
         assert!(
             events
@@ -359,9 +359,35 @@ async fn switchover_moves_leadership_to_the_named_pod_and_refuses_an_unknown_one
         assert_eq!(any["result"], "Completed", "{any}");
         let third = h.wait_elected("web", Some(&target)).await;
         assert_eq!(any["leader"], third.pod.as_str());
-        let history = succeeded(&plugin(&h, false, &["history", "web"]).await);
+        let history = succeeded(&plugin(&h, false, &["history", "web", "--events"]).await);
         assert!(history.contains("SwitchoverCompleted"), "{history}");
         assert!(history.contains("SwitchoverRefused"), "{history}");
+        // The leaderships the status keeps: each switchover ended one, the last one leads.
+        let led = json_of(&succeeded(
+            &plugin(&h, false, &["history", "web", "-o", "json"]).await,
+        ));
+        let led = led.as_array().cloned().unwrap_or_default();
+        let told: Vec<_> = led
+            .iter()
+            .map(|l| (l["pod"].as_str().unwrap_or_default(), l["ended"].as_str()))
+            .collect();
+        assert_eq!(
+            told[told.len().saturating_sub(3)..],
+            [
+                (elected.pod.as_str(), Some("Switchover")),
+                (target.as_str(), Some("Switchover")),
+                (third.pod.as_str(), None),
+            ],
+            "{led:?}"
+        );
+        let tokens: Vec<_> = led
+            .iter()
+            .filter_map(|l| l["fencingToken"].as_u64())
+            .collect();
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+        let table = succeeded(&plugin(&h, false, &["history", "web"]).await);
+        assert!(table.starts_with("SINCE"), "{table}");
+        assert!(table.contains("(leading)"), "{table}");
 
         // Pause and resume, with the kubeconfig given as kubectl's flag rather than
         // $KUBECONFIG; an unknown context is refused.

@@ -1793,9 +1793,36 @@ impl Model {
                 leader.pod
             ));
         }
+        self.check_history(&new);
         self.status = new;
         if self.applied.is_none() {
             self.applied = Some(self.spec_applied());
+        }
+    }
+
+    /// The leader a written status names is the leadership its history holds open, and the
+    /// history's tokens never decrease.
+    fn check_history(&self, new: &LeaderElectionStatus) {
+        let open = new.history.last().filter(|r| r.until.is_none());
+        if let Some(leader) = &new.leader {
+            let holds = open.is_some_and(|r| {
+                r.uid == leader.uid
+                    && r.since == leader.since
+                    && r.fencing_token == new.fencing_token
+            });
+            if !holds {
+                self.fail(&format!(
+                    "the history {:?} does not hold leader {}",
+                    new.history, leader.pod
+                ));
+            }
+        }
+        let tokens: Vec<_> = new.history.iter().filter_map(|r| r.fencing_token).collect();
+        if tokens.windows(2).any(|w| w[0] > w[1]) {
+            self.fail(&format!("the history's tokens decrease: {tokens:?}"));
+        }
+        if new.history.len() > crate::election::leadership_history::HISTORY_LIMIT {
+            self.fail("the history grows past its limit");
         }
     }
 
