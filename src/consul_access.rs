@@ -16,10 +16,10 @@ use kube::ResourceExt;
 use kube::api::Api;
 
 use crate::Error;
-use crate::consul::{ConsulAddress, ConsulClient, ConsulToken, Overrides};
+use crate::consul::{ConsulAddress, ConsulClient, ConsulToken, Overrides, Tenancy};
 use crate::context::Context;
 use crate::crd::{LeaderElection, SECRET_ALLOWED_ELECTIONS_ANNOTATION, SpecProblem};
-use crate::election::consul_policy::{OwnToken, opted_in, own_token_allows};
+use crate::election::consul_policy::{OwnToken, opted_in, own_tenancy_allows, own_token_allows};
 use crate::election::request::Via;
 
 const ADDRESS_FIELD: &str = "spec.consul.address";
@@ -106,9 +106,12 @@ pub async fn client_for(
     ctx: &Context,
 ) -> Result<ConsulClient, AccessProblem> {
     let namespace = le.namespace().unwrap_or_default();
+    let tenancy = ctx.consul.tenancy();
     let own = OwnToken {
         datacenter: ctx.consul.datacenter(),
         allowed_datacenters: ctx.consul.allowed_datacenters(),
+        namespace: tenancy.namespace.as_deref(),
+        partition: tenancy.partition.as_deref(),
     };
     let Some(spec) = le.spec.consul.as_ref() else {
         own_token_allows(own, &namespace, key, None).map_err(AccessProblem::Invalid)?;
@@ -126,12 +129,19 @@ pub async fn client_for(
     let own_address = address.as_ref().is_none_or(|a| a == ctx.consul.address());
     if token.is_none() && own_address {
         own_token_allows(own, &namespace, key, spec.datacenter.as_deref())
+            .and_then(|()| {
+                own_tenancy_allows(own, spec.namespace.as_deref(), spec.partition.as_deref())
+            })
             .map_err(AccessProblem::Invalid)?;
     }
     ctx.consul
         .with_overrides(Overrides {
             address,
             datacenter: spec.datacenter.clone(),
+            tenancy: Tenancy {
+                namespace: spec.namespace.clone(),
+                partition: spec.partition.clone(),
+            },
             token,
         })
         .map_err(|e| invalid("spec.consul", e.to_string()))

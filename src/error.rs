@@ -92,6 +92,9 @@ impl Error {
             Self::Consul(ConsulError::AclNotFound { context }) => Some(
                 ConsulRefusal::token_not_found(context.operation, &context.target),
             ),
+            Self::Consul(ConsulError::EnterpriseOnly { context, detail }) => Some(
+                ConsulRefusal::enterprise_only(context.operation, &context.target, detail),
+            ),
             _ => None,
         }
     }
@@ -108,7 +111,9 @@ impl Error {
             },
             // Retrying sooner cannot help: somebody must change the token's rules first.
             Self::Consul(
-                ConsulError::PermissionDenied { .. } | ConsulError::AclNotFound { .. },
+                ConsulError::PermissionDenied { .. }
+                | ConsulError::AclNotFound { .. }
+                | ConsulError::EnterpriseOnly { .. },
             ) => Some(REFUSED_RETRY),
             _ => None,
         }

@@ -210,6 +210,8 @@ WRONG_VALUES = [
     ({"livenessTimeout": "0s"}, "at '/livenessTimeout': '0s' does not match pattern"),
     ({"livenessProbe": {"successThreshold": 3}}, "at '/livenessProbe/successThreshold': value must be 1"),
     ({"consul": {"address": "ftp://consul:8500"}}, "at '/consul/address': 'ftp://consul:8500' does not match pattern"),
+    ({"consul": {"namespace": "team_a"}}, "at '/consul/namespace': 'team_a' does not match pattern"),
+    ({"consul": {"partition": "p" * 64}}, "at '/consul/partition': '" + "p" * 64 + "' does not match pattern"),
 ]
 # Values the schema cannot judge alone, refused by the chart as it renders, with its message.
 REFUSED_AT_RENDER = [
@@ -586,6 +588,10 @@ def check_objects(checks: Checks, objs: list[dict], e: Expect, where: str) -> No
         allowed = ",".join(v["consul"][value])
         checks.expect(env.get(variable, {}).get("value", "") == allowed,
                       f"{where}: {variable} is {allowed!r}")
+    for variable, value in [("CONSUL_DATACENTER", "datacenter"), ("CONSUL_NAMESPACE", "namespace"),
+                            ("CONSUL_PARTITION", "partition")]:
+        checks.expect(env.get(variable, {}).get("value", "") == v["consul"][value],
+                      f"{where}: {variable} is {v['consul'][value]!r}")
     checks.expect(env.get("ELECTOR_CLUSTER_NAME", {}).get("value", "") == v["clusterName"],
                   f"{where}: ELECTOR_CLUSTER_NAME is {v['clusterName']!r}")
     former = ",".join(v["formerNames"])
@@ -1092,6 +1098,7 @@ EDGE_VALUES = [
     {"consul": {"address": "https://consul.example:8501/"}},
     {"consul": {"address": "consul.example:8500"}},
     {"consul": {"address": "http://[::1]:8500"}},
+    {"consul": {"namespace": "team-a", "partition": "p" * 63}},
     {"clusterName": "c" * 63},
 ]
 

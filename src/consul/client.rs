@@ -18,7 +18,7 @@ use super::observer::RequestObserver;
 use super::query::{QueryMeta, QueryOptions};
 use super::reload::{ReloadOutcome, Reloading};
 use super::retry::RetryPolicy;
-use super::settings::{ConsulAddress, ConsulSettings, WatchPacing};
+use super::settings::{ConsulAddress, ConsulSettings, Tenancy, WatchPacing};
 use super::token::ConsulToken;
 use super::token_file::{TokenFile, TokenHeader};
 use super::transport::{AddressTransport, Lane, TransportConfig, TransportRegistry};
@@ -35,6 +35,8 @@ pub struct Overrides {
     pub address: Option<ConsulAddress>,
     /// Another datacenter.
     pub datacenter: Option<String>,
+    /// Another Consul Enterprise namespace and/or admin partition (each part `None` keeps).
+    pub tenancy: Tenancy,
     /// Another ACL token.
     pub token: Option<ConsulToken>,
 }
@@ -122,6 +124,7 @@ pub struct ConsulClient {
     retry: RetryPolicy,
     transport: Arc<AddressTransport>,
     datacenter: Option<String>,
+    tenancy: Tenancy,
     credential: Credential,
 }
 
@@ -130,6 +133,7 @@ impl fmt::Debug for ConsulClient {
         f.debug_struct("ConsulClient")
             .field("address", self.transport.address())
             .field("datacenter", &self.datacenter)
+            .field("tenancy", &self.tenancy)
             .field("token", &self.token_identity())
             .finish_non_exhaustive()
     }
@@ -202,6 +206,7 @@ impl ConsulClient {
             shared,
             &settings.address,
             settings.datacenter.clone(),
+            settings.tenancy.overridden_by(Tenancy::default()),
             credential,
         )
     }
@@ -253,6 +258,7 @@ impl ConsulClient {
             self.shared.clone(),
             address,
             overrides.datacenter.or_else(|| self.datacenter.clone()),
+            self.tenancy.overridden_by(overrides.tenancy),
             credential,
         )
     }
@@ -303,6 +309,7 @@ impl ConsulClient {
         shared: Arc<Shared>,
         address: &ConsulAddress,
         datacenter: Option<String>,
+        tenancy: Tenancy,
         credential: Credential,
     ) -> Result<Self> {
         let context = || ErrorContext::new("client setup", address.to_string());
@@ -319,6 +326,7 @@ impl ConsulClient {
             shared,
             transport,
             datacenter: datacenter.filter(|dc| !dc.is_empty()),
+            tenancy,
             credential,
         })
     }
@@ -331,6 +339,11 @@ impl ConsulClient {
     /// The datacenter of this handle (`None`: the agent's).
     pub fn datacenter(&self) -> Option<&str> {
         self.datacenter.as_deref()
+    }
+
+    /// The Consul Enterprise namespace and admin partition of this handle.
+    pub fn tenancy(&self) -> &Tenancy {
+        &self.tenancy
     }
 
     /// The ACL token this handle sends now (`None`: the agent's default token); with a token
@@ -564,7 +577,8 @@ impl ConsulClient {
         let mut target = call.path.clone();
         let datacenter = self.datacenter.iter().map(|dc| ("dc", dc.as_str()));
         let pairs = call.query.iter().map(|(k, v)| (*k, v.as_str()));
-        for (i, (key, value)) in datacenter.chain(pairs).enumerate() {
+        let placed = datacenter.chain(self.tenancy.query());
+        for (i, (key, value)) in placed.chain(pairs).enumerate() {
             target.push(if i == 0 { '?' } else { '&' });
             target.push_str(key);
             if !value.is_empty() {

@@ -142,6 +142,15 @@ pub enum ConsulError {
         /// Consul's message.
         detail: String,
     },
+    /// HTTP 400 `... are a Consul Enterprise feature`: the request named a namespace or an admin
+    /// partition, and this server is Consul CE. Not retryable.
+    #[error("consul {context}: {detail}")]
+    EnterpriseOnly {
+        /// The failed request.
+        context: ErrorContext,
+        /// Consul's message.
+        detail: String,
+    },
     /// The request was rejected before it was sent (bad key, bad session ID, bad token bytes).
     #[error("consul {context}: invalid request: {detail}")]
     InvalidRequest {
@@ -202,6 +211,7 @@ impl ConsulError {
             Self::InvalidSession { .. } => "invalid_session",
             Self::SessionNotFound { .. } => "session_not_found",
             Self::ValueTooLarge { .. } => "value_too_large",
+            Self::EnterpriseOnly { .. } => "enterprise_only",
             Self::InvalidRequest { .. } => "invalid_request",
             Self::Configuration { .. } => "configuration",
             Self::Decode { .. } => "decode",
@@ -257,6 +267,7 @@ impl ConsulError {
             | Self::InvalidSession { context, .. }
             | Self::SessionNotFound { context }
             | Self::ValueTooLarge { context, .. }
+            | Self::EnterpriseOnly { context, .. }
             | Self::InvalidRequest { context, .. }
             | Self::Configuration { context, .. }
             | Self::Decode { context, .. }
@@ -286,6 +297,10 @@ impl ConsulError {
             },
             403 if body.contains("ACL not found") => Self::AclNotFound { context },
             403 if body.contains("Permission denied") => Self::PermissionDenied {
+                context,
+                detail: detail(),
+            },
+            400 if body.contains("a Consul Enterprise feature") => Self::EnterpriseOnly {
                 context,
                 detail: detail(),
             },

@@ -40,5 +40,7 @@ pub use observer::RequestObserver;
 pub use query::{Blocking, Consistency, MAX_WAIT, QueryMeta, QueryOptions, QueryResult};
 pub use retry::RetryPolicy;
 pub use session::{ServiceCheck, SessionBehavior, SessionEntry, SessionRequest};
-pub use settings::{ConsulAddress, ConsulSettings, SettingsError, TlsSettings, WatchPacing};
+pub use settings::{
+    ConsulAddress, ConsulSettings, SettingsError, Tenancy, TlsSettings, WatchPacing,
+};
 pub use token::{ConsulToken, InvalidTokenError};

@@ -13,6 +13,8 @@
 //! | `CONSUL_HTTP_SSL_VERIFY` | `false`: do not verify the server certificate |
 //! | `CONSUL_TLS_SERVER_NAME` | name to send as SNI and to verify the certificate against |
 //! | `CONSUL_DATACENTER` | datacenter for every request (`?dc=`). **Not read by Consul itself**, which only has a `-datacenter` flag; ours. |
+//! | `CONSUL_NAMESPACE` | Consul Enterprise namespace for every request (`?ns=`), as Consul's CLI reads it |
+//! | `CONSUL_PARTITION` | Consul Enterprise admin partition for every request (`?partition=`), as Consul's CLI reads it |
 //! | `ELECTOR_CONSUL_MAX_CONNECTIONS` | cap on in-flight requests per Consul address, split into lanes: half for blocking queries, a quarter for session requests, the rest for everything else (default 64, at least 3) |
 //! | `ELECTOR_CONSUL_REQUEST_TIMEOUT` | timeout of a non-blocking request, and slack added to blocking ones (Go duration, default `10s`) |
 //! | `ELECTOR_CONSUL_CONNECT_TIMEOUT` | TCP + TLS connect timeout (default `5s`) |
@@ -230,6 +232,8 @@ pub struct ConsulSettings {
     pub address: ConsulAddress,
     /// Default datacenter (`?dc=`); `None` uses the agent's.
     pub datacenter: Option<String>,
+    /// Default Consul Enterprise namespace and admin partition.
+    pub tenancy: Tenancy,
     /// Default ACL token; `None` uses the agent's default token. When `token_file` is set,
     /// the token read at start (and the token used while the file is empty at start).
     pub token: Option<ConsulToken>,
@@ -272,6 +276,7 @@ impl Default for ConsulSettings {
                 socket: None,
             },
             datacenter: None,
+            tenancy: Tenancy::default(),
             token: None,
             token_file: None,
             credentials_reload: DEFAULT_RELOAD_PERIOD,
@@ -285,6 +290,34 @@ impl Default for ConsulSettings {
             allowed_addresses: Vec::new(),
             allowed_datacenters: Vec::new(),
         }
+    }
+}
+
+/// Where in a Consul Enterprise cluster requests go: a namespace (`?ns=`) and an admin
+/// partition (`?partition=`). Consul CE refuses both (400), so neither is sent unless set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Tenancy {
+    /// The namespace (`None`: the token's, else `default`).
+    pub namespace: Option<String>,
+    /// The admin partition (`None`: the token's, else `default`).
+    pub partition: Option<String>,
+}
+
+impl Tenancy {
+    /// This tenancy with each part `over` sets instead of its own; empty parts are unset.
+    pub fn overridden_by(&self, over: Tenancy) -> Tenancy {
+        let set = |value: Option<String>| value.filter(|v| !v.is_empty());
+        Tenancy {
+            namespace: set(over.namespace).or_else(|| self.namespace.clone()),
+            partition: set(over.partition).or_else(|| self.partition.clone()),
+        }
+    }
+
+    /// The query parameters that carry it.
+    pub fn query(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let namespace = self.namespace.iter().map(|ns| ("ns", ns.as_str()));
+        let partition = self.partition.iter().map(|p| ("partition", p.as_str()));
+        partition.chain(namespace)
     }
 }
 
@@ -391,6 +424,10 @@ impl ConsulSettings {
         Ok(Self {
             address,
             datacenter: get("CONSUL_DATACENTER").map(|dc| dc.trim().to_owned()),
+            tenancy: Tenancy {
+                namespace: get("CONSUL_NAMESPACE").map(|ns| ns.trim().to_owned()),
+                partition: get("CONSUL_PARTITION").map(|p| p.trim().to_owned()),
+            },
             token,
             token_file: token_file.map(PathBuf::from),
             credentials_reload,

@@ -20,6 +20,8 @@ pub fn applied_of(le: &LeaderElection, config: &ElectionConfig) -> AppliedSpec {
         key: config.key.clone(),
         consul_address: consul.and_then(|c| c.address.clone()),
         datacenter: consul.and_then(|c| c.datacenter.clone()),
+        consul_namespace: consul.and_then(|c| c.namespace.clone()),
+        consul_partition: consul.and_then(|c| c.partition.clone()),
         token_secret_name: token.map(|t| t.name.clone()),
         token_secret_key: token.map(|t| t.key.clone()),
         session: (config.mode == Mode::Managed).then(|| AppliedSession {
@@ -46,6 +48,8 @@ pub fn with_applied(spec: &LeaderElectionSpec, applied: &AppliedSpec) -> LeaderE
     let consul = ConsulSpec {
         address: applied.consul_address.clone(),
         datacenter: applied.datacenter.clone(),
+        namespace: applied.consul_namespace.clone(),
+        partition: applied.consul_partition.clone(),
         token_secret_ref,
     };
     LeaderElectionSpec {

@@ -76,6 +76,9 @@ pub const CONSUL_ADDRESS_PATTERN: &str = "^(https?://)?[^/?#@ ]+/?$";
 /// A Consul datacenter name.
 pub const DATACENTER_PATTERN: &str = "^[A-Za-z0-9_-]+$";
 
+/// A Consul Enterprise namespace or admin partition name (a DNS label, either case).
+pub const TENANCY_PATTERN: &str = "^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$";
+
 /// A Secret name (DNS subdomain).
 pub const SECRET_NAME_PATTERN: &str =
     "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
@@ -95,6 +98,8 @@ pub const DURATION_MAX_LENGTH: u32 = 32;
 pub const CONSUL_ADDRESS_MAX_LENGTH: u32 = 512;
 /// Longest datacenter name.
 pub const DATACENTER_MAX_LENGTH: u32 = 64;
+/// Longest Consul Enterprise namespace or admin partition name.
+pub const TENANCY_MAX_LENGTH: u32 = 63;
 /// Longest Secret name.
 pub const SECRET_NAME_MAX_LENGTH: u32 = 253;
 /// Longest key of a Secret's data.
@@ -293,6 +298,8 @@ pub const CONSUL_ADDRESS_MESSAGE: &str =
     "must be host:port, http://host:port or https://host:port (at most 512 characters)";
 /// `consul.datacenter`.
 pub const DATACENTER_MESSAGE: &str = "must be 1 to 64 letters, digits, '-' or '_', such as dc1";
+/// `consul.namespace`, `consul.partition`.
+pub const TENANCY_MESSAGE: &str = "must be 1 to 63 letters, digits or '-', starting and ending with a letter or digit, such as team-a";
 /// `consul.tokenSecretRef.name`.
 pub const SECRET_NAME_MESSAGE: &str = "must be a Secret name: at most 253 lowercase letters, digits, '-' or '.', starting and ending with a letter or digit";
 /// `consul.tokenSecretRef.key`.

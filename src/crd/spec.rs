@@ -264,6 +264,19 @@ pub struct ConsulSpec {
     #[schemars(length(min = 1, max = DATACENTER_MAX_LENGTH), pattern(DATACENTER_PATTERN))]
     pub datacenter: Option<String>,
 
+    /// Consul Enterprise namespace (`?ns=`; default: the operator's `CONSUL_NAMESPACE`, else
+    /// the token's). With the operator's own token, only the operator's. Consul CE refuses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = TENANCY_MAX_LENGTH), pattern(TENANCY_PATTERN))]
+    pub namespace: Option<String>,
+
+    /// Consul Enterprise admin partition (`?partition=`; default: the operator's
+    /// `CONSUL_PARTITION`, else the token's). With the operator's own token, only the
+    /// operator's. Consul CE refuses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = TENANCY_MAX_LENGTH), pattern(TENANCY_PATTERN))]
+    pub partition: Option<String>,
+
     /// A key of a Secret in this namespace holding the Consul ACL token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_secret_ref: Option<SecretKeyRef>,

@@ -284,6 +284,12 @@ pub struct AppliedSpec {
     /// `spec.consul.datacenter`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub datacenter: Option<String>,
+    /// `spec.consul.namespace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consul_namespace: Option<String>,
+    /// `spec.consul.partition`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consul_partition: Option<String>,
     /// `spec.consul.tokenSecretRef.name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_secret_name: Option<String>,

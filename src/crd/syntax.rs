@@ -125,6 +125,14 @@ pub(crate) fn is_datacenter(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
 }
 
+/// `TENANCY_PATTERN`.
+pub(crate) fn is_tenancy(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
 /// `SECRET_KEY_PATTERN`.
 pub(crate) fn is_secret_key(key: &str) -> bool {
     !key.is_empty()
@@ -233,6 +241,12 @@ mod tests {
         assert!(is_datacenter("eu_West-1"));
         assert!(!is_datacenter("dc 1"));
         assert!(!is_datacenter(""));
+        assert!(is_tenancy("team-a"));
+        assert!(is_tenancy("Default"));
+        assert!(is_tenancy("a"));
+        for invalid in ["", "-a", "a-", "team_a", "team.a", "a b"] {
+            assert!(!is_tenancy(invalid), "{invalid:?}");
+        }
         assert!(is_secret_key("token"));
         assert!(is_secret_key(".token_file-1"));
         assert!(!is_secret_key("to/ken"));

@@ -292,6 +292,17 @@ fn check_consul(spec: &LeaderElectionSpec, problems: &mut Problems) {
     {
         problems.add("spec.consul.datacenter", rules::DATACENTER_MESSAGE);
     }
+    let tenancy = [
+        ("spec.consul.namespace", &consul.namespace),
+        ("spec.consul.partition", &consul.partition),
+    ];
+    for (field, name) in tenancy {
+        if let Some(name) = name
+            && !(syntax::is_tenancy(name) && name.len() <= count(rules::TENANCY_MAX_LENGTH))
+        {
+            problems.add(field, rules::TENANCY_MESSAGE);
+        }
+    }
     if let Some(secret) = &consul.token_secret_ref {
         if !syntax::is_dns_subdomain(&secret.name)
             || secret.name.len() > count(rules::SECRET_NAME_MAX_LENGTH)
@@ -756,6 +767,24 @@ mod tests {
             "spec.consul.datacenter",
             rules::DATACENTER_MESSAGE,
         );
+        for (field, bad) in [
+            ("namespace", "team_a"),
+            ("namespace", "-team"),
+            ("partition", "east-"),
+            ("partition", &"p".repeat(64)),
+        ] {
+            rejected(
+                &with(&format!("/consul/{field}"), json!(bad)),
+                if field == "namespace" {
+                    "spec.consul.namespace"
+                } else {
+                    "spec.consul.partition"
+                },
+                rules::TENANCY_MESSAGE,
+            );
+        }
+        let tenancy = json!({"namespace": "Team-A", "partition": "p".repeat(63)});
+        assert!(validate(&with("/consul", tenancy)).is_ok());
         rejected(
             &with(
                 "/consul/tokenSecretRef",

@@ -1,8 +1,9 @@
 //! What an election may do with the operator's own Consul credentials, and which Secret may
 //! lend it a token of its own (the security model of `spec.consul`, docs/design.md section 6):
 //! - with the operator's own token, an election may use only keys under
-//!   `elector/<its namespace>/`, and only the operator's own datacenter or one the admin
-//!   allowed (`--consul-allowed-datacenters`);
+//!   `elector/<its namespace>/`, only the operator's own datacenter or one the admin
+//!   allowed (`--consul-allowed-datacenters`), and only the operator's own Consul Enterprise
+//!   namespace and admin partition;
 //! - a token Secret is used only if its annotation
 //!   [`SECRET_ALLOWED_ELECTIONS_ANNOTATION`] names the election (or is `*`).
 //!
@@ -16,6 +17,10 @@ use crate::crd::{SECRET_ALLOWED_ELECTIONS_ANNOTATION, SpecProblem};
 pub const KEY_FIELD: &str = "spec.key";
 /// The field a refused datacenter is reported under.
 pub const DATACENTER_FIELD: &str = "spec.consul.datacenter";
+/// The field a refused Consul Enterprise namespace is reported under.
+pub const NAMESPACE_FIELD: &str = "spec.consul.namespace";
+/// The field a refused Consul Enterprise admin partition is reported under.
+pub const PARTITION_FIELD: &str = "spec.consul.partition";
 
 /// What the operator's own token is scoped to.
 #[derive(Debug, Clone, Copy)]
@@ -24,6 +29,10 @@ pub struct OwnToken<'a> {
     pub datacenter: Option<&'a str>,
     /// The datacenters the admin allowed beside it.
     pub allowed_datacenters: &'a [String],
+    /// The operator's own Consul Enterprise namespace (`None`: its token's).
+    pub namespace: Option<&'a str>,
+    /// The operator's own Consul Enterprise admin partition (`None`: its token's).
+    pub partition: Option<&'a str>,
 }
 
 /// Checks that an election in `namespace` may use `key` in `datacenter` (`None`: the
@@ -64,6 +73,36 @@ pub fn own_token_allows(
     }
 }
 
+/// Checks that an election may name the Consul Enterprise `namespace` and `partition` (`None`:
+/// the operator's) with the operator's own token: only the operator's own, since that token may
+/// reach other teams' namespaces and partitions.
+pub fn own_tenancy_allows(
+    own: OwnToken<'_>,
+    namespace: Option<&str>,
+    partition: Option<&str>,
+) -> Result<(), SpecProblem> {
+    let asked = [
+        (NAMESPACE_FIELD, "namespace", namespace, own.namespace),
+        (PARTITION_FIELD, "admin partition", partition, own.partition),
+    ];
+    for (field, what, asked, own) in asked {
+        if let Some(asked) = asked
+            && own != Some(asked)
+        {
+            return Err(SpecProblem {
+                field,
+                message: format!(
+                    "with the operator's own Consul token an election may only use the \
+                     operator's own Consul {what} ({}); name a token of your own in \
+                     spec.consul.tokenSecretRef to use {asked:?}",
+                    own.map_or_else(|| "its token's".to_owned(), |own| format!("{own:?}"))
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Whether an election may name `datacenter` with the operator's own token: the operator's own
 /// datacenter (`own`; `None` is its agent's, which has no name here) or one of `allowed`.
 /// Names are compared exactly: a spelling the admin did not list is refused.
@@ -99,6 +138,8 @@ mod tests {
     const OWN: OwnToken<'static> = OwnToken {
         datacenter: Some("dc1"),
         allowed_datacenters: &[],
+        namespace: Some("team-a"),
+        partition: None,
     };
 
     #[test]
@@ -133,6 +174,22 @@ mod tests {
         let refused = own_token_allows(OWN, "shop", &key, Some("dc3"));
         assert_eq!(refused.map_err(|p| p.field), Err(DATACENTER_FIELD));
         assert!(own_token_allows(OWN, "shop", &key, Some("dc1")).is_ok());
+    }
+
+    #[test]
+    fn the_operators_token_goes_to_its_own_namespace_and_partition_only() {
+        assert!(own_tenancy_allows(OWN, None, None).is_ok());
+        assert!(own_tenancy_allows(OWN, Some("team-a"), None).is_ok());
+        let refused = |namespace, partition| {
+            own_tenancy_allows(OWN, namespace, partition).map_err(|p| (p.field, p.message))
+        };
+        let (field, message) = refused(Some("team-b"), None).err().unwrap_or_default();
+        assert_eq!(field, NAMESPACE_FIELD);
+        assert!(message.contains("(\"team-a\")"), "{message}");
+        assert_eq!(
+            refused(None, Some("default")).map_err(|(f, _)| f),
+            Err(PARTITION_FIELD)
+        );
     }
 
     #[test]

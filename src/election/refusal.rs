@@ -42,6 +42,20 @@ impl ConsulRefusal {
         }
     }
 
+    /// Consul CE refused a request naming a Consul Enterprise namespace or admin partition
+    /// (`detail`: Consul's message).
+    pub fn enterprise_only(operation: &str, target: &str, detail: &str) -> Self {
+        Self {
+            reason: "EnterpriseOnly",
+            message: format!(
+                "Consul refused {operation} {target:?}: {detail}. This Consul is Consul CE: \
+                 remove spec.consul.namespace and spec.consul.partition, and the operator's \
+                 CONSUL_NAMESPACE and CONSUL_PARTITION"
+            ),
+            on_read: required_right(operation).ends_with(":read"),
+        }
+    }
+
     /// Consul does not know the token (deleted, expired, or from another cluster).
     pub fn token_not_found(operation: &str, target: &str) -> Self {
         Self {
@@ -71,6 +85,8 @@ mod tests {
         assert_eq!(refusal.reason, "PermissionDenied");
         assert!(!refusal.on_read);
         assert!(ConsulRefusal::token_not_found("kv get", "k").on_read);
+        let ce = ConsulRefusal::enterprise_only("kv get", "k", "Namespaces are ...");
+        assert_eq!((ce.reason, ce.on_read), ("EnterpriseOnly", true));
         assert!(
             refusal.message.contains("lacks key:write on it"),
             "{}",

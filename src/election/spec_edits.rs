@@ -1,5 +1,6 @@
 //! Spec edits of a live election: `spec.labels` (key, leader, follower), `spec.key` and
-//! `spec.consul` (address, datacenter, tokenSecretRef) may change while the election runs.
+//! `spec.consul` (address, datacenter, Enterprise namespace and partition, tokenSecretRef) may
+//! change while the election runs.
 //!
 //! The object alone cannot tell what changed, so the status records what the operator acts
 //! with ([`AppliedSpec`]) before it acts with other values. A new election records them with
@@ -26,19 +27,20 @@
 
 use crate::crd::AppliedSpec;
 
-/// Whether `a` and `b` name the same Consul access (address, datacenter, token Secret).
+/// Whether `a` and `b` name the same Consul access (address, datacenter, Enterprise namespace
+/// and partition, token Secret).
 pub fn same_access(a: &AppliedSpec, b: &AppliedSpec) -> bool {
-    (
-        &a.consul_address,
-        &a.datacenter,
-        &a.token_secret_name,
-        &a.token_secret_key,
-    ) == (
-        &b.consul_address,
-        &b.datacenter,
-        &b.token_secret_name,
-        &b.token_secret_key,
-    )
+    let access = |s: &AppliedSpec| {
+        (
+            s.consul_address.clone(),
+            s.datacenter.clone(),
+            s.consul_namespace.clone(),
+            s.consul_partition.clone(),
+            s.token_secret_name.clone(),
+            s.token_secret_key.clone(),
+        )
+    };
+    access(a) == access(b)
 }
 
 /// Whether acting with `new` after `old` needs the old labels, key and session gone first:
@@ -127,6 +129,14 @@ mod tests {
                 ..base.clone()
             },
             AppliedSpec {
+                consul_namespace: Some("team-a".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
+                consul_partition: Some("team-a".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
                 token_secret_name: Some("token".into()),
                 token_secret_key: Some("t".into()),
                 ..base.clone()
@@ -139,7 +149,7 @@ mod tests {
     }
 
     #[test]
-    fn the_access_is_the_address_the_datacenter_and_the_token_secret() {
+    fn the_access_is_the_address_the_datacenter_the_tenancy_and_the_token_secret() {
         let base = base();
         let other_labels = AppliedSpec {
             label_key: "example.com/role".into(),
@@ -155,6 +165,14 @@ mod tests {
             },
             AppliedSpec {
                 datacenter: Some("dc2".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
+                consul_namespace: Some("team-a".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
+                consul_partition: Some("team-a".into()),
                 ..base.clone()
             },
             AppliedSpec {

@@ -3,7 +3,7 @@
 //! elections whose key changed.
 //!
 //! # Groups
-//! Elections are grouped by *access* (Consul address, datacenter, ACL token) and *scope*;
+//! Elections are grouped by *access* (Consul address, datacenter, Enterprise namespace and partition, ACL token) and *scope*;
 //! each group runs one blocking query (one long poll, holding one connection of the
 //! client's long-poll budget) and caches its answer:
 //! - a key with a `/` is watched through a recursive read of its first two path segments
@@ -97,7 +97,7 @@ use tokio::task::AbortHandle;
 
 use crate::consul::{
     BlockingWatch, ConsulAddress, ConsulClient, ConsulError, IndexChange, KvEntry, KvList, KvPair,
-    QueryOptions, QueryResult, RetryPolicy, TokenIdentity,
+    QueryOptions, QueryResult, RetryPolicy, Tenancy, TokenIdentity,
 };
 use crate::election::config::ElectionKey;
 use crate::election::confirmation_pace::{answer_pause, effective_wait};
@@ -154,6 +154,7 @@ impl Scope {
 struct Access {
     address: ConsulAddress,
     datacenter: Option<String>,
+    tenancy: Tenancy,
     token: TokenIdentity,
 }
 
@@ -162,6 +163,7 @@ impl Access {
         Access {
             address: client.address().clone(),
             datacenter: client.datacenter().map(str::to_owned),
+            tenancy: client.tenancy().clone(),
             token: client.token_identity(),
         }
     }

@@ -29,7 +29,9 @@ use futures::StreamExt;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::cache::keys::election_key;
-use crate::consul::{ConsulAddress, ConsulClient, QueryOptions, SessionEntry, TokenIdentity};
+use crate::consul::{
+    ConsulAddress, ConsulClient, QueryOptions, SessionEntry, Tenancy, TokenIdentity,
+};
 use crate::consul_access;
 use crate::context::Context;
 use crate::crd::LeaderElection;
@@ -160,12 +162,13 @@ pub async fn adopt_all(ctx: &Context) -> usize {
     adopted
 }
 
-/// The Consul accesses of the managed elections (address, datacenter and token), each with a
+/// The Consul accesses of the managed elections (address, datacenter, Enterprise namespace and
+/// partition, and token), each with a
 /// client and the elections that use it. Elections without overrides share the operator's own
 /// client without any lookup; the others are resolved like their reconciles resolve them
 /// (reading an opted-in token Secret), and are skipped when that fails.
 async fn accesses(ctx: &Context) -> Vec<(ConsulClient, HashSet<ElectionKey>)> {
-    type Access = (ConsulAddress, Option<String>, TokenIdentity);
+    type Access = (ConsulAddress, Option<String>, Tenancy, TokenIdentity);
     let mut groups: HashMap<Access, (ConsulClient, HashSet<ElectionKey>)> = HashMap::new();
     for le in ctx.caches.elections.state() {
         let Ok(key) = election_key(&le) else {
@@ -188,6 +191,7 @@ async fn accesses(ctx: &Context) -> Vec<(ConsulClient, HashSet<ElectionKey>)> {
         let access = (
             consul.address().clone(),
             consul.datacenter().map(str::to_owned),
+            consul.tenancy().clone(),
             consul.token_identity(),
         );
         groups

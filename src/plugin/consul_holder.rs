@@ -6,7 +6,9 @@
 use serde::Serialize;
 
 use super::cli::RequestTimeout;
-use crate::consul::{ConsulAddress, ConsulClient, ConsulSettings, Overrides, QueryOptions};
+use crate::consul::{
+    ConsulAddress, ConsulClient, ConsulSettings, Overrides, QueryOptions, Tenancy,
+};
 use crate::crd::LeaderElection;
 use crate::election::key_value::holder_from_value;
 
@@ -140,9 +142,18 @@ pub async fn read(client: Option<&ConsulClient>, election: &LeaderElection) -> C
     let datacenter = applied
         .and_then(|a| a.datacenter.clone())
         .or_else(|| spec.and_then(|c| c.datacenter.clone()));
+    let tenancy = Tenancy {
+        namespace: applied
+            .and_then(|a| a.consul_namespace.clone())
+            .or_else(|| spec.and_then(|c| c.namespace.clone())),
+        partition: applied
+            .and_then(|a| a.consul_partition.clone())
+            .or_else(|| spec.and_then(|c| c.partition.clone())),
+    };
     let key = election_key(election);
     let entry = match client.with_overrides(Overrides {
         datacenter,
+        tenancy,
         ..Overrides::default()
     }) {
         Ok(handle) => handle.kv_get(&key, QueryOptions::default()).await,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use consul_elector::consul::{
     BlockingIndex, ConsulClient, ConsulError, ConsulSettings, ConsulToken, IndexChange, Overrides,
-    QueryOptions, SessionBehavior, SessionRequest,
+    QueryOptions, SessionBehavior, SessionRequest, Tenancy,
 };
 use testkit::consul::{AclPolicy, Endpoint, Fault, FaultAction};
 
@@ -512,6 +512,67 @@ async fn server_side_errors_are_typed() {
         })
         .unwrap();
     here.kv_get("k", QueryOptions::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_enterprise_namespace_and_partition_go_with_every_request_and_consul_ce_refuses_them() {
+    let emu = emulator().await;
+    let consul = client(&emu);
+    let namespaced = consul
+        .with_overrides(Overrides {
+            tenancy: Tenancy {
+                namespace: Some("team-a".into()),
+                partition: None,
+            },
+            ..Overrides::default()
+        })
+        .unwrap();
+    // A part an override leaves unset keeps the handle's; an empty one too.
+    let partitioned = namespaced
+        .with_overrides(Overrides {
+            tenancy: Tenancy {
+                namespace: Some(String::new()),
+                partition: Some("east".into()),
+            },
+            ..Overrides::default()
+        })
+        .unwrap();
+    assert_eq!(
+        *partitioned.tenancy(),
+        Tenancy {
+            namespace: Some("team-a".into()),
+            partition: Some("east".into()),
+        }
+    );
+    let namespaces = "Namespaces are a Consul Enterprise feature";
+    let refused = [
+        namespaced.kv_get("k", QueryOptions::default()).await.err(),
+        namespaced.kv_acquire("k", "nobody", b"v", 0).await.err(),
+        namespaced.create_session(&session_request("s")).await.err(),
+    ];
+    for error in refused {
+        let error = error.map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains(namespaces), "{error}");
+    }
+    let only_partition = consul
+        .with_overrides(Overrides {
+            tenancy: Tenancy {
+                namespace: None,
+                partition: Some("east".into()),
+            },
+            ..Overrides::default()
+        })
+        .unwrap();
+    let error = only_partition.kv_get("k", QueryOptions::default()).await;
+    let error = error.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        error.contains("Partitions are a Consul Enterprise feature"),
+        "{error}"
+    );
+    assert_eq!(emu.kv_entry("k"), None, "nothing was written");
+    assert!(emu.sessions().is_empty(), "no session was created");
+    // Without either, nothing is added: the emulator serves the request.
+    consul.kv_get("k", QueryOptions::default()).await.unwrap();
 }
 
 #[tokio::test]

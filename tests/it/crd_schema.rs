@@ -142,6 +142,8 @@ async fn a_fully_specified_object_round_trips() {
             "consul": {
                 "address": "https://consul.consul.svc:8501",
                 "datacenter": "dc1",
+                "namespace": "team-a",
+                "partition": "east",
                 "tokenSecretRef": {"name": "consul-token", "key": "token"},
             },
             "session": {"ttl": "1m30s", "lockDelay": "0", "behavior": "Delete"},
@@ -246,6 +248,14 @@ fn schema_violations() -> Vec<(&'static str, Value)> {
         (
             "spec.consul.datacenter",
             spec_with("/consul/datacenter", json!("dc 1")),
+        ),
+        (
+            "spec.consul.namespace",
+            spec_with("/consul/namespace", json!("team_a")),
+        ),
+        (
+            "spec.consul.partition",
+            spec_with("/consul/partition", json!("-east")),
         ),
         (
             "spec.consul.tokenSecretRef.name",
@@ -364,6 +374,8 @@ async fn the_status_the_operator_writes_is_accepted() {
                 key: "elector/ns/web/leader".into(),
                 consul_address: Some("https://consul.example:8501".into()),
                 datacenter: Some("dc1".into()),
+                consul_namespace: Some("team-a".into()),
+                consul_partition: Some("east".into()),
                 token_secret_name: Some("consul-token".into()),
                 token_secret_key: Some("token".into()),
                 session: Some(AppliedSession {

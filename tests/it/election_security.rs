@@ -298,6 +298,61 @@ async fn a_datacenter_the_admin_did_not_allow_is_refused_for_the_operators_token
     .await;
 }
 
+/// `spec.consul.namespace` and `.partition` (Consul Enterprise's) with the operator's own
+/// token: only the operator's own (the harness' operator names none, so any is refused). With a
+/// token of the election's own they go with the election's requests; Consul CE (the emulator
+/// answers as it does) refuses them, and the election says so rather than electing in the
+/// default namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consul_namespace_is_the_operators_own_or_a_tenants_and_consul_ce_refuses_it() {
+    with_namespace("sec-ns", |admin, ns| async move {
+        let h = harness(admin, ns, Vec::new(), true).await;
+        let mut web = elsewhere(&h.emu().url());
+        web["consul"] = json!({"namespace": "team-a"});
+        h.election("web", web).await;
+        let message = refused(&h, "web").await;
+        assert!(
+            message.contains("spec.consul.namespace") && message.contains("tokenSecretRef"),
+            "{message}"
+        );
+
+        h.token_secret("tenant-token", TENANT_TOKEN, "api").await;
+        let mut api = elsewhere_as_api(&h.emu().url());
+        api["consul"] = json!({
+            "namespace": "team-a",
+            "partition": "east",
+            "tokenSecretRef": {"name": "tenant-token", "key": "token"},
+        });
+        h.election("api", api).await;
+        let le = h
+            .wait_status("api", |le| {
+                condition(le, "ConsulAvailable").is_some_and(|c| c.reason == "EnterpriseOnly")
+            })
+            .await;
+        let available = condition(&le, "ConsulAvailable").expect("ConsulAvailable");
+        assert_eq!(available.status, "False");
+        assert!(
+            available
+                .message
+                .contains("Namespaces are a Consul Enterprise feature"),
+            "{}",
+            available.message
+        );
+        assert!(has_condition(&le, "SpecValid", "True"));
+        assert!(h.emu().kv_entry(&h.key("api")).is_none());
+        assert!(h.emu().sessions().is_empty(), "no session anywhere");
+        assert!(
+            h.recorder
+                .versions()
+                .iter()
+                .all(|v| v.labels.get(API_ROLE).map(String::as_str) != Some("leader")),
+            "no pod was ever labelled leader by api"
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_datacenter_the_admin_allowed_may_be_used_with_the_operators_token() {
     with_namespace("sec-dc-allowed", |admin, ns| async move {

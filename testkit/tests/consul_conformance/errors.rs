@@ -68,3 +68,27 @@ pub async fn case_71_no_cluster_leader(t: &Target) {
         .await
         .assert_error(500, "No cluster leader");
 }
+
+pub async fn case_79_enterprise_namespaces_and_partitions_are_refused_by_ce(t: &Target) {
+    let k = t.key("k");
+    let namespaces = "Invalid query parameter: \"ns\" - Namespaces are a Consul Enterprise feature";
+    t.get(&format!("/v1/kv/{k}?ns=team-a"))
+        .await
+        .assert_error(400, namespaces);
+    t.put(&format!("/v1/kv/{k}?ns=default"), "v")
+        .await
+        .assert_error(400, namespaces);
+    t.put("/v1/session/create?ns=team-a", "{}")
+        .await
+        .assert_error(400, namespaces);
+    assert_eq!(t.kv(&k).await, None, "nothing was written");
+    let partitioned = t.get(&format!("/v1/kv/{k}?partition=team-a")).await;
+    if t.version().at_least(1, 11) {
+        let partitions =
+            "Invalid query parameter: \"partition\" - Partitions are a Consul Enterprise feature";
+        partitioned.assert_error(400, partitions);
+    } else {
+        // Before admin partitions existed the parameter meant nothing: the key is read.
+        assert_eq!(partitioned.status, 404, "{}", partitioned.text());
+    }
+}

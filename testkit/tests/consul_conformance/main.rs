@@ -174,6 +174,7 @@ cases! {
     errors::case_69_acl_denials => Setup::config(errors::acl_config());
     errors::case_70_wrong_method_on_session_create_is_405;
     errors::case_71_no_cluster_leader;
+    errors::case_79_enterprise_namespaces_and_partitions_are_refused_by_ce;
     go_lock::case_72_lock_refuses_a_key_that_is_not_a_lock;
     go_lock::case_73_lock_retries_through_a_lock_delay;
     go_lock::case_74_monitor_retries;

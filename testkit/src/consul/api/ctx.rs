@@ -33,14 +33,29 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    /// 500 `No path to datacenter` for a `?dc=` other than the configured one.
-    pub(super) fn check_dc(&self) -> Result<(), ApiError> {
-        match self.query.get("dc") {
-            Some(dc) if !dc.is_empty() && dc != self.inner.config.datacenter => {
-                Err(ApiError::internal("No path to datacenter"))
-            }
-            _ => Ok(()),
+    /// 500 `No path to datacenter` for a `?dc=` other than the configured one; then, as
+    /// Consul CE answers a request naming an Enterprise namespace or admin partition (even
+    /// `default`), 400.
+    pub(super) fn check_placement(&self) -> Result<(), ApiError> {
+        if let Some(dc) = self.query.get("dc")
+            && !dc.is_empty()
+            && dc != self.inner.config.datacenter
+        {
+            return Err(ApiError::internal("No path to datacenter"));
         }
+        let enterprise = [("ns", "Namespaces"), ("partition", "Partitions")];
+        for (parameter, feature) in enterprise {
+            if self
+                .query
+                .get(parameter)
+                .is_some_and(|value| !value.is_empty())
+            {
+                return Err(ApiError::bad_request(format!(
+                    "Invalid query parameter: \"{parameter}\" - {feature} are a Consul Enterprise feature"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// 500 `No cluster leader` unless a leader exists or the read allows stale answers.

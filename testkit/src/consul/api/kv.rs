@@ -70,7 +70,7 @@ pub(super) async fn get(ctx: Ctx, key: &str) -> Result<Resp, ApiError> {
     if !key.is_empty() {
         validate_key(key)?;
     }
-    ctx.check_dc()?;
+    ctx.check_placement()?;
     ctx.require_leader(opts.stale)?;
     let authz = ctx.authorizer()?;
     if recurse {
@@ -171,7 +171,7 @@ async fn keys(ctx: Ctx, prefix: &str, opts: &QueryOptions) -> Result<Resp, ApiEr
         .or_else(|| ctx.query.get("seperator"))
         .unwrap_or("")
         .to_string();
-    ctx.check_dc()?;
+    ctx.check_placement()?;
     ctx.require_leader(opts.stale)?;
     let authz = ctx.authorizer()?;
     let (index, listed) = ctx
@@ -244,7 +244,7 @@ pub(super) async fn put(mut ctx: Ctx, key: &str) -> Result<Resp, ApiError> {
         Err(BodyError::TooLarge(n)) => return Err(too_large(n as u64)),
         Err(BodyError::Broken) => return Err(ApiError::bad_request("body read error")),
     };
-    ctx.check_dc()?;
+    ctx.check_placement()?;
     ctx.require_leader(false)?;
     let authz = ctx.authorizer()?;
     authz.require_key_write(key)?;
@@ -269,7 +269,7 @@ pub(super) async fn delete(ctx: Ctx, key: &str) -> Result<Resp, ApiError> {
         validate_key(key)?;
     }
     let cas = uint_param(&ctx.query, "cas")?;
-    ctx.check_dc()?;
+    ctx.check_placement()?;
     ctx.require_leader(false)?;
     let authz = ctx.authorizer()?;
     authz.require_key_write(key)?;

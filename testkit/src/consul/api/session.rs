@@ -36,7 +36,7 @@ pub(super) async fn create(mut ctx: Ctx) -> Result<Resp, ApiError> {
         }
     };
     let spec = decode_session_create(&body, &ctx.inner.config.node_name)?;
-    ctx.check_dc()?;
+    ctx.check_placement()?;
     ctx.require_leader(false)?;
     if spec.node.is_empty() {
         return Err(ApiError::internal("Must provide Node"));
@@ -66,7 +66,7 @@ fn write_session<T>(
     change: impl FnOnce(&mut State, Duration) -> T,
 ) -> Result<Option<T>, ApiError> {
     require_id(id)?;
-    ctx.check_dc()?;
+    ctx.check_placement()?;
     ctx.require_leader(false)?;
     let authz = ctx.authorizer()?;
     ctx.inner.with_state(|st, now| {
@@ -115,7 +115,7 @@ async fn read_sessions(
     opts: &QueryOptions,
     selection: Selection<'_>,
 ) -> Result<Resp, ApiError> {
-    ctx.check_dc()?;
+    ctx.check_placement()?;
     ctx.require_leader(opts.stale)?;
     let authz = ctx.authorizer()?;
     let can_read = authz.can_read_sessions();
