@@ -497,6 +497,9 @@ pub enum Event {
     /// The user deletes the LeaderElection: from then on every loop runs its cleanup
     /// (rule 7) until the finalizer goes.
     DeleteElection,
+    /// The operator is uninstalled and keeps the LeaderElection: from then on every loop
+    /// releases it (rule 7) until the finalizer goes; the object stays.
+    Uninstall,
     /// The user edits `spec.labels.key` (between two keys).
     EditLabelKey,
     /// The user edits `spec.key` (between two keys) or the Consul access, which moves the
@@ -564,6 +567,10 @@ pub struct Model {
     applied: Option<AppliedSpec>,
     /// When the LeaderElection was deleted.
     deleted_at: Option<Timestamp>,
+    /// The operator's uninstall asked for the elections' release.
+    released: bool,
+    /// A later install took the released election over ([`Model::reinstall`]).
+    reinstalled: bool,
     /// An older election that claims the same pods under the same label key.
     older: Option<String>,
     /// The pod on which a younger election claiming the same pods still carries its leader
@@ -615,6 +622,8 @@ impl Model {
             max_label: None,
             applied: None,
             deleted_at: None,
+            released: false,
+            reinstalled: false,
             older: None,
             younger: None,
             access_refused: false,
@@ -904,6 +913,12 @@ impl Model {
                     self.take_over();
                 }
             }
+            Event::Uninstall => {
+                if !self.released {
+                    self.seen_under_a_leader("uninstalled under a leader");
+                    self.released = true;
+                }
+            }
             Event::DeleteElection => {
                 if self.deleted_at.is_none() {
                     self.seen_under_a_leader("deleted under a leader");
@@ -963,7 +978,7 @@ impl Model {
                 after_effect,
             } => {
                 let faults = Faults::new(*fail_at, *after_effect);
-                if self.deleted_at.is_some() {
+                if self.deleted_at.is_some() || self.released {
                     self.finalize(faults);
                 } else {
                     self.drive_machine(faults);
@@ -2258,6 +2273,15 @@ impl Model {
             self.quiesce_deleted();
             return;
         }
+        if self.released {
+            // An election another install serves is that install's to release: its claim
+            // goes first, as below, so this install's release finishes.
+            if self.served_elsewhere() {
+                self.status.served_by = None;
+            }
+            self.quiesce_deleted();
+            self.reinstall();
+        }
         if self.older.take().is_some() {
             let _ = writeln!(self.trace, "@{} the older election goes", self.secs());
         }
@@ -2332,6 +2356,12 @@ impl Model {
             self.fail("no convergence: plans never became empty");
         };
         self.check_end_state(&last);
+        if self.reinstalled && self.status.leader.is_some() {
+            *self
+                .seen
+                .entry("elected again after a reinstall".into())
+                .or_default() += 1;
+        }
         // No flapping: with nothing changing, plans stay empty and the status stays put.
         let mut previous = last;
         for _ in 0..3 {

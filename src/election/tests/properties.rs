@@ -125,7 +125,8 @@ fn world_event() -> impl Strategy<Value = Event> {
 
 /// Up to 40 world events, most of them followed by the reconcile their watch event
 /// triggers, plus some extra loops (requeues). In a fifth of the runs the election is
-/// deleted somewhere among them: the events after it run next to its cleanup.
+/// deleted somewhere among them, in a tenth the operator is uninstalled (keeping it): the
+/// events after it run next to its cleanup or release.
 fn events() -> impl Strategy<Value = Vec<Event>> {
     (
         prop::collection::vec(
@@ -137,12 +138,16 @@ fn events() -> impl Strategy<Value = Vec<Event>> {
             0..40,
         ),
         prop::option::weighted(0.2, 0usize..40),
+        prop::option::weighted(0.1, 0usize..40),
     )
-        .prop_map(|(steps, deleted_after)| {
+        .prop_map(|(steps, deleted_after, uninstalled_after)| {
             let mut events: Vec<Event> = Vec::new();
             for (i, (e, l1, l2)) in steps.into_iter().enumerate() {
                 if deleted_after == Some(i) {
                     events.push(Event::DeleteElection);
+                }
+                if uninstalled_after == Some(i) {
+                    events.push(Event::Uninstall);
                 }
                 events.extend(std::iter::once(e).chain(l1).chain(l2));
             }
@@ -252,6 +257,9 @@ fn the_generator_reaches_every_interesting_situation() {
         "reason HandingOver",
         "reason Moving",
         "deleted under a leader",
+        "uninstalled under a leader",
+        "released by an uninstall",
+        "elected again after a reinstall",
         "label key edited under a leader",
         "key edited under a leader",
         "mode switched under a leader",

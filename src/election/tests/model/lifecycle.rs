@@ -97,7 +97,7 @@ impl Model {
             paused: self.config.paused,
             token_secret: false,
             deleted: self.deleted_at.is_some(),
-            released: false,
+            released: self.released && self.deleted_at.is_none(),
             acting: Some((self.config.mode, self.config.on_consul_unavailable)),
         }
     }
@@ -196,7 +196,38 @@ impl Model {
                     self.version += 1;
                 }
             }
+            // The uninstall's release (rule 7's order done first): the status says so,
+            // then the finalizer goes and nothing decides for the election any more.
+            Request::WriteStatus(released @ StatusChange::Released) => {
+                self.check_released_before_the_finalizer();
+                self.write(released, None);
+            }
+            Request::RemoveFinalizer => {
+                self.check_released_before_the_finalizer();
+                if self.status.phase != Some(crate::crd::Phase::Pending)
+                    || self.status.leader.is_some()
+                {
+                    self.fail("the finalizer went before the status said the election is released");
+                }
+                self.finalized = true;
+                let _ = writeln!(self.trace, "   released; finalizer removed");
+                *self
+                    .seen
+                    .entry("released by an uninstall".into())
+                    .or_default() += 1;
+            }
             other => self.fail(&format!("{other:?} is no step before planning")),
+        }
+    }
+
+    /// Rule 7 for an uninstall that keeps the election: nothing of it is left on the pods or
+    /// in Consul (its session no longer renewed) before its status says it is released.
+    fn check_released_before_the_finalizer(&self) {
+        if let Some(p) = self.pods.iter().find(|p| Self::labelled(p)) {
+            self.fail(&format!("released with pod {} still labelled", p.name));
+        }
+        if self.registered.is_some() {
+            self.fail("released with its session still renewed");
         }
     }
 
@@ -428,8 +459,8 @@ impl Model {
         }
     }
 
-    /// One loop of a deleted election: the same machine withdraws it, with its Consul bound;
-    /// the finalizer goes once that reconcile succeeds.
+    /// One loop of a deleted election, or of one an uninstall releases: the same machine
+    /// withdraws it, with its Consul bound; the finalizer goes once that reconcile succeeds.
     pub(super) fn finalize(&mut self, faults: Faults) {
         if self.finalized {
             self.tick_sessions();
@@ -438,7 +469,7 @@ impl Model {
         self.drive_machine(faults);
     }
 
-    /// Quiesce for a deleted election: Consul answers again, the cleanup finishes, and
+    /// Quiesce for a deleted (or released) election: Consul answers again, the cleanup finishes, and
     /// nothing of the election is left: no label or annotation on any pod, no session
     /// renewed, and (once the sessions the operator lost track of expired) no session of
     /// the operator in Consul.
@@ -456,16 +487,16 @@ impl Model {
             self.advance(Duration::from_secs(1));
         }
         if !self.finalized {
-            self.fail("the deleted election's cleanup never finished with Consul up");
+            self.fail("the withdrawn election's cleanup never finished with Consul up");
         }
         if let Some(p) = self.pods.iter().find(|p| Self::labelled(p)) {
             self.fail(&format!(
-                "pod {} kept the deleted election's labels",
+                "pod {} kept the withdrawn election's labels",
                 p.name
             ));
         }
         if self.registered.is_some() {
-            self.fail("a session of the deleted election is still renewed");
+            self.fail("a session of the withdrawn election is still renewed");
         }
         let ttl = self.config.session.ttl.max(Duration::from_secs(15));
         self.advance(3 * ttl);
@@ -477,12 +508,35 @@ impl Model {
             .map(|(id, _)| id)
             .collect();
         if !left.is_empty() {
-            self.fail(&format!("the deleted election left sessions {left:?}"));
+            self.fail(&format!("the withdrawn election left sessions {left:?}"));
         }
         if let Some(r) = &self.registered
             && r.health != SessionHealth::Lost
         {
             self.fail("a session is registered after the cleanup");
         }
+    }
+
+    /// A later install of the operator (reinstalled after the uninstall): the election it kept
+    /// says it was released, and the new process elects it again, as after a restart.
+    pub(super) fn reinstall(&mut self) {
+        let released = self.status.conditions.iter().any(|c| {
+            c.type_ == crate::election::planner::LEADER_ELECTED
+                && c.reason == crate::crd::conditions::RELEASED
+        });
+        if self.status.phase != Some(crate::crd::Phase::Pending)
+            || self.status.leader.is_some()
+            || !released
+        {
+            self.fail(&format!(
+                "a released election reads {:?}",
+                self.status.phase
+            ));
+        }
+        self.released = false;
+        self.finalized = false;
+        self.reinstalled = true;
+        let _ = writeln!(self.trace, "@{} reinstalled", self.secs());
+        self.apply(&super::Event::Restart);
     }
 }
