@@ -76,6 +76,28 @@ mod tests {
         }
     }
 
+    /// `base` with another Consul address, datacenter, Enterprise namespace or partition.
+    fn other_places(base: &AppliedSpec) -> Vec<AppliedSpec> {
+        vec![
+            AppliedSpec {
+                consul_address: Some("consul:8500".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
+                datacenter: Some("dc2".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
+                consul_namespace: Some("team-a".into()),
+                ..base.clone()
+            },
+            AppliedSpec {
+                consul_partition: Some("team-a".into()),
+                ..base.clone()
+            },
+        ]
+    }
+
     fn session(ttl: &str, behavior: &str) -> AppliedSession {
         AppliedSession {
             ttl: ttl.into(),
@@ -121,28 +143,12 @@ mod tests {
                 ..base.clone()
             },
             AppliedSpec {
-                consul_address: Some("consul:8500".into()),
-                ..base.clone()
-            },
-            AppliedSpec {
-                datacenter: Some("dc2".into()),
-                ..base.clone()
-            },
-            AppliedSpec {
-                consul_namespace: Some("team-a".into()),
-                ..base.clone()
-            },
-            AppliedSpec {
-                consul_partition: Some("team-a".into()),
-                ..base.clone()
-            },
-            AppliedSpec {
                 token_secret_name: Some("token".into()),
                 token_secret_key: Some("t".into()),
                 ..base.clone()
             },
         ];
-        for changed in changes {
+        for changed in changes.into_iter().chain(other_places(&base)) {
             assert!(needs_withdrawal(&base, &changed), "{changed:?}");
             assert!(needs_withdrawal(&changed, &base), "{changed:?}");
         }
@@ -160,22 +166,6 @@ mod tests {
         assert!(same_access(&base, &other_labels));
         let changes = [
             AppliedSpec {
-                consul_address: Some("consul:8500".into()),
-                ..base.clone()
-            },
-            AppliedSpec {
-                datacenter: Some("dc2".into()),
-                ..base.clone()
-            },
-            AppliedSpec {
-                consul_namespace: Some("team-a".into()),
-                ..base.clone()
-            },
-            AppliedSpec {
-                consul_partition: Some("team-a".into()),
-                ..base.clone()
-            },
-            AppliedSpec {
                 token_secret_name: Some("token".into()),
                 ..base.clone()
             },
@@ -184,7 +174,7 @@ mod tests {
                 ..base.clone()
             },
         ];
-        for changed in changes {
+        for changed in changes.into_iter().chain(other_places(&base)) {
             assert!(!same_access(&base, &changed), "{changed:?}");
         }
     }

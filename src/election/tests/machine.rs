@@ -767,21 +767,9 @@ fn fenced_at(election: &mut Election, now: jiff::Timestamp) {
     election.handle(Input::Outcome(Outcome::Done), mono(now));
 }
 
-#[test]
-fn while_an_input_is_awaited_the_label_stays_until_rule_2_names_and_is_judged_again_then() {
-    let mut election = Election::new();
-    awaiting_the_owners(&mut election, start());
-    assert_eq!(election.poll(), Next::Observe(Observable::Lock));
-    // Held by the election's session, read at t(0), renewed then: 6 s of the TTL left.
-    election.handle(Input::Lock(facts(held("s1", 5, "a"), t(4))), mono(t(4)));
-    assert_eq!(
-        election.poll(),
-        Next::Observe(Observable::Await(Some(secs(6))))
-    );
-    // The time named passed (or a lock changed): judged again, and the label goes.
-    election.handle(Input::Gathered(Gathered::Awaited), mono(t(0)));
-    fenced_at(&mut election, t(10));
-    // Nothing more for rule 2 to take away: only the input is awaited, and it decides.
+/// Only the owners are awaited; they answer (the label key is valid) and the next admission
+/// input is asked for.
+fn the_owners_answer_and_the_next_input_is_asked(election: &mut Election) {
     assert_eq!(election.poll(), Next::Observe(Observable::Await(None)));
     election.handle(
         Input::Gathered(Gathered::Found(Found::LabelKey(spec_valid()))),
@@ -791,6 +779,29 @@ fn while_an_input_is_awaited_the_label_stays_until_rule_2_names_and_is_judged_ag
         election.poll(),
         Next::Observe(Observable::Input(AdmissionInput::Older))
     );
+}
+
+/// Rule 2 judged while the owners are awaited: the lock held by the election's session, read
+/// at t(0) and renewed then, judged at t(4): the label stays, judged again in 6 s.
+fn judged_with_six_seconds_left(election: &mut Election) {
+    assert_eq!(election.poll(), Next::Observe(Observable::Lock));
+    election.handle(Input::Lock(facts(held("s1", 5, "a"), t(4))), mono(t(4)));
+    assert_eq!(
+        election.poll(),
+        Next::Observe(Observable::Await(Some(secs(6))))
+    );
+}
+
+#[test]
+fn while_an_input_is_awaited_the_label_stays_until_rule_2_names_and_is_judged_again_then() {
+    let mut election = Election::new();
+    awaiting_the_owners(&mut election, start());
+    judged_with_six_seconds_left(&mut election);
+    // The time named passed (or a lock changed): judged again, and the label goes.
+    election.handle(Input::Gathered(Gathered::Awaited), mono(t(0)));
+    fenced_at(&mut election, t(10));
+    // Nothing more for rule 2 to take away: only the input is awaited, and it decides.
+    the_owners_answer_and_the_next_input_is_asked(&mut election);
 }
 
 #[test]
@@ -806,12 +817,7 @@ fn while_an_input_is_awaited_a_key_read_lost_takes_the_label_off_at_once() {
 fn an_input_that_fails_while_awaited_fails_the_reconcile_once_rule_2_is_carried_out() {
     let mut election = Election::new();
     awaiting_the_owners(&mut election, start());
-    assert_eq!(election.poll(), Next::Observe(Observable::Lock));
-    election.handle(Input::Lock(facts(held("s1", 5, "a"), t(4))), mono(t(4)));
-    assert_eq!(
-        election.poll(),
-        Next::Observe(Observable::Await(Some(secs(6))))
-    );
+    judged_with_six_seconds_left(&mut election);
     election.handle(Input::Gathered(Gathered::Failed), mono(t(0)));
     // Judged once more: the read may have failed after a whole TTL.
     fenced_at(&mut election, t(11));
@@ -828,15 +834,7 @@ fn while_an_input_of_an_election_another_install_serves_is_awaited_its_labels_ar
         ..start()
     };
     awaiting_the_owners(&mut election, served.clone());
-    assert_eq!(election.poll(), Next::Observe(Observable::Await(None)));
-    election.handle(
-        Input::Gathered(Gathered::Found(Found::LabelKey(spec_valid()))),
-        mono(t(0)),
-    );
-    assert_eq!(
-        election.poll(),
-        Next::Observe(Observable::Input(AdmissionInput::Older))
-    );
+    the_owners_answer_and_the_next_input_is_asked(&mut election);
     // A read that fails stops the reconcile without judging either.
     awaiting_the_owners(&mut election, served);
     election.handle(Input::Gathered(Gathered::Failed), mono(t(0)));
