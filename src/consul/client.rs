@@ -206,7 +206,7 @@ impl ConsulClient {
             shared,
             &settings.address,
             settings.datacenter.clone(),
-            settings.tenancy.overridden_by(Tenancy::default()),
+            settings.tenancy.clone(),
             credential,
         )
     }

@@ -424,10 +424,10 @@ impl ConsulSettings {
         Ok(Self {
             address,
             datacenter: get("CONSUL_DATACENTER").map(|dc| dc.trim().to_owned()),
-            tenancy: Tenancy {
+            tenancy: Tenancy::default().overridden_by(Tenancy {
                 namespace: get("CONSUL_NAMESPACE").map(|ns| ns.trim().to_owned()),
                 partition: get("CONSUL_PARTITION").map(|p| p.trim().to_owned()),
-            },
+            }),
             token,
             token_file: token_file.map(PathBuf::from),
             credentials_reload,
@@ -581,6 +581,8 @@ mod tests {
             ("CONSUL_HTTP_SSL_VERIFY", "false"),
             ("CONSUL_TLS_SERVER_NAME", "server.dc1.consul"),
             ("CONSUL_DATACENTER", "dc2"),
+            ("CONSUL_NAMESPACE", " team-a "),
+            ("CONSUL_PARTITION", "  "),
             ("ELECTOR_CONSUL_MAX_CONNECTIONS", "8"),
             ("ELECTOR_CONSUL_REQUEST_TIMEOUT", "3s"),
             ("ELECTOR_CONSUL_CONNECT_TIMEOUT", "1500ms"),
@@ -604,6 +606,11 @@ mod tests {
         assert!(!s.tls.verify);
         assert_eq!(s.tls.server_name.as_deref(), Some("server.dc1.consul"));
         assert_eq!(s.datacenter.as_deref(), Some("dc2"));
+        let tenancy = Tenancy {
+            namespace: Some("team-a".into()),
+            partition: None,
+        };
+        assert_eq!(s.tenancy, tenancy, "trimmed; blank is unset");
         assert_eq!(s.max_connections, 8);
         assert_eq!(s.request_timeout, Duration::from_secs(3));
         assert_eq!(s.connect_timeout, Duration::from_millis(1500));
