@@ -571,6 +571,9 @@ pub struct Model {
     released: bool,
     /// A later install took the released election over ([`Model::reinstall`]).
     reinstalled: bool,
+    /// The other install labelled a pod after this one's release had finished: that label is
+    /// the other install's, which the reinstall takes over.
+    labelled_elsewhere_after_release: bool,
     /// An older election that claims the same pods under the same label key.
     older: Option<String>,
     /// The pod on which a younger election claiming the same pods still carries its leader
@@ -624,6 +627,7 @@ impl Model {
             deleted_at: None,
             released: false,
             reinstalled: false,
+            labelled_elsewhere_after_release: false,
             older: None,
             younger: None,
             access_refused: false,
@@ -2149,11 +2153,14 @@ impl Model {
         }
         // Rule 2: no action of the operator makes a label unbacked (world events can; those
         // are the planner's to repair), and a leader label is only ever put on a backed pod,
-        // or in Observe mode on the holder a confirmed answer names.
+        // or in Observe mode on the holder a confirmed answer names. A label that failed rule 2
+        // before the action was not made to fail by it, whichever half fails now: an
+        // acquisition for a labelled pod whose lock was gone backs its lock and leaves its
+        // token behind until the relabel that follows (the label is checked then).
         if !self.keep_leader_excuse() {
             let after = self.rule2_violators();
-            if let Some((uid, what)) = after.iter().find(|(uid, what)| {
-                !before.contains(&(uid.clone(), *what))
+            if let Some((uid, what)) = after.iter().find(|(uid, _)| {
+                !before.iter().any(|(was, _)| was == uid)
                     && !self
                         .pods
                         .iter()

@@ -751,3 +751,55 @@ fn a_yielding_election_whose_access_is_refused_forgets_its_session() {
     ];
     replay(config, &[(false, 0)], &events);
 }
+
+/// Found by the randomized run: the other install labels a pod after this install's uninstall
+/// released the election. That label is the other install's, not a leftover of the release,
+/// and the reinstall takes it over.
+#[test]
+fn another_installs_label_written_after_an_uninstall_is_taken_over_by_the_reinstall() {
+    let config = ElectionConfig {
+        require_ready: false,
+        ..config()
+    };
+    let events = [
+        Event::Uninstall,
+        Event::OtherInstallAcquires(0),
+        LOOP,
+        Event::OtherInstallLabels,
+    ];
+    replay(config, &[(false, 0)], &events);
+}
+
+/// Found by the randomized run: this install's leader lost its session while another install
+/// served the election (standing back, it left the label alone). Once the other install's
+/// claim goes, this one acquires for the labelled pod, which backs the label's lock and leaves
+/// its token behind until the relabel right after: not a label the acquisition made unbacked.
+#[test]
+fn an_acquisition_for_a_label_whose_lock_went_while_standing_back_is_no_new_violation() {
+    let config = ElectionConfig {
+        session: SessionConfig {
+            ttl: Duration::from_secs(15),
+            lock_delay: Duration::ZERO,
+            behavior: Behavior::Release,
+        },
+        failover_delay: Duration::from_secs(20),
+        ..config()
+    };
+    let events = [
+        LOOP,
+        Event::ServedElsewhere(true),
+        Event::DestroyOurSession,
+        LOOP,
+        Event::Advance(8),
+        LOOP,
+    ];
+    let knobs = Knobs {
+        tell_lock_delay: false,
+        ..KNOBS
+    };
+    let mut model = Model::new(config, knobs, &[(false, 0), (false, 0), (true, 0)]);
+    for e in &events {
+        model.apply(e);
+    }
+    model.quiesce();
+}

@@ -116,6 +116,13 @@ impl Model {
                 p.leader_since = None;
             }
         }
+        if self.released && self.finalized {
+            self.labelled_elsewhere_after_release = true;
+            *self
+                .seen
+                .entry("another install labelled after the uninstall".into())
+                .or_default() += 1;
+        }
         let _ = writeln!(
             self.trace,
             "@{} the other install labels {pod} leader with token {lock_index}",
