@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use crate::crd::{
     ELECTION_ANNOTATION, FENCING_TOKEN_ANNOTATION, HANDOVER_ANNOTATION, LEADER_SINCE_ANNOTATION,
-    PRIORITY_ANNOTATION,
+    PRIORITY_ANNOTATION, label_token_annotation,
 };
 use crate::election::observe::PodView;
 use crate::election::pod_patch::PodPatch;
@@ -196,6 +196,7 @@ pub fn pod_view(pod: &Pod, selected: bool, label_key: &str) -> Option<PodView> {
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         role: meta.labels.as_ref().and_then(|l| l.get(label_key)).cloned(),
         fencing_token: annotation(FENCING_TOKEN_ANNOTATION),
+        label_token: annotation(&label_token_annotation(label_key)),
         leader_since: annotation(LEADER_SINCE_ANNOTATION),
         priority: match annotations.and_then(|a| a.get(PRIORITY_ANNOTATION)) {
             None => Some(0),
@@ -241,8 +242,8 @@ mod tests {
             uid: "u1".into(),
             labels: BTreeMap::from([("elector.dev/role".to_owned(), Some("leader".to_owned()))]),
             annotations: BTreeMap::from([
-                (FENCING_TOKEN_ANNOTATION, Some("7".to_owned())),
-                (HANDOVER_ANNOTATION, None),
+                (FENCING_TOKEN_ANNOTATION.to_owned(), Some("7".to_owned())),
+                (HANDOVER_ANNOTATION.to_owned(), None),
             ]),
         };
         assert_eq!(
@@ -255,7 +256,7 @@ mod tests {
         );
         let handover = PodPatch {
             labels: BTreeMap::new(),
-            annotations: BTreeMap::from([(HANDOVER_ANNOTATION, None)]),
+            annotations: BTreeMap::from([(HANDOVER_ANNOTATION.to_owned(), None)]),
             ..patch
         };
         assert_eq!(

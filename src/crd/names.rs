@@ -16,8 +16,33 @@ pub const FINALIZER: &str = "elector.dev/cleanup";
 /// annotations on it), so that a pod which stops matching is cleaned by the election that
 /// labelled it and by no other.
 pub const ELECTION_ANNOTATION: &str = "elector.dev/election";
-/// Pod annotation with the leader's fencing token (Consul `LockIndex`).
+/// Pod annotation with the leader's fencing token (Consul `LockIndex`). Elections with other
+/// label keys leading the same pod share it; [`label_token_annotation`] is each one's own.
 pub const FENCING_TOKEN_ANNOTATION: &str = "elector.dev/fencing-token";
+/// What [`label_token_annotation`] puts before a label key's prefix.
+const LABEL_TOKEN_PREFIX: &str = "fencing-token";
+
+/// The pod annotation with the fencing token of the leadership the label `label_key` says:
+/// `fencing-token.<prefix>/<name>` for `<prefix>/<name>` (`fencing-token/<name>` without a
+/// prefix). A pod leading several elections (sharded locks, each writing its own label key)
+/// carries each one's token beside its label, and since a pod has one value per label key,
+/// whoever writes the label writes this annotation with it. An annotation's prefix takes at
+/// most 253 characters: of a longer one, the tail that fits is kept.
+pub fn label_token_annotation(label_key: &str) -> String {
+    const PREFIX_MAX: usize = 253 - LABEL_TOKEN_PREFIX.len() - 1;
+    match label_key.split_once('/') {
+        None => format!("{LABEL_TOKEN_PREFIX}/{label_key}"),
+        Some((prefix, name)) => {
+            // A DNS subdomain's tail that starts at a letter or digit is one too.
+            let cut = prefix.len().saturating_sub(PREFIX_MAX);
+            let tail = prefix
+                .get(cut..)
+                .map(|tail| tail.trim_start_matches(['.', '-']))
+                .unwrap_or(prefix);
+            format!("{LABEL_TOKEN_PREFIX}.{tail}/{name}")
+        }
+    }
+}
 /// Pod annotation with the time (RFC 3339) the leader became leader.
 pub const LEADER_SINCE_ANNOTATION: &str = "elector.dev/leader-since";
 /// Annotation on a LeaderElection requesting a switchover: a pod name, or `*` for the best
@@ -49,3 +74,39 @@ pub const SKIP_CONSUL_CLEANUP_ANNOTATION: &str = "elector.dev/skip-consul-cleanu
 pub const RELEASE_REQUESTED_ANNOTATION: &str = "elector.dev/release-requested";
 /// Default label key written on the selected pods (`spec.labels.key`).
 pub const DEFAULT_ROLE_LABEL: &str = "elector.dev/role";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::syntax::{is_dns_subdomain, is_label_key};
+
+    #[test]
+    fn a_label_keys_token_annotation_is_a_valid_key_beside_the_label() {
+        assert_eq!(
+            label_token_annotation(DEFAULT_ROLE_LABEL),
+            "fencing-token.elector.dev/role"
+        );
+        assert_eq!(
+            label_token_annotation("shards.example.com/shard-0"),
+            "fencing-token.shards.example.com/shard-0"
+        );
+        // Without a prefix it cannot meet a prefixed key's.
+        assert_eq!(label_token_annotation("role"), "fencing-token/role");
+        // The longest prefix keeps the tail that fits, from a letter or digit.
+        let long = format!("{}.{}", "a".repeat(200), "b-c".repeat(17));
+        let key = label_token_annotation(&format!("{long}/role"));
+        let (prefix, name) = key.split_once('/').unwrap_or_default();
+        assert_eq!(name, "role");
+        assert!(prefix.len() <= 253, "{}", prefix.len());
+        assert!(prefix.starts_with("fencing-token.") && long.ends_with(&prefix[14..]));
+        assert!(is_dns_subdomain(prefix), "{prefix}");
+        assert!(is_label_key(&key), "{key}");
+        for cut_at_a_dot in [
+            format!("{}.{}", "a".repeat(13), "b".repeat(239)),
+            "c".repeat(253),
+        ] {
+            let key = label_token_annotation(&format!("{cut_at_a_dot}/x"));
+            assert!(is_label_key(&key), "{key}");
+        }
+    }
+}

@@ -14,7 +14,8 @@ use crate::election::config;
 
 /// Elects one leader among the pods a selector matches, through a Consul session and KV lock.
 /// The leader gets the label `<labels.key>=<labels.leader>` (other pods
-/// `<labels.key>=<labels.follower>`) and the annotations `elector.dev/fencing-token` and
+/// `<labels.key>=<labels.follower>`) and the annotations `elector.dev/fencing-token`,
+/// `fencing-token.<labels.key>` (the same token, beside the label) and
 /// `elector.dev/leader-since`.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[allow(

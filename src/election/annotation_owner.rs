@@ -172,6 +172,7 @@ mod tests {
             node: None,
             role: Some(role.into()),
             fencing_token: Some("3".into()),
+            label_token: Some("3".into()),
             leader_since: Some("2026-11-29T10:00:00Z".into()),
             priority: Some(0),
             handover: None,

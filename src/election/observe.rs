@@ -34,6 +34,9 @@ pub struct PodView {
     pub role: Option<String>,
     /// Current `elector.dev/fencing-token` annotation.
     pub fencing_token: Option<String>,
+    /// Current fencing token annotation of the election's label key
+    /// ([`crate::crd::label_token_annotation`]).
+    pub label_token: Option<String>,
     /// Current `elector.dev/leader-since` annotation.
     pub leader_since: Option<String>,
     /// The `elector.dev/priority` annotation: 0 when absent, `None` when it is not an integer.

@@ -291,7 +291,9 @@ impl<'a> Builder<'a> {
             if Some(pod.uid.as_str()) == leader_uid || pod.role.as_deref() == Some(leader) {
                 continue;
             }
-            let has_leader_annotations = pod.fencing_token.is_some() || pod.leader_since.is_some();
+            let has_leader_annotations = pod.fencing_token.is_some()
+                || pod.leader_since.is_some()
+                || pod.label_token.is_some();
             if pod.selected {
                 if pod.role.as_deref() != Some(follower) || has_leader_annotations || pod.reclaim {
                     self.steps.push(Action::LabelFollower {
@@ -362,6 +364,7 @@ impl<'a> Builder<'a> {
         let since_text = since.to_string();
         let up_to_date = pod.role.as_deref() == Some(self.leader_value())
             && pod.fencing_token.as_deref() == Some(token_text.as_str())
+            && pod.label_token.as_deref() == Some(token_text.as_str())
             && pod.leader_since.as_deref() == Some(since_text.as_str());
         if !up_to_date {
             let newly = pod.role.as_deref() != Some(self.leader_value());

@@ -2,7 +2,9 @@
 //! patch sets or removes, on which incarnation of the pod. Decided here: what each role writes
 //! (a new role also ends any planned move the handover announced), and what a role patch does
 //! with the annotations of a pod that elections with other label keys share
-//! ([`annotations`]). The executor sends a patch as it is (a JSON merge patch naming only
+//! ([`annotations`]); whatever they say, the token annotation of the label key
+//! ([`label_token_annotation`]) is written with the label, which no election with another key
+//! shares. The executor sends a patch as it is (a JSON merge patch naming only
 //! these keys and the pod's UID); the property test's model applies the same patches to its
 //! pods.
 
@@ -15,12 +17,14 @@ use super::config::LabelConfig;
 use super::plan::Action;
 use crate::crd::{
     ELECTION_ANNOTATION, FENCING_TOKEN_ANNOTATION, HANDOVER_ANNOTATION, LEADER_SINCE_ANNOTATION,
+    label_token_annotation,
 };
 
 /// How a pod should be labelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodRole {
-    /// `<key>=<leader>` plus the fencing token and leader-since annotations.
+    /// `<key>=<leader>` plus the fencing token (also under the label key's own annotation) and
+    /// leader-since annotations.
     Leader {
         /// Consul `LockIndex`.
         fencing_token: u64,
@@ -44,7 +48,7 @@ pub struct PodPatch {
     /// Labels set or removed.
     pub labels: BTreeMap<String, Option<String>>,
     /// Annotations set or removed.
-    pub annotations: BTreeMap<&'static str, Option<String>>,
+    pub annotations: BTreeMap<String, Option<String>>,
 }
 
 impl PodPatch {
@@ -76,21 +80,26 @@ impl PodPatch {
             ),
             PodRole::None => (None, None, None, None),
         };
-        let annotations = match treat {
-            Annotations::Write => BTreeMap::from([
-                (FENCING_TOKEN_ANNOTATION, token),
+        let shared: Vec<(&str, Option<String>)> = match treat {
+            Annotations::Write => vec![
+                (FENCING_TOKEN_ANNOTATION, token.clone()),
                 (LEADER_SINCE_ANNOTATION, since),
                 (ELECTION_ANNOTATION, owner),
                 // A role change ends any planned move the handover announced.
                 (HANDOVER_ANNOTATION, None),
-            ]),
-            Annotations::Keep => BTreeMap::new(),
-            Annotations::GiveUp => BTreeMap::from([
+            ],
+            Annotations::Keep => Vec::new(),
+            Annotations::GiveUp => vec![
                 (FENCING_TOKEN_ANNOTATION, None),
                 (LEADER_SINCE_ANNOTATION, None),
                 (ELECTION_ANNOTATION, None),
-            ]),
+            ],
         };
+        let mut annotations: BTreeMap<String, Option<String>> = shared
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value))
+            .collect();
+        annotations.insert(label_token_annotation(&labels.key), token);
         PodPatch {
             pod: pod.to_owned(),
             uid: uid.to_owned(),
@@ -105,7 +114,7 @@ impl PodPatch {
             pod: pod.to_owned(),
             uid: uid.to_owned(),
             labels: BTreeMap::new(),
-            annotations: BTreeMap::from([(HANDOVER_ANNOTATION, value)]),
+            annotations: BTreeMap::from([(HANDOVER_ANNOTATION.to_owned(), value)]),
         }
     }
 
@@ -194,10 +203,14 @@ mod tests {
         assert_eq!(
             p.annotations,
             BTreeMap::from([
-                (FENCING_TOKEN_ANNOTATION, set("7")),
-                (LEADER_SINCE_ANNOTATION, set("2026-11-21T10:00:00Z")),
-                (ELECTION_ANNOTATION, set("web")),
-                (HANDOVER_ANNOTATION, None),
+                (FENCING_TOKEN_ANNOTATION.to_owned(), set("7")),
+                (
+                    LEADER_SINCE_ANNOTATION.to_owned(),
+                    set("2026-11-21T10:00:00Z")
+                ),
+                (ELECTION_ANNOTATION.to_owned(), set("web")),
+                (HANDOVER_ANNOTATION.to_owned(), None),
+                ("fencing-token.elector.dev/role".to_owned(), set("7")),
             ])
         );
     }
@@ -238,7 +251,10 @@ mod tests {
             Annotations::Keep,
         );
         assert_eq!(kept.labels["elector.dev/role"], set("follower"));
-        assert!(kept.annotations.is_empty());
+        // The label key's token annotation goes with the label, whatever the shared ones do.
+        let own = label_token_annotation("elector.dev/role");
+        assert_eq!(kept.annotations.keys().collect::<Vec<_>>(), [&own]);
+        assert_eq!(kept.annotations[&own], None);
         let given_up = PodPatch::role(
             "p",
             "u1",
@@ -249,6 +265,17 @@ mod tests {
         );
         assert!(given_up.annotations.values().all(Option::is_none));
         assert!(!given_up.annotations.contains_key(HANDOVER_ANNOTATION));
+        let since: Timestamp = "2026-11-21T10:00:00Z".parse().expect("timestamp");
+        let role = PodRole::Leader {
+            fencing_token: 9,
+            since,
+        };
+        let kept_leader = PodPatch::role("p", "u1", &labels(), "web", role, Annotations::Keep);
+        assert_eq!(
+            kept_leader.annotations,
+            BTreeMap::from([(own, set("9"))]),
+            "a pod another election leads still carries this one's token"
+        );
     }
 
     #[test]
@@ -266,7 +293,12 @@ mod tests {
         };
         let patch = PodPatch::of(&follower, &labels(), "web", shared_leader).expect("a patch");
         // Another election leads the pod and owns its annotations: they stay its own.
-        assert!(patch.annotations.is_empty());
+        assert!(
+            patch
+                .annotations
+                .keys()
+                .all(|key| *key == label_token_annotation("elector.dev/role"))
+        );
         let unknown = PodPatch::of(&follower, &labels(), "web", |_, _| None).expect("a patch");
         assert_eq!(unknown.annotations[ELECTION_ANNOTATION], set("web"));
         let clear = Action::ClearHandover {

@@ -6,7 +6,9 @@ use crate::harness;
 
 use std::time::Duration;
 
-use consul_elector::crd::{FENCING_TOKEN_ANNOTATION, LEADER_SINCE_ANNOTATION};
+use consul_elector::crd::{
+    FENCING_TOKEN_ANNOTATION, LEADER_SINCE_ANNOTATION, label_token_annotation,
+};
 use harness::{
     Harness, HarnessOptions, ROLE, SOON, condition, has_condition, phase, role_in, status_leader,
     with_role,
@@ -172,9 +174,14 @@ async fn elections_with_different_label_keys_share_pods() {
             "the same successor rule picks the same pod"
         );
         let p = primary.pod.clone();
+        let first_token = primary.token.to_string();
         h.wait_pods(SOON, "one pod leads both elections", |pods| {
+            // The pod carries each one's token beside its label.
+            let token_of = |key: &str| pods[&p].annotations.get(&label_token_annotation(key));
             role_in(pods, &p) == Some("leader")
                 && role_under(pods, &p, OTHER_ROLE) == Some("leader")
+                && token_of(ROLE) == Some(&first_token)
+                && token_of(OTHER_ROLE).map(String::as_str) == Some("1")
                 && with_role(pods, "follower").len() == 2
                 && pods.values().all(|v| v.labels.contains_key(OTHER_ROLE))
         })
@@ -214,6 +221,10 @@ async fn elections_with_different_label_keys_share_pods() {
                 && annotation(&p, ELECTION_ANNOTATION).map(String::as_str) == Some("primary")
                 && annotation(&s, FENCING_TOKEN_ANNOTATION) == Some(&s_token)
                 && annotation(&s, ELECTION_ANNOTATION).map(String::as_str) == Some("secondary")
+                && annotation(&p, &label_token_annotation(ROLE)) == Some(&p_token)
+                && annotation(&p, &label_token_annotation(OTHER_ROLE)).is_none()
+                && annotation(&s, &label_token_annotation(OTHER_ROLE)) == Some(&s_token)
+                && annotation(&s, &label_token_annotation(ROLE)).is_none()
         })
         .await;
         quiet(&h, Duration::from_secs(3)).await;

@@ -1222,10 +1222,7 @@ fn the_sharded_worker_reports_the_shards_it_leads() {
             .unwrap_or_else(|| panic!("no report: {text:?}"));
         report.to_owned()
     };
-    assert_eq!(
-        report(),
-        "leads=[] follows=[] fencing-token=none token-of=none"
-    );
+    assert_eq!(report(), "leads=[] follows=[] tokens=[]");
     pod.podinfo(
         "labels",
         &[
@@ -1244,10 +1241,11 @@ fn the_sharded_worker_reports_the_shards_it_leads() {
         &[
             ("elector.dev/fencing-token", "12"),
             ("elector.dev/election", "sharded-locks-2"),
+            ("fencing-token.shard.example.com/0", "7"),
+            ("fencing-token.shard.example.com/2", "12"),
+            // A follower's token, were one left: not a shard it leads.
+            ("fencing-token.shard.example.com/1", "3"),
         ],
     );
-    assert_eq!(
-        report(),
-        "leads=[0 2] follows=[1 3] fencing-token=12 token-of=sharded-locks-2"
-    );
+    assert_eq!(report(), "leads=[0 2] follows=[1 3] tokens=[0=7 2=12]");
 }

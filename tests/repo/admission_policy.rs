@@ -18,6 +18,7 @@ use std::path::Path;
 
 use cel::parser::{Expression, Parser};
 use cel::{Context, Value as CelValue};
+use consul_elector::crd::label_token_annotation;
 use consul_elector::election::annotation_owner::Annotations;
 use consul_elector::election::config::LabelConfig;
 use consul_elector::election::pod_patch::{PodPatch, PodRole};
@@ -274,7 +275,7 @@ fn the_operators_own_patches_are_allowed() {
     let following = with_role(&plain, role, PodRole::Follower);
     let steps = [
         (
-            "becomes leader (label and three annotations added)",
+            "becomes leader (label and four annotations added)",
             &plain,
             leading.clone(),
         ),
@@ -316,6 +317,7 @@ fn the_operators_own_patches_are_allowed() {
     assert_eq!(leading["metadata"]["labels"][role], "leader");
     for annotation in [
         "elector.dev/fencing-token",
+        "fencing-token.elector.dev/role",
         "elector.dev/leader-since",
         "elector.dev/election",
     ] {
@@ -332,19 +334,31 @@ fn the_operators_own_patches_are_allowed() {
 
 #[test]
 fn a_custom_role_label_needs_extra_label_keys() {
-    let key = "app.example.com/role";
-    let old = pod();
-    let new = with_role(&old, key, leader(3));
-    assert_eq!(
-        decide(&operator(), &[key], &old, &new),
-        Decision::Allowed,
-        "listed in extraLabelKeys"
-    );
-    let decision = decide(&operator(), &[], &old, &new);
-    assert!(
-        denied_by("pod labels")(&decision),
-        "not listed: only the labels validation denies it: {decision:?}"
-    );
+    // With the token annotation beside the label, with or without a prefix.
+    for key in ["app.example.com/role", "role"] {
+        let old = pod();
+        let new = with_role(&old, key, leader(3));
+        assert_eq!(
+            decide(&operator(), &[key], &old, &new),
+            Decision::Allowed,
+            "{key} listed in extraLabelKeys"
+        );
+        let decision = decide(&operator(), &[], &old, &new);
+        assert!(
+            matches!(&decision, Decision::Denied(messages) if messages.len() == 2
+                && messages[0].contains("pod labels") && messages[1].contains("pod annotations")),
+            "{key} not listed: its label and its token annotation are denied: {decision:?}"
+        );
+        let token_only = patched(
+            &old,
+            &json!({"metadata": {"annotations": {label_token_annotation(key): "3"}}}),
+        );
+        let decision = decide(&operator(), &[], &old, &token_only);
+        assert!(
+            denied_by("pod annotations")(&decision),
+            "{key}'s token annotation alone, not listed: {decision:?}"
+        );
+    }
 }
 
 #[test]
@@ -398,6 +412,18 @@ fn everything_else_the_operator_might_do_is_denied() {
         (
             "removes the user's annotation",
             change(json!({"metadata": {"annotations": {"example.com/owner": null}}})),
+            "pod annotations",
+        ),
+        (
+            "adds the token annotation of a label it may not write",
+            change(json!({"metadata": {"annotations": {"fencing-token.example.com/role": "9"}}})),
+            "pod annotations",
+        ),
+        (
+            "an annotation that merely starts like a token annotation",
+            change(
+                json!({"metadata": {"annotations": {"fencing-token.elector.dev.evil.example/x": "9"}}}),
+            ),
             "pod annotations",
         ),
         (

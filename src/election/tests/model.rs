@@ -28,7 +28,7 @@ use jiff::Timestamp;
 use super::support::{failed_outcome, mono, not_ready_from, t};
 use crate::crd::{
     AppliedSpec, FENCING_TOKEN_ANNOTATION, HANDOVER_ANNOTATION, LEADER_SINCE_ANNOTATION,
-    LeaderElectionStatus,
+    LeaderElectionStatus, label_token_annotation,
 };
 use crate::election::adoption::FoundSettings;
 use crate::election::config::{
@@ -698,6 +698,7 @@ impl Model {
             node: Some("node".into()),
             role: None,
             fencing_token: None,
+            label_token: None,
             leader_since: None,
             priority: Some(0),
             handover: None,
@@ -1377,6 +1378,7 @@ impl Model {
                 p.selected
                     || p.role.is_some()
                     || p.fencing_token.is_some()
+                    || p.label_token.is_some()
                     || p.leader_since.is_some()
             })
             .cloned()
@@ -1878,11 +1880,18 @@ impl Model {
         for value in patch.labels.values() {
             p.role.clone_from(value);
         }
+        let beside_label = |key: &str| {
+            patch
+                .labels
+                .keys()
+                .any(|l| label_token_annotation(l) == key)
+        };
         for (annotation, value) in &patch.annotations {
-            let field = match *annotation {
+            let field = match annotation.as_str() {
                 FENCING_TOKEN_ANNOTATION => &mut p.fencing_token,
                 LEADER_SINCE_ANNOTATION => &mut p.leader_since,
                 HANDOVER_ANNOTATION => &mut p.handover,
+                key if beside_label(key) => &mut p.label_token,
                 _ => continue,
             };
             field.clone_from(value);
@@ -2392,7 +2401,9 @@ impl Model {
         let label = &self.config.labels;
         for p in &self.pods {
             let is_leader = p.role.as_deref() == Some(label.leader.as_str());
-            if !p.selected && (p.role.is_some() || p.fencing_token.is_some()) {
+            if !p.selected
+                && (p.role.is_some() || p.fencing_token.is_some() || p.label_token.is_some())
+            {
                 self.fail(&format!(
                     "unselected pod {} kept the election's labels",
                     p.name
@@ -2402,7 +2413,8 @@ impl Model {
                 if p.role.as_deref() != Some(label.follower.as_str()) {
                     self.fail(&format!("selected pod {} is not a follower", p.name));
                 }
-                if p.fencing_token.is_some() || p.leader_since.is_some() {
+                if p.fencing_token.is_some() || p.label_token.is_some() || p.leader_since.is_some()
+                {
                     self.fail(&format!("follower {} kept leader annotations", p.name));
                 }
             }
@@ -2442,6 +2454,7 @@ impl Model {
                     let status_leader = last.status.leader.as_ref().expect("status leader");
                     if status_leader.uid != leader.uid
                         || last.status.fencing_token.map(|t| t.to_string()) != leader.fencing_token
+                        || leader.label_token != leader.fencing_token
                         || status_leader.session_id.as_deref() != self.consul.holder()
                     {
                         self.fail("the status disagrees with the labelled leader");

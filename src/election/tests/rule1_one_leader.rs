@@ -142,6 +142,11 @@ fn followers_with_stale_leader_annotations_are_cleaned() {
         events(&plan).is_empty(),
         "cleaning annotations is no leadership change"
     );
+    // A token left beside the label alone is one too.
+    let mut b = pod("b").follower();
+    b.label_token = Some("4".into());
+    let plan = Scene::elected("a", &["b"], 5).with_pod(b).plan();
+    assert_eq!(steps(&plan), vec![follower("b")]);
 }
 
 #[test]

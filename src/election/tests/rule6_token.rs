@@ -115,6 +115,21 @@ fn the_token_on_the_pod_and_in_the_status_is_the_lock_index() {
 }
 
 #[test]
+fn a_leader_without_its_label_keys_token_gets_it_with_the_same_token() {
+    // Labelled by a version that wrote only the shared `elector.dev/fencing-token`.
+    let mut a = pod("a").leader(5, t(0));
+    a.label_token = None;
+    let plan = Scene::elected("a", &["b"], 5).with_pod(a).plan();
+    assert_eq!(steps(&plan), vec![label_leader("a", 5, t(0))]);
+    assert_eq!(plan.status.fencing_token, Some(5));
+    assert!(
+        events(&plan).is_empty(),
+        "the same leadership: {:?}",
+        events(&plan)
+    );
+}
+
+#[test]
 fn the_recorded_token_survives_while_nobody_leads() {
     let plan = Scene::elected("a", &["b"], 5).without_pod("a").plan();
     assert_eq!(plan.status.fencing_token, Some(5));

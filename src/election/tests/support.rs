@@ -116,6 +116,7 @@ pub fn pod(name: &str) -> PodView {
         node: Some("node-1".into()),
         role: None,
         fencing_token: None,
+        label_token: None,
         leader_since: None,
         priority: Some(0),
         handover: None,
@@ -196,6 +197,7 @@ impl PodExt for PodView {
     }
     fn annotated(mut self, token: u64, since: Timestamp) -> Self {
         self.fencing_token = Some(token.to_string());
+        self.label_token = Some(token.to_string());
         self.leader_since = Some(since.to_string());
         self
     }
@@ -790,6 +792,7 @@ impl World {
                 let p = self.pod_mut(uid);
                 p.role = Some("follower".into());
                 p.fencing_token = None;
+                p.label_token = None;
                 p.leader_since = None;
                 p.handover = None;
             }
@@ -797,6 +800,7 @@ impl World {
                 let p = self.pod_mut(uid);
                 p.role = None;
                 p.fencing_token = None;
+                p.label_token = None;
                 p.leader_since = None;
                 p.handover = None;
             }
@@ -819,6 +823,7 @@ impl World {
                 let p = self.pod_mut(uid);
                 p.role = Some("leader".into());
                 p.fencing_token = Some(fencing_token.to_string());
+                p.label_token = Some(fencing_token.to_string());
                 p.leader_since = Some(since.to_string());
                 p.handover = None;
             }

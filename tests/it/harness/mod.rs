@@ -1355,8 +1355,8 @@ pub struct Elected {
 
 impl Harness {
     /// Waits until election `name` is Elected with a leader labelled on exactly one pod (not
-    /// `not`), the status naming that pod, and the pod's fencing-token annotation equal to the
-    /// status token; checks that the Consul key is held by the status' session with that
+    /// `not`), the status naming that pod, and the pod's fencing-token annotations (the shared
+    /// one and its label key's) equal to the status token; checks that the Consul key is held by the status' session with that
     /// LockIndex.
     pub async fn wait_elected(&self, name: &str, not: Option<&str>) -> Elected {
         self.wait_elected_within(name, not, SOON).await
@@ -1412,11 +1412,12 @@ impl Harness {
         }
         let pods = self.current();
         let token_text = token.to_string();
+        let annotations = pods.get(&leader.pod).map(|p| &p.annotations);
+        let carries =
+            |annotation: &str| annotations.and_then(|a| a.get(annotation)) == Some(&token_text);
         let labelled = with_role(&pods, "leader") == vec![leader.pod.clone()]
-            && pods[&leader.pod]
-                .annotations
-                .get(consul_elector::crd::FENCING_TOKEN_ANNOTATION)
-                == Some(&token_text);
+            && carries(consul_elector::crd::FENCING_TOKEN_ANNOTATION)
+            && carries(&consul_elector::crd::label_token_annotation(ROLE));
         if !labelled {
             return None;
         }

@@ -297,6 +297,7 @@ impl Model {
     fn labelled(pod: &PodView) -> bool {
         pod.role.is_some()
             || pod.fencing_token.is_some()
+            || pod.label_token.is_some()
             || pod.leader_since.is_some()
             || pod.handover.is_some()
     }

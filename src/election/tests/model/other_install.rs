@@ -108,11 +108,13 @@ impl Model {
             if p.name == pod {
                 p.role = Some(leader.clone());
                 p.fencing_token = Some(lock_index.to_string());
+                p.label_token.clone_from(&p.fencing_token);
                 p.leader_since = Some(since.clone());
                 p.handover = None;
             } else if p.role.as_deref() == Some(leader.as_str()) {
                 p.role = Some(follower.clone());
                 p.fencing_token = None;
+                p.label_token = None;
                 p.leader_since = None;
             }
         }

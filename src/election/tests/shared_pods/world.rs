@@ -14,7 +14,7 @@ use jiff::Timestamp;
 
 use crate::crd::{
     ELECTION_ANNOTATION, FENCING_TOKEN_ANNOTATION, HANDOVER_ANNOTATION, LEADER_SINCE_ANNOTATION,
-    LeaderElectionStatus, default_key,
+    LeaderElectionStatus, default_key, label_token_annotation,
 };
 use crate::election::admission::{Access, Input};
 use crate::election::annotation_owner::{Owner as AnnotationOwner, SharedPod, shared_view};
@@ -402,6 +402,10 @@ impl Shared {
                     node: None,
                     role: p.labels.get(&labels.key).cloned(),
                     fencing_token: p.annotations.get(FENCING_TOKEN_ANNOTATION).cloned(),
+                    label_token: p
+                        .annotations
+                        .get(&label_token_annotation(&labels.key))
+                        .cloned(),
                     leader_since: p.annotations.get(LEADER_SINCE_ANNOTATION).cloned(),
                     priority: Some(0),
                     handover: p.annotations.get(HANDOVER_ANNOTATION).cloned(),
@@ -456,8 +460,8 @@ impl Shared {
         }
         for (key, value) in &patch.annotations {
             match value {
-                Some(v) => p.annotations.insert((*key).to_owned(), v.clone()),
-                None => p.annotations.remove(*key),
+                Some(v) => p.annotations.insert(key.clone(), v.clone()),
+                None => p.annotations.remove(key),
             };
         }
         if (&p.labels, &p.annotations) != (&before.0, &before.1) {
@@ -653,8 +657,9 @@ impl Shared {
     /// No more events: sessions stay, every election reconciles until a whole pass writes
     /// nothing (else they undo each other); then every deleted election is gone, one that yields
     /// labels nothing, no label or annotation is left of no election, every acting election with a pod that may lead has exactly one leader label, no
-    /// leader label is left that no acting election wrote, and a leader pod carries the
-    /// fencing token of an election that leads it (a pod no election leads carries none).
+    /// leader label is left that no acting election wrote, a leader pod carries the fencing
+    /// token of an election that leads it (a pod no election leads carries none), and beside
+    /// each leader label is the token its election's status records (beside no other label).
     pub fn quiesce(&mut self) {
         let _ = writeln!(self.trace, "--- quiesce ---");
         // Reconciles until a whole pass writes nothing: two elections must not undo each
@@ -744,6 +749,28 @@ impl Shared {
                     "once quiet, pod {} led by {leading:?} carries the annotations of {owner:?} (token {token:?})",
                     p.name
                 ));
+            }
+            // Beside each leader label, the token of the election that wrote it, whose status
+            // names the pod leader.
+            for key in KEYS {
+                let token = p.annotations.get(&label_token_annotation(key));
+                let expected = (p.labels.get(key).map(String::as_str) == Some(LEADER))
+                    .then(|| {
+                        self.sims.iter().find(|s| {
+                            s.live()
+                                && s.config.labels.key == key
+                                && self.labelled_by(s, p)
+                                && s.status.leader.as_ref().is_some_and(|l| l.pod == p.name)
+                        })
+                    })
+                    .map(|leading| leading.and_then(|s| s.status.fencing_token));
+                if token.map(|t| t.parse().ok()) != expected {
+                    self.fail(&format!(
+                        "once quiet, pod {} carries {token:?} under {key}'s token annotation, \
+                         the status of its leader says {expected:?}",
+                        p.name,
+                    ));
+                }
             }
         }
         let all: usize = KEYS
