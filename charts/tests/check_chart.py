@@ -316,7 +316,8 @@ def run_lint() -> int:
     checks.expect(lint_is_clean(messages), f"helm lint with default values is clean: {messages}")
     with tempfile.TemporaryDirectory() as work:
         chart = chart_copy_with_values(
-            deep_merge(chart_values(), {**all_features(["shop", "billing"]), **ADMISSION_POLICY}), Path(work)
+            deep_merge(chart_values(), {**all_features(["shop", "billing"]), **ADMISSION_POLICY,
+                                        "crds": {"enabled": True}}), Path(work)
         )
         messages = lint(chart)
         checks.expect(lint_is_clean(messages), f"helm lint with every feature on is clean: {messages}")
@@ -365,9 +366,11 @@ class Cluster:
     def api_versions(self) -> set[str]:
         return set(self.kubectl("api-versions").stdout.split())
 
-    def install(self, namespace: str, release: str, values: dict, chart: Path = CHART) -> dict:
+    def install(self, namespace: str, release: str, values: dict, chart: Path = CHART,
+                take_ownership: bool = False) -> dict:
         config = helm.Configuration(namespace=namespace, kubeconfig=self.kubeconfig)
-        return asyncio.run(helm.Install(config).run(release, str(chart), values=values, wait=False))
+        return asyncio.run(helm.Install(config).run(release, str(chart), values=values, wait=False,
+                                                    take_ownership=take_ownership))
 
     def crd_labels(self, name: str) -> dict | None:
         crd = self.get("CustomResourceDefinition", "apiextensions.k8s.io/v1", name, None)
@@ -1057,10 +1060,13 @@ def main() -> int:
     i.add_argument("--release", required=True)
     i.add_argument("--values", required=True, help="a YAML (or JSON) values file")
     i.add_argument("--chart", default=str(CHART), help="a chart directory or archive (default: this chart)")
+    i.add_argument("--take-ownership", action="store_true", help="adopt existing objects (Helm 3.17+)")
     g = sub.add_parser("upgrade", help="helm upgrade --reset-then-reuse-values to this chart")
     g.add_argument("--kubeconfig", required=True)
     g.add_argument("--namespace", required=True)
     g.add_argument("--release", required=True)
+    g.add_argument("--values", help="a YAML (or JSON) values file set over the release's values")
+    g.add_argument("--take-ownership", action="store_true", help="adopt existing objects (Helm 3.17+)")
     d = sub.add_parser("edges", help="install each edge value set, print the operator's args and env")
     d.add_argument("--kubeconfig", required=True)
     d.add_argument("--namespace", required=True)
@@ -1132,7 +1138,7 @@ def run_install(args: argparse.Namespace) -> int:
         cluster.kubectl("create", "namespace", args.namespace)
     values = yaml.safe_load(Path(args.values).read_text()) or {}
     try:
-        result = cluster.install(args.namespace, args.release, values, Path(args.chart))
+        result = cluster.install(args.namespace, args.release, values, Path(args.chart), args.take_ownership)
     except helm.HelmError as error:
         print(f"helm install {args.release} failed: {error}", file=sys.stderr)
         return 1
@@ -1142,13 +1148,17 @@ def run_install(args: argparse.Namespace) -> int:
 
 
 def run_upgrade(args: argparse.Namespace) -> int:
-    """`helm upgrade --reset-then-reuse-values`, which helm-sdkpy lacks: the new chart's
-    defaults (reset_values) with the values the user set on the release."""
+    """`helm upgrade --reset-then-reuse-values [-f values]`, which helm-sdkpy lacks: the new
+    chart's defaults (reset_values) with the values the user set on the release, and over them
+    the values file's."""
     config = helm.Configuration(namespace=args.namespace, kubeconfig=args.kubeconfig)
+    values = (yaml.safe_load(Path(args.values).read_text()) or {}) if args.values else {}
     try:
         user_values = asyncio.run(helm.GetValues(config).run(args.release)) or {}
-        result = asyncio.run(helm.Upgrade(config).run(args.release, str(CHART), values=user_values,
-                                                      reset_values=True, wait=False))
+        result = asyncio.run(helm.Upgrade(config).run(args.release, str(CHART),
+                                                      values=deep_merge(user_values, values),
+                                                      reset_values=True, wait=False,
+                                                      take_ownership=args.take_ownership))
     except helm.HelmError as error:
         print(f"helm upgrade {args.release} failed: {error}", file=sys.stderr)
         return 1

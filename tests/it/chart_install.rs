@@ -858,24 +858,10 @@ async fn the_chart_upgrades_from_the_previous_version_as_documented() {
             ),
         "README's upgrade commands are the ones this test runs"
     );
-    consul_elector::install_crypto_provider();
-    let cluster = tokio::task::spawn_blocking(|| {
-        TestCluster::start(testkit::cluster::ClusterOptions {
-            controller_manager: false,
-            ..Default::default()
-        })
-    })
-    .await
-    .expect("the cluster's start thread")
-    .expect("a cluster of its own");
-    let admin = cluster.client().await;
+    let (cluster, admin) = own_cluster().await;
     let kubeconfig = cluster.kubeconfig_path().to_string_lossy().into_owned();
     let ns = "upgrade";
     let release = "ce-upgrade";
-    let values = std::env::temp_dir().join(format!("chart-upgrade-{}.json", std::process::id()));
-    std::fs::write(&values, "{}").expect("a values file");
-    let values_arg = values.to_string_lossy().into_owned();
-    let previous = root(PREVIOUS_CHART).to_string_lossy().into_owned();
     let release_args = [
         "--kubeconfig",
         &kubeconfig,
@@ -884,30 +870,16 @@ async fn the_chart_upgrades_from_the_previous_version_as_documented() {
         "--release",
         release,
     ];
+    let (previous, values) = (root(PREVIOUS_CHART), Values::new("{}"));
+    let install = [&["install"], &release_args[..], &values.arg()[..]].concat();
     check_chart(
         &python,
-        &[
-            &["install"],
-            &release_args[..],
-            &["--values", &values_arg, "--chart", &previous],
-        ]
-        .concat(),
+        &[&install[..], &["--chart", path_str(&previous)]].concat(),
     )
     .await;
-    let _ = std::fs::remove_file(&values);
-    let crd_has_paused = || async {
-        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-            Api::all(admin.clone());
-        let crd = crds
-            .get("leaderelections.elector.dev")
-            .await
-            .expect("the CRD");
-        serde_json::to_string(&crd.spec)
-            .expect("JSON")
-            .contains("\"paused\"")
-    };
+    let has_paused = || async { crd_has_paused(&the_crd(&admin).await) };
     assert!(
-        !crd_has_paused().await,
+        !has_paused().await,
         "the previous chart's CRD has no spec.paused"
     );
 
@@ -920,7 +892,7 @@ async fn the_chart_upgrades_from_the_previous_version_as_documented() {
 
     // helm upgrade alone: the CRD stays the previous one, and spec.paused is dropped.
     check_chart(&python, &[&["upgrade"], &release_args[..]].concat()).await;
-    assert!(!crd_has_paused().await, "helm upgrade never touches crds/");
+    assert!(!has_paused().await, "helm upgrade never touches crds/");
     let pruned = elections
         .create(&PostParams::default(), &election_object("pruned", true))
         .await
@@ -956,7 +928,7 @@ async fn the_chart_upgrades_from_the_previous_version_as_documented() {
         "the values reused from the previous chart, which had no uninstallHook, still give the \
          pre-delete hook: {upgraded}"
     );
-    assert!(crd_has_paused().await, "the replaced CRD has spec.paused");
+    assert!(has_paused().await, "the replaced CRD has spec.paused");
     let paused = elections
         .create(&PostParams::default(), &election_object("paused", true))
         .await
@@ -979,6 +951,215 @@ async fn the_chart_upgrades_from_the_previous_version_as_documented() {
             .get("app")
             .map(String::as_str),
         Some("web")
+    );
+    drop(cluster);
+}
+
+/// The LeaderElection CRD as the API server holds it.
+async fn the_crd(
+    admin: &Client,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    Api::all(admin.clone())
+        .get(consul_elector::crd::CRD_NAME)
+        .await
+        .expect("the CRD")
+}
+
+/// Whether `crd` has `spec.paused`, which the previous chart's CRD lacks.
+fn crd_has_paused(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> bool {
+    serde_json::to_string(&crd.spec)
+        .expect("JSON")
+        .contains("\"paused\"")
+}
+
+/// A test cluster of its own (the CRD is cluster-wide), without a controller-manager, and its
+/// admin client.
+async fn own_cluster() -> (TestCluster, Client) {
+    consul_elector::install_crypto_provider();
+    let cluster = tokio::task::spawn_blocking(|| {
+        TestCluster::start(testkit::cluster::ClusterOptions {
+            controller_manager: false,
+            ..Default::default()
+        })
+    })
+    .await
+    .expect("the cluster's start thread")
+    .expect("a cluster of its own");
+    let admin = cluster.client().await;
+    (cluster, admin)
+}
+
+/// A values file for the chart checker, removed when dropped.
+struct Values(PathBuf);
+
+impl Values {
+    fn new(json: &str) -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("chart-values-{}-{n}.json", std::process::id()));
+        std::fs::write(&path, json).expect("a values file");
+        Values(path)
+    }
+
+    /// `--values <file>`.
+    fn arg(&self) -> [&str; 2] {
+        ["--values", path_str(&self.0)]
+    }
+}
+
+impl Drop for Values {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("a UTF-8 path")
+}
+
+/// `crds.enabled`, the GitOps way to upgrade the CRD (values.yaml, README "Upgrading the CRD"):
+/// an install of the previous chart created the CRD from its `crds/`; `helm upgrade
+/// --take-ownership` with `crds.enabled` adopts it and upgrades it with the chart (the new
+/// field is there, and Helm owns the CRD); `helm uninstall` keeps it and every election
+/// (`crds.keep`); a new install adopts it, and with `crds.keep: false` its uninstall deletes it.
+#[tokio::test]
+async fn with_crds_enabled_the_chart_upgrades_the_crd_and_uninstall_keeps_it() {
+    let Some(python) = helm_python() else { return };
+    if TestCluster::shared().is_none() {
+        return;
+    }
+    let (cluster, admin) = own_cluster().await;
+    let kubeconfig = cluster.kubeconfig_path().to_string_lossy().into_owned();
+    let ns = "gitops";
+    let release_args = |release: &'static str| {
+        [
+            "--kubeconfig".to_owned(),
+            kubeconfig.clone(),
+            "--namespace".to_owned(),
+            ns.to_owned(),
+            "--release".to_owned(),
+            release.to_owned(),
+        ]
+    };
+    let run = |command: &'static str, release: &'static str, extra: Vec<&str>| {
+        let mut args = vec![command.to_owned()];
+        args.extend(release_args(release));
+        args.extend(extra.into_iter().map(str::to_owned));
+        let python = python.clone();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            check_chart(&python, &args).await
+        }
+    };
+    // No operator (and below no uninstall hook): this is about the CRD.
+    let quiet = Values::new(r#"{"replicaCount": 0}"#);
+    let previous = root(PREVIOUS_CHART);
+    run(
+        "install",
+        "ce-gitops",
+        [&quiet.arg()[..], &["--chart", path_str(&previous)]].concat(),
+    )
+    .await;
+    assert!(!crd_has_paused(&the_crd(&admin).await));
+    let elections = election_api(&admin, ns);
+    elections
+        .create(&PostParams::default(), &election_object("kept", false))
+        .await
+        .expect("create an election under the previous CRD");
+
+    let enabled =
+        Values::new(r#"{"crds": {"enabled": true}, "uninstallHook": {"enabled": false}}"#);
+    run(
+        "upgrade",
+        "ce-gitops",
+        [&enabled.arg()[..], &["--take-ownership"]].concat(),
+    )
+    .await;
+    let crd = the_crd(&admin).await;
+    assert!(crd_has_paused(&crd), "the chart upgraded the CRD");
+    assert_eq!(
+        crd.labels()
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("Helm")
+    );
+    let annotations = crd.annotations();
+    assert_eq!(
+        annotations
+            .get("meta.helm.sh/release-name")
+            .map(String::as_str),
+        Some("ce-gitops"),
+        "the release owns the CRD: {annotations:?}"
+    );
+    assert_eq!(
+        annotations
+            .get("helm.sh/resource-policy")
+            .map(String::as_str),
+        Some("keep")
+    );
+    elections
+        .create(&PostParams::default(), &election_object("paused", true))
+        .await
+        .expect("create an election with spec.paused");
+
+    run("uninstall", "ce-gitops", vec![]).await;
+    let crd = the_crd(&admin).await;
+    assert!(
+        crd.metadata.deletion_timestamp.is_none() && crd_has_paused(&crd),
+        "helm uninstall keeps the CRD"
+    );
+    let names: BTreeSet<String> = elections
+        .list(&ListParams::default())
+        .await
+        .expect("list the elections")
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert_eq!(names, BTreeSet::from(["kept".into(), "paused".into()]));
+
+    // A new install adopts the kept CRD; turned off, crds.keep lets the uninstall delete it.
+    let again = Values::new(
+        r#"{"replicaCount": 0, "uninstallHook": {"enabled": false}, "crds": {"enabled": true}}"#,
+    );
+    run(
+        "install",
+        "ce-again",
+        [&again.arg()[..], &["--take-ownership"]].concat(),
+    )
+    .await;
+    let unkept = Values::new(r#"{"crds": {"keep": false}}"#);
+    run("upgrade", "ce-again", unkept.arg().to_vec()).await;
+    let annotations = the_crd(&admin).await.annotations().clone();
+    assert!(
+        !annotations.contains_key("helm.sh/resource-policy")
+            && annotations
+                .get("meta.helm.sh/release-name")
+                .map(String::as_str)
+                == Some("ce-again"),
+        "{annotations:?}"
+    );
+    run("uninstall", "ce-again", vec![]).await;
+    let crds: Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = Api::all(admin.clone());
+    let gone = tokio::time::timeout(PATIENCE, async {
+        while crds
+            .get_opt(consul_elector::crd::CRD_NAME)
+            .await
+            .expect("get the CRD")
+            .is_some()
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(
+        gone.is_ok(),
+        "without crds.keep the uninstall deletes the CRD"
     );
     drop(cluster);
 }
