@@ -910,6 +910,9 @@ impl Model {
                 self.election = Election::new();
                 self.forgotten = None;
                 self.started_at = now;
+                // A new process cannot tell a request it finds from one written again after
+                // the removal: one whose removal failed is decided again (docs/design.md).
+                self.request_decided = false;
                 // The new process adopts the sessions of the elections that exist
                 // (`operator::takeover`), once, before reconciling, when Consul's sessions
                 // answer; a finalized election is gone. What it could not adopt is the

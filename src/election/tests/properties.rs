@@ -803,3 +803,27 @@ fn an_acquisition_for_a_label_whose_lock_went_while_standing_back_is_no_new_viol
     }
     model.quiesce();
 }
+
+/// Found by the randomized run: a request refused in Observe mode whose removal never ran,
+/// then a restart and an edit to Managed mode. The new process does not know the request on
+/// the election was decided before (the status records an outcome for the same value, but the
+/// value may as well have been written again since): it decides it again, as docs/design.md
+/// says, and the run must still converge.
+#[test]
+fn a_request_left_by_a_failed_removal_is_decided_again_after_a_restart() {
+    let config = ElectionConfig {
+        mode: Mode::Observe,
+        require_ready: false,
+        ..config()
+    };
+    let events = [
+        Event::Switchover(None),
+        Event::Loop {
+            fail_at: Some(0),
+            after_effect: false,
+        },
+        Event::Restart,
+        Event::EditMode(Mode::Managed),
+    ];
+    replay(config, &[(false, 0), (false, 0)], &events);
+}
