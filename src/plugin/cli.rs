@@ -164,7 +164,8 @@ pub enum OutputFormat {
     /// Aligned text for people.
     #[default]
     Table,
-    /// The table with more columns (`list`: who serves it, its candidates, the key).
+    /// The table with more columns (`list`: how long the leader leads, how many candidates may
+    /// lead, why the election is or is not Ready).
     Wide,
     /// `leaderelection.elector.dev/<name>` of each election concerned, for scripts.
     Name,
