@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use crate::crd::{
     ELECTION_ANNOTATION, FENCING_TOKEN_ANNOTATION, HANDOVER_ANNOTATION, LEADER_SINCE_ANNOTATION,
-    PRIORITY_ANNOTATION, label_token_annotation,
+    PRIORITY_ANNOTATION,
 };
 use crate::election::observe::PodView;
 use crate::election::pod_patch::PodPatch;
@@ -168,8 +168,14 @@ pub fn ready_changed_at(pod: &Pod) -> Option<Timestamp> {
 }
 
 /// Whether the pod's labels match the election's selector is decided by the caller; this
-/// reads everything else the planner needs from the pod.
-pub fn pod_view(pod: &Pod, selected: bool, label_key: &str) -> Option<PodView> {
+/// reads everything else the planner needs from the pod, whose token annotation beside
+/// `label_key` is `token_annotation` ([`crate::crd::label_token_annotation`]).
+pub fn pod_view(
+    pod: &Pod,
+    selected: bool,
+    label_key: &str,
+    token_annotation: &str,
+) -> Option<PodView> {
     let meta = &pod.metadata;
     let name = meta.name.clone()?;
     let uid = meta.uid.clone()?;
@@ -196,7 +202,7 @@ pub fn pod_view(pod: &Pod, selected: bool, label_key: &str) -> Option<PodView> {
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         role: meta.labels.as_ref().and_then(|l| l.get(label_key)).cloned(),
         fencing_token: annotation(FENCING_TOKEN_ANNOTATION),
-        label_token: annotation(&label_token_annotation(label_key)),
+        label_token: annotation(token_annotation),
         leader_since: annotation(LEADER_SINCE_ANNOTATION),
         priority: match annotations.and_then(|a| a.get(PRIORITY_ANNOTATION)) {
             None => Some(0),
@@ -273,7 +279,8 @@ mod tests {
                 "creationTimestamp": "2026-11-21T09:00:00Z",
                 "deletionTimestamp": "2026-11-21T10:00:00Z",
                 "labels": {"app": "web", "elector.dev/role": "leader"},
-                "annotations": {"elector.dev/fencing-token": "3"},
+                "annotations": {"elector.dev/fencing-token": "3",
+                                "fencing-token.elector.dev/role": "3"},
             },
             "spec": {"nodeName": "n1", "containers": []},
             "status": {
@@ -283,10 +290,12 @@ mod tests {
             },
         }))
         .expect("pod");
-        let v = pod_view(&pod, true, "elector.dev/role").expect("view");
+        let token = "fencing-token.elector.dev/role";
+        let v = pod_view(&pod, true, "elector.dev/role", token).expect("view");
         assert!(!v.ready && v.deleting && !v.finished);
         assert_eq!(v.role.as_deref(), Some("leader"));
         assert_eq!(v.fencing_token.as_deref(), Some("3"));
+        assert_eq!(v.label_token.as_deref(), Some("3"));
         assert_eq!(v.pod_ip.as_deref(), Some("10.0.0.1"));
         assert_eq!(v.node.as_deref(), Some("n1"));
         assert_eq!(

@@ -13,7 +13,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::caches::Caches;
 use super::index::{Indexes, Term};
-use crate::crd::{LeaderElection, selector_matches};
+use crate::crd::{LeaderElection, label_token_annotation, selector_matches};
 use crate::election::config::{ElectionConfig, ElectionKey};
 use crate::election::conflict::{self, Claim, Writer, YieldingLabel, yielding_to_me, yields_to};
 use crate::election::observe::{NotReadySince, PodView};
@@ -114,9 +114,13 @@ pub fn views(
     config: &ElectionConfig,
     since: impl FnOnce(Vec<(String, Timestamp)>) -> HashMap<String, NotReadySince>,
 ) -> Vec<PodView> {
+    // Named once per election, not once per pod.
+    let token_annotation = label_token_annotation(&config.labels.key);
     let mut views: Vec<PodView> = pods
         .values()
-        .filter_map(|(pod, selected)| k8s::pod_view(pod, *selected, &config.labels.key))
+        .filter_map(|(pod, selected)| {
+            k8s::pod_view(pod, *selected, &config.labels.key, &token_annotation)
+        })
         .collect();
     let not_ready = views
         .iter()
